@@ -1,0 +1,122 @@
+/* handler.h: the ABI between idemd and its handler plugins (the one installed header). */
+#ifndef IDEMD_HANDLER_H
+#define IDEMD_HANDLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A plugin is a shared object that exports one symbol, IDEMD_HANDLER_SYMBOL,
+ * of type idemd_handler_t. idemd refuses a plugin whose abi_major differs
+ * from the host's or whose abi_minor is newer than the host's.
+ *
+ * Compatibility rules: within one major version, structs only grow at the
+ * end and new fields are read only when the other side's minor says they
+ * exist. A plugin built for 1.0 keeps loading on every 1.x host.
+ */
+#define IDEMD_HANDLER_ABI_MAJOR 1
+#define IDEMD_HANDLER_ABI_MINOR 0
+#define IDEMD_HANDLER_SYMBOL "idemd_handler"
+
+/* The MySQL/MariaDB connection type (MYSQL in <mysql.h>). */
+struct st_mysql;
+
+/* What the handler decided for one message. */
+typedef enum idemd_result {
+    IDEMD_RESULT_OK = 0,     /* commit the effects, ack the message */
+    IDEMD_RESULT_RETRY = 1,  /* roll back; the message comes back later */
+    IDEMD_RESULT_REJECT = 2, /* roll back; dead-letter, never retried */
+} idemd_result_t;
+
+typedef enum idemd_log_level {
+    IDEMD_LOG_ERROR = 3,
+    IDEMD_LOG_WARNING = 4,
+    IDEMD_LOG_INFO = 6,
+    IDEMD_LOG_DEBUG = 7,
+} idemd_log_level_t;
+
+typedef enum idemd_header_type {
+    IDEMD_HEADER_STRING = 0, /* str/len hold the bytes (not NUL-terminated) */
+    IDEMD_HEADER_INT = 1,    /* i holds the value (any AMQP integer type) */
+    IDEMD_HEADER_OTHER = 2,  /* tables, arrays, floats, ...: not decoded */
+} idemd_header_type_t;
+
+/* One AMQP header (application header table entry). */
+typedef struct idemd_header {
+    const char *key; /* NUL-terminated */
+    idemd_header_type_t type;
+    const char *str;
+    size_t len;
+    int64_t i;
+} idemd_header_t;
+
+/*
+ * One message as the handler sees it. Everything is borrowed for the
+ * duration of the handle() call only: copy what must outlive it.
+ * Strings are NUL-terminated unless a length is given.
+ */
+typedef struct idemd_message {
+    const char *msg_id; /* the dedup id (from message_id or a header) */
+    size_t msg_id_len;
+    const void *body;
+    size_t body_len;
+    const char *exchange;
+    const char *routing_key;
+    const char *content_type; /* "" when absent */
+    int redelivered;          /* broker hint only: never use it for dedup */
+    unsigned attempt;         /* 1 for the first delivery idemd saw */
+    const idemd_header_t *headers;
+    size_t n_headers;
+    const char *queue;    /* queue name */
+    const char *consumer; /* dedup namespace of the queue */
+} idemd_message_t;
+
+/* The handler's settings group from the queue's "settings" in the config. */
+typedef struct idemd_settings idemd_settings_t;
+
+/*
+ * Services the host offers to plugins, so that a plugin never links
+ * against idemd's own symbols. Only grows by appending.
+ */
+typedef struct idemd_host {
+    unsigned abi_major;
+    unsigned abi_minor;
+    void (*log)(idemd_log_level_t level, const char *fmt, ...)
+        __attribute__((format(printf, 2, 3)));
+    /* Settings lookups: 0 when found with the right type, -1 otherwise
+     * (out untouched). Strings stay valid until fini(). */
+    int (*setting_string)(const idemd_settings_t *s, const char *name, const char **out);
+    int (*setting_int)(const idemd_settings_t *s, const char *name, long long *out);
+    int (*setting_bool)(const idemd_settings_t *s, const char *name, int *out);
+} idemd_host_t;
+
+/*
+ * The exported symbol. init() runs in each worker after its database
+ * connection is up, and again after every database reconnect (fini() of
+ * the old state first), so statements prepared in init() stay valid.
+ * handle() runs inside an open transaction on db: it must not COMMIT,
+ * ROLLBACK or change autocommit. On RETRY or REJECT it writes a reason
+ * into err (errlen bytes, NUL-terminated). reconcile(), if set, runs every
+ * reconcile_interval seconds in its own transaction (0 = OK to commit).
+ */
+typedef struct idemd_handler {
+    unsigned abi_major; /* IDEMD_HANDLER_ABI_MAJOR */
+    unsigned abi_minor; /* IDEMD_HANDLER_ABI_MINOR */
+    const char *name;
+    int (*init)(const idemd_host_t *host, const idemd_settings_t *settings,
+                struct st_mysql *db, void **state, char *err, size_t errlen);
+    idemd_result_t (*handle)(void *state, struct st_mysql *db, const idemd_message_t *msg,
+                             char *err, size_t errlen);
+    void (*fini)(void *state);
+    int (*reconcile)(void *state, struct st_mysql *db, char *err, size_t errlen);
+    void *reserved[8]; /* zero: room to grow */
+} idemd_handler_t;
+
+#ifdef __cplusplus
+}
+#endif
+#endif
