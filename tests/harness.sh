@@ -1,0 +1,401 @@
+# harness.sh: bash functions for idemd's integration tests: private RabbitMQ and MariaDB, daemon control, SQL polling.
+#
+# Source it, then either h_servers_start (starts both servers in a temp dir on free
+# loopback ports and installs an EXIT trap that stops them) or, in a child process of
+# a shell that did, just use the exported variables: H_DIR, AMQP_PORT, MYSQL_SOCK,
+# MYSQL_PORT, IDEMD, MQTOOL (and HOME, ERL_EPMD_PORT, H_RABBIT_NODE for rabbitmqctl).
+#
+# Helpers for test cases:
+#   h_mysql ARGS...          mariadb client as root on the private socket
+#   h_sql QUERY [DB]         run one query (DB defaults to $H_DB), print rows tab-separated
+#   h_new_db NAME            (re)create database NAME with sql/*.sql and tests/schema.sql; sets H_DB
+#   h_mq ARGS...             mqtool against the private broker
+#   h_depth QUEUE            ready-message count of QUEUE
+#   h_conf_common DB         print the daemon/broker/database config groups
+#   h_daemon_start CONF LOG  start idemd in the background, wait for "ready:"
+#   h_daemon_stop            SIGTERM, wait up to 30 s; returns the daemon's exit status
+#   h_daemon_kill9           SIGKILL the supervisor and all its workers (its process group)
+#   h_wait_sql QUERY EXPECTED TIMEOUT   poll until QUERY prints EXPECTED
+#   h_wait_depth QUEUE EXPECTED TIMEOUT poll until QUEUE holds EXPECTED ready messages
+#   h_assert_eq ACTUAL EXPECTED WHAT    fail unless equal
+#   h_fail MSG               print MSG and exit 1
+
+H_ROOT=${H_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+export H_ROOT
+export IDEMD=${IDEMD:-$H_ROOT/build/idemd}
+export MQTOOL=${MQTOOL:-$H_ROOT/build/tests/tools/mqtool}
+export H_PLUGINS=${H_PLUGINS:-$H_ROOT/build/plugins}
+export H_TEST_PLUGINS=${H_TEST_PLUGINS:-$H_ROOT/build/tests/plugins}
+export H_SQL_DIR=${H_SQL_DIR:-$H_ROOT/sql}
+H_RABBIT_BIN=${H_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
+
+h_log() { echo "# $(date +%H:%M:%S) $*" >&2; }
+
+h_fail()
+{
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+h_assert_eq()
+{
+    [[ "$1" == "$2" ]] || h_fail "$3: got '$1', expected '$2'"
+}
+
+# True if something on this machine already uses TCP port $1 (any state, v4 or v6).
+h_port_used()
+{
+    local hex
+    hex=$(printf '%04X' "$1")
+    awk -v p=":$hex" 'NR > 1 && substr($2, length($2) - 4) == p { found = 1 } END { exit !found }' \
+        /proc/net/tcp /proc/net/tcp6 2>/dev/null
+}
+
+# Print a free port in [lo, lo + span).
+h_free_port()
+{
+    local lo=$1 span=$2 p i
+    for ((i = 0; i < 200; i++)); do
+        p=$((lo + RANDOM % span))
+        h_port_used "$p" || { echo "$p"; return 0; }
+    done
+    echo "h_free_port: no free port in $lo..$((lo + span))" >&2
+    return 1
+}
+
+h_mysql() { mariadb --no-defaults -S "$MYSQL_SOCK" -uroot "$@"; }
+
+h_sql()
+{
+    local db=${2:-${H_DB:-}}
+    if [[ -n "$db" ]]; then
+        h_mysql -N -B -e "$1" "$db"
+    else
+        h_mysql -N -B -e "$1"
+    fi
+}
+
+h_mq() { "$MQTOOL" -P "$AMQP_PORT" "$@"; }
+
+h_rabbitmqctl() { "$H_RABBIT_BIN/rabbitmqctl" -q -n "$H_RABBIT_NODE" "$@"; }
+
+h_depth()
+{
+    local out
+    out=$(h_mq depth "$1") || return $?
+    echo "${out%% *}"
+}
+
+# Wait up to $2 seconds for a TCP listener on 127.0.0.1:$1 (while pid $3 lives).
+h_wait_port()
+{
+    local port=$1 deadline=$((SECONDS + $2)) pid=$3
+    while ((SECONDS < deadline)); do
+        if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+            return 0
+        fi
+        [[ -n "$pid" ]] && ! kill -0 "$pid" 2>/dev/null && return 1
+        sleep 0.2
+    done
+    return 1
+}
+
+h_rabbit_start()
+{
+    local d=$H_DIR/rabbit
+    mkdir -p "$d/mnesia" "$d/log" "$HOME"
+    echo '[].' >"$d/enabled_plugins"
+    : >"$d/rabbitmq-env.conf"
+    cat >"$d/rabbitmq.conf" <<EOF
+loopback_users = none
+disk_free_limit.absolute = 10MB
+log.console = false
+log.file.level = info
+EOF
+    export RABBITMQ_NODENAME=$H_RABBIT_NODE
+    export RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+    export RABBITMQ_NODE_PORT=$AMQP_PORT
+    export RABBITMQ_DIST_PORT=$H_DIST_PORT
+    export RABBITMQ_MNESIA_BASE=$d/mnesia
+    export RABBITMQ_LOG_BASE=$d/log
+    export RABBITMQ_ENABLED_PLUGINS_FILE=$d/enabled_plugins
+    export RABBITMQ_CONFIG_FILE=$d/rabbitmq.conf
+    export RABBITMQ_CONF_ENV_FILE=$d/rabbitmq-env.conf
+    export RABBITMQ_ADVANCED_CONFIG_FILE=$d/advanced.config
+    export RABBITMQ_PID_FILE=$d/rabbit.pid
+    export RABBITMQ_PLUGINS_EXPAND_DIR=$d/plugins-expand
+    # Own session and process group: stopping kills the whole Erlang tree.
+    setsid "$H_RABBIT_BIN/rabbitmq-server" </dev/null >"$d/stdout.log" 2>&1 &
+    H_RABBIT_PID=$!
+    echo "$H_RABBIT_PID" >"$H_DIR/rabbit.pgid"
+}
+
+h_rabbit_wait()
+{
+    if ! h_wait_port "$AMQP_PORT" 90 "$H_RABBIT_PID"; then
+        tail -n 30 "$H_DIR/rabbit/stdout.log" "$H_DIR"/rabbit/log/*.log >&2 2>/dev/null
+        echo "h_servers_start: RabbitMQ did not open port $AMQP_PORT" >&2
+        return 1
+    fi
+    if ! timeout 60 "$H_RABBIT_BIN/rabbitmqctl" -q -n "$H_RABBIT_NODE" await_startup >/dev/null 2>"$H_DIR/rabbit/await.err"; then
+        cat "$H_DIR/rabbit/await.err" >&2
+        echo "h_servers_start: rabbitmqctl await_startup failed" >&2
+        return 1
+    fi
+}
+
+h_mariadb_start()
+{
+    local d=$H_DIR/mysql user=()
+    mkdir -p "$d/data" "$d/tmp"
+    [[ $(id -u) == 0 ]] && user=(--user=root)
+    if ! mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
+        --skip-test-db "${user[@]}" >"$d/install.log" 2>&1; then
+        tail -n 30 "$d/install.log" >&2
+        echo "h_servers_start: mariadb-install-db failed" >&2
+        return 1
+    fi
+    setsid mariadbd --no-defaults --datadir="$d/data" --socket="$MYSQL_SOCK" --port="$MYSQL_PORT" \
+        --bind-address=127.0.0.1 "${user[@]}" --pid-file="$d/mariadbd.pid" --log-error="$d/err.log" \
+        --tmpdir="$d/tmp" --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
+        --skip-name-resolve </dev/null >"$d/stdout.log" 2>&1 &
+    H_MARIADB_PID=$!
+    echo "$H_MARIADB_PID" >"$H_DIR/mariadbd.pid"
+}
+
+h_mariadb_wait()
+{
+    local deadline=$((SECONDS + 60))
+    while ((SECONDS < deadline)); do
+        h_mysql -e 'SELECT 1' >/dev/null 2>&1 && return 0
+        kill -0 "$H_MARIADB_PID" 2>/dev/null || break
+        sleep 0.2
+    done
+    tail -n 30 "$H_DIR/mysql/err.log" >&2
+    echo "h_servers_start: MariaDB did not come up" >&2
+    return 1
+}
+
+# Start both servers in a new temp dir (once per test run). Installs an EXIT trap
+# that stops them; INT/TERM exit through it.
+h_servers_start()
+{
+    local t0=$SECONDS
+    H_DIR=$(mktemp -d /tmp/idemd-t.XXXXXX) || return 1
+    export H_DIR
+    export HOME=$H_DIR/home # rabbitmq-server and rabbitmqctl share the cookie here
+    export AMQP_PORT H_DIST_PORT ERL_EPMD_PORT MYSQL_PORT H_RABBIT_NODE
+    AMQP_PORT=$(h_free_port 20000 9000) || return 1
+    while :; do # rabbitmqctl uses DIST_PORT+10000..+10010 for itself
+        H_DIST_PORT=$(h_free_port 30000 9000) || return 1
+        h_port_used $((H_DIST_PORT + 10000)) || break
+    done
+    ERL_EPMD_PORT=$(h_free_port 50000 4000) || return 1
+    MYSQL_PORT=$(h_free_port 54000 4000) || return 1
+    H_RABBIT_NODE="idemdt$$@localhost"
+    export MYSQL_SOCK=$H_DIR/mysql/sock
+    trap h_servers_stop EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    h_log "servers: dir $H_DIR amqp $AMQP_PORT dist $H_DIST_PORT epmd $ERL_EPMD_PORT mysql $MYSQL_PORT"
+    h_rabbit_start || return 1
+    h_mariadb_start || return 1
+    h_mariadb_wait || return 1
+    h_rabbit_wait || return 1
+    h_log "servers: up in $((SECONDS - t0)) s"
+}
+
+# Send $2 to process group $1, wait up to $3 s for it to empty, then SIGKILL it.
+h_kill_group()
+{
+    local pgid=$1 sig=$2 deadline=$((SECONDS + $3))
+    kill -"$sig" -- -"$pgid" 2>/dev/null || return 0
+    while ((SECONDS < deadline)); do
+        pgrep -g "$pgid" >/dev/null || return 0
+        sleep 0.2
+    done
+    echo "harness: process group $pgid ignored SIG$sig; killing it" >&2
+    kill -KILL -- -"$pgid" 2>/dev/null
+    sleep 0.2
+    return 0
+}
+
+# Stop everything this harness started: leftover daemons, RabbitMQ (and our epmd), MariaDB.
+h_servers_stop()
+{
+    local rc=$? pid
+    trap - EXIT INT TERM
+    [[ -n "${H_DIR:-}" && -d "$H_DIR" ]] || return $rc
+    h_daemons_reap
+    if [[ -f "$H_DIR/rabbit.pgid" ]]; then
+        h_kill_group "$(cat "$H_DIR/rabbit.pgid")" TERM 20
+        rm -f "$H_DIR/rabbit.pgid"
+    fi
+    if [[ -n "${ERL_EPMD_PORT:-}" ]]; then
+        # epmd daemonizes out of our process group; it runs with our ERL_EPMD_PORT.
+        epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1
+        for pid in $(pgrep -x epmd); do
+            if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qx "ERL_EPMD_PORT=$ERL_EPMD_PORT"; then
+                kill -KILL "$pid" 2>/dev/null
+            fi
+        done
+    fi
+    if [[ -f "$H_DIR/mariadbd.pid" ]]; then
+        h_kill_group "$(cat "$H_DIR/mariadbd.pid")" TERM 30
+        rm -f "$H_DIR/mariadbd.pid"
+    fi
+    if [[ "${H_KEEP:-0}" == 1 ]]; then
+        echo "harness: kept $H_DIR" >&2
+    else
+        rm -rf "$H_DIR"
+    fi
+    return $rc
+}
+
+# Kill any daemon process group recorded by h_daemon_start that is still alive.
+h_daemons_reap()
+{
+    local f pgid
+    for f in "$H_DIR"/daemons/*; do
+        [[ -f "$f" ]] || continue
+        pgid=${f##*/}
+        if pgrep -g "$pgid" >/dev/null; then
+            echo "harness: killing leftover daemon process group $pgid" >&2
+            kill -KILL -- -"$pgid" 2>/dev/null
+        fi
+        rm -f "$f"
+    done
+}
+
+# Drop and create database $1 with the schema (sql/*.sql in order, then tests/schema.sql).
+h_new_db()
+{
+    local db=$1 f
+    h_mysql -e "DROP DATABASE IF EXISTS \`$db\`; CREATE DATABASE \`$db\`" || return 1
+    for f in "$H_SQL_DIR"/*.sql "$H_ROOT/tests/schema.sql"; do
+        [[ -f "$f" ]] || continue
+        h_mysql "$db" <"$f" || { echo "h_new_db: $f failed" >&2; return 1; }
+    done
+    H_DB=$db
+}
+
+# Print the daemon, broker and database groups for database $1; append "queues = (...);".
+h_conf_common()
+{
+    cat <<EOF
+daemon = { log_level = "${H_LOG_LEVEL:-debug}"; shutdown_timeout = 30; };
+broker = { host = "127.0.0.1"; port = $AMQP_PORT; vhost = "/"; user = "guest"; password = "guest";
+           heartbeat = 30; };
+database = { socket = "$MYSQL_SOCK"; user = "root"; database = "$1";
+             connect_timeout = 5; read_timeout = 30; write_timeout = 30; record_table = "msg_id_record"; };
+EOF
+}
+
+# Start $IDEMD -c $1 in its own process group, stderr+stdout appended to $2.
+# Waits up to 30 s for a new "ready:" line. Sets H_DAEMON_PID. Fails the test on error.
+h_daemon_start()
+{
+    local conf=$1 log=$2 skip deadline
+    [[ -x "$IDEMD" ]] || h_fail "no daemon binary at $IDEMD"
+    touch "$log"
+    skip=$(($(wc -l <"$log") + 1))
+    setsid "$IDEMD" -c "$conf" "${@:3}" </dev/null >>"$log" 2>&1 &
+    H_DAEMON_PID=$!
+    H_DAEMON_LOG=$log
+    mkdir -p "$H_DIR/daemons"
+    : >"$H_DIR/daemons/$H_DAEMON_PID"
+    deadline=$((SECONDS + 30))
+    while :; do
+        if tail -n +"$skip" "$log" | grep -q 'ready:'; then
+            return 0
+        fi
+        if ! kill -0 "$H_DAEMON_PID" 2>/dev/null; then
+            local rc=0
+            wait "$H_DAEMON_PID" || rc=$?
+            tail -n 30 "$log" >&2
+            h_fail "idemd exited with status $rc before ready ($log)"
+        fi
+        if ((SECONDS >= deadline)); then
+            tail -n 30 "$log" >&2
+            h_daemon_kill9
+            h_fail "idemd not ready within 30 s ($log)"
+        fi
+        sleep 0.1
+    done
+}
+
+# List the pids of the daemon's process group (supervisor and workers).
+h_daemon_pids() { pgrep -g "$H_DAEMON_PID" 2>/dev/null; }
+
+# SIGTERM the daemon, wait up to 30 s for the supervisor and its workers to exit.
+# Returns the supervisor's exit status; 124 (and SIGKILL) on timeout.
+h_daemon_stop()
+{
+    local pid=${H_DAEMON_PID:-} deadline rc=0
+    [[ -n "$pid" ]] || return 0
+    kill -TERM "$pid" 2>/dev/null
+    deadline=$((SECONDS + 30))
+    while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "h_daemon_stop: idemd $pid still running after 30 s; SIGKILL" >&2
+        h_daemon_kill9
+        return 124
+    fi
+    wait "$pid" 2>/dev/null || rc=$?
+    if pgrep -g "$pid" >/dev/null; then
+        echo "h_daemon_stop: workers outlived the supervisor: $(pgrep -g "$pid" | tr '\n' ' ')" >&2
+        kill -KILL -- -"$pid" 2>/dev/null
+        rc=125
+    fi
+    rm -f "$H_DIR/daemons/$pid"
+    H_DAEMON_PID=
+    return $rc
+}
+
+# SIGKILL the supervisor and all its workers at once (they share its process group).
+h_daemon_kill9()
+{
+    local pid=${H_DAEMON_PID:-}
+    [[ -n "$pid" ]] || return 0
+    kill -KILL -- -"$pid" 2>/dev/null
+    while pgrep -g "$pid" >/dev/null; do sleep 0.05; done
+    wait "$pid" 2>/dev/null
+    rm -f "$H_DIR/daemons/$pid"
+    H_DAEMON_PID=
+    return 0
+}
+
+# Poll QUERY (against $H_DB) every 0.2 s until it prints EXPECTED; fail after TIMEOUT s.
+h_wait_sql()
+{
+    local q=$1 want=$2 deadline=$((SECONDS + ${3:-30})) got
+    while :; do
+        got=$(h_sql "$q" 2>&1)
+        [[ "$got" == "$want" ]] && return 0
+        if ((SECONDS >= deadline)); then
+            echo "h_wait_sql: after ${3:-30} s '$q' printed '$got', expected '$want'" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# Poll until QUEUE holds EXPECTED ready messages; fail after TIMEOUT s.
+h_wait_depth()
+{
+    local q=$1 want=$2 deadline=$((SECONDS + ${3:-30})) got
+    while :; do
+        got=$(h_depth "$q" 2>&1)
+        [[ "$got" == "$want" ]] && return 0
+        if ((SECONDS >= deadline)); then
+            echo "h_wait_depth: after ${3:-30} s queue $q holds '$got', expected '$want'" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# True if the daemon is still running.
+h_daemon_alive() { [[ -n "${H_DAEMON_PID:-}" ]] && kill -0 "$H_DAEMON_PID" 2>/dev/null; }
