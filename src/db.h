@@ -1,0 +1,64 @@
+/* db.h: the worker's MySQL/MariaDB connection: connect, dedup record insert, transaction control. */
+#ifndef IDEMD_DB_H
+#define IDEMD_DB_H
+
+#include <mysql.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "conf.h"
+
+/* Outcome of a statement, classified by what the server did (see NOTES). */
+typedef enum db_status {
+    DB_OK = 0,
+    DB_DUPLICATE = 1,          /* 1062: statement rolled back; the key exists */
+    DB_ERR_DEADLOCK = -1,      /* 1213: whole transaction rolled back: redo it */
+    DB_ERR_LOCK_TIMEOUT = -2,  /* 1205: statement rolled back; roll back, never commit */
+    DB_ERR_CONNECTION = -3,    /* 2006/2013/...: server rolls back; reconnect */
+    DB_ERR_TX_LOST = -4,       /* our savepoint is gone: the transaction was rolled back */
+    DB_ERR_OTHER = -5,         /* anything else (schema, privileges, ...) */
+} db_status_t;
+
+typedef struct db {
+    MYSQL *my;
+    MYSQL_STMT *record_stmt; /* INSERT INTO <record_table>(consumer, msg_id) VALUES (?, ?) */
+    char consumer[129];
+    unsigned long consumer_len;
+    char id_buf[256];
+    unsigned long id_len;
+} db_t;
+
+/*
+ * Connect with the configured timeouts, autocommit off, READ COMMITTED,
+ * never MYSQL_OPT_RECONNECT. When consumer is non-NULL the record insert is
+ * prepared for that consumer. Returns 0 and a new db_t in *out (free with
+ * db_close), or -1 after logging why.
+ */
+int db_open(const conf_database_t *cfg, const char *consumer, db_t **out)
+    __attribute__((warn_unused_result));
+
+/* Close the connection and free db; NULL is fine. */
+void db_close(db_t *db);
+
+/* Classify a MySQL error number. */
+db_status_t db_classify(unsigned int err);
+
+/*
+ * Insert the dedup record. DB_OK: inserted (the key is now locked by our
+ * transaction); DB_DUPLICATE: another committed transaction holds it (this
+ * waits while one is still open); errors classified. Logs errors other than
+ * duplicates, with the printable id.
+ */
+db_status_t db_record(db_t *db, const char *id, size_t len);
+
+/* Run one statement without a result set (SAVEPOINT, ROLLBACK TO, ...). Logs errors. */
+db_status_t db_exec(db_t *db, const char *sql);
+
+/* COMMIT / ROLLBACK the open transaction. Log errors. */
+db_status_t db_commit(db_t *db);
+db_status_t db_rollback(db_t *db);
+
+/* Whether the server says a transaction is open on this connection. */
+bool db_in_transaction(const db_t *db);
+
+#endif

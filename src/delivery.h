@@ -1,0 +1,42 @@
+/* delivery.h: turning an AMQP delivery into what the worker and the handler need (id, headers). */
+#ifndef IDEMD_DELIVERY_H
+#define IDEMD_DELIVERY_H
+
+#include <amqp.h>
+#include <stddef.h>
+
+#include "../include/idemd/handler.h"
+
+/* Longest id the record table's msg_id column holds (VARBINARY(255)). */
+#define DELIVERY_ID_MAX 255
+
+/*
+ * Extract the dedup id of a message: the message_id property when id_header
+ * is NULL, else that application header (string or integer, integers as
+ * decimal). On success returns 0, copies the id into out (DELIVERY_ID_MAX + 1
+ * bytes, NUL-terminated; the id itself may contain any bytes) and sets
+ * *len. On failure returns -1 and writes the reason ("no message_id
+ * property", "id is 300 bytes, longer than 255", ...) into err.
+ */
+int delivery_id(const amqp_basic_properties_t *props, const char *id_header, char *out,
+                size_t *len, char *err, size_t errlen) __attribute__((warn_unused_result));
+
+/*
+ * Flatten the application headers into an array for the handler. Returns
+ * the number of entries written (at most max). Keys and string values point
+ * into props (NUL-terminated copies go into scratch, scratch_len bytes; an
+ * entry that does not fit is skipped). Never fails.
+ */
+size_t delivery_headers(const amqp_basic_properties_t *props, idemd_header_t *out, size_t max,
+                        char *scratch, size_t scratch_len);
+
+/* An integer header's value; -1 when absent or not an integer. */
+long long delivery_header_int(const amqp_basic_properties_t *props, const char *name);
+
+/*
+ * Escape an id for logs: printable ASCII kept, everything else as \xNN,
+ * truncated with "..." to fit out (outlen bytes). Returns out.
+ */
+const char *delivery_id_printable(const char *id, size_t len, char *out, size_t outlen);
+
+#endif

@@ -1,0 +1,105 @@
+/* main.c: command line of idemd: check a configuration, or run the supervisor. */
+#include <getopt.h>
+#include <mysql.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h"
+#include "log.h"
+#include "plugin.h"
+#include "supervisor.h"
+
+#define IDEMD_VERSION "0.1.0"
+
+static void main_usage(FILE *out)
+{
+    fprintf(out,
+            "usage: idemd -c FILE [--check-config] [--log-level LEVEL]\n"
+            "  -c, --config FILE     configuration file (libconfig syntax)\n"
+            "  -t, --check-config    validate FILE and the handler plugins, then exit\n"
+            "  -l, --log-level L     error, warning, info or debug (overrides the file)\n"
+            "  -p, --print-config    with --check-config: print the effective configuration\n"
+            "  -V, --version         print the version\n");
+}
+
+/* --check-config: the file parsed already; also load every handler to check its ABI. */
+static int main_check(conf_t *conf, bool print)
+{
+    char err[512];
+    int rc = 0;
+    for (int i = 0; i < conf->n_queues; i++) {
+        plugin_t *p = NULL;
+        if (plugin_load(conf->queues[i].handler, &p, err, sizeof(err)) != 0) {
+            fprintf(stderr, "%s:%d: queues.[%d].handler: %s\n", conf->path, conf->queues[i].line,
+                    i, err);
+            rc = 1;
+        }
+        plugin_free(p);
+    }
+    if (rc == 0) {
+        if (print)
+            conf_dump(conf, stdout);
+        printf("%s: configuration OK (%d queue%s)\n", conf->path, conf->n_queues,
+               conf->n_queues == 1 ? "" : "s");
+    }
+    conf_free(conf);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},  {"check-config", no_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'l'}, {"print-config", no_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'V'},         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *path = NULL, *level = NULL;
+    bool check = false, print = false;
+    char err[1024];
+    conf_t *conf = NULL;
+    int c;
+
+    while ((c = getopt_long(argc, argv, "c:tl:pVh", opts, NULL)) != -1) {
+        switch (c) {
+        case 'c': path = optarg; break;
+        case 't': check = true; break;
+        case 'l': level = optarg; break;
+        case 'p': print = true; break;
+        case 'V': printf("idemd %s\n", IDEMD_VERSION); return 0;
+        case 'h': main_usage(stdout); return 0;
+        default: main_usage(stderr); return 2;
+        }
+    }
+    if (path == NULL || optind != argc) {
+        main_usage(stderr);
+        return 2;
+    }
+    if (conf_load(path, &conf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 1;
+    }
+    if (check)
+        return main_check(conf, print);
+    log_set_level((log_level_t)conf->log_level);
+    if (level) {
+        int l = log_level_parse(level);
+        if (l < 0) {
+            fprintf(stderr, "idemd: unknown log level '%s'\n", level);
+            conf_free(conf);
+            return 2;
+        }
+        log_set_level((log_level_t)l);
+    }
+    /* Before any fork: the client library's global state. */
+    if (mysql_library_init(0, NULL, NULL) != 0) {
+        log_error("cannot initialise the MySQL client library");
+        conf_free(conf);
+        return 1;
+    }
+    log_info("idemd %s starting with %s", IDEMD_VERSION, path);
+    int rc = supervisor_run(conf);
+    mysql_library_end();
+    return rc;
+}

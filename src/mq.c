@@ -1,0 +1,295 @@
+/* mq.c: one AMQP connection with one channel (rabbitmq-c): declare, consume, ack. */
+#include "mq.h"
+
+#include <amqp_tcp_socket.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
+{
+    switch (r.reply_type) {
+    case AMQP_RESPONSE_NORMAL: snprintf(buf, len, "ok"); break;
+    case AMQP_RESPONSE_NONE: snprintf(buf, len, "missing RPC reply"); break;
+    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+        snprintf(buf, len, "%s", amqp_error_string2(r.library_error));
+        break;
+    case AMQP_RESPONSE_SERVER_EXCEPTION:
+        if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+            amqp_connection_close_t *m = r.reply.decoded;
+            snprintf(buf, len, "connection closed by broker: %u %.*s", m->reply_code,
+                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+            amqp_channel_close_t *m = r.reply.decoded;
+            snprintf(buf, len, "channel closed by broker: %u %.*s", m->reply_code,
+                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        } else {
+            snprintf(buf, len, "unexpected server method 0x%08x", r.reply.id);
+        }
+        break;
+    }
+    return buf;
+}
+
+/* Log a failed RPC with what we tried; returns -1 for tail calls. */
+static int mq_fail(mq_t *mq, const char *what, amqp_rpc_reply_t r)
+{
+    char buf[256];
+    log_error("broker %s: %s: %s", mq->where, what, mq_reply_text(r, buf, sizeof(buf)));
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION)
+        mq->channel_open = false;
+    return -1;
+}
+
+int mq_open(const conf_broker_t *cfg, mq_t **out)
+{
+    mq_t *mq = calloc(1, sizeof(*mq));
+    amqp_socket_t *sock;
+    amqp_table_entry_t caps_e[2], props_e[2];
+    amqp_table_t caps, props;
+    amqp_rpc_reply_t r;
+    struct timeval tv;
+    int st;
+
+    *out = NULL;
+    if (mq == NULL)
+        return -1;
+    snprintf(mq->where, sizeof(mq->where), "%s:%d vhost %s", cfg->host, cfg->port, cfg->vhost);
+    mq->conn = amqp_new_connection();
+    if (mq->conn == NULL || (sock = amqp_tcp_socket_new(mq->conn)) == NULL) {
+        log_error("broker %s: out of memory", mq->where);
+        goto fail;
+    }
+    tv.tv_sec = 10;
+    tv.tv_usec = 0;
+    st = amqp_socket_open_noblock(sock, cfg->host, cfg->port, &tv);
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: cannot connect: %s", mq->where, amqp_error_string2(st));
+        goto fail;
+    }
+    /* Without this capability the broker never tells us our queue was deleted. */
+    caps_e[0].key = amqp_cstring_bytes("consumer_cancel_notify");
+    caps_e[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    caps_e[0].value.value.boolean = 1;
+    caps_e[1].key = amqp_cstring_bytes("connection.blocked");
+    caps_e[1].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    caps_e[1].value.value.boolean = 1;
+    caps.num_entries = 2;
+    caps.entries = caps_e;
+    props_e[0].key = amqp_cstring_bytes("capabilities");
+    props_e[0].value.kind = AMQP_FIELD_KIND_TABLE;
+    props_e[0].value.value.table = caps;
+    props_e[1].key = amqp_cstring_bytes("product");
+    props_e[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    props_e[1].value.value.bytes = amqp_cstring_bytes("idemd");
+    props.num_entries = 2;
+    props.entries = props_e;
+    r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, 131072, cfg->heartbeat, &props,
+                                   AMQP_SASL_METHOD_PLAIN, cfg->user, cfg->password);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        mq_fail(mq, "login", r);
+        goto fail;
+    }
+    amqp_channel_open(mq->conn, MQ_CHANNEL);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        mq_fail(mq, "channel.open", r);
+        goto fail;
+    }
+    mq->channel_open = true;
+    *out = mq;
+    return 0;
+fail:
+    mq_close(mq);
+    return -1;
+}
+
+void mq_close(mq_t *mq)
+{
+    if (mq == NULL)
+        return;
+    if (mq->conn) {
+        if (mq->channel_open)
+            amqp_channel_close(mq->conn, MQ_CHANNEL, AMQP_REPLY_SUCCESS);
+        amqp_connection_close(mq->conn, AMQP_REPLY_SUCCESS);
+        amqp_destroy_connection(mq->conn);
+    }
+    free(mq);
+}
+
+int mq_declare(mq_t *mq, const conf_queue_t *q)
+{
+    amqp_table_entry_t *e = calloc((size_t)q->n_args + 3, sizeof(*e));
+    amqp_table_t args = {0, e};
+    amqp_rpc_reply_t r;
+    char what[300];
+    int rc = -1;
+
+    if (e == NULL)
+        return -1;
+    if (q->dead_letter_queue) {
+        amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->dead_letter_queue), 0,
+                           q->durable, 0, 0, amqp_empty_table);
+        r = amqp_get_rpc_reply(mq->conn);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+            snprintf(what, sizeof(what), "declaring dead-letter queue '%s'", q->dead_letter_queue);
+            mq_fail(mq, what, r);
+            goto fail;
+        }
+        e[args.num_entries].key = amqp_cstring_bytes("x-dead-letter-exchange");
+        e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[args.num_entries++].value.value.bytes = amqp_cstring_bytes("");
+        e[args.num_entries].key = amqp_cstring_bytes("x-dead-letter-routing-key");
+        e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[args.num_entries++].value.value.bytes = amqp_cstring_bytes(q->dead_letter_queue);
+    }
+    if (q->quorum) {
+        e[args.num_entries].key = amqp_cstring_bytes("x-queue-type");
+        e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
+        e[args.num_entries++].value.value.bytes = amqp_cstring_bytes("quorum");
+    }
+    for (int i = 0; i < q->n_args; i++) {
+        amqp_table_entry_t *a = &e[args.num_entries++];
+        a->key = amqp_cstring_bytes(q->args[i].key);
+        if (q->args[i].is_int) {
+            a->value.kind = AMQP_FIELD_KIND_I64;
+            a->value.value.i64 = q->args[i].ival;
+        } else {
+            a->value.kind = AMQP_FIELD_KIND_UTF8;
+            a->value.value.bytes = amqp_cstring_bytes(q->args[i].sval);
+        }
+    }
+    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name), 0, q->durable, 0, 0,
+                       args);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        snprintf(what, sizeof(what), "declaring queue '%s'", q->name);
+        mq_fail(mq, what, r);
+        goto fail;
+    }
+    for (int i = 0; i < q->n_bindings; i++) {
+        amqp_queue_bind(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name),
+                        amqp_cstring_bytes(q->bindings[i].exchange),
+                        amqp_cstring_bytes(q->bindings[i].routing_key), amqp_empty_table);
+        r = amqp_get_rpc_reply(mq->conn);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+            snprintf(what, sizeof(what), "binding queue '%s' to exchange '%s' key '%s'", q->name,
+                     q->bindings[i].exchange, q->bindings[i].routing_key);
+            mq_fail(mq, what, r);
+            goto fail;
+        }
+    }
+    rc = 0;
+fail:
+    free(e);
+    return rc;
+}
+
+int mq_consume(mq_t *mq, const char *queue, int prefetch)
+{
+    amqp_rpc_reply_t r;
+    char what[300];
+
+    amqp_basic_qos(mq->conn, MQ_CHANNEL, 0, (uint16_t)prefetch, 0);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return mq_fail(mq, "basic.qos", r);
+    amqp_basic_consume(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0, 0,
+                       amqp_empty_table);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        snprintf(what, sizeof(what), "consuming from queue '%s'", queue);
+        return mq_fail(mq, what, r);
+    }
+    return 0;
+}
+
+/* Read the non-delivery frame waiting in the connection and act on it. */
+static mq_status_t mq_dispatch_frame(mq_t *mq)
+{
+    amqp_frame_t f;
+    char buf[256];
+    int st = amqp_simple_wait_frame(mq->conn, &f);
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: reading frame: %s", mq->where, amqp_error_string2(st));
+        return MQ_ERR_CLOSED;
+    }
+    if (f.frame_type != AMQP_FRAME_METHOD)
+        return MQ_TIMEOUT; /* stray header/body: ignore */
+    switch (f.payload.method.id) {
+    case AMQP_BASIC_CANCEL_METHOD:
+        log_warn("broker %s: consumer cancelled by the broker (queue deleted?)", mq->where);
+        return MQ_CANCELLED;
+    case AMQP_CHANNEL_CLOSE_METHOD: {
+        amqp_channel_close_t *m = f.payload.method.decoded;
+        amqp_channel_close_ok_t ok;
+        log_error("broker %s: channel closed by broker: %u %.*s", mq->where, m->reply_code,
+                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+        mq->channel_open = false;
+        return MQ_ERR_CLOSED;
+    }
+    case AMQP_CONNECTION_CLOSE_METHOD: {
+        amqp_connection_close_t *m = f.payload.method.decoded;
+        amqp_connection_close_ok_t ok;
+        log_error("broker %s: connection closed by broker: %u %.*s", mq->where, m->reply_code,
+                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        mq->channel_open = false;
+        return MQ_ERR_CLOSED;
+    }
+    case AMQP_CONNECTION_BLOCKED_METHOD:
+        log_warn("broker %s: connection blocked by a resource alarm", mq->where);
+        return MQ_TIMEOUT;
+    case AMQP_CONNECTION_UNBLOCKED_METHOD:
+        log_info("broker %s: connection unblocked", mq->where);
+        return MQ_TIMEOUT;
+    default:
+        snprintf(buf, sizeof(buf), "%s", amqp_method_name(f.payload.method.id));
+        log_debug("broker %s: ignoring %s", mq->where, buf);
+        return MQ_TIMEOUT;
+    }
+}
+
+mq_status_t mq_next(mq_t *mq, const struct timeval *timeout, amqp_envelope_t *env)
+{
+    char buf[256];
+    amqp_maybe_release_buffers(mq->conn);
+    amqp_rpc_reply_t r = amqp_consume_message(mq->conn, env, timeout, 0);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return MQ_OK;
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
+        if (r.library_error == AMQP_STATUS_TIMEOUT)
+            return MQ_TIMEOUT;
+        if (r.library_error == AMQP_STATUS_UNEXPECTED_STATE)
+            return mq_dispatch_frame(mq);
+    }
+    log_error("broker %s: waiting for deliveries: %s", mq->where,
+              mq_reply_text(r, buf, sizeof(buf)));
+    mq->channel_open = false;
+    return MQ_ERR_CLOSED;
+}
+
+int mq_ack(mq_t *mq, uint64_t tag, bool multiple)
+{
+    int st = amqp_basic_ack(mq->conn, MQ_CHANNEL, tag, multiple);
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: ack of delivery %llu failed: %s", mq->where,
+                  (unsigned long long)tag, amqp_error_string2(st));
+        return -1;
+    }
+    return 0;
+}
+
+int mq_nack(mq_t *mq, uint64_t tag, bool requeue)
+{
+    int st = amqp_basic_nack(mq->conn, MQ_CHANNEL, tag, 0, requeue);
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: nack of delivery %llu failed: %s", mq->where,
+                  (unsigned long long)tag, amqp_error_string2(st));
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,57 @@
+/* mq.h: one AMQP connection with one channel (rabbitmq-c): declare, consume, ack, publish. */
+#ifndef IDEMD_MQ_H
+#define IDEMD_MQ_H
+
+#include <amqp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/time.h>
+
+#include "conf.h"
+
+#define MQ_CHANNEL 1
+
+typedef enum mq_status {
+    MQ_OK = 0,
+    MQ_TIMEOUT = 1,    /* no delivery within the timeout */
+    MQ_CANCELLED = 2,  /* the broker cancelled our consumer (queue deleted) */
+    MQ_ERR_CLOSED = -1 /* connection or channel unusable: discard this mq_t */
+} mq_status_t;
+
+typedef struct mq {
+    amqp_connection_state_t conn;
+    bool channel_open;
+    char where[160]; /* "host:port vhost" for logs */
+} mq_t;
+
+/*
+ * Connect, log in (advertising consumer_cancel_notify), open channel
+ * MQ_CHANNEL. Returns 0 and a new mq_t in *out (free with mq_close), or -1
+ * after logging why.
+ */
+int mq_open(const conf_broker_t *cfg, mq_t **out) __attribute__((warn_unused_result));
+
+/* Close channel and connection (unacked deliveries return to their queues) and free; NULL ok. */
+void mq_close(mq_t *mq);
+
+/* Declare the queue, its dead-letter queue and bindings as configured. 0 or -1 (logged). */
+int mq_declare(mq_t *mq, const conf_queue_t *q) __attribute__((warn_unused_result));
+
+/* basic.qos(prefetch) then basic.consume with manual acks. 0 or -1 (logged). */
+int mq_consume(mq_t *mq, const char *queue, int prefetch) __attribute__((warn_unused_result));
+
+/*
+ * Wait up to timeout for the next delivery (NULL timeout: block). On MQ_OK
+ * *env holds it (the caller destroys it with amqp_destroy_envelope). Other
+ * frames (cancel, close, heartbeats) are handled here; errors are logged.
+ */
+mq_status_t mq_next(mq_t *mq, const struct timeval *timeout, amqp_envelope_t *env);
+
+/* Frame-level acknowledgements: 0 or -1 (logged; the channel is then unusable). */
+int mq_ack(mq_t *mq, uint64_t tag, bool multiple) __attribute__((warn_unused_result));
+int mq_nack(mq_t *mq, uint64_t tag, bool requeue) __attribute__((warn_unused_result));
+
+/* Text of an RPC reply for logs: "ok", a library error or a server close reason. */
+const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len);
+
+#endif

@@ -1,0 +1,509 @@
+/* worker.c: one worker process: consume one queue, run each batch of messages in one transaction. */
+#include "worker.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "db.h"
+#include "delivery.h"
+#include "log.h"
+#include "mq.h"
+
+#define WORKER_MAX_HEADERS 64
+#define WORKER_REDO_MAX 5 /* deadlocked batches are redone this many times */
+
+typedef enum worker_outcome {
+    WORKER_OUT_PENDING = 0,
+    WORKER_OUT_OK,
+    WORKER_OUT_DUPLICATE,
+    WORKER_OUT_RETRY,
+    WORKER_OUT_REJECT,
+} worker_outcome_t;
+
+static const char *worker_outcome_names[] = {"pending", "ok", "duplicate", "retry", "reject"};
+
+typedef struct worker_msg {
+    amqp_envelope_t env;
+    char id[DELIVERY_ID_MAX + 1];
+    size_t id_len;
+    bool id_ok;
+    worker_outcome_t outcome;
+    char reason[512];
+} worker_msg_t;
+
+typedef struct worker {
+    const conf_t *conf;
+    const conf_queue_t *q;
+    int index;
+    const idemd_handler_t *h;
+    worker_slot_t *slot;
+    db_t *db;
+    mq_t *mq;
+    void *state;
+    bool state_live;
+    worker_msg_t *batch;
+    int n;
+    idemd_header_t headers[WORKER_MAX_HEADERS];
+    char scratch[8192];
+    uint64_t next_reconcile_ms;
+} worker_t;
+
+static volatile sig_atomic_t worker_stop;
+
+static void worker_on_signal(int sig)
+{
+    (void)sig;
+    worker_stop = 1;
+}
+
+static uint64_t worker_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void worker_progress(worker_t *w)
+{
+    __atomic_store_n(&w->slot->progress_ms, worker_now_ms(), __ATOMIC_RELAXED);
+}
+
+static void worker_set_state(worker_t *w, worker_state_t st)
+{
+    __atomic_store_n(&w->slot->state, (int)st, __ATOMIC_RELAXED);
+    worker_progress(w);
+}
+
+static void worker_count(uint64_t *counter)
+{
+    __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
+}
+
+/* Sleep up to ms, waking early on stop; keeps showing progress while it waits. */
+static void worker_pause(worker_t *w, int ms)
+{
+    while (ms > 0 && !worker_stop) {
+        int step = ms > 200 ? 200 : ms;
+        struct timespec ts = {0, (long)step * 1000000L};
+        nanosleep(&ts, NULL);
+        ms -= step;
+        worker_progress(w);
+    }
+}
+
+/*
+ * Connect to the database, retrying with capped backoff while it is down
+ * (deliveries are not taken meanwhile), then start the plugin on it.
+ * Returns 0, or an exit code.
+ */
+static int worker_connect_db(worker_t *w)
+{
+    char err[512] = "";
+    int delay = 250;
+
+    worker_set_state(w, WORKER_STATE_WAITING_DB);
+    while (!worker_stop) {
+        if (db_open(&w->conf->database, w->q->dedup == CONF_DEDUP_TABLE ? w->q->consumer : NULL,
+                    &w->db) == 0)
+            break;
+        worker_pause(w, delay + rand() % (delay / 2 + 1));
+        delay = delay * 2 > 10000 ? 10000 : delay * 2;
+    }
+    if (worker_stop)
+        return WORKER_EXIT_STOPPED;
+    if (w->h->init &&
+        w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my, &w->state,
+                   err, sizeof(err)) != 0) {
+        log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
+                  err[0] ? err : "(no reason given)");
+        return WORKER_EXIT_CONFIG;
+    }
+    w->state_live = true;
+    return 0;
+}
+
+/* Connect to the broker, declare and start consuming. Returns 0 or an exit code. */
+static int worker_connect_mq(worker_t *w)
+{
+    worker_set_state(w, WORKER_STATE_CONNECTING);
+    if (mq_open(&w->conf->broker, &w->mq) != 0)
+        return WORKER_EXIT_TEMPFAIL;
+    if (w->q->declare && mq_declare(w->mq, w->q) != 0)
+        return WORKER_EXIT_CONFIG;
+    if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
+        return WORKER_EXIT_TEMPFAIL;
+    worker_set_state(w, WORKER_STATE_CONSUMING);
+    log_info("consuming queue '%s' (consumer '%s', prefetch %d, batch %d)", w->q->name,
+             w->q->consumer, w->q->prefetch, w->q->batch_size);
+    return 0;
+}
+
+/* Copy AMQP bytes into a NUL-terminated buffer (truncating). */
+static const char *worker_cstr(amqp_bytes_t b, char *buf, size_t len)
+{
+    size_t n = b.len < len - 1 ? b.len : len - 1;
+    if (n)
+        memcpy(buf, b.bytes, n);
+    buf[n] = '\0';
+    return buf;
+}
+
+/* Run the handler on one message. Sets m->outcome and m->reason. */
+static void worker_handle(worker_t *w, worker_msg_t *m)
+{
+    const amqp_basic_properties_t *p = &m->env.message.properties;
+    char exchange[256], rkey[256], ctype[256];
+    idemd_message_t msg;
+    long long attempts = delivery_header_int(p, "idemd-attempts");
+    long long dcount = delivery_header_int(p, "x-delivery-count");
+
+    memset(&msg, 0, sizeof(msg));
+    msg.msg_id = m->id;
+    msg.msg_id_len = m->id_len;
+    msg.body = m->env.message.body.bytes ? m->env.message.body.bytes : "";
+    msg.body_len = m->env.message.body.len;
+    msg.exchange = worker_cstr(m->env.exchange, exchange, sizeof(exchange));
+    msg.routing_key = worker_cstr(m->env.routing_key, rkey, sizeof(rkey));
+    msg.content_type = (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
+                           ? worker_cstr(p->content_type, ctype, sizeof(ctype))
+                           : "";
+    msg.redelivered = m->env.redelivered;
+    msg.attempt = 1;
+    if (attempts > 0)
+        msg.attempt = (unsigned)attempts + 1;
+    if (dcount > 0 && (unsigned)dcount + 1 > msg.attempt)
+        msg.attempt = (unsigned)dcount + 1;
+    msg.headers = w->headers;
+    msg.n_headers =
+        delivery_headers(p, w->headers, WORKER_MAX_HEADERS, w->scratch, sizeof(w->scratch));
+    msg.queue = w->q->name;
+    msg.consumer = w->q->consumer;
+
+    m->reason[0] = '\0';
+    if (w->q->handler_timeout > 0)
+        alarm((unsigned)w->q->handler_timeout); /* SIGALRM kills a hung handler */
+    idemd_result_t r = w->h->handle(w->state, w->db->my, &msg, m->reason, sizeof(m->reason));
+    if (w->q->handler_timeout > 0)
+        alarm(0);
+    m->reason[sizeof(m->reason) - 1] = '\0';
+    switch (r) {
+    case IDEMD_RESULT_OK: m->outcome = WORKER_OUT_OK; break;
+    case IDEMD_RESULT_RETRY:
+        m->outcome = WORKER_OUT_RETRY;
+        if (!m->reason[0])
+            snprintf(m->reason, sizeof(m->reason), "handler asked to retry");
+        break;
+    case IDEMD_RESULT_REJECT:
+        m->outcome = WORKER_OUT_REJECT;
+        if (!m->reason[0])
+            snprintf(m->reason, sizeof(m->reason), "handler rejected the message");
+        break;
+    default:
+        m->outcome = WORKER_OUT_REJECT;
+        snprintf(m->reason, sizeof(m->reason), "handler returned unknown result %d", (int)r);
+        break;
+    }
+}
+
+/*
+ * One attempt at the batch's transaction. Returns DB_OK with every outcome
+ * set (committed or rolled back), DB_ERR_DEADLOCK / DB_ERR_TX_LOST when the
+ * whole transaction was lost and must be redone, or another error when the
+ * connection cannot be trusted any more.
+ */
+static db_status_t worker_try_batch(worker_t *w)
+{
+    bool sp = w->n > 1;
+    bool any_ok = false;
+    char sql[64];
+    db_status_t st;
+
+    for (int i = 0; i < w->n; i++) {
+        worker_msg_t *m = &w->batch[i];
+        m->outcome = WORKER_OUT_PENDING;
+        if (!m->id_ok) {
+            m->outcome = WORKER_OUT_REJECT;
+            continue; /* reason set when received */
+        }
+        if (sp) {
+            snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
+            if ((st = db_exec(w->db, sql)) != DB_OK)
+                return st;
+        }
+        if (w->q->dedup == CONF_DEDUP_TABLE) {
+            st = db_record(w->db, m->id, m->id_len);
+            if (st == DB_DUPLICATE) {
+                m->outcome = WORKER_OUT_DUPLICATE;
+                continue;
+            }
+            if (st == DB_ERR_LOCK_TIMEOUT) {
+                /* Only the statement was rolled back; another transaction holds the key. */
+                m->outcome = WORKER_OUT_RETRY;
+                snprintf(m->reason, sizeof(m->reason),
+                         "lock wait timeout on the dedup key: another transaction holds it");
+                continue;
+            }
+            if (st != DB_OK)
+                return st;
+        }
+        worker_handle(w, m);
+        if (m->outcome == WORKER_OUT_OK) {
+            /* A handler that ignored a deadlock would have us commit a half batch. */
+            if ((w->q->dedup == CONF_DEDUP_TABLE || sp) && !db_in_transaction(w->db)) {
+                log_warn("transaction was rolled back under the handler (deadlock?): redoing batch");
+                return DB_ERR_TX_LOST;
+            }
+            any_ok = true;
+            continue;
+        }
+        if (db_classify(mysql_errno(w->db->my)) == DB_ERR_CONNECTION)
+            return DB_ERR_CONNECTION;
+        if (sp) {
+            snprintf(sql, sizeof(sql), "ROLLBACK TO SAVEPOINT m%d", i);
+            if ((st = db_exec(w->db, sql)) != DB_OK)
+                return st;
+        }
+    }
+    st = any_ok ? db_commit(w->db) : db_rollback(w->db);
+    if (st == DB_OK && any_ok)
+        worker_count(&w->slot->n_commits);
+    return st;
+}
+
+/* Run the batch's transaction, redoing it after deadlocks. 0, or -1 when the DB is unusable. */
+static int worker_transact(worker_t *w)
+{
+    for (int attempt = 1;; attempt++) {
+        db_status_t st = worker_try_batch(w);
+        if (st == DB_OK)
+            return 0;
+        if (st != DB_ERR_DEADLOCK && st != DB_ERR_TX_LOST)
+            return -1;
+        if (db_rollback(w->db) == DB_ERR_CONNECTION)
+            return -1;
+        if (attempt < WORKER_REDO_MAX) {
+            log_info("batch of %d rolled back by a deadlock: redoing (attempt %d)", w->n,
+                     attempt + 1);
+            continue;
+        }
+        for (int i = 0; i < w->n; i++) {
+            if (w->batch[i].outcome != WORKER_OUT_REJECT || w->batch[i].id_ok) {
+                w->batch[i].outcome = WORKER_OUT_RETRY;
+                snprintf(w->batch[i].reason, sizeof(w->batch[i].reason),
+                         "deadlocked %d times in a row", WORKER_REDO_MAX);
+            }
+        }
+        return 0;
+    }
+}
+
+/* Log one message's outcome and count it. */
+static void worker_report(worker_t *w, const worker_msg_t *m)
+{
+    char pid[96];
+    const char *name = worker_outcome_names[m->outcome];
+    delivery_id_printable(m->id, m->id_len, pid, sizeof(pid));
+    switch (m->outcome) {
+    case WORKER_OUT_OK: worker_count(&w->slot->n_ok); break;
+    case WORKER_OUT_DUPLICATE: worker_count(&w->slot->n_duplicate); break;
+    case WORKER_OUT_RETRY: worker_count(&w->slot->n_retry); break;
+    case WORKER_OUT_REJECT: worker_count(&w->slot->n_reject); break;
+    default: break;
+    }
+    if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE)
+        log_debug("outcome=%s queue=%s id=%s tag=%llu", name, w->q->name, pid,
+                  (unsigned long long)m->env.delivery_tag);
+    else
+        log_msg(m->outcome == WORKER_OUT_REJECT ? LOG_LEVEL_WARNING : LOG_LEVEL_INFO,
+                "outcome=%s queue=%s id=%s tag=%llu handler=%s reason=%s", name, w->q->name, pid,
+                (unsigned long long)m->env.delivery_tag, w->h->name, m->reason);
+}
+
+/*
+ * Settle every delivery of the batch with the broker, in tag order: runs of
+ * ok/duplicate as one multiple-ack (every lower tag is settled already),
+ * retry as nack with requeue, reject as nack without requeue (to the DLX).
+ * Returns 0, or -1 when the channel failed.
+ */
+static int worker_settle(worker_t *w)
+{
+    int run = 0;
+    uint64_t last = 0;
+    for (int i = 0; i < w->n; i++) {
+        worker_msg_t *m = &w->batch[i];
+        worker_report(w, m);
+        if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE) {
+            run++;
+            last = m->env.delivery_tag;
+            continue;
+        }
+        if (run && mq_ack(w->mq, last, run > 1) != 0)
+            return -1;
+        run = 0;
+        if (mq_nack(w->mq, m->env.delivery_tag, m->outcome == WORKER_OUT_RETRY) != 0)
+            return -1;
+    }
+    if (run && mq_ack(w->mq, last, run > 1) != 0)
+        return -1;
+    return 0;
+}
+
+/* Prepare a received delivery: extract and check its id. */
+static void worker_accept(worker_t *w, worker_msg_t *m)
+{
+    m->id_ok = true;
+    m->id_len = 0;
+    m->id[0] = '\0';
+    m->reason[0] = '\0';
+    if (delivery_id(&m->env.message.properties, w->q->id_header, m->id, &m->id_len, m->reason,
+                    sizeof(m->reason)) != 0)
+        m->id_ok = w->q->dedup == CONF_DEDUP_NONE; /* ids only matter for the record */
+}
+
+/* Run the handler's reconcile hook in its own transaction when it is due. */
+static void worker_reconcile(worker_t *w)
+{
+    char err[512] = "";
+    uint64_t now = worker_now_ms();
+    if (!w->h->reconcile || w->conf->reconcile_interval <= 0 || w->index != 0)
+        return;
+    if (now < w->next_reconcile_ms)
+        return;
+    w->next_reconcile_ms = now + (uint64_t)w->conf->reconcile_interval * 1000;
+    if (w->h->reconcile(w->state, w->db->my, err, sizeof(err)) == 0) {
+        if (db_commit(w->db) == DB_OK)
+            log_debug("reconcile done");
+    } else {
+        log_warn("handler %s: reconcile failed: %s", w->h->name, err[0] ? err : "(no reason)");
+        (void)db_rollback(w->db);
+    }
+}
+
+/* Take one batch (first delivery waits up to 1 s). Returns 0, or -1 when the broker failed. */
+static int worker_collect(worker_t *w)
+{
+    struct timeval tv = {1, 0};
+    uint64_t deadline;
+    mq_status_t st;
+
+    w->n = 0;
+    st = mq_next(w->mq, &tv, &w->batch[0].env);
+    if (st == MQ_TIMEOUT)
+        return 0;
+    if (st != MQ_OK)
+        return -1;
+    worker_accept(w, &w->batch[w->n++]);
+    deadline = worker_now_ms() + (uint64_t)w->q->batch_wait_ms;
+    while (w->n < w->q->batch_size) {
+        uint64_t now = worker_now_ms();
+        uint64_t left = deadline > now ? deadline - now : 0;
+        tv.tv_sec = (time_t)(left / 1000);
+        tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+        st = mq_next(w->mq, &tv, &w->batch[w->n].env);
+        if (st == MQ_TIMEOUT)
+            break;
+        if (st != MQ_OK)
+            return -1; /* what we hold goes back to the queue with the connection */
+        worker_accept(w, &w->batch[w->n++]);
+    }
+    return 0;
+}
+
+static void worker_release(worker_t *w)
+{
+    for (int i = 0; i < w->n; i++)
+        amqp_destroy_envelope(&w->batch[i].env);
+    w->n = 0;
+}
+
+/* The consume loop. Returns an exit code. */
+static int worker_loop(worker_t *w)
+{
+    while (!worker_stop) {
+        worker_progress(w);
+        if (worker_collect(w) != 0) {
+            worker_release(w);
+            return WORKER_EXIT_TEMPFAIL;
+        }
+        if (w->n == 0) {
+            worker_reconcile(w);
+            continue;
+        }
+        worker_count(&w->slot->n_batches);
+        if (worker_transact(w) != 0) {
+            /* Unknown outcome: the broker redelivers, the record decides. */
+            worker_release(w);
+            return WORKER_EXIT_TEMPFAIL;
+        }
+        if (worker_settle(w) != 0) {
+            worker_release(w);
+            return WORKER_EXIT_TEMPFAIL;
+        }
+        worker_release(w);
+    }
+    return WORKER_EXIT_STOPPED;
+}
+
+void worker_main(const conf_t *conf, const conf_queue_t *q, int index, const plugin_t *plugin,
+                 worker_slot_t *slot)
+{
+    worker_t w;
+    struct sigaction sa;
+    sigset_t all;
+    char ctx[160];
+    int code;
+
+    memset(&w, 0, sizeof(w));
+    w.conf = conf;
+    w.q = q;
+    w.index = index;
+    w.h = plugin->handler;
+    w.slot = slot;
+    snprintf(ctx, sizeof(ctx), "%s#%d", q->name, index);
+    log_set_context(ctx);
+    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = worker_on_signal;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sa.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sa.sa_handler = SIG_DFL;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGALRM, &sa, NULL);
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    /* Do not outlive the supervisor: stop cleanly when it dies. */
+    prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (getppid() == 1)
+        worker_stop = 1;
+
+    w.batch = calloc((size_t)q->batch_size, sizeof(*w.batch));
+    if (w.batch == NULL) {
+        log_error("out of memory");
+        _exit(WORKER_EXIT_TEMPFAIL);
+    }
+    code = worker_connect_db(&w);
+    if (code == 0)
+        code = worker_connect_mq(&w);
+    if (code == 0)
+        code = worker_loop(&w);
+    worker_set_state(&w, WORKER_STATE_STOPPING);
+    mq_close(w.mq);
+    if (w.state_live && w.h->fini)
+        w.h->fini(w.state);
+    if (w.db)
+        (void)db_rollback(w.db);
+    db_close(w.db);
+    free(w.batch);
+    log_debug("worker exiting with code %d", code);
+    exit(code);
+}

@@ -1,0 +1,42 @@
+/* worker.h: one worker process: consume one queue, run each batch of messages in one transaction. */
+#ifndef IDEMD_WORKER_H
+#define IDEMD_WORKER_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "conf.h"
+#include "plugin.h"
+
+typedef enum worker_state {
+    WORKER_STATE_STARTING = 0,
+    WORKER_STATE_WAITING_DB = 1,
+    WORKER_STATE_CONNECTING = 2,
+    WORKER_STATE_CONSUMING = 3,
+    WORKER_STATE_STOPPING = 4,
+} worker_state_t;
+
+/*
+ * What a worker shows its supervisor, in shared memory. Written only by
+ * the worker (relaxed atomics: counters and times, no invariants between
+ * fields), read by the supervisor for readiness, status and the watchdog.
+ */
+typedef struct worker_slot {
+    int state;                   /* worker_state_t */
+    uint64_t progress_ms;        /* CLOCK_MONOTONIC ms of the last loop iteration */
+    uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
+} worker_slot_t;
+
+/* Exit codes of a worker process. */
+#define WORKER_EXIT_STOPPED 0   /* asked to stop, clean */
+#define WORKER_EXIT_TEMPFAIL 75 /* lost broker or database: restart after a pause */
+#define WORKER_EXIT_CONFIG 78   /* cannot work with this configuration (plugin init, declare) */
+
+/*
+ * The body of a worker process: never returns, exits with one of the codes
+ * above. conf, q and plugin are inherited from the supervisor across fork.
+ */
+void worker_main(const conf_t *conf, const conf_queue_t *q, int index, const plugin_t *plugin,
+                 worker_slot_t *slot) __attribute__((noreturn));
+
+#endif
