@@ -77,7 +77,9 @@ static int supervisor_load_plugins(supervisor_t *s)
 static void supervisor_spawn(supervisor_t *s, sup_worker_t *w)
 {
     const conf_queue_t *q = &s->conf->queues[w->queue];
-    memset(w->slot, 0, sizeof(*w->slot));
+    /* Counters survive restarts; only the liveness fields start over. */
+    __atomic_store_n(&w->slot->state, WORKER_STATE_STARTING, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->progress_ms, 0, __ATOMIC_RELAXED);
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for queue '%s' worker %d: %s", q->name, w->index, strerror(errno));
@@ -207,6 +209,43 @@ static void supervisor_watchdog(supervisor_t *s, uint64_t now)
     sd_notify(0, "WATCHDOG=1");
 }
 
+/* Value below which a fraction q of the merged latency samples fall, in microseconds. */
+static uint64_t supervisor_lat_quantile(const uint64_t *hist, uint64_t total, double q)
+{
+    uint64_t want = (uint64_t)((double)total * q), seen = 0;
+    for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
+        seen += hist[b];
+        if (seen > want)
+            return worker_lat_bucket_floor(b + 1);
+    }
+    return worker_lat_bucket_floor(WORKER_LAT_BUCKETS - 1);
+}
+
+/* At exit: the counters of all workers, and publish-to-commit latency if measured. */
+static void supervisor_log_totals(const supervisor_t *s)
+{
+    uint64_t hist[WORKER_LAT_BUCKETS] = {0}, n = 0, ok = 0, dup = 0, retry = 0, rej = 0, com = 0;
+    for (int i = 0; i < s->n_workers; i++) {
+        const worker_slot_t *sl = s->workers[i].slot;
+        ok += sl->n_ok;
+        dup += sl->n_duplicate;
+        retry += sl->n_retry;
+        rej += sl->n_reject;
+        com += sl->n_commits;
+        for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
+            hist[b] += sl->lat[b];
+            n += sl->lat[b];
+        }
+    }
+    log_info("totals: ok=%llu duplicate=%llu retry=%llu reject=%llu commits=%llu",
+             (unsigned long long)ok, (unsigned long long)dup, (unsigned long long)retry,
+             (unsigned long long)rej, (unsigned long long)com);
+    if (n)
+        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu",
+                 (unsigned long long)n, (unsigned long long)supervisor_lat_quantile(hist, n, 0.5),
+                 (unsigned long long)supervisor_lat_quantile(hist, n, 0.99));
+}
+
 static void supervisor_begin_stop(supervisor_t *s, int sig)
 {
     if (s->stopping)
@@ -323,6 +362,7 @@ int supervisor_run(conf_t *conf)
             s.next_status_ms = now + 5000;
         }
     }
+    supervisor_log_totals(&s);
     log_info("stopped");
     rc = 0;
 fail:

@@ -303,6 +303,38 @@ static int worker_transact(worker_t *w)
     }
 }
 
+int worker_lat_bucket(uint64_t us)
+{
+    int b = 0;
+    /* 4 buckets per power of two: compare against 2^(b/4) via a small table. */
+    static const double step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
+    if (us == 0)
+        return 0;
+    int e = 63 - __builtin_clzll(us);
+    double frac = (double)us / (double)(1ULL << e);
+    int q = 0;
+    while (q < 3 && frac >= step[q + 1])
+        q++;
+    b = e * 4 + q;
+    return b < WORKER_LAT_BUCKETS ? b : WORKER_LAT_BUCKETS - 1;
+}
+
+uint64_t worker_lat_bucket_floor(int bucket)
+{
+    static const double step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
+    return (uint64_t)((double)(1ULL << (bucket / 4)) * step[bucket % 4]);
+}
+
+/* Record publish-to-commit latency of a committed message that carries idemd-pub-us. */
+static void worker_latency(worker_t *w, const worker_msg_t *m, uint64_t now_us)
+{
+    long long pub = delivery_header_int(&m->env.message.properties, "idemd-pub-us");
+    if (pub <= 0 || (uint64_t)pub > now_us)
+        return;
+    __atomic_add_fetch(&w->slot->lat[worker_lat_bucket(now_us - (uint64_t)pub)], 1,
+                       __ATOMIC_RELAXED);
+}
+
 /* Log one message's outcome and count it. */
 static void worker_report(worker_t *w, const worker_msg_t *m)
 {
@@ -335,9 +367,14 @@ static int worker_settle(worker_t *w)
 {
     int run = 0;
     uint64_t last = 0;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
     for (int i = 0; i < w->n; i++) {
         worker_msg_t *m = &w->batch[i];
         worker_report(w, m);
+        if (m->outcome == WORKER_OUT_OK)
+            worker_latency(w, m, now_us);
         if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE) {
             run++;
             last = m->env.delivery_tag;

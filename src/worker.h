@@ -21,11 +21,22 @@ typedef enum worker_state {
  * the worker (relaxed atomics: counters and times, no invariants between
  * fields), read by the supervisor for readiness, status and the watchdog.
  */
+/* Latency buckets: bucket b holds values in [2^(b/4), 2^((b+1)/4)) microseconds. */
+#define WORKER_LAT_BUCKETS 128
+
 typedef struct worker_slot {
     int state;                   /* worker_state_t */
     uint64_t progress_ms;        /* CLOCK_MONOTONIC ms of the last loop iteration */
     uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
+    /* Publish-to-commit latency of committed messages that carry the integer
+     * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
+    uint64_t lat[WORKER_LAT_BUCKETS];
 } worker_slot_t;
+
+/* Bucket index of a latency in microseconds. */
+int worker_lat_bucket(uint64_t us);
+/* Lower bound in microseconds of a bucket. */
+uint64_t worker_lat_bucket_floor(int bucket);
 
 /* Exit codes of a worker process. */
 #define WORKER_EXIT_STOPPED 0   /* asked to stop, clean */
