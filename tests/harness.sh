@@ -17,6 +17,9 @@
 #   h_daemon_kill9           SIGKILL the supervisor and all its workers (its process group)
 #   h_wait_sql QUERY EXPECTED TIMEOUT   poll until QUERY prints EXPECTED
 #   h_wait_depth QUEUE EXPECTED TIMEOUT poll until QUEUE holds EXPECTED ready messages
+#   h_wait_log FILE REGEX COUNT TIMEOUT poll until FILE has at least COUNT lines matching REGEX
+#   h_count_log FILE REGEX   number of lines of FILE matching REGEX (grep -E)
+#   h_gen PREFIX FROM TO [BODY]         print publish lines PREFIX<i><TAB>BODY (default body-<i>)
 #   h_assert_eq ACTUAL EXPECTED WHAT    fail unless equal
 #   h_fail MSG               print MSG and exit 1
 
@@ -354,13 +357,18 @@ h_daemon_stop()
     return $rc
 }
 
-# SIGKILL the supervisor and all its workers at once (they share its process group).
+# SIGKILL the supervisor and all its workers at once: its process group and, in case a
+# worker left the group, its direct children.
 h_daemon_kill9()
 {
-    local pid=${H_DAEMON_PID:-}
+    local pid=${H_DAEMON_PID:-} pids
     [[ -n "$pid" ]] || return 0
-    kill -KILL -- -"$pid" 2>/dev/null
+    pids=$( (pgrep -g "$pid"; pgrep -P "$pid") | sort -u | tr '\n' ' ')
+    kill -KILL -- -"$pid" $pids 2>/dev/null
     while pgrep -g "$pid" >/dev/null; do sleep 0.05; done
+    for p in $pids; do
+        while kill -0 "$p" 2>/dev/null && [[ $(ps -o stat= -p "$p") != Z* ]]; do sleep 0.05; done
+    done
     wait "$pid" 2>/dev/null
     rm -f "$H_DIR/daemons/$pid"
     H_DAEMON_PID=
@@ -399,3 +407,33 @@ h_wait_depth()
 
 # True if the daemon is still running.
 h_daemon_alive() { [[ -n "${H_DAEMON_PID:-}" ]] && kill -0 "$H_DAEMON_PID" 2>/dev/null; }
+
+# Number of lines of $1 matching the extended regex $2.
+h_count_log()
+{
+    local c
+    c=$(grep -cE -- "$2" "$1" 2>/dev/null)
+    echo "${c:-0}"
+}
+
+# Poll until file $1 has at least $3 lines matching $2; fail after $4 s.
+h_wait_log()
+{
+    local f=$1 re=$2 want=$3 deadline=$((SECONDS + ${4:-30})) got
+    while :; do
+        got=$(h_count_log "$f" "$re")
+        ((got >= want)) && return 0
+        if ((SECONDS >= deadline)); then
+            echo "h_wait_log: after ${4:-30} s $f has $got lines matching '$re', expected $want" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# Print publish lines "PREFIX<i><TAB>BODY" for i in FROM..TO (BODY default "body-<i>").
+h_gen()
+{
+    awk -v p="$1" -v a="$2" -v b="$3" -v body="${4:-}" \
+        'BEGIN { for (i = a; i <= b; i++) printf "%s%d\t%s\n", p, i, body == "" ? "body-" i : body }'
+}
