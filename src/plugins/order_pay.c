@@ -1,0 +1,334 @@
+/* order_pay.c: handler plugin that marks an order paid for each {"orderId": N} payment message. */
+
+/*
+ * Effect, inside idemd's transaction (prepared once per connection in init):
+ *   UPDATE <table> SET status = 2, pay_time = NOW(), pay_count = pay_count + 1
+ *   WHERE id = ? AND status = 1
+ * "AND status = 1" is the business guard; settings.guard = false drops it,
+ * which is only good as the negative control in tests (pay_count then counts
+ * every delivery that reached the handler).
+ *
+ * Outcomes:
+ * - the UPDATE changed a row: OK.
+ * - it changed nothing: a SELECT says why. Order already paid (status 2): OK,
+ *   nothing to do. No such order, or a status other than 1 or 2: REJECT, so
+ *   the payment waits in the dead-letter queue for a person instead of being
+ *   acked and forgotten.
+ * - the body is not {"orderId": <positive integer>}: REJECT with the reason.
+ *   The body is parsed with json-c's default, lenient rules (it takes 'single
+ *   quotes' and trailing commas), but anything after the object but
+ *   whitespace is refused: two objects in one body are not one payment.
+ *   orderId may also be a JSON string of decimal digits ("1001"), because
+ *   producers in JavaScript cannot send integers above 2^53 as numbers.
+ *   Floats (1001.0, 1e3) are refused: they may have lost digits already.
+ * - any MySQL error: RETRY with "mysql error NNNN: text".
+ *
+ * Settings: table (default "orders", [A-Za-z0-9_]{1,64}), guard (default true).
+ */
+#include <idemd/handler.h>
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <json-c/json.h>
+#include <mysql.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ORDER_PAY_TABLE_MAX 64
+#define ORDER_STATUS_UNPAID 1
+#define ORDER_STATUS_PAID 2
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+/* One per worker and connection: made by init(), freed by fini(). */
+typedef struct order_pay_state {
+    const idemd_host_t *host;
+    MYSQL *db;          /* the connection the statements belong to */
+    MYSQL_STMT *update; /* the payment */
+    MYSQL_STMT *status; /* SELECT status: run only when the UPDATE changed nothing */
+    json_tokener *tok;  /* reused for every body */
+    long long order_id; /* the parameter of both statements */
+    int order_status;   /* the result of the SELECT */
+    my_bool status_null;
+    char table[ORDER_PAY_TABLE_MAX + 1];
+} order_pay_state_t;
+
+static int order_pay_valid_table(const char *t)
+{
+    size_t n = strlen(t);
+
+    if (n == 0 || n > ORDER_PAY_TABLE_MAX)
+        return 0;
+    return strspn(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") == n;
+}
+
+static void order_pay_fini(void *state)
+{
+    order_pay_state_t *st = state;
+
+    if (st == NULL)
+        return;
+    /* mysql_stmt_close only frees memory when the connection is already gone. */
+    if (st->update != NULL)
+        mysql_stmt_close(st->update);
+    if (st->status != NULL)
+        mysql_stmt_close(st->status);
+    if (st->tok != NULL)
+        json_tokener_free(st->tok);
+    free(st);
+}
+
+/* Prepare sql on st->db into *out with st->order_id bound as its one parameter. */
+static int order_pay_prepare(order_pay_state_t *st, const char *sql, MYSQL_STMT **out, char *err,
+                             size_t errlen)
+{
+    MYSQL_BIND param;
+
+    *out = mysql_stmt_init(st->db);
+    if (*out == NULL) {
+        snprintf(err, errlen, "mysql error %u: %s", mysql_errno(st->db), mysql_error(st->db));
+        return -1;
+    }
+    memset(&param, 0, sizeof(param));
+    param.buffer_type = MYSQL_TYPE_LONGLONG;
+    param.buffer = &st->order_id;
+    if (mysql_stmt_prepare(*out, sql, (unsigned long)strlen(sql)) != 0 ||
+        mysql_stmt_bind_param(*out, &param) != 0) {
+        snprintf(err, errlen, "preparing \"%s\": mysql error %u: %s", sql, mysql_stmt_errno(*out),
+                 mysql_stmt_error(*out));
+        return -1;
+    }
+    return 0;
+}
+
+static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *settings, MYSQL *db,
+                          void **state, char *err, size_t errlen)
+{
+    order_pay_state_t *st = NULL;
+    const char *table = "orders";
+    int guard = 1;
+    char sql[256];
+    MYSQL_BIND res;
+
+    *state = NULL;
+    (void)host->setting_string(settings, "table", &table);
+    (void)host->setting_bool(settings, "guard", &guard);
+    if (!order_pay_valid_table(table)) {
+        snprintf(err, errlen,
+                 "settings.table \"%s\" is not a plain table name ([A-Za-z0-9_]{1,%d})", table,
+                 ORDER_PAY_TABLE_MAX);
+        goto fail;
+    }
+    st = calloc(1, sizeof(*st));
+    if (st == NULL || (st->tok = json_tokener_new()) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    st->host = host;
+    st->db = db;
+    snprintf(st->table, sizeof(st->table), "%s", table);
+
+    snprintf(sql, sizeof(sql),
+             "UPDATE `%s` SET status = %d, pay_time = NOW(), pay_count = pay_count + 1 "
+             "WHERE id = ?%s",
+             table, ORDER_STATUS_PAID, guard ? " AND status = " STR(ORDER_STATUS_UNPAID) : "");
+    if (order_pay_prepare(st, sql, &st->update, err, errlen) != 0)
+        goto fail;
+    snprintf(sql, sizeof(sql), "SELECT status FROM `%s` WHERE id = ?", table);
+    if (order_pay_prepare(st, sql, &st->status, err, errlen) != 0)
+        goto fail;
+    memset(&res, 0, sizeof(res));
+    res.buffer_type = MYSQL_TYPE_LONG;
+    res.buffer = &st->order_status;
+    res.is_null = &st->status_null;
+    if (mysql_stmt_bind_result(st->status, &res) != 0) {
+        snprintf(err, errlen, "binding the status column: mysql error %u: %s",
+                 mysql_stmt_errno(st->status), mysql_stmt_error(st->status));
+        goto fail;
+    }
+
+    if (!guard)
+        host->log(IDEMD_LOG_WARNING,
+                  "order_pay: guard = false: payments to `%s` skip the status check (test only)",
+                  table);
+    *state = st;
+    return 0;
+
+fail:
+    order_pay_fini(st);
+    return -1;
+}
+
+/* 0 and *id for a canonical positive decimal string of at most 19 digits that fits in int64. */
+static int order_pay_parse_digits(const char *s, size_t len, long long *id)
+{
+    char *end;
+    long long v;
+
+    if (len == 0 || len > 19 || s[0] < '1' || s[0] > '9')
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+    errno = 0;
+    v = strtoll(s, &end, 10);
+    if (errno != 0 || end != s + len)
+        return -1;
+    *id = v;
+    return 0;
+}
+
+/* The orderId of one body, or -1 with the reason in err (the message is rejected). */
+static int order_pay_parse(order_pay_state_t *st, const idemd_message_t *msg, long long *id,
+                           char *err, size_t errlen)
+{
+    const char *body = msg->body;
+    json_object *root = NULL, *v;
+    enum json_tokener_error jerr;
+    size_t end;
+    int rc = -1;
+
+    if (msg->body_len == 0) {
+        snprintf(err, errlen, "empty body (expected {\"orderId\": N})");
+        return -1;
+    }
+    if (msg->body_len > INT32_MAX) {
+        snprintf(err, errlen, "body of %zu bytes is too large to be a payment", msg->body_len);
+        return -1;
+    }
+    json_tokener_reset(st->tok);
+    root = json_tokener_parse_ex(st->tok, body, (int)msg->body_len);
+    jerr = json_tokener_get_error(st->tok);
+    end = json_tokener_get_parse_end(st->tok);
+    if (root == NULL && jerr == json_tokener_continue) {
+        /* The body is not NUL-terminated: a bare number ends only at the terminator. */
+        root = json_tokener_parse_ex(st->tok, "", 1);
+        jerr = json_tokener_get_error(st->tok);
+        end = msg->body_len;
+    }
+    if (root == NULL) {
+        snprintf(err, errlen, "body is not JSON: %s at byte %zu", json_tokener_error_desc(jerr),
+                 end);
+        goto done;
+    }
+    while (end < msg->body_len && isspace((unsigned char)body[end]))
+        end++;
+    if (end < msg->body_len) {
+        snprintf(err, errlen, "body is not JSON: unexpected data after the value at byte %zu", end);
+        goto done;
+    }
+    if (!json_object_is_type(root, json_type_object)) {
+        snprintf(err, errlen, "body is not a JSON object (got %s; expected {\"orderId\": N})",
+                 json_type_to_name(json_object_get_type(root)));
+        goto done;
+    }
+    if (!json_object_object_get_ex(root, "orderId", &v)) {
+        snprintf(err, errlen, "orderId missing (expected {\"orderId\": N})");
+        goto done;
+    }
+    switch (json_object_get_type(v)) {
+    case json_type_int:
+        *id = json_object_get_int64(v);
+        /* json-c keeps values above INT64_MAX as uint64 and saturates get_int64. */
+        if (*id == INT64_MAX && json_object_get_uint64(v) > (uint64_t)INT64_MAX) {
+            snprintf(err, errlen, "orderId is out of range (more than %" PRId64 ")", INT64_MAX);
+            goto done;
+        }
+        break;
+    case json_type_string:
+        if (order_pay_parse_digits(json_object_get_string(v), (size_t)json_object_get_string_len(v),
+                                   id) != 0) {
+            snprintf(err, errlen,
+                     "orderId is a string but not a decimal integer in range (expected digits "
+                     "like \"1001\")");
+            goto done;
+        }
+        break;
+    default:
+        snprintf(err, errlen, "orderId is not an integer (got %s)",
+                 json_type_to_name(json_object_get_type(v)));
+        goto done;
+    }
+    if (*id <= 0) {
+        snprintf(err, errlen, "orderId must be positive (got %lld)", *id);
+        goto done;
+    }
+    rc = 0;
+
+done:
+    json_object_put(root);
+    return rc;
+}
+
+/* Why the UPDATE changed nothing: decides the outcome. */
+static idemd_result_t order_pay_explain(order_pay_state_t *st, char *err, size_t errlen)
+{
+    idemd_result_t r;
+    int f;
+
+    if (mysql_stmt_execute(st->status) != 0 || mysql_stmt_store_result(st->status) != 0)
+        goto db_error;
+    f = mysql_stmt_fetch(st->status);
+    if (f == 1)
+        goto db_error;
+    if (f == MYSQL_NO_DATA) {
+        snprintf(err, errlen, "order %lld does not exist in `%s`", st->order_id, st->table);
+        r = IDEMD_RESULT_REJECT;
+    } else if (!st->status_null && st->order_status == ORDER_STATUS_PAID) {
+        st->host->log(IDEMD_LOG_DEBUG, "order_pay: order %lld was already paid", st->order_id);
+        r = IDEMD_RESULT_OK;
+    } else if (!st->status_null && st->order_status == ORDER_STATUS_UNPAID) {
+        /* Not expected: the UPDATE's row lock should have kept it. Try again later. */
+        snprintf(err, errlen, "order %lld is unpaid but the UPDATE changed nothing", st->order_id);
+        r = IDEMD_RESULT_RETRY;
+    } else {
+        snprintf(err, errlen, "order %lld has status %d (expected %d unpaid or %d paid)",
+                 st->order_id, st->status_null ? -1 : st->order_status, ORDER_STATUS_UNPAID,
+                 ORDER_STATUS_PAID);
+        r = IDEMD_RESULT_REJECT;
+    }
+    mysql_stmt_free_result(st->status);
+    return r;
+
+db_error:
+    snprintf(err, errlen, "mysql error %u: %s", mysql_stmt_errno(st->status),
+             mysql_stmt_error(st->status));
+    mysql_stmt_free_result(st->status);
+    return IDEMD_RESULT_RETRY;
+}
+
+static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_message_t *msg,
+                                       char *err, size_t errlen)
+{
+    order_pay_state_t *st = state;
+    long long id;
+    my_ulonglong changed;
+
+    if (db != st->db) {
+        snprintf(err, errlen, "handler state was prepared on another connection");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (order_pay_parse(st, msg, &id, err, errlen) != 0)
+        return IDEMD_RESULT_REJECT;
+    st->order_id = id;
+    if (mysql_stmt_execute(st->update) != 0) {
+        snprintf(err, errlen, "mysql error %u: %s", mysql_stmt_errno(st->update),
+                 mysql_stmt_error(st->update));
+        return IDEMD_RESULT_RETRY;
+    }
+    changed = mysql_stmt_affected_rows(st->update);
+    if (changed > 0 && changed != (my_ulonglong)-1)
+        return IDEMD_RESULT_OK;
+    return order_pay_explain(st, err, errlen);
+}
+
+const idemd_handler_t idemd_handler = {
+    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
+    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
+    .name = "order_pay",
+    .init = order_pay_init,
+    .handle = order_pay_handle,
+    .fini = order_pay_fini,
+};

@@ -1,0 +1,184 @@
+/* counter.c: test handler that counts its effects per (queue, msg_id) and misbehaves on request. */
+
+/*
+ * Each handled message runs
+ *   INSERT INTO <table>(queue, msg_id, n) VALUES(?, ?, 1) ON DUPLICATE KEY UPDATE n = n + 1
+ * inside idemd's transaction, so after a test n must be 1 for every id whose
+ * message was acked: n > 1 means an effect was committed twice. The effect is
+ * written before the body is looked at, so a crash, hang or RETRY always
+ * happens with an uncommitted effect in the open transaction.
+ *
+ * Bodies: "reject" -> REJECT; "retry" -> RETRY every time; "retry-once" ->
+ * RETRY on the first attempt only (attempt 1 and not redelivered; attempt
+ * counts retries that come back through delay queues, where the broker's
+ * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
+ * "hang" -> never returns. Anything else -> OK.
+ *
+ * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
+ * sleep before each message, to make batches and shutdowns observable).
+ */
+#include <idemd/handler.h>
+
+#include <errno.h>
+#include <mysql.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define COUNTER_TABLE_MAX 64
+
+typedef struct counter_state {
+    MYSQL *db;
+    MYSQL_STMT *insert;
+    long long sleep_ms;
+} counter_state_t;
+
+static int counter_valid_table(const char *t)
+{
+    size_t n = strlen(t);
+
+    if (n == 0 || n > COUNTER_TABLE_MAX)
+        return 0;
+    return strspn(t, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") == n;
+}
+
+static void counter_fini(void *state)
+{
+    counter_state_t *st = state;
+
+    if (st == NULL)
+        return;
+    /* Safe after the connection died too: the client library only frees then. */
+    if (st->insert != NULL)
+        mysql_stmt_close(st->insert);
+    free(st);
+}
+
+static int counter_init(const idemd_host_t *host, const idemd_settings_t *settings, MYSQL *db,
+                        void **state, char *err, size_t errlen)
+{
+    counter_state_t *st = NULL;
+    const char *table = "effects";
+    char sql[256];
+
+    *state = NULL;
+    (void)host->setting_string(settings, "table", &table);
+    if (!counter_valid_table(table)) {
+        snprintf(err, errlen,
+                 "settings.table \"%s\" is not a plain table name ([A-Za-z0-9_]{1,%d})", table,
+                 COUNTER_TABLE_MAX);
+        goto fail;
+    }
+    st = calloc(1, sizeof(*st));
+    if (st == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    st->db = db;
+    (void)host->setting_int(settings, "sleep_ms", &st->sleep_ms);
+    if (st->sleep_ms < 0) {
+        snprintf(err, errlen, "settings.sleep_ms is %lld (expected >= 0)", st->sleep_ms);
+        goto fail;
+    }
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO `%s`(queue, msg_id, n) VALUES(?, ?, 1) ON DUPLICATE KEY UPDATE n = n + 1",
+             table);
+    st->insert = mysql_stmt_init(db);
+    if (st->insert == NULL) {
+        snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+        goto fail;
+    }
+    if (mysql_stmt_prepare(st->insert, sql, (unsigned long)strlen(sql)) != 0) {
+        snprintf(err, errlen, "preparing the INSERT into `%s`: mysql error %u: %s", table,
+                 mysql_stmt_errno(st->insert), mysql_stmt_error(st->insert));
+        goto fail;
+    }
+    *state = st;
+    return 0;
+
+fail:
+    counter_fini(st);
+    return -1;
+}
+
+static int counter_body_is(const idemd_message_t *msg, const char *word)
+{
+    size_t n = strlen(word);
+
+    return msg->body_len == n && memcmp(msg->body, word, n) == 0;
+}
+
+static void counter_sleep_ms(long long ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+
+    /* Keep sleeping through signals: idemd finishes the current message on SIGTERM. */
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
+
+static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
+                                     size_t errlen)
+{
+    counter_state_t *st = state;
+    MYSQL_BIND b[2];
+    unsigned long queue_len = (unsigned long)strlen(msg->queue);
+    unsigned long id_len = (unsigned long)msg->msg_id_len;
+
+    if (db != st->db) {
+        snprintf(err, errlen, "handler state was prepared on another connection");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (st->sleep_ms > 0)
+        counter_sleep_ms(st->sleep_ms);
+
+    memset(b, 0, sizeof(b));
+    b[0].buffer_type = MYSQL_TYPE_STRING;
+    b[0].buffer = (void *)msg->queue;
+    b[0].buffer_length = queue_len;
+    b[0].length = &queue_len;
+    b[1].buffer_type = MYSQL_TYPE_BLOB;
+    b[1].buffer = (void *)msg->msg_id;
+    b[1].buffer_length = id_len;
+    b[1].length = &id_len;
+    if (mysql_stmt_bind_param(st->insert, b) != 0 || mysql_stmt_execute(st->insert) != 0) {
+        snprintf(err, errlen, "mysql error %u: %s", mysql_stmt_errno(st->insert),
+                 mysql_stmt_error(st->insert));
+        return IDEMD_RESULT_RETRY;
+    }
+
+    if (counter_body_is(msg, "reject")) {
+        snprintf(err, errlen, "test reject");
+        return IDEMD_RESULT_REJECT;
+    }
+    if (counter_body_is(msg, "retry")) {
+        snprintf(err, errlen, "test retry");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (counter_body_is(msg, "retry-once") && !msg->redelivered && msg->attempt <= 1) {
+        snprintf(err, errlen, "test retry-once");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (counter_body_is(msg, "segv")) {
+        raise(SIGSEGV);
+        abort(); /* only if a SIGSEGV handler returned: still never report OK */
+    }
+    if (counter_body_is(msg, "abort"))
+        abort();
+    if (counter_body_is(msg, "hang"))
+        for (;;)
+            pause();
+    return IDEMD_RESULT_OK;
+}
+
+const idemd_handler_t idemd_handler = {
+    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
+    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
+    .name = "counter",
+    .init = counter_init,
+    .handle = counter_handle,
+    .fini = counter_fini,
+};

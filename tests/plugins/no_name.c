@@ -1,0 +1,20 @@
+/* no_name.c: a test plugin whose handler has an empty name, which idemd must refuse. */
+#include <idemd/handler.h>
+
+static idemd_result_t no_name_handle(void *state, struct st_mysql *db, const idemd_message_t *msg,
+                                     char *err, size_t errlen)
+{
+    (void)state;
+    (void)db;
+    (void)msg;
+    (void)err;
+    (void)errlen;
+    return IDEMD_RESULT_OK;
+}
+
+const idemd_handler_t idemd_handler = {
+    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
+    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
+    .name = "",
+    .handle = no_name_handle,
+};
