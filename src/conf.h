@@ -99,4 +99,12 @@ void conf_free(conf_t *conf);
 /* Print the effective configuration (passwords masked) in libconfig syntax. */
 void conf_dump(const conf_t *conf, FILE *out);
 
+/*
+ * Print the settings reference (markdown: one table per group, with type,
+ * default, range, reload rule and meaning) generated from the settings
+ * table; docs/configuration.md embeds it and tests/unit/test_conf.c checks
+ * that it is current.
+ */
+void conf_reference(FILE *out);
+
 #endif

@@ -1,0 +1,1286 @@
+/* conf.c: idemd's settings table and the one loader, validator, printer and freer that walk it. */
+#include "conf.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/*
+ * Every setting is described once, in conf_defs below. The table drives
+ * loading (type checks, ranges, defaults, the FILE:LINE messages), the
+ * rejection of unknown names, conf_dump, conf_free, the reference in
+ * docs/configuration.md (conf_reference) and, later, the reload rules
+ * (CONF_F_NO_RELOAD).
+ */
+
+typedef enum conf_type {
+    CONF_T_STRING,    /* char *; min..max is the length in bytes (max 0: no limit) */
+    CONF_T_INT,       /* int in min..max */
+    CONF_T_BOOL,      /* bool */
+    CONF_T_ENUM,      /* int, the value of one of enums[] */
+    CONF_T_INT_ARRAY, /* int * at off, count at off_n; each element in min..max */
+    CONF_T_FILE,      /* char * at off, read from the named file; excludes setting "peer" */
+    CONF_T_ARGS,      /* conf_arg_t * at off, count at off_n: a group of strings and integers */
+    CONF_T_GROUP,     /* a group whose settings are section "sub", stored at base + off */
+    CONF_T_LIST,      /* a list of groups of section "sub": array at off, count at off_n */
+    CONF_T_RAW,       /* a group kept as a config_setting_t pointer and not checked */
+} conf_type_t;
+
+#define CONF_F_REQUIRED 0x01  /* no default: the setting must be present */
+#define CONF_F_SECRET 0x02    /* masked as "***" by conf_dump */
+#define CONF_F_NO_RELOAD 0x04 /* a change needs a restart */
+#define CONF_F_IDENT 0x08     /* [A-Za-z0-9_]+ only: the value is interpolated into SQL */
+
+#define CONF_PATH_MAX 512
+#define CONF_SECRET_MAX 4096
+
+typedef struct conf_enum {
+    const char *name;
+    int value;
+} conf_enum_t;
+
+typedef struct conf_def {
+    const char *section; /* the group this setting belongs to (see conf_sections) */
+    const char *name;
+    conf_type_t type;
+    size_t off;   /* in the section's struct */
+    size_t off_n; /* INT_ARRAY, ARGS, LIST: the int count */
+    unsigned flags;
+    const char *def;          /* default as written in the file; NULL: unset */
+    long long min, max;       /* see conf_type_t; LIST: min element count */
+    const conf_enum_t *enums; /* ENUM, NULL-terminated */
+    const char *sub;          /* GROUP, LIST: section of the contents; FILE: the peer setting */
+    size_t elem_size;         /* LIST */
+    const char *def_doc;      /* reference only: the default when def is NULL */
+    const char *help;         /* one line for the reference */
+} conf_def_t;
+
+typedef struct conf_ctx {
+    const char *path;
+    const char *dir; /* of path, for files named by @include; NULL: the current one */
+    char *err;
+    size_t errlen;
+} conf_ctx_t;
+
+typedef int (*conf_check_fn)(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                             const char *path);
+
+typedef struct conf_section {
+    const char *name;
+    const char *title; /* where it sits in the file, for the reference */
+    const char *intro;
+    conf_check_fn check; /* cross-setting rules, after the section's settings loaded */
+} conf_section_t;
+
+static const conf_enum_t conf_log_levels[] = {
+    {"error", LOG_LEVEL_ERROR},
+    {"warning", LOG_LEVEL_WARNING},
+    {"info", LOG_LEVEL_INFO},
+    {"debug", LOG_LEVEL_DEBUG},
+    {NULL, 0},
+};
+
+static const conf_enum_t conf_dedups[] = {
+    {"table", CONF_DEDUP_TABLE},
+    {"none", CONF_DEDUP_NONE},
+    {NULL, 0},
+};
+
+#define CONF_STRING(sec, nm, st, fld, fl, d, lo, hi, dd, h)                                        \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_STRING, .off = offsetof(st, fld), .flags = fl,  \
+        .def = d, .min = lo, .max = hi, .def_doc = dd, .help = h                                   \
+    }
+#define CONF_INT(sec, nm, st, fld, fl, d, lo, hi, h)                                               \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_INT, .off = offsetof(st, fld), .flags = fl,     \
+        .def = d, .min = lo, .max = hi, .help = h                                                  \
+    }
+#define CONF_BOOL(sec, nm, st, fld, fl, d, h)                                                      \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_BOOL, .off = offsetof(st, fld), .flags = fl,    \
+        .def = d, .help = h                                                                        \
+    }
+#define CONF_ENUM(sec, nm, st, fld, fl, d, en, h)                                                  \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_ENUM, .off = offsetof(st, fld), .flags = fl,    \
+        .def = d, .enums = en, .help = h                                                           \
+    }
+#define CONF_INT_ARRAY(sec, nm, st, fld, nfld, fl, lo, hi, dd, h)                                  \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_INT_ARRAY, .off = offsetof(st, fld),            \
+        .off_n = offsetof(st, nfld), .flags = fl, .min = lo, .max = hi, .def_doc = dd, .help = h   \
+    }
+#define CONF_FILE(sec, nm, st, fld, fl, peer, h)                                                   \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_FILE, .off = offsetof(st, fld), .flags = fl,    \
+        .sub = peer, .def_doc = "none", .help = h                                                  \
+    }
+#define CONF_ARGS(sec, nm, st, fld, nfld, fl, h)                                                   \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_ARGS, .off = offsetof(st, fld),                 \
+        .off_n = offsetof(st, nfld), .flags = fl, .def_doc = "none", .help = h                     \
+    }
+#define CONF_GROUP(sec, nm, offset, subsec, h)                                                     \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_GROUP, .off = offset, .sub = subsec, .help = h  \
+    }
+#define CONF_LIST(sec, nm, st, fld, nfld, elem, subsec, fl, lo, dd, h)                             \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_LIST, .off = offsetof(st, fld),                 \
+        .off_n = offsetof(st, nfld), .elem_size = sizeof(elem), .sub = subsec, .flags = fl,        \
+        .min = lo, .def_doc = dd, .help = h                                                        \
+    }
+#define CONF_RAW(sec, nm, st, fld, fl, h)                                                          \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_RAW, .off = offsetof(st, fld), .flags = fl,     \
+        .def_doc = "none", .help = h                                                               \
+    }
+
+#define RQ CONF_F_REQUIRED
+#define NR CONF_F_NO_RELOAD
+#define SE CONF_F_SECRET
+
+static const conf_def_t conf_defs[] = {
+    /* The top level: the four groups and nothing else. */
+    CONF_GROUP("root", "daemon", 0, "daemon", "process-wide settings"),
+    CONF_GROUP("root", "broker", offsetof(conf_t, broker), "broker",
+               "the RabbitMQ connection (each worker opens its own)"),
+    CONF_GROUP("root", "database", offsetof(conf_t, database), "database",
+               "the MySQL/MariaDB connection (each worker opens its own)"),
+    CONF_LIST("root", "queues", conf_t, queues, n_queues, conf_queue_t, "queue", RQ, 1, NULL,
+              "the queues to consume: a list `( { ... }, { ... } )`, at least one"),
+
+    CONF_ENUM("daemon", "log_level", conf_t, log_level, 0, "info", conf_log_levels,
+              "most verbose level written to stderr (`--log-level` overrides it)"),
+    CONF_INT("daemon", "shutdown_timeout", conf_t, shutdown_timeout, 0, "30", 1, 3600,
+             "seconds a worker gets after SIGTERM to finish its transaction before it is killed"),
+    CONF_INT("daemon", "reconcile_interval", conf_t, reconcile_interval, 0, "0", 0, 86400,
+             "seconds between calls of a handler's `reconcile()`; 0 = never"),
+
+    CONF_STRING("broker", "host", conf_broker_t, host, NR, "127.0.0.1", 1, 255, NULL,
+                "host name or address of RabbitMQ"),
+    CONF_INT("broker", "port", conf_broker_t, port, NR, "5672", 1, 65535, "AMQP port"),
+    CONF_STRING("broker", "vhost", conf_broker_t, vhost, NR, "/", 1, 255, NULL, "virtual host"),
+    CONF_STRING("broker", "user", conf_broker_t, user, NR, "guest", 1, 0, NULL, "user name"),
+    CONF_STRING("broker", "password", conf_broker_t, password, NR | SE, "guest", 0, 0, NULL,
+                "password; prefer `password_file`"),
+    CONF_FILE("broker", "password_file", conf_broker_t, password, NR | SE, "password",
+              "file holding the password (trailing newlines removed); excludes `password`"),
+    CONF_INT("broker", "heartbeat", conf_broker_t, heartbeat, NR, "30", 0, 3600,
+             "AMQP heartbeat in seconds; 0 = off"),
+
+    CONF_STRING("database", "host", conf_database_t, host, NR, "127.0.0.1", 1, 255, NULL,
+                "server host name or address; not used when `socket` is set"),
+    CONF_INT("database", "port", conf_database_t, port, NR, "3306", 1, 65535,
+             "server TCP port; not used when `socket` is set"),
+    CONF_STRING("database", "socket", conf_database_t, socket, NR, NULL, 1, 107, "none (TCP)",
+                "unix socket path; when set, host and port are ignored"),
+    CONF_STRING("database", "user", conf_database_t, user, NR, "idemd", 1, 0, NULL, "user name"),
+    CONF_STRING("database", "password", conf_database_t, password, NR | SE, NULL, 0, 0, "none",
+                "password; prefer `password_file`"),
+    CONF_FILE("database", "password_file", conf_database_t, password, NR | SE, "password",
+              "file holding the password (trailing newlines removed); excludes `password`"),
+    CONF_STRING("database", "database", conf_database_t, database, NR | RQ, NULL, 1, 64, NULL,
+                "schema that holds the record table and the handlers' tables"),
+    CONF_STRING("database", "record_table", conf_database_t, record_table, NR | CONF_F_IDENT,
+                "msg_id_record", 1, 64, NULL,
+                "dedup record table (see sql/001_msg_id_record.sql); interpolated into SQL"),
+    CONF_INT("database", "connect_timeout", conf_database_t, connect_timeout, NR, "5", 1, 3600,
+             "seconds to wait for a connection"),
+    CONF_INT("database", "read_timeout", conf_database_t, read_timeout, NR, "30", 1, 3600,
+             "seconds to wait for a reply; a lost reply to COMMIT is resolved after reconnecting"),
+    CONF_INT("database", "write_timeout", conf_database_t, write_timeout, NR, "30", 1, 3600,
+             "seconds to wait for a write to the server"),
+
+    CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
+                "queue to consume; unique in the file"),
+    CONF_STRING("queue", "handler", conf_queue_t, handler, NR | RQ, NULL, 1, PATH_MAX - 1, NULL,
+                "path of the handler plugin (.so); a relative path is kept as written and "
+                "resolved against idemd's current directory"),
+    CONF_STRING("queue", "consumer", conf_queue_t, consumer, NR, NULL, 1, 128, "the queue name",
+                "dedup namespace: the `consumer` column of the record table"),
+    CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "200", 1, 65535,
+             "unacknowledged deliveries per worker (basic.qos)"),
+    CONF_INT("queue", "workers", conf_queue_t, workers, 0, "1", 1, 64,
+             "worker processes, each with its own AMQP and database connection"),
+    CONF_ENUM("queue", "dedup", conf_queue_t, dedup, NR, "table", conf_dedups,
+              "`table`: record each id in the record table; `none`: the handler is idempotent "
+              "by itself"),
+    CONF_STRING("queue", "id_header", conf_queue_t, id_header, NR, NULL, 1, 255,
+                "the message_id property", "application header that carries the message id"),
+    CONF_INT("queue", "batch_size", conf_queue_t, batch_size, 0, "1", 1, 1000,
+             "messages per transaction"),
+    CONF_INT("queue", "batch_wait_ms", conf_queue_t, batch_wait_ms, 0, "0", 0, 10000,
+             "milliseconds to wait for a batch to fill"),
+    CONF_INT("queue", "max_attempts", conf_queue_t, max_attempts, 0, "5", 1, 1000,
+             "deliveries of one message before it is dead-lettered"),
+    CONF_INT_ARRAY("queue", "retry_delays_ms", conf_queue_t, retry_delays_ms, n_retry_delays, NR, 1,
+                   86400000, "none: requeue at once",
+                   "delay tiers in milliseconds for retried messages, e.g. `[ 1000, 10000 ]`"),
+    CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "0", 0, 3600,
+             "seconds one handler call may take before the worker is killed; 0 = no limit"),
+    CONF_GROUP("queue", "declare", 0, "declare", "what to declare at startup"),
+    CONF_RAW("queue", "settings", conf_queue_t, settings, 0,
+             "group handed to the handler as is; idemd does not check it"),
+
+    CONF_BOOL("declare", "enabled", conf_queue_t, declare, NR, "true",
+              "declare the queue, its dead letter queue and bindings at startup; false: they "
+              "must exist"),
+    CONF_BOOL("declare", "durable", conf_queue_t, durable, NR, "true", "durable queue"),
+    CONF_BOOL("declare", "quorum", conf_queue_t, quorum, NR, "false",
+              "quorum queue (`x-queue-type = \"quorum\"`)"),
+    CONF_STRING("declare", "dead_letter_queue", conf_queue_t, dead_letter_queue, NR, NULL, 1, 255,
+                "none",
+                "queue for rejected messages: declared, and set as the queue's dead letter "
+                "target through the default exchange"),
+    CONF_ARGS("declare", "arguments", conf_queue_t, args, n_args, NR,
+              "more x-arguments of queue.declare; each value a string or an integer"),
+    CONF_LIST("declare", "bindings", conf_queue_t, bindings, n_bindings, conf_binding_t, "binding",
+              NR, 0, "none", "bindings to add: a list of groups"),
+
+    CONF_STRING("binding", "exchange", conf_binding_t, exchange, NR | RQ, NULL, 1, 255, NULL,
+                "exchange to bind the queue to (it must exist)"),
+    CONF_STRING("binding", "routing_key", conf_binding_t, routing_key, NR, "", 0, 255, NULL,
+                "binding key"),
+    {.name = NULL},
+};
+
+#undef RQ
+#undef NR
+#undef SE
+
+static int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                           const char *path);
+static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                            const char *path);
+static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                              const char *path);
+
+static const conf_section_t conf_sections[] = {
+    {"root", "Top level", "The file holds these four settings and nothing else.", conf_check_root},
+    {"daemon", "daemon", "Optional.", NULL},
+    {"broker", "broker", "Optional: every setting has a default.", NULL},
+    {"database", "database", "Required: `database` has no default.", NULL},
+    {"queue", "queues.[N]", "One group per queue; queue names must be unique.", conf_check_queue},
+    {"declare", "queues.[N].declare", "Optional.", conf_check_declare},
+    {"binding", "queues.[N].declare.bindings.[N]", "One group per binding.", NULL},
+    {NULL, NULL, NULL, NULL},
+};
+
+#define CONF_AT(base, off, type) ((type *)(void *)((char *)(base) + (off)))
+#define CONF_CAT(base, off, type) ((const type *)(const void *)((const char *)(base) + (off)))
+
+/* ---------------------------------------------------------------------- */
+/* Errors and names */
+
+/* Write "FILE:LINE: SETTING: PROBLEM" into ctx->err; the line is that of
+ * setting "at" (no line when at is the root). Returns -1. */
+static int conf_error(conf_ctx_t *ctx, const config_setting_t *at, const char *setting,
+                      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int conf_error(conf_ctx_t *ctx, const config_setting_t *at, const char *setting,
+                      const char *fmt, ...)
+{
+    char problem[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(problem, sizeof(problem), fmt, ap);
+    va_end(ap);
+    if (!ctx->err || ctx->errlen == 0)
+        return -1;
+    const char *file = at ? config_setting_source_file(at) : NULL;
+    int line = at ? (int)config_setting_source_line(at) : 0;
+    if (!file)
+        file = ctx->path;
+    /* libconfig names an @include file as written; say where it was found. */
+    const char *dir = "", *sep = "";
+    if (ctx->dir && file[0] != '/' && strcmp(file, ctx->path) != 0) {
+        dir = ctx->dir;
+        sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
+    }
+    if (line > 0)
+        snprintf(ctx->err, ctx->errlen, "%s%s%s:%d: %s: %s", dir, sep, file, line, setting,
+                 problem);
+    else
+        snprintf(ctx->err, ctx->errlen, "%s%s%s: %s: %s", dir, sep, file, setting, problem);
+    return -1;
+}
+
+static const char *conf_type_name(const config_setting_t *s)
+{
+    switch (config_setting_type(s)) {
+    case CONFIG_TYPE_GROUP:
+        return "a group";
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        return "an integer";
+    case CONFIG_TYPE_FLOAT:
+        return "a float";
+    case CONFIG_TYPE_STRING:
+        return "a string";
+    case CONFIG_TYPE_BOOL:
+        return "a boolean";
+    case CONFIG_TYPE_ARRAY:
+        return "an array";
+    case CONFIG_TYPE_LIST:
+        return "a list";
+    }
+    return "of unknown type";
+}
+
+static bool conf_is_int(const config_setting_t *s)
+{
+    int t = config_setting_type(s);
+    return t == CONFIG_TYPE_INT || t == CONFIG_TYPE_INT64;
+}
+
+/* Setting paths in libconfig's syntax: "queues.[0].declare.bindings.[1]";
+ * an absurdly deep one is cut and ends in "...". */
+static void conf_path_mark_cut(char *buf, int n)
+{
+    if (n < 0 || n >= CONF_PATH_MAX)
+        memcpy(buf + CONF_PATH_MAX - 4, "...", 4);
+}
+
+static void conf_path(char *buf, const char *parent, const char *name)
+{
+    int n;
+    if (parent[0])
+        n = snprintf(buf, CONF_PATH_MAX, "%s.%s", parent, name);
+    else
+        n = snprintf(buf, CONF_PATH_MAX, "%s", name);
+    conf_path_mark_cut(buf, n);
+}
+
+static void conf_path_index(char *buf, const char *parent, int i)
+{
+    conf_path_mark_cut(buf, snprintf(buf, CONF_PATH_MAX, "%s.[%d]", parent, i));
+}
+
+static const conf_def_t *conf_find(const char *section, const char *name)
+{
+    for (const conf_def_t *d = conf_defs; d->name; d++)
+        if (strcmp(d->section, section) == 0 && strcmp(d->name, name) == 0)
+            return d;
+    return NULL;
+}
+
+static const conf_section_t *conf_section(const char *name)
+{
+    for (const conf_section_t *s = conf_sections; s->name; s++)
+        if (strcmp(s->name, name) == 0)
+            return s;
+    return NULL;
+}
+
+/* Edit distance, capped: enough to suggest "host" for "hots". */
+static int conf_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    int row[65];
+    if (la > 64 || lb > 64)
+        return 99;
+    for (size_t j = 0; j <= lb; j++)
+        row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diag = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int up = row[j];
+            int best = diag + (a[i - 1] != b[j - 1]);
+            if (row[j] + 1 < best)
+                best = row[j] + 1;
+            if (row[j - 1] + 1 < best)
+                best = row[j - 1] + 1;
+            row[j] = best;
+            diag = up;
+        }
+    }
+    return row[lb];
+}
+
+static const char *conf_suggest(const char *section, const char *name)
+{
+    const char *best = NULL;
+    int best_d = 3; /* at most 2 edits */
+    for (const conf_def_t *d = conf_defs; d->name; d++) {
+        if (strcmp(d->section, section) != 0)
+            continue;
+        int dist = conf_distance(name, d->name);
+        if (dist < best_d) {
+            best_d = dist;
+            best = d->name;
+        }
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Loading one setting */
+
+static int conf_set_string(conf_ctx_t *ctx, const config_setting_t *at, const char *sp,
+                           char **field, const char *value)
+{
+    char *copy = NULL;
+    if (value && !(copy = strdup(value)))
+        return conf_error(ctx, at, sp, "out of memory");
+    free(*field);
+    *field = copy;
+    return 0;
+}
+
+static int conf_check_string(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *s,
+                             const char *sp, const char *v)
+{
+    size_t len = strlen(v);
+    if (d->min > 0 && len < (size_t)d->min) {
+        if (d->min == 1)
+            return conf_error(ctx, s, sp, "must not be empty");
+        return conf_error(ctx, s, sp, "must be at least %lld bytes long (got %zu)", d->min, len);
+    }
+    if (d->max > 0 && len > (size_t)d->max)
+        return conf_error(ctx, s, sp, "must be at most %lld bytes long (got %zu)", d->max, len);
+    if (d->flags & CONF_F_IDENT) {
+        for (const char *p = v; *p; p++) {
+            bool ok = (*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+                      (*p >= '0' && *p <= '9') || *p == '_';
+            if (!ok)
+                return conf_error(ctx, s, sp,
+                                  "may contain only letters, digits and '_' (got \"%s\")", v);
+        }
+    }
+    return 0;
+}
+
+static int conf_get_int(conf_ctx_t *ctx, const config_setting_t *s, const char *sp, long long min,
+                        long long max, int *out)
+{
+    if (!conf_is_int(s))
+        return conf_error(ctx, s, sp, "must be an integer (got %s)", conf_type_name(s));
+    long long v = config_setting_get_int64(s);
+    if (v < min || v > max)
+        return conf_error(ctx, s, sp, "must be between %lld and %lld (got %lld)", min, max, v);
+    *out = (int)v;
+    return 0;
+}
+
+static int conf_enum_lookup(const conf_enum_t *e, const char *name)
+{
+    for (; e->name; e++)
+        if (strcasecmp(e->name, name) == 0)
+            return e->value;
+    return -1;
+}
+
+static const char *conf_enum_name(const conf_enum_t *e, int value)
+{
+    for (; e->name; e++)
+        if (e->value == value)
+            return e->name;
+    return "?";
+}
+
+static int conf_enum_error(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *s,
+                           const char *sp)
+{
+    char names[256] = "";
+    size_t used = 0;
+    for (const conf_enum_t *e = d->enums; e->name; e++) {
+        int n = snprintf(names + used, sizeof(names) - used, "%s%s", used ? ", " : "", e->name);
+        if (n < 0 || (size_t)n >= sizeof(names) - used)
+            break;
+        used += (size_t)n;
+    }
+    if (config_setting_type(s) == CONFIG_TYPE_STRING)
+        return conf_error(ctx, s, sp, "must be one of %s (got \"%s\")", names,
+                          config_setting_get_string(s));
+    return conf_error(ctx, s, sp, "must be one of %s (got %s)", names, conf_type_name(s));
+}
+
+/* Read a secret from a file: the whole content, trailing CR/LF removed.
+ * On success *field owns a new string (the old one is freed). */
+static int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const char *sp,
+                            const char *file, char **field)
+{
+    char buf[CONF_SECRET_MAX + 1];
+    size_t len = 0;
+    int rc = -1;
+    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0)
+        return conf_error(ctx, s, sp, "cannot open \"%s\": %s", file, strerror(errno));
+    for (;;) {
+        ssize_t n = read(fd, buf + len, sizeof(buf) - len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0) {
+            conf_error(ctx, s, sp, "cannot read \"%s\": %s", file, strerror(errno));
+            goto fail;
+        }
+        if (n == 0)
+            break;
+        len += (size_t)n;
+        if (len == sizeof(buf)) {
+            conf_error(ctx, s, sp, "\"%s\" is larger than %d bytes", file, CONF_SECRET_MAX);
+            goto fail;
+        }
+    }
+    while (len > 0 && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
+        len--;
+    if (len == 0) {
+        conf_error(ctx, s, sp, "\"%s\" is empty", file);
+        goto fail;
+    }
+    if (memchr(buf, '\0', len)) {
+        conf_error(ctx, s, sp, "\"%s\" contains a NUL byte", file);
+        goto fail;
+    }
+    buf[len] = '\0';
+    rc = conf_set_string(ctx, s, sp, field, buf);
+fail:
+    explicit_bzero(buf, sizeof(buf));
+    close(fd);
+    return rc;
+}
+
+static int conf_load_section(conf_ctx_t *ctx, const char *section, const config_setting_t *grp,
+                             const config_setting_t *anchor, void *base, const char *path);
+
+static int conf_load_default(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *anchor,
+                             void *base, const char *sp)
+{
+    switch (d->type) {
+    case CONF_T_STRING:
+        return conf_set_string(ctx, anchor, sp, CONF_AT(base, d->off, char *), d->def);
+    case CONF_T_INT:
+        *CONF_AT(base, d->off, int) = d->def ? atoi(d->def) : 0;
+        return 0;
+    case CONF_T_BOOL:
+        *CONF_AT(base, d->off, bool) = d->def && strcmp(d->def, "true") == 0;
+        return 0;
+    case CONF_T_ENUM:
+        *CONF_AT(base, d->off, int) = d->def ? conf_enum_lookup(d->enums, d->def) : 0;
+        return 0;
+    case CONF_T_GROUP:
+        /* An absent group: its settings take their defaults; a required one
+         * inside is reported at the line of the enclosing group. */
+        return conf_load_section(ctx, d->sub, NULL, anchor, CONF_AT(base, d->off, char), sp);
+    case CONF_T_INT_ARRAY: /* empty */
+    case CONF_T_FILE:      /* the peer's default stands */
+    case CONF_T_ARGS:      /* empty */
+    case CONF_T_LIST:      /* empty */
+    case CONF_T_RAW:       /* NULL */
+        return 0;
+    }
+    return 0;
+}
+
+static int conf_load_int_array(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *s,
+                               void *base, const char *sp)
+{
+    int t = config_setting_type(s);
+    if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST)
+        return conf_error(ctx, s, sp, "must be an array of integers like [ 1000, 10000 ] (got %s)",
+                          conf_type_name(s));
+    int n = config_setting_length(s);
+    int **arr = CONF_AT(base, d->off, int *);
+    if (n == 0)
+        return 0;
+    if (!(*arr = calloc((size_t)n, sizeof(int))))
+        return conf_error(ctx, s, sp, "out of memory");
+    *CONF_AT(base, d->off_n, int) = n;
+    for (int i = 0; i < n; i++) {
+        char ep[CONF_PATH_MAX];
+        conf_path_index(ep, sp, i);
+        if (conf_get_int(ctx, config_setting_get_elem(s, (unsigned)i), ep, d->min, d->max,
+                         &(*arr)[i]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int conf_load_args(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *s,
+                          void *base, const char *sp)
+{
+    if (config_setting_type(s) != CONFIG_TYPE_GROUP)
+        return conf_error(ctx, s, sp, "must be a group { name = value; ... } (got %s)",
+                          conf_type_name(s));
+    int n = config_setting_length(s);
+    conf_arg_t **arr = CONF_AT(base, d->off, conf_arg_t *);
+    if (n == 0)
+        return 0;
+    if (!(*arr = calloc((size_t)n, sizeof(conf_arg_t))))
+        return conf_error(ctx, s, sp, "out of memory");
+    *CONF_AT(base, d->off_n, int) = n;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        conf_arg_t *a = &(*arr)[i];
+        char ep[CONF_PATH_MAX];
+        conf_path(ep, sp, config_setting_name(e));
+        if (conf_set_string(ctx, e, ep, &a->key, config_setting_name(e)) < 0)
+            return -1;
+        if (conf_is_int(e)) {
+            a->is_int = true;
+            a->ival = config_setting_get_int64(e);
+        } else if (config_setting_type(e) == CONFIG_TYPE_STRING) {
+            if (conf_set_string(ctx, e, ep, &a->sval, config_setting_get_string(e)) < 0)
+                return -1;
+        } else {
+            return conf_error(ctx, e, ep, "must be a string or an integer (got %s)",
+                              conf_type_name(e));
+        }
+    }
+    return 0;
+}
+
+static int conf_load_list(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *s,
+                          void *base, const char *sp)
+{
+    if (config_setting_type(s) != CONFIG_TYPE_LIST)
+        return conf_error(ctx, s, sp, "must be a list ( { ... }, ... ) (got %s)",
+                          conf_type_name(s));
+    int n = config_setting_length(s);
+    if (n < d->min)
+        return conf_error(ctx, s, sp, "must hold at least %lld group%s", d->min,
+                          d->min == 1 ? "" : "s");
+    if (n == 0)
+        return 0;
+    char **arr = CONF_AT(base, d->off, char *);
+    if (!(*arr = calloc((size_t)n, d->elem_size)))
+        return conf_error(ctx, s, sp, "out of memory");
+    *CONF_AT(base, d->off_n, int) = n;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        char ep[CONF_PATH_MAX];
+        conf_path_index(ep, sp, i);
+        if (config_setting_type(e) != CONFIG_TYPE_GROUP)
+            return conf_error(ctx, e, ep, "must be a group { ... } (got %s)", conf_type_name(e));
+        if (conf_load_section(ctx, d->sub, e, e, *arr + (size_t)i * d->elem_size, ep) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* Load setting d from s (NULL: absent) into base. parent is the group that
+ * holds (or should hold) it, for the line of "required" errors. */
+static int conf_load_one(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *s,
+                         const config_setting_t *parent, void *base, const char *sp)
+{
+    int v = 0;
+
+    if (!s) {
+        if (d->flags & CONF_F_REQUIRED)
+            return conf_error(ctx, parent, sp, "required setting is missing");
+        return conf_load_default(ctx, d, parent, base, sp);
+    }
+
+    switch (d->type) {
+    case CONF_T_STRING:
+        if (config_setting_type(s) != CONFIG_TYPE_STRING)
+            return conf_error(ctx, s, sp, "must be a string (got %s)", conf_type_name(s));
+        if (conf_check_string(ctx, d, s, sp, config_setting_get_string(s)) < 0)
+            return -1;
+        return conf_set_string(ctx, s, sp, CONF_AT(base, d->off, char *),
+                               config_setting_get_string(s));
+    case CONF_T_INT:
+        if (conf_get_int(ctx, s, sp, d->min, d->max, &v) < 0)
+            return -1;
+        *CONF_AT(base, d->off, int) = v;
+        return 0;
+    case CONF_T_BOOL:
+        if (config_setting_type(s) != CONFIG_TYPE_BOOL)
+            return conf_error(ctx, s, sp, "must be true or false (got %s)", conf_type_name(s));
+        *CONF_AT(base, d->off, bool) = config_setting_get_bool(s) != 0;
+        return 0;
+    case CONF_T_ENUM:
+        if (config_setting_type(s) != CONFIG_TYPE_STRING ||
+            (v = conf_enum_lookup(d->enums, config_setting_get_string(s))) < 0)
+            return conf_enum_error(ctx, d, s, sp);
+        *CONF_AT(base, d->off, int) = v;
+        return 0;
+    case CONF_T_INT_ARRAY:
+        return conf_load_int_array(ctx, d, s, base, sp);
+    case CONF_T_FILE: {
+        const config_setting_t *peer = config_setting_get_member(parent, d->sub);
+        if (peer)
+            return conf_error(ctx, s, sp, "cannot be used together with %s (line %d)", d->sub,
+                              (int)config_setting_source_line(peer));
+        if (config_setting_type(s) != CONFIG_TYPE_STRING)
+            return conf_error(ctx, s, sp, "must be a string (got %s)", conf_type_name(s));
+        const char *file = config_setting_get_string(s);
+        if (!file[0])
+            return conf_error(ctx, s, sp, "must not be empty");
+        return conf_read_secret(ctx, s, sp, file, CONF_AT(base, d->off, char *));
+    }
+    case CONF_T_ARGS:
+        return conf_load_args(ctx, d, s, base, sp);
+    case CONF_T_GROUP:
+        if (config_setting_type(s) != CONFIG_TYPE_GROUP)
+            return conf_error(ctx, s, sp, "must be a group { ... } (got %s)", conf_type_name(s));
+        return conf_load_section(ctx, d->sub, s, s, CONF_AT(base, d->off, char), sp);
+    case CONF_T_LIST:
+        return conf_load_list(ctx, d, s, base, sp);
+    case CONF_T_RAW:
+        if (config_setting_type(s) != CONFIG_TYPE_GROUP)
+            return conf_error(ctx, s, sp, "must be a group { ... } (got %s)", conf_type_name(s));
+        *CONF_AT(base, d->off, const config_setting_t *) = s;
+        return 0;
+    }
+    return 0;
+}
+
+/* Load the settings of one section from grp (NULL: absent, all defaults)
+ * into base; anchor gives the line for errors about missing settings. */
+static int conf_load_section(conf_ctx_t *ctx, const char *section, const config_setting_t *grp,
+                             const config_setting_t *anchor, void *base, const char *path)
+{
+    char sp[CONF_PATH_MAX];
+
+    /* A misspelt name would otherwise silently leave its default in force. */
+    if (grp) {
+        int n = config_setting_length(grp);
+        for (int i = 0; i < n; i++) {
+            const config_setting_t *s = config_setting_get_elem(grp, (unsigned)i);
+            const char *name = config_setting_name(s);
+            if (conf_find(section, name))
+                continue;
+            conf_path(sp, path, name);
+            const char *hint = conf_suggest(section, name);
+            if (hint)
+                return conf_error(ctx, s, sp, "unknown setting (did you mean \"%s\"?)", hint);
+            return conf_error(ctx, s, sp, "unknown setting");
+        }
+    }
+
+    for (const conf_def_t *d = conf_defs; d->name; d++) {
+        if (strcmp(d->section, section) != 0)
+            continue;
+        conf_path(sp, path, d->name);
+        const config_setting_t *s = grp ? config_setting_get_member(grp, d->name) : NULL;
+        if (conf_load_one(ctx, d, s, grp ? grp : anchor, base, sp) < 0)
+            return -1;
+    }
+
+    const conf_section_t *sec = conf_section(section);
+    if (sec && sec->check)
+        return sec->check(ctx, grp ? grp : anchor, base, path);
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Rules across settings */
+
+static int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                           const char *path)
+{
+    conf_t *conf = base;
+    const config_setting_t *list = config_setting_get_member(grp, "queues");
+    (void)path;
+
+    for (int i = 1; i < conf->n_queues; i++) {
+        for (int j = 0; j < i; j++) {
+            if (strcmp(conf->queues[i].name, conf->queues[j].name) != 0)
+                continue;
+            char sp[CONF_PATH_MAX];
+            snprintf(sp, sizeof(sp), "queues.[%d].name", i);
+            const config_setting_t *s = config_setting_get_elem(list, (unsigned)i);
+            return conf_error(ctx, config_setting_get_member(s, "name"), sp,
+                              "duplicate queue name \"%s\" (first at line %d)",
+                              conf->queues[i].name, conf->queues[j].line);
+        }
+    }
+    return 0;
+}
+
+static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                            const char *path)
+{
+    conf_queue_t *q = base;
+    char sp[CONF_PATH_MAX];
+
+    q->line = (int)config_setting_source_line(grp);
+    conf_path(sp, path, "consumer");
+    if (!q->consumer) {
+        if (strlen(q->name) > 128)
+            return conf_error(ctx, config_setting_get_member(grp, "name"), sp,
+                              "the default (the queue name) is longer than 128 bytes: set it");
+        return conf_set_string(ctx, grp, sp, &q->consumer, q->name);
+    }
+    return 0;
+}
+
+/* The dead letter wiring is ours: arguments must not fight it. */
+static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                              const char *path)
+{
+    conf_queue_t *q = base;
+    char sp[CONF_PATH_MAX];
+    const config_setting_t *args = NULL;
+
+    /* grp is the queue's group when "declare" is absent (then no arguments). */
+    const char *gname = config_setting_name(grp);
+    if (gname && strcmp(gname, "declare") == 0)
+        args = config_setting_get_member(grp, "arguments");
+
+    if (q->dead_letter_queue && strcmp(q->dead_letter_queue, q->name) == 0) {
+        conf_path(sp, path, "dead_letter_queue");
+        return conf_error(ctx, config_setting_get_member(grp, "dead_letter_queue"), sp,
+                          "must differ from the queue's name");
+    }
+    for (int i = 0; i < q->n_args; i++) {
+        const char *key = q->args[i].key;
+        const char *why = NULL;
+        if (strcmp(key, "x-queue-type") == 0)
+            why = "set declare.quorum instead";
+        else if (q->dead_letter_queue && (strcmp(key, "x-dead-letter-exchange") == 0 ||
+                                          strcmp(key, "x-dead-letter-routing-key") == 0))
+            why = "conflicts with declare.dead_letter_queue";
+        if (!why)
+            continue;
+        char ap[CONF_PATH_MAX];
+        conf_path(ap, path, "arguments");
+        conf_path(sp, ap, key);
+        return conf_error(ctx, args ? config_setting_get_member(args, key) : grp, sp, "%s", why);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* Public API */
+
+int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
+{
+    conf_ctx_t ctx = {.path = path, .err = err, .errlen = errlen};
+    conf_t *conf = NULL;
+    char *dir = NULL;
+
+    *out = NULL;
+    if (err && errlen)
+        err[0] = '\0';
+    if (!(conf = calloc(1, sizeof(*conf)))) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: out of memory", path);
+        return -1;
+    }
+    config_init(&conf->lc);
+    if (!(conf->path = strdup(path)))
+        goto oom;
+
+    /* @include paths are relative to the including file's directory. */
+    if (!(dir = strdup(path)))
+        goto oom;
+    char *slash = strrchr(dir, '/');
+    if (slash) {
+        slash[slash == dir ? 1 : 0] = '\0';
+        config_set_include_dir(&conf->lc, dir);
+        ctx.dir = dir;
+    }
+
+    /* libconfig only says "file I/O error": ask the system why. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        if (err && errlen)
+            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        goto fail;
+    }
+    close(fd);
+    if (!config_read_file(&conf->lc, path)) {
+        if (err && errlen) {
+            const char *file = config_error_file(&conf->lc);
+            if (config_error_type(&conf->lc) == CONFIG_ERR_FILE_IO || !file)
+                snprintf(err, errlen, "%s: %s", file ? file : path, config_error_text(&conf->lc));
+            else
+                snprintf(err, errlen, "%s:%d: %s", file, config_error_line(&conf->lc),
+                         config_error_text(&conf->lc));
+        }
+        goto fail;
+    }
+    if (conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
+        goto fail;
+    free(dir);
+    *out = conf;
+    return 0;
+
+oom:
+    if (err && errlen)
+        snprintf(err, errlen, "%s: out of memory", path);
+fail:
+    free(dir);
+    conf_free(conf);
+    return -1;
+}
+
+static void conf_free_section(const char *section, void *base)
+{
+    for (const conf_def_t *d = conf_defs; d->name; d++) {
+        if (strcmp(d->section, section) != 0)
+            continue;
+        switch (d->type) {
+        case CONF_T_STRING: /* a FILE setting shares its peer's field */
+            free(*CONF_AT(base, d->off, char *));
+            break;
+        case CONF_T_INT_ARRAY:
+            free(*CONF_AT(base, d->off, int *));
+            break;
+        case CONF_T_ARGS: {
+            conf_arg_t *a = *CONF_AT(base, d->off, conf_arg_t *);
+            int n = *CONF_AT(base, d->off_n, int);
+            for (int i = 0; i < n; i++) {
+                free(a[i].key);
+                free(a[i].sval);
+            }
+            free(a);
+            break;
+        }
+        case CONF_T_GROUP:
+            conf_free_section(d->sub, CONF_AT(base, d->off, char));
+            break;
+        case CONF_T_LIST: {
+            char *arr = *CONF_AT(base, d->off, char *);
+            int n = *CONF_AT(base, d->off_n, int);
+            for (int i = 0; i < n; i++)
+                conf_free_section(d->sub, arr + (size_t)i * d->elem_size);
+            free(arr);
+            break;
+        }
+        case CONF_T_INT:
+        case CONF_T_BOOL:
+        case CONF_T_ENUM:
+        case CONF_T_FILE:
+        case CONF_T_RAW:
+            break;
+        }
+    }
+}
+
+void conf_free(conf_t *conf)
+{
+    if (!conf)
+        return;
+    conf_free_section("root", conf);
+    free(conf->path);
+    config_destroy(&conf->lc);
+    free(conf);
+}
+
+/* ---------------------------------------------------------------------- */
+/* Printing */
+
+static void conf_print_string(FILE *out, const char *s)
+{
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        switch (*p) {
+        case '"':
+            fputs("\\\"", out);
+            break;
+        case '\\':
+            fputs("\\\\", out);
+            break;
+        case '\n':
+            fputs("\\n", out);
+            break;
+        case '\r':
+            fputs("\\r", out);
+            break;
+        case '\t':
+            fputs("\\t", out);
+            break;
+        case '\f':
+            fputs("\\f", out);
+            break;
+        default:
+            if (*p < 0x20 || *p == 0x7f)
+                fprintf(out, "\\x%02X", *p);
+            else
+                fputc(*p, out);
+        }
+    }
+    fputc('"', out);
+}
+
+static void conf_print_int64(FILE *out, long long v)
+{
+    if (v < INT_MIN || v > INT_MAX)
+        fprintf(out, "%lldL", v);
+    else
+        fprintf(out, "%lld", v);
+}
+
+/* Shortest form that reads back as the same double, always with a '.' or
+ * an exponent so that libconfig parses it as a float again. */
+static void conf_print_float(FILE *out, double v)
+{
+    char buf[64];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, v);
+        if (strtod(buf, NULL) == v)
+            break;
+    }
+    if (!strpbrk(buf, ".eEn"))
+        strcat(buf, ".0");
+    fputs(buf, out);
+}
+
+/* Plugin settings are not ours to know; names that look secret are masked. */
+static bool conf_name_is_secret(const char *name)
+{
+    static const char *const words[] = {"password", "passwd", "secret", "token", NULL};
+    for (int i = 0; name && words[i]; i++)
+        if (strcasestr(name, words[i]))
+            return true;
+    return false;
+}
+
+static void conf_dump_value(const config_setting_t *s, int depth, bool mask, FILE *out);
+
+static void conf_dump_members(const config_setting_t *g, int depth, bool mask, FILE *out)
+{
+    int n = config_setting_length(g);
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *m = config_setting_get_elem(g, (unsigned)i);
+        fprintf(out, "%*s%s = ", depth * 4, "", config_setting_name(m));
+        conf_dump_value(m, depth, mask || conf_name_is_secret(config_setting_name(m)), out);
+        fputs(";\n", out);
+    }
+}
+
+static void conf_dump_value(const config_setting_t *s, int depth, bool mask, FILE *out)
+{
+    int t = config_setting_type(s);
+    if (mask && t != CONFIG_TYPE_GROUP && t != CONFIG_TYPE_LIST && t != CONFIG_TYPE_ARRAY) {
+        fputs("\"***\"", out);
+        return;
+    }
+    switch (t) {
+    case CONFIG_TYPE_INT:
+    case CONFIG_TYPE_INT64:
+        conf_print_int64(out, config_setting_get_int64(s));
+        break;
+    case CONFIG_TYPE_FLOAT:
+        conf_print_float(out, config_setting_get_float(s));
+        break;
+    case CONFIG_TYPE_STRING:
+        conf_print_string(out, config_setting_get_string(s));
+        break;
+    case CONFIG_TYPE_BOOL:
+        fputs(config_setting_get_bool(s) ? "true" : "false", out);
+        break;
+    case CONFIG_TYPE_ARRAY:
+    case CONFIG_TYPE_LIST: {
+        int n = config_setting_length(s);
+        fputs(t == CONFIG_TYPE_ARRAY ? "[ " : "( ", out);
+        for (int i = 0; i < n; i++) {
+            if (i)
+                fputs(", ", out);
+            conf_dump_value(config_setting_get_elem(s, (unsigned)i), depth, mask, out);
+        }
+        fputs(t == CONFIG_TYPE_ARRAY ? " ]" : " )", out);
+        break;
+    }
+    case CONFIG_TYPE_GROUP:
+        fputs("{\n", out);
+        conf_dump_members(s, depth + 1, mask, out);
+        fprintf(out, "%*s}", depth * 4, "");
+        break;
+    }
+}
+
+static void conf_dump_section(const char *section, const void *base, int depth, FILE *out)
+{
+    int ind = depth * 4;
+    for (const conf_def_t *d = conf_defs; d->name; d++) {
+        if (strcmp(d->section, section) != 0 || d->type == CONF_T_FILE)
+            continue;
+        switch (d->type) {
+        case CONF_T_STRING: {
+            const char *v = *CONF_CAT(base, d->off, char *);
+            if (!v) {
+                fprintf(out, "%*s# %s: not set\n", ind, "", d->name);
+                break;
+            }
+            fprintf(out, "%*s%s = ", ind, "", d->name);
+            conf_print_string(out, (d->flags & CONF_F_SECRET) ? "***" : v);
+            fputs(";\n", out);
+            break;
+        }
+        case CONF_T_INT:
+            fprintf(out, "%*s%s = %d;\n", ind, "", d->name, *CONF_CAT(base, d->off, int));
+            break;
+        case CONF_T_BOOL:
+            fprintf(out, "%*s%s = %s;\n", ind, "", d->name,
+                    *CONF_CAT(base, d->off, bool) ? "true" : "false");
+            break;
+        case CONF_T_ENUM:
+            fprintf(out, "%*s%s = \"%s\";\n", ind, "", d->name,
+                    conf_enum_name(d->enums, *CONF_CAT(base, d->off, int)));
+            break;
+        case CONF_T_INT_ARRAY: {
+            const int *a = *CONF_CAT(base, d->off, int *);
+            int n = *CONF_CAT(base, d->off_n, int);
+            fprintf(out, "%*s%s = [", ind, "", d->name);
+            for (int i = 0; i < n; i++)
+                fprintf(out, "%s %d", i ? "," : "", a[i]);
+            fputs(" ];\n", out);
+            break;
+        }
+        case CONF_T_ARGS: {
+            const conf_arg_t *a = *CONF_CAT(base, d->off, conf_arg_t *);
+            int n = *CONF_CAT(base, d->off_n, int);
+            fprintf(out, "%*s%s = {%s", ind, "", d->name, n ? "\n" : " ");
+            for (int i = 0; i < n; i++) {
+                fprintf(out, "%*s%s = ", ind + 4, "", a[i].key);
+                if (a[i].is_int)
+                    conf_print_int64(out, a[i].ival);
+                else
+                    conf_print_string(out, a[i].sval);
+                fputs(";\n", out);
+            }
+            fprintf(out, "%*s};\n", n ? ind : 0, "");
+            break;
+        }
+        case CONF_T_GROUP:
+            fprintf(out, "%*s%s = {\n", ind, "", d->name);
+            conf_dump_section(d->sub, CONF_CAT(base, d->off, char), depth + 1, out);
+            fprintf(out, "%*s};\n", ind, "");
+            break;
+        case CONF_T_LIST: {
+            const char *arr = *CONF_CAT(base, d->off, char *);
+            int n = *CONF_CAT(base, d->off_n, int);
+            fprintf(out, "%*s%s = (%s", ind, "", d->name, n ? "\n" : " ");
+            for (int i = 0; i < n; i++) {
+                fprintf(out, "%*s{\n", ind + 4, "");
+                conf_dump_section(d->sub, arr + (size_t)i * d->elem_size, depth + 2, out);
+                fprintf(out, "%*s}%s\n", ind + 4, "", i + 1 < n ? "," : "");
+            }
+            fprintf(out, "%*s);\n", n ? ind : 0, "");
+            break;
+        }
+        case CONF_T_RAW: {
+            const config_setting_t *s = *CONF_CAT(base, d->off, config_setting_t *);
+            if (!s) {
+                fprintf(out, "%*s# %s: not set\n", ind, "", d->name);
+                break;
+            }
+            fprintf(out, "%*s%s = ", ind, "", d->name);
+            conf_dump_value(s, depth, false, out);
+            fputs(";\n", out);
+            break;
+        }
+        case CONF_T_FILE:
+            break;
+        }
+    }
+}
+
+void conf_dump(const conf_t *conf, FILE *out)
+{
+    fprintf(out, "# effective configuration of %s (secrets masked)\n", conf->path);
+    conf_dump_section("root", conf, 0, out);
+}
+
+static const char *conf_doc_type(const conf_def_t *d)
+{
+    switch (d->type) {
+    case CONF_T_STRING:
+        return "string";
+    case CONF_T_INT:
+        return "integer";
+    case CONF_T_BOOL:
+        return "boolean";
+    case CONF_T_ENUM:
+        return "string (enum)";
+    case CONF_T_INT_ARRAY:
+        return "array of integers";
+    case CONF_T_FILE:
+        return "string (path)";
+    case CONF_T_ARGS:
+        return "group";
+    case CONF_T_GROUP:
+        return "group";
+    case CONF_T_LIST:
+        return "list of groups";
+    case CONF_T_RAW:
+        return "group (free-form)";
+    }
+    return "?";
+}
+
+static void conf_doc_default(const conf_def_t *d, FILE *out)
+{
+    if (d->flags & CONF_F_REQUIRED)
+        fputs("required", out);
+    else if (d->def && (d->type == CONF_T_STRING || d->type == CONF_T_ENUM))
+        fprintf(out, "`\"%s\"`", d->def);
+    else if (d->def)
+        fprintf(out, "`%s`", d->def);
+    else if (d->def_doc)
+        fputs(d->def_doc, out);
+}
+
+static void conf_doc_range(const conf_def_t *d, FILE *out)
+{
+    switch (d->type) {
+    case CONF_T_STRING:
+        if (d->flags & CONF_F_IDENT)
+            fputs("`[A-Za-z0-9_]`, ", out);
+        if (d->max > 0)
+            fprintf(out, "%lld..%lld bytes", d->min, d->max);
+        else if (d->min > 0)
+            fputs("not empty", out);
+        break;
+    case CONF_T_INT:
+        fprintf(out, "%lld..%lld", d->min, d->max);
+        break;
+    case CONF_T_ENUM:
+        for (const conf_enum_t *e = d->enums; e->name; e++)
+            fprintf(out, "%s`%s`", e == d->enums ? "" : ", ", e->name);
+        break;
+    case CONF_T_INT_ARRAY:
+        fprintf(out, "each %lld..%lld", d->min, d->max);
+        break;
+    case CONF_T_FILE:
+        fputs("readable file", out);
+        break;
+    case CONF_T_LIST:
+        if (d->min > 0)
+            fprintf(out, "at least %lld", d->min);
+        break;
+    case CONF_T_BOOL:
+    case CONF_T_ARGS:
+    case CONF_T_GROUP:
+    case CONF_T_RAW:
+        break;
+    }
+}
+
+void conf_reference(FILE *out)
+{
+    for (const conf_section_t *sec = conf_sections; sec->name; sec++) {
+        fprintf(out, "### %s\n\n%s\n\n", sec->title, sec->intro);
+        fputs("| setting | type | default | range | reload | meaning |\n", out);
+        fputs("|---|---|---|---|---|---|\n", out);
+        for (const conf_def_t *d = conf_defs; d->name; d++) {
+            if (strcmp(d->section, sec->name) != 0)
+                continue;
+            bool container = d->type == CONF_T_GROUP || d->type == CONF_T_LIST;
+            fprintf(out, "| `%s` | %s | ", d->name, conf_doc_type(d));
+            conf_doc_default(d, out);
+            fputs(" | ", out);
+            conf_doc_range(d, out);
+            fprintf(out, " | %s | %s |\n",
+                    container ? "per setting"
+                              : ((d->flags & CONF_F_NO_RELOAD) ? "restart" : "reload"),
+                    d->help);
+        }
+        fputs("\n", out);
+    }
+}
