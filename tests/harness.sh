@@ -4,6 +4,7 @@
 # loopback ports and installs an EXIT trap that stops them) or, in a child process of
 # a shell that did, just use the exported variables: H_DIR, AMQP_PORT, MYSQL_SOCK,
 # MYSQL_PORT, IDEMD, MQTOOL (and HOME, ERL_EPMD_PORT, H_RABBIT_NODE for rabbitmqctl).
+# Safe under `set -euo pipefail`, which is how tests/run runs each case.
 #
 # Helpers for test cases:
 #   h_mysql ARGS...          mariadb client as root on the private socket
@@ -336,7 +337,7 @@ h_daemon_stop()
 {
     local pid=${H_DAEMON_PID:-} deadline rc=0
     [[ -n "$pid" ]] || return 0
-    kill -TERM "$pid" 2>/dev/null
+    kill -TERM "$pid" 2>/dev/null || true
     deadline=$((SECONDS + 30))
     while kill -0 "$pid" 2>/dev/null && ((SECONDS < deadline)); do
         sleep 0.1
@@ -349,7 +350,7 @@ h_daemon_stop()
     wait "$pid" 2>/dev/null || rc=$?
     if pgrep -g "$pid" >/dev/null; then
         echo "h_daemon_stop: workers outlived the supervisor: $(pgrep -g "$pid" | tr '\n' ' ')" >&2
-        kill -KILL -- -"$pid" 2>/dev/null
+        kill -KILL -- -"$pid" 2>/dev/null || true
         rc=125
     fi
     rm -f "$H_DIR/daemons/$pid"
@@ -364,12 +365,12 @@ h_daemon_kill9()
     local pid=${H_DAEMON_PID:-} pids
     [[ -n "$pid" ]] || return 0
     pids=$( (pgrep -g "$pid"; pgrep -P "$pid") | sort -u | tr '\n' ' ')
-    kill -KILL -- -"$pid" $pids 2>/dev/null
+    kill -KILL -- -"$pid" $pids 2>/dev/null || true
     while pgrep -g "$pid" >/dev/null; do sleep 0.05; done
     for p in $pids; do
         while kill -0 "$p" 2>/dev/null && [[ $(ps -o stat= -p "$p") != Z* ]]; do sleep 0.05; done
     done
-    wait "$pid" 2>/dev/null
+    wait "$pid" 2>/dev/null || true # 137: it was us
     rm -f "$H_DIR/daemons/$pid"
     H_DAEMON_PID=
     return 0
@@ -380,7 +381,7 @@ h_wait_sql()
 {
     local q=$1 want=$2 deadline=$((SECONDS + ${3:-30})) got
     while :; do
-        got=$(h_sql "$q" 2>&1)
+        got=$(h_sql "$q" 2>&1) || true
         [[ "$got" == "$want" ]] && return 0
         if ((SECONDS >= deadline)); then
             echo "h_wait_sql: after ${3:-30} s '$q' printed '$got', expected '$want'" >&2
@@ -395,7 +396,7 @@ h_wait_depth()
 {
     local q=$1 want=$2 deadline=$((SECONDS + ${3:-30})) got
     while :; do
-        got=$(h_depth "$q" 2>&1)
+        got=$(h_depth "$q" 2>&1) || true
         [[ "$got" == "$want" ]] && return 0
         if ((SECONDS >= deadline)); then
             echo "h_wait_depth: after ${3:-30} s queue $q holds '$got', expected '$want'" >&2
@@ -412,7 +413,7 @@ h_daemon_alive() { [[ -n "${H_DAEMON_PID:-}" ]] && kill -0 "$H_DAEMON_PID" 2>/de
 h_count_log()
 {
     local c
-    c=$(grep -cE -- "$2" "$1" 2>/dev/null)
+    c=$(grep -cE -- "$2" "$1" 2>/dev/null) || true
     echo "${c:-0}"
 }
 

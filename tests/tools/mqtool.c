@@ -340,6 +340,10 @@ static int mq_cmd_publish(const mq_opts_t *o)
         int nf = mq_split_tabs(line, fields, 2 + MQ_MAX_HEADERS);
         const char *id = strcmp(fields[0], "-") == 0 ? NULL : fields[0];
         const char *body = nf > 1 ? fields[1] : "";
+        if (id && !o->id_header && strlen(id) > 255)
+            mq_die("line %zu: id of %zu bytes does not fit the message_id property (255 at most); "
+                   "use --id-header",
+                   st.n_pubs + 1, strlen(id));
 
         if (st.n_pubs == st.cap_pubs) {
             st.cap_pubs = st.cap_pubs ? st.cap_pubs * 2 : 1024;
