@@ -365,12 +365,14 @@ h_daemon_kill9()
     local pid=${H_DAEMON_PID:-} pids
     [[ -n "$pid" ]] || return 0
     pids=$( (pgrep -g "$pid"; pgrep -P "$pid") | sort -u | tr '\n' ' ')
-    kill -KILL -- -"$pid" $pids 2>/dev/null || true
-    while pgrep -g "$pid" >/dev/null; do sleep 0.05; done
-    for p in $pids; do
-        while kill -0 "$p" 2>/dev/null && [[ $(ps -o stat= -p "$p") != Z* ]]; do sleep 0.05; done
-    done
-    wait "$pid" 2>/dev/null || true # 137: it was us
+    { # stderr off: bash would report the job as "Killed"
+        kill -KILL -- -"$pid" $pids || true
+        while pgrep -g "$pid" >/dev/null; do sleep 0.05; done
+        for p in $pids; do
+            while kill -0 "$p" && [[ $(ps -o stat= -p "$p") != Z* ]]; do sleep 0.05; done
+        done
+        wait "$pid" || true # 137: it was us
+    } 2>/dev/null
     rm -f "$H_DIR/daemons/$pid"
     H_DAEMON_PID=
     return 0
