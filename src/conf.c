@@ -217,16 +217,19 @@ static const conf_def_t conf_defs[] = {
               "by itself"),
     CONF_STRING("queue", "id_header", conf_queue_t, id_header, NR, NULL, 1, 255,
                 "the message_id property", "application header that carries the message id"),
-    CONF_INT("queue", "batch_size", conf_queue_t, batch_size, 0, "1", 1, 1000,
-             "messages per transaction"),
+    CONF_INT("queue", "batch_size", conf_queue_t, batch_size, 0, "100", 1, 1000,
+             "most messages per transaction (group commit, a savepoint each); 1 = one "
+             "transaction per message"),
     CONF_INT("queue", "batch_wait_ms", conf_queue_t, batch_wait_ms, 0, "0", 0, 10000,
-             "milliseconds to wait for a batch to fill"),
+             "milliseconds to wait for more deliveries once one arrived; 0 = take what is "
+             "already received (batches grow with load)"),
     CONF_INT("queue", "max_attempts", conf_queue_t, max_attempts, 0, "5", 1, 1000,
-             "deliveries of one message before it is dead-lettered"),
+             "attempts at one message (handler retries and crashes) before it is dead-lettered"),
     CONF_INT_ARRAY("queue", "retry_delays_ms", conf_queue_t, retry_delays_ms, n_retry_delays, NR, 1,
-                   86400000, "none: requeue at once",
-                   "delay tiers in milliseconds for retried messages, e.g. `[ 1000, 10000 ]`"),
-    CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "0", 0, 3600,
+                   86400000, "[ 1000, 10000, 60000 ]",
+                   "delay tiers in milliseconds for retried messages (one delay queue each; the "
+                   "last repeats); `[]`: republish to the queue's tail at once"),
+    CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "60", 0, 3600,
              "seconds one handler call may take before the worker is killed; 0 = no limit"),
     CONF_GROUP("queue", "declare", 0, "declare", "what to declare at startup"),
     CONF_RAW("queue", "settings", conf_queue_t, settings, 0,
@@ -238,10 +241,11 @@ static const conf_def_t conf_defs[] = {
     CONF_BOOL("declare", "durable", conf_queue_t, durable, NR, "true", "durable queue"),
     CONF_BOOL("declare", "quorum", conf_queue_t, quorum, NR, "false",
               "quorum queue (`x-queue-type = \"quorum\"`)"),
-    CONF_STRING("declare", "dead_letter_queue", conf_queue_t, dead_letter_queue, NR, NULL, 1, 255,
-                "none",
-                "queue for rejected messages: declared, and set as the queue's dead letter "
-                "target through the default exchange"),
+    CONF_STRING("declare", "dead_letter_queue", conf_queue_t, dead_letter_queue, NR, NULL, 0, 255,
+                "the queue name + `.dlq`",
+                "queue idemd publishes rejected and exhausted messages to (with reason headers, "
+                "confirmed before the original is acked); always declared; `\"\"`: none, "
+                "rejected messages are basic.reject'ed (broker DLX or dropped)"),
     CONF_ARGS("declare", "arguments", conf_queue_t, args, n_args, NR,
               "more x-arguments of queue.declare; each value a string or an integer"),
     CONF_LIST("declare", "bindings", conf_queue_t, bindings, n_bindings, conf_binding_t, "binding",
@@ -807,6 +811,14 @@ static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *
     char sp[CONF_PATH_MAX];
 
     q->line = (int)config_setting_source_line(grp);
+    if (config_setting_get_member(grp, "retry_delays_ms") == NULL && q->n_retry_delays == 0) {
+        static const int defaults[] = {1000, 10000, 60000};
+        q->retry_delays_ms = malloc(sizeof(defaults));
+        if (!q->retry_delays_ms)
+            return conf_error(ctx, grp, path, "out of memory");
+        memcpy(q->retry_delays_ms, defaults, sizeof(defaults));
+        q->n_retry_delays = 3;
+    }
     conf_path(sp, path, "consumer");
     if (!q->consumer) {
         if (strlen(q->name) > 128)
@@ -830,6 +842,20 @@ static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void
     if (gname && strcmp(gname, "declare") == 0)
         args = config_setting_get_member(grp, "arguments");
 
+    if (q->dead_letter_queue == NULL) {
+        char dlq[300];
+        snprintf(dlq, sizeof(dlq), "%s.dlq", q->name);
+        conf_path(sp, path, "dead_letter_queue");
+        if (strlen(dlq) > 255)
+            return conf_error(ctx, grp, sp,
+                              "the default (the queue name + \".dlq\") is longer than 255 bytes: "
+                              "set it");
+        if (conf_set_string(ctx, grp, sp, &q->dead_letter_queue, dlq) != 0)
+            return -1;
+    } else if (q->dead_letter_queue[0] == '\0') {
+        free(q->dead_letter_queue); /* "" turns our dead letter queue off */
+        q->dead_letter_queue = NULL;
+    }
     if (q->dead_letter_queue && strcmp(q->dead_letter_queue, q->name) == 0) {
         conf_path(sp, path, "dead_letter_queue");
         return conf_error(ctx, config_setting_get_member(grp, "dead_letter_queue"), sp,
@@ -840,9 +866,6 @@ static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void
         const char *why = NULL;
         if (strcmp(key, "x-queue-type") == 0)
             why = "set declare.quorum instead";
-        else if (q->dead_letter_queue && (strcmp(key, "x-dead-letter-exchange") == 0 ||
-                                          strcmp(key, "x-dead-letter-routing-key") == 0))
-            why = "conflicts with declare.dead_letter_queue";
         if (!why)
             continue;
         char ap[CONF_PATH_MAX];

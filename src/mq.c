@@ -43,7 +43,8 @@ static int mq_fail(mq_t *mq, const char *what, amqp_rpc_reply_t r)
     return -1;
 }
 
-int mq_open(const conf_broker_t *cfg, mq_t **out)
+/* Connect and open MQ_CHANNEL with the given heartbeat. See mq_open. */
+static int mq_connect(const conf_broker_t *cfg, int heartbeat, mq_t **out)
 {
     mq_t *mq = calloc(1, sizeof(*mq));
     amqp_socket_t *sock;
@@ -86,7 +87,7 @@ int mq_open(const conf_broker_t *cfg, mq_t **out)
     props_e[1].value.value.bytes = amqp_cstring_bytes("idemd");
     props.num_entries = 2;
     props.entries = props_e;
-    r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, 131072, cfg->heartbeat, &props,
+    r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, 131072, heartbeat, &props,
                                    AMQP_SASL_METHOD_PLAIN, cfg->user, cfg->password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         mq_fail(mq, "login", r);
@@ -104,6 +105,130 @@ int mq_open(const conf_broker_t *cfg, mq_t **out)
 fail:
     mq_close(mq);
     return -1;
+}
+
+int mq_open(const conf_broker_t *cfg, mq_t **out) { return mq_connect(cfg, cfg->heartbeat, out); }
+
+int mq_open_publisher(const conf_broker_t *cfg, mq_t **out)
+{
+    amqp_rpc_reply_t r;
+    if (mq_connect(cfg, 0, out) != 0)
+        return -1;
+    amqp_confirm_select((*out)->conn, MQ_CHANNEL);
+    r = amqp_get_rpc_reply((*out)->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        mq_fail(*out, "confirm.select", r);
+        mq_close(*out);
+        *out = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
+               amqp_bytes_t body)
+{
+    int st = amqp_basic_publish(mq->conn, MQ_CHANNEL, amqp_empty_bytes,
+                                amqp_cstring_bytes(routing_key), 1, 0, props, body);
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: publishing to '%s': %s", mq->where, routing_key,
+                  amqp_error_string2(st));
+        mq->pub_failed = true;
+        return -1;
+    }
+    mq->pub_seq++;
+    return 0;
+}
+
+int mq_wait_confirms(mq_t *mq, int timeout_ms)
+{
+    struct timeval tv;
+    amqp_frame_t f;
+    int rc = 0;
+
+    while (mq->confirmed < mq->pub_seq) {
+        tv.tv_sec = timeout_ms / 1000;
+        tv.tv_usec = (timeout_ms % 1000) * 1000;
+        int st = amqp_simple_wait_frame_noblock(mq->conn, &f, &tv);
+        if (st != AMQP_STATUS_OK) {
+            log_error("broker %s: waiting for publisher confirms: %s", mq->where,
+                      amqp_error_string2(st));
+            rc = -1;
+            goto out;
+        }
+        if (f.frame_type != AMQP_FRAME_METHOD)
+            continue; /* content of a basic.return */
+        switch (f.payload.method.id) {
+        case AMQP_BASIC_ACK_METHOD: {
+            amqp_basic_ack_t *a = f.payload.method.decoded;
+            mq->confirmed = a->delivery_tag; /* multiple or not, all below are settled */
+            break;
+        }
+        case AMQP_BASIC_NACK_METHOD: {
+            amqp_basic_nack_t *n = f.payload.method.decoded;
+            log_error("broker %s: publish %llu refused (nack)", mq->where,
+                      (unsigned long long)n->delivery_tag);
+            mq->confirmed = n->delivery_tag;
+            mq->pub_failed = true;
+            break;
+        }
+        case AMQP_BASIC_RETURN_METHOD: {
+            amqp_basic_return_t *m = f.payload.method.decoded;
+            log_error("broker %s: publish to '%.*s' returned: %u %.*s", mq->where,
+                      (int)m->routing_key.len, (char *)m->routing_key.bytes, m->reply_code,
+                      (int)m->reply_text.len, (char *)m->reply_text.bytes);
+            mq->pub_failed = true;
+            break;
+        }
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+            log_error("broker %s: publishing channel closed by the broker", mq->where);
+            mq->channel_open = false;
+            rc = -1;
+            goto out;
+        default: break;
+        }
+    }
+    if (mq->pub_failed)
+        rc = -1;
+out:
+    mq->pub_failed = false;
+    amqp_maybe_release_buffers(mq->conn);
+    return rc;
+}
+
+/* queue.declare with arguments; 0 or -1 (logged). */
+static int mq_declare_args(mq_t *mq, const char *name, bool durable, amqp_table_t args)
+{
+    char what[300];
+    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name), 0, durable, 0, 0, args);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        snprintf(what, sizeof(what), "declaring queue '%s'", name);
+        return mq_fail(mq, what, r);
+    }
+    return 0;
+}
+
+int mq_declare_plain(mq_t *mq, const char *name, bool durable)
+{
+    return mq_declare_args(mq, name, durable, amqp_empty_table);
+}
+
+int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable)
+{
+    amqp_table_entry_t e[3];
+    e[0].key = amqp_cstring_bytes("x-message-ttl");
+    e[0].value.kind = AMQP_FIELD_KIND_I32;
+    e[0].value.value.i32 = ttl_ms;
+    e[1].key = amqp_cstring_bytes("x-dead-letter-exchange");
+    e[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[1].value.value.bytes = amqp_cstring_bytes("");
+    e[2].key = amqp_cstring_bytes("x-dead-letter-routing-key");
+    e[2].value.kind = AMQP_FIELD_KIND_UTF8;
+    e[2].value.value.bytes = amqp_cstring_bytes(target);
+    amqp_table_t args = {3, e};
+    return mq_declare_args(mq, name, durable, args);
 }
 
 void mq_close(mq_t *mq)
@@ -129,22 +254,8 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
 
     if (e == NULL)
         return -1;
-    if (q->dead_letter_queue) {
-        amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->dead_letter_queue), 0,
-                           q->durable, 0, 0, amqp_empty_table);
-        r = amqp_get_rpc_reply(mq->conn);
-        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-            snprintf(what, sizeof(what), "declaring dead-letter queue '%s'", q->dead_letter_queue);
-            mq_fail(mq, what, r);
-            goto fail;
-        }
-        e[args.num_entries].key = amqp_cstring_bytes("x-dead-letter-exchange");
-        e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[args.num_entries++].value.value.bytes = amqp_cstring_bytes("");
-        e[args.num_entries].key = amqp_cstring_bytes("x-dead-letter-routing-key");
-        e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[args.num_entries++].value.value.bytes = amqp_cstring_bytes(q->dead_letter_queue);
-    }
+    if (q->dead_letter_queue && mq_declare_plain(mq, q->dead_letter_queue, q->durable) != 0)
+        goto fail;
     if (q->quorum) {
         e[args.num_entries].key = amqp_cstring_bytes("x-queue-type");
         e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;

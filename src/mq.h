@@ -22,6 +22,10 @@ typedef struct mq {
     amqp_connection_state_t conn;
     bool channel_open;
     char where[160]; /* "host:port vhost" for logs */
+    /* Publishing side (confirm mode): */
+    uint64_t pub_seq;   /* last publish sequence number */
+    uint64_t confirmed; /* every seq <= this is settled */
+    bool pub_failed;    /* a nack or return since the last mq_wait_confirms */
 } mq_t;
 
 /*
@@ -30,6 +34,33 @@ typedef struct mq {
  * after logging why.
  */
 int mq_open(const conf_broker_t *cfg, mq_t **out) __attribute__((warn_unused_result));
+
+/*
+ * Open a connection for republishing: heartbeats off (it may sit idle),
+ * channel in confirm mode. Same ownership as mq_open.
+ */
+int mq_open_publisher(const conf_broker_t *cfg, mq_t **out) __attribute__((warn_unused_result));
+
+/*
+ * Publish a persistent, mandatory message through the default exchange to
+ * routing_key. props is copied by the library. 0 or -1 (logged).
+ */
+int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
+               amqp_bytes_t body) __attribute__((warn_unused_result));
+
+/*
+ * Wait up to timeout_ms until the broker confirmed everything published so
+ * far. 0 when all were acked and none returned; -1 on a nack, a return, a
+ * timeout or a broken connection (logged; then close this mq_t).
+ */
+int mq_wait_confirms(mq_t *mq, int timeout_ms) __attribute__((warn_unused_result));
+
+/* Declare a durable queue with a message TTL that dead-letters back to target. */
+int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable)
+    __attribute__((warn_unused_result));
+
+/* Declare a plain durable queue (dead letters). 0 or -1 (logged). */
+int mq_declare_plain(mq_t *mq, const char *name, bool durable) __attribute__((warn_unused_result));
 
 /* Close channel and connection (unacked deliveries return to their queues) and free; NULL ok. */
 void mq_close(mq_t *mq);

@@ -166,12 +166,15 @@ static void test_defaults(void)
     ok(q->workers == 1, "workers default 1");
     ok(q->dedup == CONF_DEDUP_TABLE, "dedup default table");
     ok(q->id_header == NULL, "id_header default unset (message_id property)");
-    ok(q->batch_size == 1 && q->batch_wait_ms == 0, "batch_size 1, batch_wait_ms 0");
+    ok(q->batch_size == 100 && q->batch_wait_ms == 0, "batch_size 100, batch_wait_ms 0");
     ok(q->max_attempts == 5, "max_attempts default 5");
-    ok(q->retry_delays_ms == NULL && q->n_retry_delays == 0, "retry_delays_ms default empty");
-    ok(q->handler_timeout == 0, "handler_timeout default 0");
+    ok(q->n_retry_delays == 3 && q->retry_delays_ms[0] == 1000 && q->retry_delays_ms[1] == 10000 &&
+           q->retry_delays_ms[2] == 60000,
+       "retry_delays_ms default [1000, 10000, 60000]");
+    ok(q->handler_timeout == 60, "handler_timeout default 60");
     ok(q->declare && q->durable && !q->quorum, "declare: enabled, durable, not quorum");
-    ok(q->dead_letter_queue == NULL, "dead_letter_queue default unset");
+    ok(q->dead_letter_queue && strcmp(q->dead_letter_queue, "orders.pay.dlq") == 0,
+       "dead_letter_queue default: the name + .dlq");
     ok(q->args == NULL && q->n_args == 0, "no arguments");
     ok(q->bindings == NULL && q->n_bindings == 0, "no bindings");
     ok(q->settings == NULL, "no settings group");
@@ -447,12 +450,16 @@ static void test_required(void)
                  DB Q1("    declare = { arguments = {\n      x-queue-type = \"quorum\"; }; };\n"),
                  "x-queue-type",
                  "queues.[0].declare.arguments.x-queue-type: set declare.quorum instead");
-    expect_error("x-dead-letter-exchange with dead_letter_queue",
-                 DB Q1("    declare = { dead_letter_queue = \"d\"; arguments = {\n"
-                       "      x-dead-letter-exchange = \"dlx\"; }; };\n"),
-                 "x-dead-letter-exchange",
-                 "queues.[0].declare.arguments.x-dead-letter-exchange: "
-                 "conflicts with declare.dead_letter_queue");
+    {
+        conf_t *c2 = must_load("empty dead_letter_queue turns it off",
+                               DB Q1("    declare = { dead_letter_queue = \"\"; };\n"));
+        ok(c2 && c2->queues[0].dead_letter_queue == NULL, "dead_letter_queue \"\" is off");
+        conf_free(c2);
+        c2 = must_load("retry_delays_ms = [] means no delay tiers",
+                       DB Q1("    retry_delays_ms = [ ];\n"));
+        ok(c2 && c2->queues[0].n_retry_delays == 0, "retry_delays_ms [] has no tiers");
+        conf_free(c2);
+    }
     conf_t *c = must_load("x-dead-letter-exchange without dead_letter_queue",
                           DB Q1("    declare = { arguments = { x-dead-letter-exchange = \"dlx\"; "
                                 "}; };\n"));
