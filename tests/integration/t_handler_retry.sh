@@ -7,6 +7,7 @@ h_new_db "$db"
     h_conf_common "$db"
     cat <<CONF
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 10;
+             max_attempts = 1000; retry_delays_ms = [ 100, 200 ];
              declare = { dead_letter_queue = "$dlq"; }; } );
 CONF
 } >idemd.conf
@@ -32,8 +33,14 @@ h_assert_eq "$(h_sql "SELECT msg_id, n FROM effects WHERE queue = '$q' ORDER BY 
 h_assert_eq "$(h_sql "SELECT msg_id FROM msg_id_record WHERE consumer = '$q' ORDER BY msg_id")" \
     $'g1\nr1' "record rows"
 h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=r1 ")" 1 "retries of r1"
-# r2 is still somewhere: back in the queue, or dead-lettered if max_attempts ran out; never lost.
-d1=$(h_depth "$q")
-d2=$(h_depth "$dlq")
+# r2 is still somewhere: back in the queue (after its retry delay ran out), or dead-lettered
+# had max_attempts run out; never lost, never doubled.
+deadline=$((SECONDS + 15))
+while :; do
+    d1=$(h_depth "$q")
+    d2=$(h_depth "$dlq")
+    (((d1 + d2) == 1 || SECONDS >= deadline)) && break
+    sleep 0.2
+done
 h_assert_eq "$((d1 + d2))" 1 "copies of r2 left in $q ($d1) and $dlq ($d2)"
 echo "t_handler_retry: ok (r2 retried $(h_count_log idemd.log "outcome=retry queue=$q id=r2 ") times)"
