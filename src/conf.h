@@ -25,29 +25,29 @@ typedef struct conf_arg {
 } conf_arg_t;
 
 typedef struct conf_queue {
-    char *name;               /* required */
-    char *handler;            /* required: path of the handler .so */
-    char *consumer;           /* dedup namespace; default: name */
-    int prefetch;             /* basic.qos per worker; default 200 */
-    int workers;              /* processes for this queue; default 1 */
-    conf_dedup_t dedup;       /* "table" | "none" */
-    char *id_header;          /* NULL: AMQP message_id property; else header name */
-    int batch_size;           /* messages per transaction; default 1 */
-    int batch_wait_ms;        /* max wait to fill a batch; default 0 */
-    int max_attempts;         /* deliveries before dead-lettering; default 5 */
-    int *retry_delays_ms;     /* delay tiers; may be NULL */
+    char *name;           /* required */
+    char *handler;        /* required: path of the handler .so */
+    char *consumer;       /* dedup namespace; default: name */
+    int prefetch;         /* basic.qos per worker; default 200 */
+    int workers;          /* processes for this queue; default 1 */
+    conf_dedup_t dedup;   /* "table" | "none" */
+    char *id_header;      /* NULL: AMQP message_id property; else header name */
+    int batch_size;       /* messages per transaction; default 1 */
+    int batch_wait_ms;    /* max wait to fill a batch; default 0 */
+    int max_attempts;     /* deliveries before dead-lettering; default 5 */
+    int *retry_delays_ms; /* delay tiers; may be NULL */
     int n_retry_delays;
-    int handler_timeout;      /* seconds; 0 = none; default 0 */
-    bool declare;             /* declare the queue at startup; default true */
-    bool durable;             /* default true */
-    bool quorum;              /* x-queue-type=quorum; default false */
-    char *dead_letter_queue;  /* optional: declared and wired as the DLX target */
-    conf_arg_t *args;         /* declare.arguments */
+    int handler_timeout;     /* seconds; 0 = none; default 0 */
+    bool declare;            /* declare the queue at startup; default true */
+    bool durable;            /* default true */
+    bool quorum;             /* x-queue-type=quorum; default false */
+    char *dead_letter_queue; /* optional: declared and wired as the DLX target */
+    conf_arg_t *args;        /* declare.arguments */
     int n_args;
     conf_binding_t *bindings; /* declare.bindings */
     int n_bindings;
     const config_setting_t *settings; /* handler's "settings" group or NULL; owned by conf */
-    int line;                          /* line of the queue's group in the file */
+    int line;                         /* line of the queue's group in the file */
 } conf_queue_t;
 
 typedef struct conf_broker {
@@ -60,13 +60,13 @@ typedef struct conf_broker {
 } conf_broker_t;
 
 typedef struct conf_database {
-    char *host;         /* default "127.0.0.1"; ignored when socket is set */
-    int port;           /* default 3306 */
-    char *socket;       /* unix socket path or NULL */
-    char *user;         /* default "idemd" */
-    char *password;     /* from password or password_file; may be NULL */
-    char *database;     /* required */
-    char *record_table; /* default "msg_id_record" */
+    char *host;          /* default "127.0.0.1"; ignored when socket is set */
+    int port;            /* default 3306 */
+    char *socket;        /* unix socket path or NULL */
+    char *user;          /* default "idemd" */
+    char *password;      /* from password or password_file; may be NULL */
+    char *database;      /* required */
+    char *record_table;  /* default "msg_id_record" */
     int connect_timeout; /* seconds; default 5 */
     int read_timeout;    /* seconds; default 30 */
     int write_timeout;   /* seconds; default 30 */

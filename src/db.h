@@ -1,4 +1,5 @@
-/* db.h: the worker's MySQL/MariaDB connection: connect, dedup record insert, transaction control. */
+/* db.h: the worker's MySQL/MariaDB connection: connect, dedup record insert, transaction control.
+ */
 #ifndef IDEMD_DB_H
 #define IDEMD_DB_H
 
@@ -11,17 +12,21 @@
 /* Outcome of a statement, classified by what the server did (see NOTES). */
 typedef enum db_status {
     DB_OK = 0,
-    DB_DUPLICATE = 1,          /* 1062: statement rolled back; the key exists */
-    DB_ERR_DEADLOCK = -1,      /* 1213: whole transaction rolled back: redo it */
-    DB_ERR_LOCK_TIMEOUT = -2,  /* 1205: statement rolled back; roll back, never commit */
-    DB_ERR_CONNECTION = -3,    /* 2006/2013/...: server rolls back; reconnect */
-    DB_ERR_TX_LOST = -4,       /* our savepoint is gone: the transaction was rolled back */
-    DB_ERR_OTHER = -5,         /* anything else (schema, privileges, ...) */
+    DB_DUPLICATE = 1,         /* 1062: statement rolled back; the key exists */
+    DB_ERR_DEADLOCK = -1,     /* 1213: whole transaction rolled back: redo it */
+    DB_ERR_LOCK_TIMEOUT = -2, /* 1205: statement rolled back; roll back, never commit */
+    DB_ERR_CONNECTION = -3,   /* 2006/2013/...: server rolls back; reconnect */
+    DB_ERR_TX_LOST = -4,      /* our savepoint is gone: the transaction was rolled back */
+    DB_ERR_OTHER = -5,        /* anything else (schema, privileges, ...) */
 } db_status_t;
+
+#define DB_ATTEMPT_TABLE "idemd_attempt"
 
 typedef struct db {
     MYSQL *my;
     MYSQL_STMT *record_stmt; /* INSERT INTO <record_table>(consumer, msg_id) VALUES (?, ?) */
+    MYSQL_STMT *bump_stmt;   /* attempts + 1 for (consumer, msg_id); prepared on first use */
+    MYSQL_STMT *clear_stmt;  /* DELETE the attempts row; prepared on first use */
     char consumer[129];
     unsigned long consumer_len;
     char id_buf[256];
@@ -30,11 +35,11 @@ typedef struct db {
 
 /*
  * Connect with the configured timeouts, autocommit off, READ COMMITTED,
- * never MYSQL_OPT_RECONNECT. When consumer is non-NULL the record insert is
- * prepared for that consumer. Returns 0 and a new db_t in *out (free with
- * db_close), or -1 after logging why.
+ * never MYSQL_OPT_RECONNECT. Keys are written for consumer; when record is
+ * true the record insert is prepared too. Returns 0 and a new db_t in *out
+ * (free with db_close), or -1 after logging why.
  */
-int db_open(const conf_database_t *cfg, const char *consumer, db_t **out)
+int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
     __attribute__((warn_unused_result));
 
 /* Close the connection and free db; NULL is fine. */
@@ -50,6 +55,16 @@ db_status_t db_classify(unsigned int err);
  * duplicates, with the printable id.
  */
 db_status_t db_record(db_t *db, const char *id, size_t len);
+
+/*
+ * Count one more start of a redelivered message, committed at once and on
+ * its own (call it with no transaction open). Returns the count after this
+ * start (1 the first time), or -1 on error (logged).
+ */
+long long db_attempt_bump(db_t *db, const char *id, size_t len);
+
+/* Delete the message's attempts row inside the current transaction. */
+db_status_t db_attempt_clear(db_t *db, const char *id, size_t len);
 
 /* Run one statement without a result set (SAVEPOINT, ROLLBACK TO, ...). Logs errors. */
 db_status_t db_exec(db_t *db, const char *sql);

@@ -24,13 +24,27 @@ static const amqp_field_value_t *delivery_header_find(const amqp_basic_propertie
 static int delivery_field_int(const amqp_field_value_t *v, int64_t *out)
 {
     switch (v->kind) {
-    case AMQP_FIELD_KIND_I8: *out = v->value.i8; return 0;
-    case AMQP_FIELD_KIND_U8: *out = v->value.u8; return 0;
-    case AMQP_FIELD_KIND_I16: *out = v->value.i16; return 0;
-    case AMQP_FIELD_KIND_U16: *out = v->value.u16; return 0;
-    case AMQP_FIELD_KIND_I32: *out = v->value.i32; return 0;
-    case AMQP_FIELD_KIND_U32: *out = v->value.u32; return 0;
-    case AMQP_FIELD_KIND_I64: *out = v->value.i64; return 0;
+    case AMQP_FIELD_KIND_I8:
+        *out = v->value.i8;
+        return 0;
+    case AMQP_FIELD_KIND_U8:
+        *out = v->value.u8;
+        return 0;
+    case AMQP_FIELD_KIND_I16:
+        *out = v->value.i16;
+        return 0;
+    case AMQP_FIELD_KIND_U16:
+        *out = v->value.u16;
+        return 0;
+    case AMQP_FIELD_KIND_I32:
+        *out = v->value.i32;
+        return 0;
+    case AMQP_FIELD_KIND_U32:
+        *out = v->value.u32;
+        return 0;
+    case AMQP_FIELD_KIND_I64:
+        *out = v->value.i64;
+        return 0;
     case AMQP_FIELD_KIND_U64:
         if (v->value.u64 > INT64_MAX)
             return -1;
@@ -39,12 +53,13 @@ static int delivery_field_int(const amqp_field_value_t *v, int64_t *out)
     case AMQP_FIELD_KIND_TIMESTAMP:
         *out = (int64_t)v->value.u64;
         return 0;
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
-int delivery_id(const amqp_basic_properties_t *props, const char *id_header, char *out,
-                size_t *len, char *err, size_t errlen)
+int delivery_id(const amqp_basic_properties_t *props, const char *id_header, char *out, size_t *len,
+                char *err, size_t errlen)
 {
     const void *bytes = NULL;
     size_t n = 0;
@@ -91,8 +106,7 @@ int delivery_id(const amqp_basic_properties_t *props, const char *id_header, cha
 }
 
 /* Copy bytes into scratch as a NUL-terminated string; NULL when it does not fit. */
-static const char *delivery_scratch_dup(const void *bytes, size_t len, char **scratch,
-                                        size_t *left)
+static const char *delivery_scratch_dup(const void *bytes, size_t len, char **scratch, size_t *left)
 {
     if (len + 1 > *left)
         return NULL;

@@ -18,8 +18,8 @@
  * *len. On failure returns -1 and writes the reason ("no message_id
  * property", "id is 300 bytes, longer than 255", ...) into err.
  */
-int delivery_id(const amqp_basic_properties_t *props, const char *id_header, char *out,
-                size_t *len, char *err, size_t errlen) __attribute__((warn_unused_result));
+int delivery_id(const amqp_basic_properties_t *props, const char *id_header, char *out, size_t *len,
+                char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /*
  * Flatten the application headers into an array for the handler. Returns

@@ -18,7 +18,10 @@ static const char *log_names[8] = {
     [LOG_LEVEL_DEBUG] = "debug",
 };
 
-void log_set_level(log_level_t level) { log_max = level; }
+void log_set_level(log_level_t level)
+{
+    log_max = level;
+}
 
 int log_level_parse(const char *name)
 {
@@ -28,7 +31,10 @@ int log_level_parse(const char *name)
     return -1;
 }
 
-void log_set_context(const char *ctx) { snprintf(log_ctx, sizeof(log_ctx), "%s", ctx); }
+void log_set_context(const char *ctx)
+{
+    snprintf(log_ctx, sizeof(log_ctx), "%s", ctx);
+}
 
 void log_vmsg(log_level_t level, const char *fmt, va_list ap)
 {
@@ -39,10 +45,10 @@ void log_vmsg(log_level_t level, const char *fmt, va_list ap)
     struct tm tm;
     gettimeofday(&tv, NULL);
     localtime_r(&tv.tv_sec, &tm);
-    int n = snprintf(line, sizeof(line), "%04d-%02d-%02d %02d:%02d:%02d.%03d [%d] %s %s: ",
-                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
-                     tm.tm_sec, (int)(tv.tv_usec / 1000), (int)getpid(), log_ctx,
-                     log_names[level] ? log_names[level] : "?");
+    int n = snprintf(
+        line, sizeof(line), "%04d-%02d-%02d %02d:%02d:%02d.%03d [%d] %s %s: ", tm.tm_year + 1900,
+        tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000),
+        (int)getpid(), log_ctx, log_names[level] ? log_names[level] : "?");
     if (n < 0)
         return;
     if ((size_t)n < sizeof(line))

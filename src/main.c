@@ -14,13 +14,12 @@
 
 static void main_usage(FILE *out)
 {
-    fprintf(out,
-            "usage: idemd -c FILE [--check-config] [--log-level LEVEL]\n"
-            "  -c, --config FILE     configuration file (libconfig syntax)\n"
-            "  -t, --check-config    validate FILE and the handler plugins, then exit\n"
-            "  -l, --log-level L     error, warning, info or debug (overrides the file)\n"
-            "  -p, --print-config    with --check-config: print the effective configuration\n"
-            "  -V, --version         print the version\n");
+    fprintf(out, "usage: idemd -c FILE [--check-config] [--log-level LEVEL]\n"
+                 "  -c, --config FILE     configuration file (libconfig syntax)\n"
+                 "  -t, --check-config    validate FILE and the handler plugins, then exit\n"
+                 "  -l, --log-level L     error, warning, info or debug (overrides the file)\n"
+                 "  -p, --print-config    with --check-config: print the effective configuration\n"
+                 "  -V, --version         print the version\n");
 }
 
 /* --check-config: the file parsed already; also load every handler to check its ABI. */
@@ -31,8 +30,8 @@ static int main_check(conf_t *conf, bool print)
     for (int i = 0; i < conf->n_queues; i++) {
         plugin_t *p = NULL;
         if (plugin_load(conf->queues[i].handler, &p, err, sizeof(err)) != 0) {
-            fprintf(stderr, "%s:%d: queues.[%d].handler: %s\n", conf->path, conf->queues[i].line,
-                    i, err);
+            fprintf(stderr, "%s:%d: queues.[%d].handler: %s\n", conf->path, conf->queues[i].line, i,
+                    err);
             rc = 1;
         }
         plugin_free(p);
@@ -50,9 +49,12 @@ static int main_check(conf_t *conf, bool print)
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},  {"check-config", no_argument, NULL, 't'},
-        {"log-level", required_argument, NULL, 'l'}, {"print-config", no_argument, NULL, 'p'},
-        {"version", no_argument, NULL, 'V'},         {"help", no_argument, NULL, 'h'},
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", no_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"print-config", no_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     const char *path = NULL, *level = NULL;
@@ -63,13 +65,27 @@ int main(int argc, char **argv)
 
     while ((c = getopt_long(argc, argv, "c:tl:pVh", opts, NULL)) != -1) {
         switch (c) {
-        case 'c': path = optarg; break;
-        case 't': check = true; break;
-        case 'l': level = optarg; break;
-        case 'p': print = true; break;
-        case 'V': printf("idemd %s\n", IDEMD_VERSION); return 0;
-        case 'h': main_usage(stdout); return 0;
-        default: main_usage(stderr); return 2;
+        case 'c':
+            path = optarg;
+            break;
+        case 't':
+            check = true;
+            break;
+        case 'l':
+            level = optarg;
+            break;
+        case 'p':
+            print = true;
+            break;
+        case 'V':
+            printf("idemd %s\n", IDEMD_VERSION);
+            return 0;
+        case 'h':
+            main_usage(stdout);
+            return 0;
+        default:
+            main_usage(stderr);
+            return 2;
         }
     }
     if (path == NULL || optind != argc) {

@@ -11,8 +11,12 @@
 const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {
     switch (r.reply_type) {
-    case AMQP_RESPONSE_NORMAL: snprintf(buf, len, "ok"); break;
-    case AMQP_RESPONSE_NONE: snprintf(buf, len, "missing RPC reply"); break;
+    case AMQP_RESPONSE_NORMAL:
+        snprintf(buf, len, "ok");
+        break;
+    case AMQP_RESPONSE_NONE:
+        snprintf(buf, len, "missing RPC reply");
+        break;
     case AMQP_RESPONSE_LIBRARY_EXCEPTION:
         snprintf(buf, len, "%s", amqp_error_string2(r.library_error));
         break;
@@ -107,7 +111,10 @@ fail:
     return -1;
 }
 
-int mq_open(const conf_broker_t *cfg, mq_t **out) { return mq_connect(cfg, cfg->heartbeat, out); }
+int mq_open(const conf_broker_t *cfg, mq_t **out)
+{
+    return mq_connect(cfg, cfg->heartbeat, out);
+}
 
 int mq_open_publisher(const conf_broker_t *cfg, mq_t **out)
 {
@@ -186,7 +193,8 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
             mq->channel_open = false;
             rc = -1;
             goto out;
-        default: break;
+        default:
+            break;
         }
     }
     if (mq->pub_failed)
@@ -387,8 +395,8 @@ int mq_ack(mq_t *mq, uint64_t tag, bool multiple)
 {
     int st = amqp_basic_ack(mq->conn, MQ_CHANNEL, tag, multiple);
     if (st != AMQP_STATUS_OK) {
-        log_error("broker %s: ack of delivery %llu failed: %s", mq->where,
-                  (unsigned long long)tag, amqp_error_string2(st));
+        log_error("broker %s: ack of delivery %llu failed: %s", mq->where, (unsigned long long)tag,
+                  amqp_error_string2(st));
         return -1;
     }
     return 0;
@@ -398,8 +406,8 @@ int mq_nack(mq_t *mq, uint64_t tag, bool requeue)
 {
     int st = amqp_basic_nack(mq->conn, MQ_CHANNEL, tag, 0, requeue);
     if (st != AMQP_STATUS_OK) {
-        log_error("broker %s: nack of delivery %llu failed: %s", mq->where,
-                  (unsigned long long)tag, amqp_error_string2(st));
+        log_error("broker %s: nack of delivery %llu failed: %s", mq->where, (unsigned long long)tag,
+                  amqp_error_string2(st));
         return -1;
     }
     return 0;

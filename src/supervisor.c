@@ -23,9 +23,9 @@
 #define SUPERVISOR_HEALTHY_MS 30000 /* a worker up this long resets its backoff */
 
 typedef struct sup_worker {
-    int queue;   /* index into conf->queues */
-    int index;   /* worker number within the queue */
-    pid_t pid;   /* 0 when not running */
+    int queue; /* index into conf->queues */
+    int index; /* worker number within the queue */
+    pid_t pid; /* 0 when not running */
     uint64_t started_ms;
     uint64_t restart_at_ms; /* when pid == 0: when to start it again */
     int failures;           /* consecutive abnormal exits */
@@ -146,8 +146,8 @@ static void supervisor_reap(supervisor_t *s)
             delay = delay / 2 + (uint64_t)rand() % (delay / 2 + 1); /* jitter */
             w->failures++;
             w->restart_at_ms = now + delay;
-            log_warn("worker %s#%d (pid %d) %s; restarting in %llu ms", q->name, w->index,
-                     (int)pid, why, (unsigned long long)delay);
+            log_warn("worker %s#%d (pid %d) %s; restarting in %llu ms", q->name, w->index, (int)pid,
+                     why, (unsigned long long)delay);
             break;
         }
     }
@@ -164,8 +164,8 @@ static void supervisor_status(supervisor_t *s)
         worker_slot_t *sl = s->workers[i].slot;
         total_ok += __atomic_load_n(&sl->n_ok, __ATOMIC_RELAXED);
         total_dup += __atomic_load_n(&sl->n_duplicate, __ATOMIC_RELAXED);
-        if (s->workers[i].pid && __atomic_load_n(&sl->state, __ATOMIC_RELAXED) ==
-                                     WORKER_STATE_CONSUMING)
+        if (s->workers[i].pid &&
+            __atomic_load_n(&sl->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
             consuming++;
     }
     off += (size_t)snprintf(buf + off, sizeof(buf) - off,
@@ -181,8 +181,8 @@ static void supervisor_check_ready(supervisor_t *s)
     if (s->ready)
         return;
     for (int i = 0; i < s->n_workers; i++)
-        if (!s->workers[i].pid || __atomic_load_n(&s->workers[i].slot->state, __ATOMIC_RELAXED) !=
-                                      WORKER_STATE_CONSUMING)
+        if (!s->workers[i].pid ||
+            __atomic_load_n(&s->workers[i].slot->state, __ATOMIC_RELAXED) != WORKER_STATE_CONSUMING)
             return;
     s->ready = true;
     log_info("ready: %d queues, %d workers consuming", s->conf->n_queues, s->n_workers);
@@ -241,8 +241,8 @@ static void supervisor_log_totals(const supervisor_t *s)
              (unsigned long long)ok, (unsigned long long)dup, (unsigned long long)retry,
              (unsigned long long)rej, (unsigned long long)com);
     if (n)
-        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu",
-                 (unsigned long long)n, (unsigned long long)supervisor_lat_quantile(hist, n, 0.5),
+        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu", (unsigned long long)n,
+                 (unsigned long long)supervisor_lat_quantile(hist, n, 0.5),
                  (unsigned long long)supervisor_lat_quantile(hist, n, 0.99));
 }
 

@@ -1,4 +1,5 @@
-/* worker.c: one worker process: consume one queue, run each batch of messages in one transaction. */
+/* worker.c: one worker process: consume one queue, run each batch of messages in one transaction.
+ */
 #include "worker.h"
 
 #include <errno.h>
@@ -14,9 +15,11 @@
 #include "delivery.h"
 #include "log.h"
 #include "mq.h"
+#include "relay.h"
 
 #define WORKER_MAX_HEADERS 64
-#define WORKER_REDO_MAX 5 /* deadlocked batches are redone this many times */
+#define WORKER_REDO_MAX 5       /* deadlocked batches are redone this many times */
+#define WORKER_CONFIRM_MS 15000 /* wait for the broker to confirm republished copies */
 
 typedef enum worker_outcome {
     WORKER_OUT_PENDING = 0,
@@ -28,12 +31,25 @@ typedef enum worker_outcome {
 
 static const char *worker_outcome_names[] = {"pending", "ok", "duplicate", "retry", "reject"};
 
+/* Where a retried or rejected message goes. */
+typedef enum worker_route {
+    WORKER_ROUTE_NONE = 0, /* acked or nacked as it is */
+    WORKER_ROUTE_DELAY,    /* copy to a delay queue (or the queue's tail), then ack */
+    WORKER_ROUTE_DLQ,      /* copy to the dead letter queue, then ack */
+    WORKER_ROUTE_BROKER,   /* no dead letter queue: basic.nack without requeue */
+} worker_route_t;
+
 typedef struct worker_msg {
     amqp_envelope_t env;
     char id[DELIVERY_ID_MAX + 1];
     size_t id_len;
     bool id_ok;
+    bool suspect;     /* redelivered: the worker that had it may have died on it */
+    bool counted;     /* an attempts row was written for it */
+    unsigned attempt; /* this attempt's number, 1-based */
     worker_outcome_t outcome;
+    worker_route_t route;
+    bool copy_ok; /* its copy was confirmed by the broker */
     char reason[512];
 } worker_msg_t;
 
@@ -45,10 +61,13 @@ typedef struct worker {
     worker_slot_t *slot;
     db_t *db;
     mq_t *mq;
+    mq_t *pub; /* republishing connection, opened when first needed */
     void *state;
     bool state_live;
     worker_msg_t *batch;
     int n;
+    worker_msg_t carry; /* a suspect delivery received while filling a batch */
+    bool has_carry;
     idemd_header_t headers[WORKER_MAX_HEADERS];
     char scratch[8192];
     uint64_t next_reconcile_ms;
@@ -109,17 +128,16 @@ static int worker_connect_db(worker_t *w)
 
     worker_set_state(w, WORKER_STATE_WAITING_DB);
     while (!worker_stop) {
-        if (db_open(&w->conf->database, w->q->dedup == CONF_DEDUP_TABLE ? w->q->consumer : NULL,
-                    &w->db) == 0)
+        if (db_open(&w->conf->database, w->q->consumer, w->q->dedup == CONF_DEDUP_TABLE, &w->db) ==
+            0)
             break;
         worker_pause(w, delay + rand() % (delay / 2 + 1));
         delay = delay * 2 > 10000 ? 10000 : delay * 2;
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
-    if (w->h->init &&
-        w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my, &w->state,
-                   err, sizeof(err)) != 0) {
+    if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
+                                 &w->state, err, sizeof(err)) != 0) {
         log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
                   err[0] ? err : "(no reason given)");
         return WORKER_EXIT_CONFIG;
@@ -136,6 +154,17 @@ static int worker_connect_mq(worker_t *w)
         return WORKER_EXIT_TEMPFAIL;
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
         return WORKER_EXIT_CONFIG;
+    /* Our own queues are declared whatever declare.enabled says. */
+    if (!w->q->declare && w->q->dead_letter_queue &&
+        mq_declare_plain(w->mq, w->q->dead_letter_queue, true) != 0)
+        return WORKER_EXIT_CONFIG;
+    for (int i = 0; i < w->q->n_retry_delays; i++) {
+        char name[300];
+        int ms;
+        relay_delay_queue(w->q, (unsigned)i + 1, name, sizeof(name), &ms);
+        if (mq_declare_delay(w->mq, name, ms, w->q->name, true) != 0)
+            return WORKER_EXIT_CONFIG;
+    }
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
         return WORKER_EXIT_TEMPFAIL;
     worker_set_state(w, WORKER_STATE_CONSUMING);
@@ -160,8 +189,6 @@ static void worker_handle(worker_t *w, worker_msg_t *m)
     const amqp_basic_properties_t *p = &m->env.message.properties;
     char exchange[256], rkey[256], ctype[256];
     idemd_message_t msg;
-    long long attempts = delivery_header_int(p, "idemd-attempts");
-    long long dcount = delivery_header_int(p, "x-delivery-count");
 
     memset(&msg, 0, sizeof(msg));
     msg.msg_id = m->id;
@@ -174,11 +201,7 @@ static void worker_handle(worker_t *w, worker_msg_t *m)
                            ? worker_cstr(p->content_type, ctype, sizeof(ctype))
                            : "";
     msg.redelivered = m->env.redelivered;
-    msg.attempt = 1;
-    if (attempts > 0)
-        msg.attempt = (unsigned)attempts + 1;
-    if (dcount > 0 && (unsigned)dcount + 1 > msg.attempt)
-        msg.attempt = (unsigned)dcount + 1;
+    msg.attempt = m->attempt;
     msg.headers = w->headers;
     msg.n_headers =
         delivery_headers(p, w->headers, WORKER_MAX_HEADERS, w->scratch, sizeof(w->scratch));
@@ -193,7 +216,9 @@ static void worker_handle(worker_t *w, worker_msg_t *m)
         alarm(0);
     m->reason[sizeof(m->reason) - 1] = '\0';
     switch (r) {
-    case IDEMD_RESULT_OK: m->outcome = WORKER_OUT_OK; break;
+    case IDEMD_RESULT_OK:
+        m->outcome = WORKER_OUT_OK;
+        break;
     case IDEMD_RESULT_RETRY:
         m->outcome = WORKER_OUT_RETRY;
         if (!m->reason[0])
@@ -226,11 +251,11 @@ static db_status_t worker_try_batch(worker_t *w)
 
     for (int i = 0; i < w->n; i++) {
         worker_msg_t *m = &w->batch[i];
-        m->outcome = WORKER_OUT_PENDING;
-        if (!m->id_ok) {
+        if (!m->id_ok || m->outcome == WORKER_OUT_REJECT) {
             m->outcome = WORKER_OUT_REJECT;
-            continue; /* reason set when received */
+            continue; /* bad id or crash-loop guard: reason set already */
         }
+        m->outcome = WORKER_OUT_PENDING;
         if (sp) {
             snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
             if ((st = db_exec(w->db, sql)) != DB_OK)
@@ -256,9 +281,12 @@ static db_status_t worker_try_batch(worker_t *w)
         if (m->outcome == WORKER_OUT_OK) {
             /* A handler that ignored a deadlock would have us commit a half batch. */
             if ((w->q->dedup == CONF_DEDUP_TABLE || sp) && !db_in_transaction(w->db)) {
-                log_warn("transaction was rolled back under the handler (deadlock?): redoing batch");
+                log_warn(
+                    "transaction was rolled back under the handler (deadlock?): redoing batch");
                 return DB_ERR_TX_LOST;
             }
+            if (m->counted && (st = db_attempt_clear(w->db, m->id, m->id_len)) != DB_OK)
+                return st;
             any_ok = true;
             continue;
         }
@@ -276,9 +304,45 @@ static db_status_t worker_try_batch(worker_t *w)
     return st;
 }
 
+/*
+ * Crash-loop guard for a suspect (redelivered) message, which always runs
+ * alone: count this start durably before the handler runs; past
+ * max_attempts, dead-letter it without running the handler. 0, or -1 when
+ * the database failed.
+ */
+static int worker_guard(worker_t *w, worker_msg_t *m)
+{
+    if (!m->suspect || !m->id_ok)
+        return 0;
+    long long starts = db_attempt_bump(w->db, m->id, m->id_len);
+    if (starts < 0)
+        return -1;
+    m->counted = true;
+    /* The delivery before the first redelivery was a start too. */
+    if ((unsigned)starts + 1 > m->attempt)
+        m->attempt = (unsigned)starts + 1;
+    if (m->attempt > (unsigned)w->q->max_attempts) {
+        m->outcome = WORKER_OUT_REJECT;
+        snprintf(m->reason, sizeof(m->reason),
+                 "handler crashed: its worker died or timed out on this message %lld times; not "
+                 "run again",
+                 starts);
+    }
+    return 0;
+}
+
 /* Run the batch's transaction, redoing it after deadlocks. 0, or -1 when the DB is unusable. */
 static int worker_transact(worker_t *w)
 {
+    for (int i = 0; i < w->n; i++) {
+        w->batch[i].outcome = WORKER_OUT_PENDING;
+        w->batch[i].route = WORKER_ROUTE_NONE;
+        w->batch[i].copy_ok = false;
+        if (!w->batch[i].id_ok)
+            w->batch[i].outcome = WORKER_OUT_REJECT;
+        else if (worker_guard(w, &w->batch[i]) != 0)
+            return -1;
+    }
     for (int attempt = 1;; attempt++) {
         db_status_t st = worker_try_batch(w);
         if (st == DB_OK)
@@ -293,7 +357,7 @@ static int worker_transact(worker_t *w)
             continue;
         }
         for (int i = 0; i < w->n; i++) {
-            if (w->batch[i].outcome != WORKER_OUT_REJECT || w->batch[i].id_ok) {
+            if (w->batch[i].outcome != WORKER_OUT_REJECT) {
                 w->batch[i].outcome = WORKER_OUT_RETRY;
                 snprintf(w->batch[i].reason, sizeof(w->batch[i].reason),
                          "deadlocked %d times in a row", WORKER_REDO_MAX);
@@ -335,39 +399,136 @@ static void worker_latency(worker_t *w, const worker_msg_t *m, uint64_t now_us)
                        __ATOMIC_RELAXED);
 }
 
-/* Log one message's outcome and count it. */
+/* Log one message's outcome (and where it went) and count it. */
 static void worker_report(worker_t *w, const worker_msg_t *m)
 {
-    char pid[96];
+    char pid[96], where[400];
     const char *name = worker_outcome_names[m->outcome];
     delivery_id_printable(m->id, m->id_len, pid, sizeof(pid));
     switch (m->outcome) {
-    case WORKER_OUT_OK: worker_count(&w->slot->n_ok); break;
-    case WORKER_OUT_DUPLICATE: worker_count(&w->slot->n_duplicate); break;
-    case WORKER_OUT_RETRY: worker_count(&w->slot->n_retry); break;
-    case WORKER_OUT_REJECT: worker_count(&w->slot->n_reject); break;
-    default: break;
+    case WORKER_OUT_OK:
+        worker_count(&w->slot->n_ok);
+        break;
+    case WORKER_OUT_DUPLICATE:
+        worker_count(&w->slot->n_duplicate);
+        break;
+    case WORKER_OUT_RETRY:
+        worker_count(&w->slot->n_retry);
+        break;
+    case WORKER_OUT_REJECT:
+        worker_count(&w->slot->n_reject);
+        break;
+    default:
+        break;
     }
-    if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE)
+    if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE) {
         log_debug("outcome=%s queue=%s id=%s tag=%llu", name, w->q->name, pid,
                   (unsigned long long)m->env.delivery_tag);
-    else
-        log_msg(m->outcome == WORKER_OUT_REJECT ? LOG_LEVEL_WARNING : LOG_LEVEL_INFO,
-                "outcome=%s queue=%s id=%s tag=%llu handler=%s reason=%s", name, w->q->name, pid,
-                (unsigned long long)m->env.delivery_tag, w->h->name, m->reason);
+        return;
+    }
+    switch (m->route) {
+    case WORKER_ROUTE_DELAY:
+        snprintf(where, sizeof(where),
+                 m->copy_ok ? "retry scheduled" : "requeued (republish failed)");
+        break;
+    case WORKER_ROUTE_DLQ:
+        snprintf(where, sizeof(where),
+                 m->copy_ok ? "dead-lettered to %s" : "requeued (dead-lettering failed)",
+                 w->q->dead_letter_queue);
+        break;
+    case WORKER_ROUTE_BROKER:
+        snprintf(where, sizeof(where), "rejected to the broker");
+        break;
+    default:
+        snprintf(where, sizeof(where), "-");
+        break;
+    }
+    log_msg(m->route == WORKER_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING,
+            "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s", name,
+            w->q->name, pid, (unsigned long long)m->env.delivery_tag, m->attempt,
+            w->q->max_attempts, w->h->name, where, m->reason);
+}
+
+/* Decide where a retried or rejected message goes. */
+static void worker_route(worker_t *w, worker_msg_t *m)
+{
+    if (m->outcome == WORKER_OUT_RETRY && m->attempt < (unsigned)w->q->max_attempts) {
+        m->route = WORKER_ROUTE_DELAY;
+        return;
+    }
+    if (m->outcome == WORKER_OUT_RETRY) {
+        char why[sizeof(m->reason)];
+        snprintf(why, sizeof(why), "gave up after %u attempts: %.400s", m->attempt, m->reason);
+        memcpy(m->reason, why, sizeof(why));
+    }
+    m->route = w->q->dead_letter_queue ? WORKER_ROUTE_DLQ : WORKER_ROUTE_BROKER;
 }
 
 /*
- * Settle every delivery of the batch with the broker, in tag order: runs of
- * ok/duplicate as one multiple-ack (every lower tag is settled already),
- * retry as nack with requeue, reject as nack without requeue (to the DLX).
- * Returns 0, or -1 when the channel failed.
+ * Publish the copies of retried and dead-lettered messages on the
+ * republishing connection and wait for the broker's confirms. Sets copy_ok
+ * on each when confirmed; on any failure none counts as confirmed (their
+ * originals go back to the queue instead: a copy that did arrive is a
+ * duplicate the record absorbs).
+ */
+static void worker_republish(worker_t *w)
+{
+    int published = 0;
+    uint64_t now_ms;
+    struct timespec ts;
+    char delay_q[300];
+    int delay_ms;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    now_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    for (int i = 0; i < w->n; i++) {
+        worker_msg_t *m = &w->batch[i];
+        if (m->route != WORKER_ROUTE_DELAY && m->route != WORKER_ROUTE_DLQ)
+            continue;
+        if (w->pub == NULL && mq_open_publisher(&w->conf->broker, &w->pub) != 0)
+            return;
+        const char *target = m->route == WORKER_ROUTE_DLQ ? w->q->dead_letter_queue
+                             : relay_delay_queue(w->q, m->attempt, delay_q, sizeof(delay_q), &delay_ms)
+                                 ?: w->q->name;
+        relay_copy_t c;
+        if (relay_copy_init(&c, &m->env, w->q->name, m->attempt, m->reason, now_ms) != 0)
+            goto fail;
+        int rc = mq_publish(w->pub, target, &c.props, m->env.message.body);
+        relay_copy_free(&c);
+        if (rc != 0)
+            goto fail;
+        published++;
+    }
+    if (published == 0)
+        return;
+    if (mq_wait_confirms(w->pub, WORKER_CONFIRM_MS) != 0)
+        goto fail;
+    for (int i = 0; i < w->n; i++)
+        if (w->batch[i].route == WORKER_ROUTE_DELAY || w->batch[i].route == WORKER_ROUTE_DLQ)
+            w->batch[i].copy_ok = true;
+    return;
+fail:
+    mq_close(w->pub);
+    w->pub = NULL;
+}
+
+/*
+ * Settle every delivery of the batch with the broker, in tag order. Acked:
+ * ok, duplicate, and retried or rejected ones whose copy was confirmed; runs
+ * of acks go as one multiple-ack (every lower tag is settled already). A
+ * copy that failed: nack with requeue. No dead letter queue: nack without
+ * requeue (the broker's DLX, if any). Returns 0, or -1 when the channel failed.
  */
 static int worker_settle(worker_t *w)
 {
     int run = 0;
     uint64_t last = 0;
     struct timespec ts;
+
+    for (int i = 0; i < w->n; i++)
+        if (w->batch[i].outcome == WORKER_OUT_RETRY || w->batch[i].outcome == WORKER_OUT_REJECT)
+            worker_route(w, &w->batch[i]);
+    worker_republish(w);
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
     for (int i = 0; i < w->n; i++) {
@@ -375,7 +536,7 @@ static int worker_settle(worker_t *w)
         worker_report(w, m);
         if (m->outcome == WORKER_OUT_OK)
             worker_latency(w, m, now_us);
-        if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE) {
+        if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE || m->copy_ok) {
             run++;
             last = m->env.delivery_tag;
             continue;
@@ -383,7 +544,7 @@ static int worker_settle(worker_t *w)
         if (run && mq_ack(w->mq, last, run > 1) != 0)
             return -1;
         run = 0;
-        if (mq_nack(w->mq, m->env.delivery_tag, m->outcome == WORKER_OUT_RETRY) != 0)
+        if (mq_nack(w->mq, m->env.delivery_tag, m->route != WORKER_ROUTE_BROKER) != 0)
             return -1;
     }
     if (run && mq_ack(w->mq, last, run > 1) != 0)
@@ -391,16 +552,24 @@ static int worker_settle(worker_t *w)
     return 0;
 }
 
-/* Prepare a received delivery: extract and check its id. */
+/* Prepare a received delivery: extract and check its id, work out its attempt number. */
 static void worker_accept(worker_t *w, worker_msg_t *m)
 {
+    const amqp_basic_properties_t *p = &m->env.message.properties;
+    long long attempts = delivery_header_int(p, RELAY_H_ATTEMPTS);
+    long long dcount = delivery_header_int(p, "x-delivery-count");
+
     m->id_ok = true;
     m->id_len = 0;
     m->id[0] = '\0';
     m->reason[0] = '\0';
-    if (delivery_id(&m->env.message.properties, w->q->id_header, m->id, &m->id_len, m->reason,
-                    sizeof(m->reason)) != 0)
+    m->counted = false;
+    if (delivery_id(p, w->q->id_header, m->id, &m->id_len, m->reason, sizeof(m->reason)) != 0)
         m->id_ok = w->q->dedup == CONF_DEDUP_NONE; /* ids only matter for the record */
+    m->attempt = attempts > 0 ? (unsigned)attempts + 1 : 1;
+    if (dcount > 0 && (unsigned)dcount + 1 > m->attempt)
+        m->attempt = (unsigned)dcount + 1; /* quorum queues count deliveries for us */
+    m->suspect = m->env.redelivered || dcount > 0;
 }
 
 /* Run the handler's reconcile hook in its own transaction when it is due. */
@@ -422,7 +591,12 @@ static void worker_reconcile(worker_t *w)
     }
 }
 
-/* Take one batch (first delivery waits up to 1 s). Returns 0, or -1 when the broker failed. */
+/*
+ * Take one batch (the first delivery waits up to 1 s). A suspect delivery
+ * (redelivered) always runs alone, so that a message that kills its worker
+ * takes no innocent batch-mates with it and its crash count is its own.
+ * Returns 0, or -1 when the broker failed.
+ */
 static int worker_collect(worker_t *w)
 {
     struct timeval tv = {1, 0};
@@ -430,12 +604,19 @@ static int worker_collect(worker_t *w)
     mq_status_t st;
 
     w->n = 0;
-    st = mq_next(w->mq, &tv, &w->batch[0].env);
-    if (st == MQ_TIMEOUT)
+    if (w->has_carry) {
+        w->batch[w->n++] = w->carry;
+        w->has_carry = false;
+    } else {
+        st = mq_next(w->mq, &tv, &w->batch[0].env);
+        if (st == MQ_TIMEOUT)
+            return 0;
+        if (st != MQ_OK)
+            return -1;
+        worker_accept(w, &w->batch[w->n++]);
+    }
+    if (w->batch[0].suspect)
         return 0;
-    if (st != MQ_OK)
-        return -1;
-    worker_accept(w, &w->batch[w->n++]);
     deadline = worker_now_ms() + (uint64_t)w->q->batch_wait_ms;
     while (w->n < w->q->batch_size) {
         uint64_t now = worker_now_ms();
@@ -447,16 +628,27 @@ static int worker_collect(worker_t *w)
             break;
         if (st != MQ_OK)
             return -1; /* what we hold goes back to the queue with the connection */
-        worker_accept(w, &w->batch[w->n++]);
+        worker_accept(w, &w->batch[w->n]);
+        if (w->batch[w->n].suspect) {
+            w->carry = w->batch[w->n];
+            w->has_carry = true;
+            break;
+        }
+        w->n++;
     }
     return 0;
 }
 
-static void worker_release(worker_t *w)
+/* Free the batch's envelopes (and the carried one when all is true). */
+static void worker_release(worker_t *w, bool all)
 {
     for (int i = 0; i < w->n; i++)
         amqp_destroy_envelope(&w->batch[i].env);
     w->n = 0;
+    if (all && w->has_carry) {
+        amqp_destroy_envelope(&w->carry.env);
+        w->has_carry = false;
+    }
 }
 
 /* The consume loop. Returns an exit code. */
@@ -465,7 +657,7 @@ static int worker_loop(worker_t *w)
     while (!worker_stop) {
         worker_progress(w);
         if (worker_collect(w) != 0) {
-            worker_release(w);
+            worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
         }
         if (w->n == 0) {
@@ -475,15 +667,16 @@ static int worker_loop(worker_t *w)
         worker_count(&w->slot->n_batches);
         if (worker_transact(w) != 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
-            worker_release(w);
+            worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
         }
         if (worker_settle(w) != 0) {
-            worker_release(w);
+            worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
         }
-        worker_release(w);
+        worker_release(w, false);
     }
+    worker_release(w, true);
     return WORKER_EXIT_STOPPED;
 }
 
@@ -535,6 +728,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, const plu
         code = worker_loop(&w);
     worker_set_state(&w, WORKER_STATE_STOPPING);
     mq_close(w.mq);
+    mq_close(w.pub);
     if (w.state_live && w.h->fini)
         w.h->fini(w.state);
     if (w.db)

@@ -1,4 +1,5 @@
-/* worker.h: one worker process: consume one queue, run each batch of messages in one transaction. */
+/* worker.h: one worker process: consume one queue, run each batch of messages in one transaction.
+ */
 #ifndef IDEMD_WORKER_H
 #define IDEMD_WORKER_H
 
@@ -25,8 +26,8 @@ typedef enum worker_state {
 #define WORKER_LAT_BUCKETS 128
 
 typedef struct worker_slot {
-    int state;                   /* worker_state_t */
-    uint64_t progress_ms;        /* CLOCK_MONOTONIC ms of the last loop iteration */
+    int state;            /* worker_state_t */
+    uint64_t progress_ms; /* CLOCK_MONOTONIC ms of the last loop iteration */
     uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
     /* Publish-to-commit latency of committed messages that carry the integer
      * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */

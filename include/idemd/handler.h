@@ -107,8 +107,8 @@ typedef struct idemd_handler {
     unsigned abi_major; /* IDEMD_HANDLER_ABI_MAJOR */
     unsigned abi_minor; /* IDEMD_HANDLER_ABI_MINOR */
     const char *name;
-    int (*init)(const idemd_host_t *host, const idemd_settings_t *settings,
-                struct st_mysql *db, void **state, char *err, size_t errlen);
+    int (*init)(const idemd_host_t *host, const idemd_settings_t *settings, struct st_mysql *db,
+                void **state, char *err, size_t errlen);
     idemd_result_t (*handle)(void *state, struct st_mysql *db, const idemd_message_t *msg,
                              char *err, size_t errlen);
     void (*fini)(void *state);

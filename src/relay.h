@@ -1,0 +1,53 @@
+/* relay.h: building the copies idemd republishes: retry tiers and dead letters with reason headers.
+ */
+#ifndef IDEMD_RELAY_H
+#define IDEMD_RELAY_H
+
+#include <amqp.h>
+#include <stdint.h>
+
+#include "conf.h"
+
+/* Header names idemd owns (RabbitMQ 4 ignores client-set x- headers). */
+#define RELAY_H_ATTEMPTS "idemd-attempts"           /* int: attempts made so far */
+#define RELAY_H_ERROR "idemd-error"                 /* last error text */
+#define RELAY_H_FIRST_FAILURE "idemd-first-failure" /* ISO 8601 UTC */
+#define RELAY_H_LAST_FAILURE "idemd-last-failure"   /* ISO 8601 UTC */
+#define RELAY_H_EXCHANGE "idemd-original-exchange"
+#define RELAY_H_ROUTING_KEY "idemd-original-routing-key"
+#define RELAY_H_QUEUE "idemd-queue" /* the queue whose handler failed */
+
+/* A copy of a delivery, ready for mq_publish. Borrows from the envelope. */
+typedef struct relay_copy {
+    amqp_basic_properties_t props;
+    amqp_table_entry_t *entries; /* owned */
+    char now[64];
+    char error[512];
+} relay_copy_t;
+
+/*
+ * Fill c from env: same properties and body, persistent; the broker's
+ * death and delivery-count headers dropped (a copy that carried x-death
+ * through the same delay queue twice would be dropped by the broker as a
+ * cycle); idemd's headers set: attempts, error, first failure (kept from an
+ * earlier copy), last failure = now_ms (CLOCK_REALTIME), original exchange
+ * and routing key (kept from an earlier copy), queue. c borrows env, which
+ * must outlive it. Returns 0, or -1 when out of memory. Free with
+ * relay_copy_free.
+ */
+int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
+                    unsigned attempts, const char *error, uint64_t now_ms)
+    __attribute__((warn_unused_result));
+
+void relay_copy_free(relay_copy_t *c);
+
+/*
+ * Name of the delay queue for a message that failed its attempt-th attempt
+ * (1-based): tier min(attempt, n) - 1 of q->retry_delays_ms, named
+ * "<queue>.retry.<ms>". Writes it into buf and the delay into *delay_ms.
+ * Returns buf, or NULL when the queue has no tiers (retry at once).
+ */
+const char *relay_delay_queue(const conf_queue_t *q, unsigned attempt, char *buf, size_t len,
+                              int *delay_ms);
+
+#endif
