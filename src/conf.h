@@ -50,6 +50,25 @@ typedef struct conf_queue {
     int line;                         /* line of the queue's group in the file */
 } conf_queue_t;
 
+/* broker.tls: AMQP over TLS (rabbitmq-c's OpenSSL socket, TLS 1.2 or newer). */
+typedef struct conf_broker_tls {
+    bool enabled;         /* default false */
+    char *ca_file;        /* PEM CA bundle the broker's certificate must chain to */
+    char *cert_file;      /* client certificate (PEM chain) or NULL; needs key_file */
+    char *key_file;       /* client key (unencrypted PEM) or NULL; needs cert_file */
+    bool verify_peer;     /* check the chain against ca_file; default true */
+    bool verify_hostname; /* check host against the certificate's names; default true */
+} conf_broker_tls_t;
+
+/* database.tls: MySQL protocol TLS (Connector/C). */
+typedef struct conf_database_tls {
+    bool enabled;            /* default false; when true a connection without TLS fails */
+    char *ca_file;           /* PEM CA bundle or NULL (the system's CA store) */
+    char *cert_file;         /* client certificate or NULL; needs key_file */
+    char *key_file;          /* client key or NULL; needs cert_file */
+    bool verify_server_cert; /* chain and host name; default true */
+} conf_database_tls_t;
+
 typedef struct conf_broker {
     char *host;     /* default "127.0.0.1" */
     int port;       /* default 5672 */
@@ -57,6 +76,7 @@ typedef struct conf_broker {
     char *user;     /* default "guest" */
     char *password; /* from password or password_file; default "guest" */
     int heartbeat;  /* seconds; default 30; 0 = off */
+    conf_broker_tls_t tls;
 } conf_broker_t;
 
 typedef struct conf_database {
@@ -70,6 +90,7 @@ typedef struct conf_database {
     int connect_timeout; /* seconds; default 5 */
     int read_timeout;    /* seconds; default 30 */
     int write_timeout;   /* seconds; default 30 */
+    conf_database_tls_t tls;
 } conf_database_t;
 
 typedef struct conf {
@@ -82,19 +103,34 @@ typedef struct conf {
     conf_queue_t *queues;
     int n_queues;
     config_t lc; /* the parsed tree, kept for handler settings */
+    /* Problems that do not stop loading (e.g. a password in a file others
+     * can read), "FILE:LINE: SETTING: PROBLEM" each; owned by conf. conf_load
+     * logs nothing: the caller prints them (log_warn) once logging is set up. */
+    char **warnings;
+    int n_warnings;
 } conf_t;
 
 /*
  * Read and validate a config file. On success returns 0 and *out owns a new
- * conf_t (free with conf_free). On failure returns -1, *out is NULL, and err
- * holds "FILE:LINE: SETTING: PROBLEM" (nothing is logged). Does not connect
- * anywhere and does not load plugins.
+ * conf_t (free with conf_free); (*out)->warnings lists what deserves a
+ * warning but did not stop loading. On failure returns -1, *out is NULL, and
+ * err holds "FILE:LINE: SETTING: PROBLEM" (nothing is logged). Does not
+ * connect anywhere and does not load plugins; files named by TLS settings
+ * are opened once to check that they are readable.
  */
 int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* Free a conf_t and everything it owns; NULL is fine. */
 void conf_free(conf_t *conf);
+
+/*
+ * Reload support: whether the broker or database settings differ, or one
+ * queue's settings (its handler's settings group included). On true, what
+ * names the first differing setting, e.g. "queues.orders.prefetch".
+ */
+bool conf_connections_differ(const conf_t *a, const conf_t *b, char *what, size_t len);
+bool conf_queue_differs(const conf_queue_t *a, const conf_queue_t *b, char *what, size_t len);
 
 /* Print the effective configuration (passwords masked) in libconfig syntax. */
 void conf_dump(const conf_t *conf, FILE *out);

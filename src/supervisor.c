@@ -1,4 +1,4 @@
-/* supervisor.c: the main process: forks and restarts workers, handles signals, talks to systemd. */
+/* supervisor.c: the main process: forks and restarts workers, reloads the config, talks to systemd. */
 #include "supervisor.h"
 
 #include <errno.h>
@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/signalfd.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <systemd/sd-daemon.h>
 #include <time.h>
@@ -18,26 +19,40 @@
 #include "plugin.h"
 #include "worker.h"
 
-#define SUPERVISOR_BACKOFF_MIN_MS 200
-#define SUPERVISOR_BACKOFF_MAX_MS 30000
-#define SUPERVISOR_HEALTHY_MS 30000 /* a worker up this long resets its backoff */
+#define SUP_BACKOFF_MIN_MS 200
+#define SUP_BACKOFF_MAX_MS 30000
+#define SUP_HEALTHY_MS 30000 /* a worker up this long resets its backoff */
+#define SUP_MAX_SLOTS 256 /* workers alive at once, old and new generations together */
 
 typedef struct sup_worker {
-    int queue; /* index into conf->queues */
-    int index; /* worker number within the queue */
-    pid_t pid; /* 0 when not running */
+    bool used;
+    const conf_t *conf; /* the generation it belongs to */
+    const conf_queue_t *q;
+    int index;  /* worker number within the queue */
+    pid_t pid;  /* 0 when not running */
     uint64_t started_ms;
-    uint64_t restart_at_ms; /* when pid == 0: when to start it again */
+    uint64_t restart_at_ms; /* when pid == 0: when to start it (again) */
     int failures;           /* consecutive abnormal exits */
+    bool retiring;          /* stopped by a reload: drained, never restarted */
+    bool waiting;           /* started by a reload: waits for its queue's old workers */
     worker_slot_t *slot;
 } sup_worker_t;
 
+/* A handler file as it was when the config generation was loaded. */
+typedef struct sup_file_id {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+} sup_file_id_t;
+
 typedef struct supervisor {
-    conf_t *conf;
-    plugin_t **plugins; /* one per queue */
-    sup_worker_t *workers;
-    int n_workers;
-    worker_slot_t *slots; /* shared memory, n_workers entries */
+    conf_t *conf;          /* the current generation */
+    sup_file_id_t *ids;    /* per queue of conf */
+    conf_t **old;          /* earlier generations: workers may still point into them */
+    int n_old;
+    sup_worker_t workers[SUP_MAX_SLOTS];
+    worker_slot_t *slots; /* shared memory, SUP_MAX_SLOTS entries */
     int sigfd;
     bool ready;
     bool stopping;
@@ -47,62 +62,99 @@ typedef struct supervisor {
     uint64_t next_status_ms;
 } supervisor_t;
 
-static uint64_t supervisor_now_ms(void)
+static uint64_t sup_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-/* Load every queue's handler to check its ABI. 0, or -1 (logged, naming the file). */
-static int supervisor_load_plugins(supervisor_t *s)
+/*
+ * Check every queue's handler (dlopen, ABI) and note each file's identity
+ * into a new array in *ids (caller frees). The plugins are closed again:
+ * each worker loads its own after fork, so a replaced file is picked up.
+ * 0, or -1 (logged, naming the file).
+ */
+static int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
 {
     char err[512];
-    s->plugins = calloc((size_t)s->conf->n_queues, sizeof(*s->plugins));
-    if (s->plugins == NULL)
+    struct stat st;
+    *ids = calloc((size_t)conf->n_queues, sizeof(**ids));
+    if (*ids == NULL)
         return -1;
-    for (int i = 0; i < s->conf->n_queues; i++) {
-        const conf_queue_t *q = &s->conf->queues[i];
-        if (plugin_load(q->handler, &s->plugins[i], err, sizeof(err)) != 0) {
+    for (int i = 0; i < conf->n_queues; i++) {
+        const conf_queue_t *q = &conf->queues[i];
+        plugin_t *p = NULL;
+        if (plugin_load(q->handler, &p, err, sizeof(err)) != 0) {
             log_error("queue '%s': %s", q->name, err);
-            return -1;
+            goto fail;
         }
-        log_info("queue '%s': handler '%s' from %s", q->name, s->plugins[i]->handler->name,
-                 q->handler);
+        log_info("queue '%s': handler '%s' from %s", q->name, p->handler->name, q->handler);
+        plugin_free(p);
+        if (stat(q->handler, &st) == 0) {
+            (*ids)[i].dev = st.st_dev;
+            (*ids)[i].ino = st.st_ino;
+            (*ids)[i].size = st.st_size;
+            (*ids)[i].mtime = st.st_mtim;
+        }
     }
     return 0;
+fail:
+    free(*ids);
+    *ids = NULL;
+    return -1;
+}
+
+/* Add a worker entry for queue q of conf; it starts at the next loop turn (unless waiting). */
+static void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, int index,
+                           bool waiting)
+{
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        sup_worker_t *w = &s->workers[i];
+        if (w->used)
+            continue;
+        memset(w, 0, sizeof(*w));
+        w->used = true;
+        w->conf = conf;
+        w->q = q;
+        w->index = index;
+        w->waiting = waiting;
+        w->slot = &s->slots[i];
+        return;
+    }
+    log_error("queue '%s': more than %d workers at once: worker %d not started", q->name,
+              SUP_MAX_SLOTS, index);
 }
 
 /* Fork worker w. The child never returns. */
-static void supervisor_spawn(supervisor_t *s, sup_worker_t *w)
+static void sup_spawn(supervisor_t *s, sup_worker_t *w)
 {
-    const conf_queue_t *q = &s->conf->queues[w->queue];
     /* Counters survive restarts; only the liveness fields start over. */
     __atomic_store_n(&w->slot->state, WORKER_STATE_STARTING, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->progress_ms, 0, __ATOMIC_RELAXED);
     pid_t pid = fork();
     if (pid < 0) {
-        log_error("fork for queue '%s' worker %d: %s", q->name, w->index, strerror(errno));
-        w->restart_at_ms = supervisor_now_ms() + SUPERVISOR_BACKOFF_MAX_MS;
+        log_error("fork for queue '%s' worker %d: %s", w->q->name, w->index, strerror(errno));
+        w->restart_at_ms = sup_now_ms() + SUP_BACKOFF_MAX_MS;
         return;
     }
     if (pid == 0) {
         close(s->sigfd);
-        worker_main(s->conf, q, w->index, s->plugins[w->queue], w->slot);
+        worker_main(w->conf, w->q, w->index, w->slot);
     }
     w->pid = pid;
-    w->started_ms = supervisor_now_ms();
-    log_debug("started worker %s#%d as pid %d", q->name, w->index, (int)pid);
+    w->started_ms = sup_now_ms();
+    log_debug("started worker %s#%d as pid %d", w->q->name, w->index, (int)pid);
 }
 
 /* Describe how a worker ended, for the log. */
-static void supervisor_describe_exit(int status, const conf_queue_t *q, char *buf, size_t len)
+static void sup_describe_exit(int status, const conf_queue_t *q, char *buf, size_t len)
 {
     if (WIFEXITED(status)) {
         int code = WEXITSTATUS(status);
         snprintf(buf, len, "exited with code %d%s", code,
                  code == WORKER_EXIT_TEMPFAIL ? " (lost broker or database)"
-                 : code == WORKER_EXIT_CONFIG ? " (configuration or handler init problem)"
+                 : code == WORKER_EXIT_CONFIG ? " (configuration, declaration or handler problem)"
                                               : "");
     } else if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
@@ -117,92 +169,115 @@ static void supervisor_describe_exit(int status, const conf_queue_t *q, char *bu
     }
 }
 
-/* Reap exited workers and schedule their restart with capped exponential backoff and jitter. */
-static void supervisor_reap(supervisor_t *s)
+/* After an abnormal exit: restart with capped exponential backoff and jitter. */
+static uint64_t sup_backoff(sup_worker_t *w, uint64_t now)
+{
+    if (now - w->started_ms > SUP_HEALTHY_MS)
+        w->failures = 0;
+    uint64_t delay = SUP_BACKOFF_MIN_MS;
+    for (int k = 0; k < w->failures && delay < SUP_BACKOFF_MAX_MS; k++)
+        delay *= 2;
+    if (delay > SUP_BACKOFF_MAX_MS)
+        delay = SUP_BACKOFF_MAX_MS;
+    w->failures++;
+    return delay / 2 + (uint64_t)rand() % (delay / 2 + 1);
+}
+
+/* Reap exited workers: free retired ones, schedule the restart of the others. */
+static void sup_reap(supervisor_t *s)
 {
     int status;
     pid_t pid;
     char why[160];
     while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
-        for (int i = 0; i < s->n_workers; i++) {
+        for (int i = 0; i < SUP_MAX_SLOTS; i++) {
             sup_worker_t *w = &s->workers[i];
-            if (w->pid != pid)
+            if (!w->used || w->pid != pid)
                 continue;
-            const conf_queue_t *q = &s->conf->queues[w->queue];
-            uint64_t now = supervisor_now_ms();
+            uint64_t now = sup_now_ms();
             w->pid = 0;
-            if (s->stopping) {
-                log_debug("worker %s#%d stopped", q->name, w->index);
+            sup_describe_exit(status, w->q, why, sizeof(why));
+            if (s->stopping || w->retiring) {
+                log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid,
+                         why);
+                w->used = false;
                 break;
             }
-            supervisor_describe_exit(status, q, why, sizeof(why));
-            if (now - w->started_ms > SUPERVISOR_HEALTHY_MS)
-                w->failures = 0;
-            uint64_t delay = SUPERVISOR_BACKOFF_MIN_MS;
-            for (int k = 0; k < w->failures && delay < SUPERVISOR_BACKOFF_MAX_MS; k++)
-                delay *= 2;
-            if (delay > SUPERVISOR_BACKOFF_MAX_MS)
-                delay = SUPERVISOR_BACKOFF_MAX_MS;
-            delay = delay / 2 + (uint64_t)rand() % (delay / 2 + 1); /* jitter */
-            w->failures++;
+            uint64_t delay = sup_backoff(w, now);
             w->restart_at_ms = now + delay;
-            log_warn("worker %s#%d (pid %d) %s; restarting in %llu ms", q->name, w->index, (int)pid,
-                     why, (unsigned long long)delay);
+            log_warn("worker %s#%d (pid %d) %s; restarting in %llu ms", w->q->name, w->index,
+                     (int)pid, why, (unsigned long long)delay);
             break;
         }
     }
 }
 
-/* Tell systemd (and the log) how the queues are doing. */
-static void supervisor_status(supervisor_t *s)
+/* Whether a retiring worker of the queue named name is still running. */
+static bool sup_draining(const supervisor_t *s, const char *name)
 {
-    char buf[1024];
-    size_t off = 0;
-    uint64_t total_ok = 0, total_dup = 0;
-    int consuming = 0;
-    for (int i = 0; i < s->n_workers; i++) {
-        worker_slot_t *sl = s->workers[i].slot;
-        total_ok += __atomic_load_n(&sl->n_ok, __ATOMIC_RELAXED);
-        total_dup += __atomic_load_n(&sl->n_duplicate, __ATOMIC_RELAXED);
-        if (s->workers[i].pid &&
-            __atomic_load_n(&sl->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        const sup_worker_t *w = &s->workers[i];
+        if (w->used && w->retiring && w->pid && strcmp(w->q->name, name) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Tell systemd how the workers are doing. */
+static void sup_status(supervisor_t *s)
+{
+    char buf[256];
+    uint64_t ok = 0, dup = 0;
+    int consuming = 0, total = 0;
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        const sup_worker_t *w = &s->workers[i];
+        ok += __atomic_load_n(&s->slots[i].n_ok, __ATOMIC_RELAXED);
+        dup += __atomic_load_n(&s->slots[i].n_duplicate, __ATOMIC_RELAXED);
+        if (!w->used || w->retiring)
+            continue;
+        total++;
+        if (w->pid && __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
             consuming++;
     }
-    off += (size_t)snprintf(buf + off, sizeof(buf) - off,
-                            "STATUS=%d/%d workers consuming; %llu processed, %llu duplicates",
-                            consuming, s->n_workers, (unsigned long long)total_ok,
-                            (unsigned long long)total_dup);
+    snprintf(buf, sizeof(buf), "STATUS=%d/%d workers consuming; %llu processed, %llu duplicates",
+             consuming, total, (unsigned long long)ok, (unsigned long long)dup);
     sd_notify(0, buf);
 }
 
-/* All workers consuming for the first time: announce readiness. */
-static void supervisor_check_ready(supervisor_t *s)
+/* Every current worker consuming after startup or a reload: announce readiness. */
+static void sup_check_ready(supervisor_t *s)
 {
+    int n = 0;
     if (s->ready)
         return;
-    for (int i = 0; i < s->n_workers; i++)
-        if (!s->workers[i].pid ||
-            __atomic_load_n(&s->workers[i].slot->state, __ATOMIC_RELAXED) != WORKER_STATE_CONSUMING)
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        const sup_worker_t *w = &s->workers[i];
+        if (!w->used || w->retiring)
+            continue;
+        if (!w->pid ||
+            __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) != WORKER_STATE_CONSUMING)
             return;
+        n++;
+    }
     s->ready = true;
-    log_info("ready: %d queues, %d workers consuming", s->conf->n_queues, s->n_workers);
+    log_info("ready: %d queues, %d workers consuming", s->conf->n_queues, n);
     sd_notify(0, "READY=1");
-    supervisor_status(s);
+    sup_status(s);
 }
 
 /* Ping the watchdog only while every running worker showed progress within the interval. */
-static void supervisor_watchdog(supervisor_t *s, uint64_t now)
+static void sup_watchdog(supervisor_t *s, uint64_t now)
 {
     uint64_t limit_ms = s->watchdog_usec / 1000;
     if (!s->watchdog_usec || now < s->next_watchdog_ms)
         return;
     s->next_watchdog_ms = now + limit_ms / 2;
-    for (int i = 0; i < s->n_workers; i++) {
-        sup_worker_t *w = &s->workers[i];
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        const sup_worker_t *w = &s->workers[i];
         uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
-        if (w->pid && p && now > p && now - p > limit_ms / 2) {
+        if (w->used && w->pid && p && now > p && now - p > limit_ms / 2) {
             log_warn("worker %s#%d shows no progress for %llu ms: withholding watchdog ping",
-                     s->conf->queues[w->queue].name, w->index, (unsigned long long)(now - p));
+                     w->q->name, w->index, (unsigned long long)(now - p));
             return;
         }
     }
@@ -210,7 +285,7 @@ static void supervisor_watchdog(supervisor_t *s, uint64_t now)
 }
 
 /* Value below which a fraction q of the merged latency samples fall, in microseconds. */
-static uint64_t supervisor_lat_quantile(const uint64_t *hist, uint64_t total, double q)
+static uint64_t sup_lat_quantile(const uint64_t *hist, uint64_t total, double q)
 {
     uint64_t want = (uint64_t)((double)total * q), seen = 0;
     for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
@@ -222,11 +297,11 @@ static uint64_t supervisor_lat_quantile(const uint64_t *hist, uint64_t total, do
 }
 
 /* At exit: the counters of all workers, and publish-to-commit latency if measured. */
-static void supervisor_log_totals(const supervisor_t *s)
+static void sup_log_totals(const supervisor_t *s)
 {
     uint64_t hist[WORKER_LAT_BUCKETS] = {0}, n = 0, ok = 0, dup = 0, retry = 0, rej = 0, com = 0;
-    for (int i = 0; i < s->n_workers; i++) {
-        const worker_slot_t *sl = s->workers[i].slot;
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        const worker_slot_t *sl = &s->slots[i];
         ok += sl->n_ok;
         dup += sl->n_duplicate;
         retry += sl->n_retry;
@@ -241,64 +316,170 @@ static void supervisor_log_totals(const supervisor_t *s)
              (unsigned long long)ok, (unsigned long long)dup, (unsigned long long)retry,
              (unsigned long long)rej, (unsigned long long)com);
     if (n)
-        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu", (unsigned long long)n,
-                 (unsigned long long)supervisor_lat_quantile(hist, n, 0.5),
-                 (unsigned long long)supervisor_lat_quantile(hist, n, 0.99));
+        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu",
+                 (unsigned long long)n, (unsigned long long)sup_lat_quantile(hist, n, 0.5),
+                 (unsigned long long)sup_lat_quantile(hist, n, 0.99));
 }
 
-static void supervisor_begin_stop(supervisor_t *s, int sig)
+/* Ask every worker of queue name (or all when name is NULL) to drain and exit. */
+static void sup_retire(supervisor_t *s, const char *name)
+{
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        sup_worker_t *w = &s->workers[i];
+        if (!w->used || w->retiring || (name && strcmp(w->q->name, name) != 0))
+            continue;
+        w->retiring = true;
+        w->waiting = false;
+        if (w->pid)
+            kill(w->pid, SIGTERM);
+        else
+            w->used = false;
+    }
+}
+
+static const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name)
+{
+    for (int i = 0; i < conf->n_queues; i++)
+        if (strcmp(conf->queues[i].name, name) == 0)
+            return &conf->queues[i];
+    return NULL;
+}
+
+static bool sup_file_changed(const sup_file_id_t *a, const sup_file_id_t *b)
+{
+    return a->dev != b->dev || a->ino != b->ino || a->size != b->size ||
+           a->mtime.tv_sec != b->mtime.tv_sec || a->mtime.tv_nsec != b->mtime.tv_nsec;
+}
+
+/*
+ * SIGHUP: load the file again. Queues whose settings or handler file
+ * changed are drained (their workers finish and ack their transaction,
+ * unacked deliveries return to the queue) before their new workers start;
+ * removed queues are drained; new queues start; the rest keep running. A
+ * change of broker or database restarts every queue this way. A config
+ * that does not load, or a handler that does not, leaves everything as it
+ * was.
+ */
+static void sup_reload(supervisor_t *s)
+{
+    char err[1024], what[600];
+    conf_t *next = NULL;
+    sup_file_id_t *ids = NULL;
+    conf_t **old;
+
+    sd_notify(0, "RELOADING=1");
+    log_info("SIGHUP: reloading %s", s->conf->path);
+    if (conf_load(s->conf->path, &next, err, sizeof(err)) != 0) {
+        log_error("reload failed, keeping the running configuration: %s", err);
+        goto keep;
+    }
+    if (sup_check_plugins(next, &ids) != 0) {
+        log_error("reload failed, keeping the running configuration: a handler did not load");
+        goto keep;
+    }
+    old = realloc(s->old, sizeof(*old) * (size_t)(s->n_old + 1));
+    if (old == NULL)
+        goto keep;
+    s->old = old;
+
+    bool all = conf_connections_differ(s->conf, next, what, sizeof(what));
+    if (all)
+        log_info("reload: %s changed: draining and restarting every worker", what);
+    for (int i = 0; i < s->conf->n_queues; i++)
+        if (!sup_find_queue(next, s->conf->queues[i].name)) {
+            log_info("reload: queue '%s' removed: draining its workers", s->conf->queues[i].name);
+            sup_retire(s, s->conf->queues[i].name);
+        }
+    for (int i = 0; i < next->n_queues; i++) {
+        const conf_queue_t *nq = &next->queues[i];
+        const conf_queue_t *oq = sup_find_queue(s->conf, nq->name);
+        bool changed = all;
+        if (oq && !changed && conf_queue_differs(oq, nq, what, sizeof(what))) {
+            log_info("reload: %s changed: draining queue '%s'", what, nq->name);
+            changed = true;
+        }
+        if (oq && !changed && sup_file_changed(&s->ids[oq - s->conf->queues], &ids[i])) {
+            log_info("reload: handler file %s changed: draining queue '%s'", nq->handler,
+                     nq->name);
+            changed = true;
+        }
+        if (oq && !changed)
+            continue; /* its workers keep running with identical settings */
+        if (!oq)
+            log_info("reload: new queue '%s'", nq->name);
+        else
+            sup_retire(s, nq->name);
+        for (int k = 0; k < nq->workers; k++)
+            sup_add_worker(s, next, nq, k, oq != NULL);
+    }
+    s->old[s->n_old++] = s->conf;
+    s->conf = next;
+    free(s->ids);
+    s->ids = ids;
+    log_set_level((log_level_t)next->log_level);
+    s->ready = false; /* READY=1 again once every current worker consumes */
+    return;
+keep:
+    conf_free(next);
+    free(ids);
+    sd_notify(0, "READY=1");
+}
+
+static void sup_begin_stop(supervisor_t *s, int sig)
 {
     if (s->stopping)
         return;
     s->stopping = true;
-    s->stop_deadline_ms = supervisor_now_ms() + (uint64_t)s->conf->shutdown_timeout * 1000;
+    s->stop_deadline_ms = sup_now_ms() + (uint64_t)s->conf->shutdown_timeout * 1000;
     log_info("signal %d: stopping (finishing in-flight transactions)", sig);
     sd_notify(0, "STOPPING=1");
-    for (int i = 0; i < s->n_workers; i++)
-        if (s->workers[i].pid)
+    for (int i = 0; i < SUP_MAX_SLOTS; i++)
+        if (s->workers[i].used && s->workers[i].pid)
             kill(s->workers[i].pid, SIGTERM);
 }
 
-static int supervisor_running(const supervisor_t *s)
+static int sup_running(const supervisor_t *s)
 {
     int n = 0;
-    for (int i = 0; i < s->n_workers; i++)
-        n += s->workers[i].pid != 0;
+    for (int i = 0; i < SUP_MAX_SLOTS; i++)
+        n += s->workers[i].used && s->workers[i].pid != 0;
     return n;
 }
 
-/* Allocate workers and their shared slots. 0 or -1 (logged). */
-static int supervisor_setup(supervisor_t *s)
+/* One turn of the loop after signals: start due workers, readiness, watchdog, status. */
+static void sup_tick(supervisor_t *s, uint64_t now)
 {
-    for (int i = 0; i < s->conf->n_queues; i++)
-        s->n_workers += s->conf->queues[i].workers;
-    s->workers = calloc((size_t)s->n_workers, sizeof(*s->workers));
-    s->slots = mmap(NULL, sizeof(worker_slot_t) * (size_t)s->n_workers, PROT_READ | PROT_WRITE,
-                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-    if (s->workers == NULL || s->slots == MAP_FAILED) {
-        log_error("out of memory for %d workers", s->n_workers);
-        s->slots = NULL;
-        return -1;
-    }
-    int k = 0;
-    for (int i = 0; i < s->conf->n_queues; i++)
-        for (int j = 0; j < s->conf->queues[i].workers; j++, k++) {
-            s->workers[k].queue = i;
-            s->workers[k].index = j;
-            s->workers[k].slot = &s->slots[k];
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        sup_worker_t *w = &s->workers[i];
+        if (!w->used || w->pid || w->retiring || now < w->restart_at_ms)
+            continue;
+        if (w->waiting) {
+            if (sup_draining(s, w->q->name))
+                continue;
+            w->waiting = false;
         }
-    return 0;
+        sup_spawn(s, w);
+    }
+    sup_check_ready(s);
+    sup_watchdog(s, now);
+    if (s->ready && now >= s->next_status_ms) {
+        sup_status(s);
+        s->next_status_ms = now + 5000;
+    }
 }
 
 int supervisor_run(conf_t *conf)
 {
-    supervisor_t s;
+    supervisor_t *s = calloc(1, sizeof(*s));
     sigset_t mask;
     int rc = 1;
 
-    memset(&s, 0, sizeof(s));
-    s.conf = conf;
-    s.sigfd = -1;
+    if (s == NULL) {
+        conf_free(conf);
+        return 1;
+    }
+    s->conf = conf;
+    s->sigfd = -1;
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&mask);
@@ -307,74 +488,72 @@ int supervisor_run(conf_t *conf)
     sigaddset(&mask, SIGHUP);
     sigaddset(&mask, SIGCHLD);
     sigprocmask(SIG_BLOCK, &mask, NULL);
-    s.sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
-    if (s.sigfd < 0) {
+    s->sigfd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (s->sigfd < 0) {
         log_error("signalfd: %s", strerror(errno));
         goto fail;
     }
-    if (supervisor_load_plugins(&s) != 0 || supervisor_setup(&s) != 0)
+    s->slots = mmap(NULL, sizeof(worker_slot_t) * SUP_MAX_SLOTS, PROT_READ | PROT_WRITE,
+                    MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (s->slots == MAP_FAILED) {
+        log_error("mmap of worker slots: %s", strerror(errno));
+        s->slots = NULL;
         goto fail;
-    if (sd_watchdog_enabled(0, &s.watchdog_usec) <= 0)
-        s.watchdog_usec = 0;
+    }
+    if (sup_check_plugins(conf, &s->ids) != 0)
+        goto fail;
+    for (int i = 0; i < conf->n_queues; i++)
+        for (int k = 0; k < conf->queues[i].workers; k++)
+            sup_add_worker(s, conf, &conf->queues[i], k, false);
+    if (sd_watchdog_enabled(0, &s->watchdog_usec) <= 0)
+        s->watchdog_usec = 0;
     sd_notify(0, "STATUS=starting workers");
-    for (int i = 0; i < s.n_workers; i++)
-        supervisor_spawn(&s, &s.workers[i]);
 
     for (;;) {
-        struct pollfd pfd = {s.sigfd, POLLIN, 0};
-        int r = poll(&pfd, 1, s.ready ? 500 : 100);
-        uint64_t now = supervisor_now_ms();
+        struct pollfd pfd = {s->sigfd, POLLIN, 0};
+        int r = poll(&pfd, 1, s->ready ? 500 : 100);
+        uint64_t now = sup_now_ms();
         if (r > 0) {
             struct signalfd_siginfo si;
-            while (read(s.sigfd, &si, sizeof(si)) == sizeof(si)) {
+            while (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
                 if (si.ssi_signo == SIGCHLD)
                     continue; /* reaped below */
                 if (si.ssi_signo == SIGHUP) {
-                    log_warn("SIGHUP: configuration reload is not supported yet; restart to "
-                             "apply changes");
+                    if (!s->stopping)
+                        sup_reload(s);
                     continue;
                 }
-                supervisor_begin_stop(&s, (int)si.ssi_signo);
+                sup_begin_stop(s, (int)si.ssi_signo);
             }
         }
-        supervisor_reap(&s);
-        if (s.stopping) {
-            if (supervisor_running(&s) == 0)
-                break;
-            if (now >= s.stop_deadline_ms) {
-                log_warn("shutdown_timeout reached: killing %d workers", supervisor_running(&s));
-                for (int i = 0; i < s.n_workers; i++)
-                    if (s.workers[i].pid)
-                        kill(s.workers[i].pid, SIGKILL);
-                s.stop_deadline_ms = UINT64_MAX;
-            }
+        sup_reap(s);
+        if (!s->stopping) {
+            sup_tick(s, now);
             continue;
         }
-        for (int i = 0; i < s.n_workers; i++) {
-            sup_worker_t *w = &s.workers[i];
-            if (w->pid == 0 && now >= w->restart_at_ms)
-                supervisor_spawn(&s, w);
-        }
-        supervisor_check_ready(&s);
-        supervisor_watchdog(&s, now);
-        if (s.ready && now >= s.next_status_ms) {
-            supervisor_status(&s);
-            s.next_status_ms = now + 5000;
+        if (sup_running(s) == 0)
+            break;
+        if (now >= s->stop_deadline_ms) {
+            log_warn("shutdown_timeout reached: killing %d workers", sup_running(s));
+            for (int i = 0; i < SUP_MAX_SLOTS; i++)
+                if (s->workers[i].used && s->workers[i].pid)
+                    kill(s->workers[i].pid, SIGKILL);
+            s->stop_deadline_ms = UINT64_MAX;
         }
     }
-    supervisor_log_totals(&s);
+    sup_log_totals(s);
     log_info("stopped");
     rc = 0;
 fail:
-    if (s.plugins)
-        for (int i = 0; i < conf->n_queues; i++)
-            plugin_free(s.plugins[i]);
-    free(s.plugins);
-    if (s.slots)
-        munmap(s.slots, sizeof(worker_slot_t) * (size_t)s.n_workers);
-    free(s.workers);
-    if (s.sigfd >= 0)
-        close(s.sigfd);
-    conf_free(conf);
+    if (s->slots)
+        munmap(s->slots, sizeof(worker_slot_t) * SUP_MAX_SLOTS);
+    if (s->sigfd >= 0)
+        close(s->sigfd);
+    for (int i = 0; i < s->n_old; i++)
+        conf_free(s->old[i]);
+    free(s->old);
+    free(s->ids);
+    conf_free(s->conf);
+    free(s);
     return rc;
 }

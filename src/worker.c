@@ -680,10 +680,11 @@ static int worker_loop(worker_t *w)
     return WORKER_EXIT_STOPPED;
 }
 
-void worker_main(const conf_t *conf, const conf_queue_t *q, int index, const plugin_t *plugin,
-                 worker_slot_t *slot)
+void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_slot_t *slot)
 {
     worker_t w;
+    plugin_t *plugin = NULL;
+    char err[512];
     struct sigaction sa;
     sigset_t all;
     char ctx[160];
@@ -693,10 +694,14 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, const plu
     w.conf = conf;
     w.q = q;
     w.index = index;
-    w.h = plugin->handler;
     w.slot = slot;
     snprintf(ctx, sizeof(ctx), "%s#%d", q->name, index);
     log_set_context(ctx);
+    if (plugin_load(q->handler, &plugin, err, sizeof(err)) != 0) {
+        log_error("queue '%s': %s", q->name, err);
+        exit(WORKER_EXIT_CONFIG);
+    }
+    w.h = plugin->handler;
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
 
     memset(&sa, 0, sizeof(sa));
@@ -735,6 +740,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, const plu
         (void)db_rollback(w.db);
     db_close(w.db);
     free(w.batch);
+    plugin_free(plugin);
     log_debug("worker exiting with code %d", code);
     exit(code);
 }

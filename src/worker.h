@@ -45,10 +45,11 @@ uint64_t worker_lat_bucket_floor(int bucket);
 #define WORKER_EXIT_CONFIG 78   /* cannot work with this configuration (plugin init, declare) */
 
 /*
- * The body of a worker process: never returns, exits with one of the codes
- * above. conf, q and plugin are inherited from the supervisor across fork.
+ * The body of a worker process: loads q's handler, then never returns,
+ * exits with one of the codes above. conf and q are inherited from the
+ * supervisor across fork.
  */
-void worker_main(const conf_t *conf, const conf_queue_t *q, int index, const plugin_t *plugin,
-                 worker_slot_t *slot) __attribute__((noreturn));
+void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_slot_t *slot)
+    __attribute__((noreturn));
 
 #endif
