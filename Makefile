@@ -69,6 +69,9 @@ unit: check-build
 bench: check-build
 	bash bench/run
 
+chaos: check-build
+	bash tests/chaos/run
+
 demo: all $(TEST_TOOLS)
 	bash tests/demo
 
