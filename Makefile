@@ -57,6 +57,10 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
+# test_log's module is log.c itself: the pattern above would link it twice.
+$(B)/tests/unit/test_log: tests/unit/test_log.c src/log.c src/log.h | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
+
 $(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit:
 	mkdir -p $@
 

@@ -1,15 +1,28 @@
-/* log.c: leveled logging to stderr with timestamp, pid and a per-process context. */
+/* log.c: leveled logging to stderr lines or to the systemd journal with structured fields. */
 #include "log.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <sys/time.h>
+#include <systemd/sd-journal.h>
 #include <time.h>
 #include <unistd.h>
 
+#define LOG_TEXT_MAX 2048 /* longest text (and stderr line); longer text is cut */
+#define LOG_FIELDS_MAX 12
+#define LOG_IDENT "idemd"
+#define LOG_FIELD_MAX 1024 /* longest value of one IDEMD_* field */
+#define LOG_JOURNAL_SOCKET "/run/systemd/journal/socket"
+
 static log_level_t log_max = LOG_LEVEL_INFO;
 static char log_ctx[64] = "main";
+static int log_target = -1; /* -1: not resolved yet; else LOG_TARGET_STDERR or _JOURNAL */
+static log_journal_fn_t log_journal_writer = sd_journal_sendv;
 
 static const char *log_names[8] = {
     [LOG_LEVEL_ERROR] = "error",
@@ -17,6 +30,29 @@ static const char *log_names[8] = {
     [LOG_LEVEL_INFO] = "info",
     [LOG_LEVEL_DEBUG] = "debug",
 };
+
+static const char *log_target_names[] = {
+    [LOG_TARGET_AUTO] = "auto",
+    [LOG_TARGET_STDERR] = "stderr",
+    [LOG_TARGET_JOURNAL] = "journal",
+};
+
+/* Structured fields of one message; NULL members are not sent. */
+typedef struct log_fields {
+    const char *queue;
+    const char *consumer;
+    const char *msg_id;
+    const char *handler;
+    const char *outcome;
+} log_fields_t;
+
+/* One journal record under construction: "NAME=value" strings packed into buf. */
+typedef struct log_record {
+    struct iovec iov[LOG_FIELDS_MAX];
+    int n;
+    size_t used;
+    char buf[LOG_TEXT_MAX + 6144]; /* MESSAGE, 5 capped fields and the small ones fit */
+} log_record_t;
 
 void log_set_level(log_level_t level)
 {
@@ -31,29 +67,158 @@ int log_level_parse(const char *name)
     return -1;
 }
 
+bool log_enabled(log_level_t level)
+{
+    return level <= log_max;
+}
+
 void log_set_context(const char *ctx)
 {
     snprintf(log_ctx, sizeof(log_ctx), "%s", ctx);
 }
 
-void log_vmsg(log_level_t level, const char *fmt, va_list ap)
+int log_target_parse(const char *name)
 {
-    if (level > log_max)
+    for (int i = 0; i < (int)(sizeof(log_target_names) / sizeof(log_target_names[0])); i++)
+        if (strcasecmp(name, log_target_names[i]) == 0)
+            return i;
+    return -1;
+}
+
+/* Parse a whole decimal number without sign or spaces; 0, or -1 if s is anything else. */
+static int log_parse_u64(const char *s, size_t len, unsigned long long *out)
+{
+    unsigned long long v = 0;
+    if (len == 0 || len > 20)
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if (!isdigit((unsigned char)s[i]))
+            return -1;
+        unsigned d = (unsigned)(s[i] - '0');
+        if (v > (~0ULL - d) / 10)
+            return -1; /* overflow */
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 0;
+}
+
+bool log_journal_stream_matches(const char *journal_stream, unsigned long long dev,
+                                unsigned long long ino)
+{
+    unsigned long long d, i;
+    const char *colon;
+    if (journal_stream == NULL)
+        return false;
+    colon = strchr(journal_stream, ':');
+    if (colon == NULL)
+        return false;
+    if (log_parse_u64(journal_stream, (size_t)(colon - journal_stream), &d) != 0 ||
+        log_parse_u64(colon + 1, strlen(colon + 1), &i) != 0)
+        return false;
+    return d == dev && i == ino;
+}
+
+log_target_t log_target_resolve(log_target_t requested, const char *journal_stream, int fd)
+{
+    struct stat st;
+    if (requested == LOG_TARGET_STDERR || requested == LOG_TARGET_JOURNAL)
+        return requested;
+    if (journal_stream == NULL || fstat(fd, &st) != 0)
+        return LOG_TARGET_STDERR;
+    return log_journal_stream_matches(journal_stream, (unsigned long long)st.st_dev,
+                                      (unsigned long long)st.st_ino)
+               ? LOG_TARGET_JOURNAL
+               : LOG_TARGET_STDERR;
+}
+
+void log_set_target(log_target_t target)
+{
+    log_target = log_target_resolve(target, getenv("JOURNAL_STREAM"), STDERR_FILENO);
+    /* sd_journal_sendv() reports success when journald's socket is missing: check first. */
+    if (log_target == LOG_TARGET_JOURNAL && log_journal_writer == sd_journal_sendv &&
+        access(LOG_JOURNAL_SOCKET, F_OK) != 0) {
+        log_target = LOG_TARGET_STDERR;
+        if (target == LOG_TARGET_JOURNAL)
+            log_warn("journal logging requested, but %s is not there: logging to stderr",
+                     LOG_JOURNAL_SOCKET);
+    }
+}
+
+log_target_t log_get_target(void)
+{
+    if (log_target < 0) {
+        const char *env = getenv("IDEMD_LOG_TARGET");
+        int t = env && *env ? log_target_parse(env) : LOG_TARGET_AUTO;
+        log_set_target(t < 0 ? LOG_TARGET_AUTO : (log_target_t)t);
+        if (t < 0)
+            log_warn("IDEMD_LOG_TARGET=\"%s\" is not auto, stderr or journal: using auto (%s)", env,
+                     log_target_names[log_target]);
+    }
+    return (log_target_t)log_target;
+}
+
+void log_set_journal_writer(log_journal_fn_t fn)
+{
+    log_journal_writer = fn ? fn : sd_journal_sendv;
+}
+
+/* Append "NAME=value" to the record, value cut at max bytes; skipped when value is NULL. */
+static void log_record_add(log_record_t *r, const char *name, const char *value, int max)
+{
+    size_t room = sizeof(r->buf) - r->used;
+    int k;
+    if (value == NULL || r->n == LOG_FIELDS_MAX || room < 2)
         return;
-    char line[2048];
+    k = snprintf(r->buf + r->used, room, "%s=%.*s", name, max, value);
+    if (k < 0)
+        return;
+    size_t len = (size_t)k < room ? (size_t)k : room - 1;
+    r->iov[r->n].iov_base = r->buf + r->used;
+    r->iov[r->n].iov_len = len;
+    r->n++;
+    r->used += len + 1;
+}
+
+/* Send text to the journal; 0, or a negative errno when it could not be sent. */
+static int log_write_journal(log_level_t level, const char *text, const log_fields_t *f)
+{
+    log_record_t r;
+    char prio[4], msg[LOG_TEXT_MAX + 80];
+    r.n = 0;
+    r.used = 0;
+    snprintf(prio, sizeof(prio), "%d", (int)level);
+    /* journalctl shows MESSAGE alone: keep the context in it. */
+    snprintf(msg, sizeof(msg), "%s: %s", log_ctx, text);
+    log_record_add(&r, "MESSAGE", msg, (int)sizeof(msg));
+    log_record_add(&r, "PRIORITY", prio, 4);
+    log_record_add(&r, "SYSLOG_IDENTIFIER", LOG_IDENT, 16);
+    log_record_add(&r, "IDEMD_CONTEXT", log_ctx, (int)sizeof(log_ctx));
+    if (f) {
+        log_record_add(&r, "IDEMD_QUEUE", f->queue, LOG_FIELD_MAX);
+        log_record_add(&r, "IDEMD_CONSUMER", f->consumer, LOG_FIELD_MAX);
+        log_record_add(&r, "IDEMD_MSG_ID", f->msg_id, LOG_FIELD_MAX);
+        log_record_add(&r, "IDEMD_HANDLER", f->handler, LOG_FIELD_MAX);
+        log_record_add(&r, "IDEMD_OUTCOME", f->outcome, LOG_FIELD_MAX);
+    }
+    return log_journal_writer(r.iov, r.n);
+}
+
+/* The classic line: "2026-11-29 10:00:00.123 [pid] context level: text\n", one write. */
+static void log_write_stderr(log_level_t level, const char *text)
+{
+    char line[LOG_TEXT_MAX];
     struct timeval tv;
     struct tm tm;
     gettimeofday(&tv, NULL);
     localtime_r(&tv.tv_sec, &tm);
-    int n = snprintf(
-        line, sizeof(line), "%04d-%02d-%02d %02d:%02d:%02d.%03d [%d] %s %s: ", tm.tm_year + 1900,
-        tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000),
-        (int)getpid(), log_ctx, log_names[level] ? log_names[level] : "?");
+    int n = snprintf(line, sizeof(line), "%04d-%02d-%02d %02d:%02d:%02d.%03d [%d] %s %s: %s",
+                     tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                     (int)(tv.tv_usec / 1000), (int)getpid(), log_ctx,
+                     log_names[level] ? log_names[level] : "?", text);
     if (n < 0)
         return;
-    if ((size_t)n < sizeof(line))
-        vsnprintf(line + n, sizeof(line) - (size_t)n, fmt, ap);
-    size_t len = strlen(line);
+    size_t len = (size_t)n;
     if (len > sizeof(line) - 2)
         len = sizeof(line) - 2;
     line[len++] = '\n';
@@ -61,10 +226,43 @@ void log_vmsg(log_level_t level, const char *fmt, va_list ap)
     (void)!write(STDERR_FILENO, line, len);
 }
 
+static void log_emit(log_level_t level, const log_fields_t *f, const char *fmt, va_list ap)
+{
+    char text[LOG_TEXT_MAX];
+    int saved = errno; /* callers may log strerror(errno) and then look at errno again */
+    if ((unsigned)level >= 8 || level > log_max)
+        return;
+    vsnprintf(text, sizeof(text), fmt, ap);
+    if (log_get_target() != LOG_TARGET_JOURNAL || log_write_journal(level, text, f) < 0)
+        log_write_stderr(level, text);
+    errno = saved;
+}
+
+void log_vmsg(log_level_t level, const char *fmt, va_list ap)
+{
+    log_emit(level, NULL, fmt, ap);
+}
+
 void log_msg(log_level_t level, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    log_vmsg(level, fmt, ap);
+    log_emit(level, NULL, fmt, ap);
+    va_end(ap);
+}
+
+void log_vfields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
+                 const char *handler, const char *outcome, const char *fmt, va_list ap)
+{
+    log_fields_t f = {queue, consumer, msg_id, handler, outcome};
+    log_emit(level, &f, fmt, ap);
+}
+
+void log_fields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
+                const char *handler, const char *outcome, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    log_vfields(level, queue, consumer, msg_id, handler, outcome, fmt, ap);
     va_end(ap);
 }

@@ -1,8 +1,10 @@
-/* log.h: leveled logging to stderr (and later the journal), with a per-process context. */
+/* log.h: leveled logging to stderr or the systemd journal, with a per-process context. */
 #ifndef IDEMD_LOG_H
 #define IDEMD_LOG_H
 
 #include <stdarg.h>
+#include <stdbool.h>
+#include <sys/uio.h>
 
 typedef enum log_level {
     LOG_LEVEL_ERROR = 3,
@@ -11,15 +13,74 @@ typedef enum log_level {
     LOG_LEVEL_DEBUG = 7,
 } log_level_t;
 
+/* Where lines go. AUTO: the journal when stderr is connected to it, else stderr. */
+typedef enum log_target {
+    LOG_TARGET_AUTO = 0,
+    LOG_TARGET_STDERR = 1,
+    LOG_TARGET_JOURNAL = 2,
+} log_target_t;
+
 /* Set the most verbose level that is printed (default INFO). */
 void log_set_level(log_level_t level);
 /* Parse "error", "warning", "info", "debug"; -1 if unknown. */
 int log_level_parse(const char *name);
+/* True if a message of this level would be written. */
+bool log_enabled(log_level_t level);
 /* Context printed on every line of this process, e.g. "orders#1"; copied. */
 void log_set_context(const char *ctx);
 
+/*
+ * Choose the target. AUTO is resolved at once against the current stderr
+ * (call it again after redirecting fd 2); STDERR and JOURNAL force one.
+ * Until this is called, the first message resolves the environment variable
+ * IDEMD_LOG_TARGET ("auto", "stderr", "journal"; unset or unknown = auto).
+ * A forked child inherits the decision.
+ */
+void log_set_target(log_target_t target);
+/* The target in force: LOG_TARGET_STDERR or LOG_TARGET_JOURNAL (resolves it if need be). */
+log_target_t log_get_target(void);
+/* Parse "auto", "stderr", "journal" (any case); -1 if unknown. */
+int log_target_parse(const char *name);
+
+/*
+ * The journal detection, as sd_journal_stream_fd(3) documents it for
+ * services: JOURNAL_STREAM holds "DEVICE:INODE" (decimal) of the stream
+ * systemd connected to stdout/stderr; fd is ours only if fstat(fd) has that
+ * st_dev and st_ino. Pure: journal_stream is the variable's value or NULL.
+ */
+bool log_journal_stream_matches(const char *journal_stream, unsigned long long dev,
+                                unsigned long long ino);
+/*
+ * Resolve a requested target: STDERR and JOURNAL stay; AUTO becomes JOURNAL
+ * when fd is open and log_journal_stream_matches() says so, else STDERR.
+ */
+log_target_t log_target_resolve(log_target_t requested, const char *journal_stream, int fd);
+
 void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_vmsg(log_level_t level, const char *fmt, va_list ap);
+
+/*
+ * A message with structured fields. In the journal, each non-NULL argument
+ * becomes a field (IDEMD_QUEUE=, IDEMD_CONSUMER=, IDEMD_MSG_ID=,
+ * IDEMD_HANDLER=, IDEMD_OUTCOME=) next to PRIORITY=, MESSAGE=,
+ * SYSLOG_IDENTIFIER= and IDEMD_CONTEXT=; NULL ones are left out. On stderr
+ * only the formatted text is written, in exactly the line log_msg() writes.
+ * All strings are borrowed for the call; msg_id should be printable (the
+ * journal takes any bytes, but the stderr text is meant for people).
+ */
+void log_fields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
+                const char *handler, const char *outcome, const char *fmt, ...)
+    __attribute__((format(printf, 7, 8)));
+void log_vfields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
+                 const char *handler, const char *outcome, const char *fmt, va_list ap);
+
+/*
+ * For tests: replace the journal writer (sd_journal_sendv) by fn, which gets
+ * the fields as "NAME=value" iovecs and returns 0 or a negative errno (on
+ * failure the line goes to stderr instead). NULL restores sd_journal_sendv.
+ */
+typedef int (*log_journal_fn_t)(const struct iovec *iov, int n);
+void log_set_journal_writer(log_journal_fn_t fn);
 
 #define log_error(...) log_msg(LOG_LEVEL_ERROR, __VA_ARGS__)
 #define log_warn(...) log_msg(LOG_LEVEL_WARNING, __VA_ARGS__)
