@@ -26,10 +26,11 @@
 
 H_ROOT=${H_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 export H_ROOT
-export IDEMD=${IDEMD:-$H_ROOT/build/idemd}
-export MQTOOL=${MQTOOL:-$H_ROOT/build/tests/tools/mqtool}
-export H_PLUGINS=${H_PLUGINS:-$H_ROOT/build/plugins}
-export H_TEST_PLUGINS=${H_TEST_PLUGINS:-$H_ROOT/build/tests/plugins}
+export H_BUILD=${H_BUILD:-$H_ROOT/build}
+export IDEMD=${IDEMD:-$H_BUILD/idemd}
+export MQTOOL=${MQTOOL:-$H_BUILD/tests/tools/mqtool}
+export H_PLUGINS=${H_PLUGINS:-$H_BUILD/plugins}
+export H_TEST_PLUGINS=${H_TEST_PLUGINS:-$H_BUILD/tests/plugins}
 export H_SQL_DIR=${H_SQL_DIR:-$H_ROOT/sql}
 H_RABBIT_BIN=${H_RABBIT_BIN:-/usr/lib/rabbitmq/bin}
 
