@@ -37,7 +37,8 @@ typedef struct conf_queue {
     int max_attempts;     /* deliveries before dead-lettering; default 5 */
     int *retry_delays_ms; /* delay tiers; may be NULL */
     int n_retry_delays;
-    int handler_timeout;     /* seconds; 0 = none; default 0 */
+    int handler_timeout;     /* seconds; 0 = none; default 60 */
+    int record_retention_days; /* 0 = keep records forever (default) */
     bool declare;            /* declare the queue at startup; default true */
     bool durable;            /* default true */
     bool quorum;             /* x-queue-type=quorum; default false */

@@ -121,8 +121,77 @@ db_status_t db_attempt_clear(db_t *db, const char *id, size_t len)
     return db_key_exec(db, db->clear_stmt, "clearing attempts of", id, len);
 }
 
+/* "host:port", "socket PATH", with " (TLS)" when TLS is on: for logs. */
+static const char *db_where(const conf_database_t *cfg, char *buf, size_t len)
+{
+    if (cfg->socket)
+        snprintf(buf, len, "socket %s", cfg->socket);
+    else
+        snprintf(buf, len, "%s:%d%s", cfg->host, cfg->port, cfg->tls.enabled ? " (TLS)" : "");
+    return buf;
+}
+
+/*
+ * TLS options from cfg->tls (nothing when it is off). TCP even for
+ * "localhost", TLS 1.2 or newer, an empty key passphrase so that an
+ * encrypted key fails instead of OpenSSL prompting. 0, or -1 after logging.
+ */
+static int db_set_tls(db_t *db, const conf_database_t *cfg, const char *where)
+{
+    const conf_database_tls_t *t = &cfg->tls;
+    unsigned int proto = MYSQL_PROTOCOL_TCP;
+    my_bool on = 1, verify = t->verify_server_cert ? 1 : 0;
+    int bad = 0;
+
+    if (!t->enabled)
+        return 0;
+    bad |= mysql_options(db->my, MYSQL_OPT_PROTOCOL, &proto);
+    bad |= mysql_options(db->my, MYSQL_OPT_SSL_ENFORCE, &on);
+    bad |= mysql_options(db->my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+    bad |= mysql_options(db->my, MARIADB_OPT_TLS_VERSION, "TLSv1.2,TLSv1.3");
+    bad |= mysql_options(db->my, MARIADB_OPT_TLS_PASSPHRASE, "");
+    if (t->ca_file)
+        bad |= mysql_options(db->my, MYSQL_OPT_SSL_CA, t->ca_file);
+    if (t->cert_file) {
+        bad |= mysql_options(db->my, MYSQL_OPT_SSL_CERT, t->cert_file);
+        bad |= mysql_options(db->my, MYSQL_OPT_SSL_KEY, t->key_file);
+    }
+    if (bad) {
+        log_error("database %s: TLS: the client library refused a TLS option (built without "
+                  "TLS?)",
+                  where);
+        return -1;
+    }
+    return 0;
+}
+
+/* After connecting with tls.enabled: refuse a session that is not encrypted
+ * (Connector/C carries on in plain text when the server offers no TLS and
+ * verify_server_cert is off). 0 or -1 (logged). */
+static int db_check_tls(db_t *db, const conf_database_t *cfg, const char *where)
+{
+    const char *cipher, *version = NULL;
+
+    if (!cfg->tls.enabled)
+        return 0;
+    if ((cipher = mysql_get_ssl_cipher(db->my)) == NULL) {
+        log_error("database %s: TLS: the server did not start TLS (it offers none?); refusing "
+                  "the unencrypted session because tls.enabled is true",
+                  where);
+        return -1;
+    }
+    if (mariadb_get_infov(db->my, MARIADB_CONNECTION_TLS_VERSION, &version) != 0 || !version)
+        version = "?";
+    log_debug("database %s: TLS %s, cipher %s, server certificate %s", where, version, cipher,
+              cfg->tls.verify_server_cert ? "verified (chain and host name)"
+              : cfg->tls.ca_file          ? "chain verified, host name not checked"
+                                          : "NOT verified");
+    return 0;
+}
+
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
 {
+    char where[300];
     db_t *db = calloc(1, sizeof(*db));
     unsigned int t;
     my_bool off = 0;
@@ -143,14 +212,25 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
     mysql_options(db->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(db->my, MYSQL_INIT_COMMAND,
                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    db_where(cfg, where, sizeof(where));
+    if (db_set_tls(db, cfg, where) != 0)
+        goto fail;
     if (mysql_real_connect(db->my, cfg->socket ? NULL : cfg->host, cfg->user, cfg->password,
                            cfg->database, cfg->socket ? 0 : (unsigned)cfg->port, cfg->socket,
                            0) == NULL) {
-        log_error("database: cannot connect to %s%s%s as %s: %s",
-                  cfg->socket ? cfg->socket : cfg->host, cfg->socket ? "" : ":",
-                  cfg->socket ? "" : "port", cfg->user, mysql_error(db->my));
+        if (cfg->tls.enabled && mysql_errno(db->my) == CR_SSL_CONNECTION_ERROR)
+            log_error("database %s: TLS: cannot connect as %s: %s (tls.ca_file %s, "
+                      "tls.verify_server_cert %s)",
+                      where, cfg->user, mysql_error(db->my),
+                      cfg->tls.ca_file ? cfg->tls.ca_file : "none: the system's CA store",
+                      cfg->tls.verify_server_cert ? "true" : "false");
+        else
+            log_error("database %s: cannot connect as %s: %s", where, cfg->user,
+                      mysql_error(db->my));
         goto fail;
     }
+    if (db_check_tls(db, cfg, where) != 0)
+        goto fail;
     if (mysql_autocommit(db->my, 0) != 0) {
         log_error("database: cannot turn autocommit off: %s", mysql_error(db->my));
         goto fail;
@@ -192,6 +272,23 @@ void db_close(db_t *db)
 db_status_t db_record(db_t *db, const char *id, size_t len)
 {
     return db_key_exec(db, db->record_stmt, "recording", id, len);
+}
+
+long long db_purge(db_t *db, const char *table, const char *time_col, int days, int limit)
+{
+    char esc[2 * sizeof(db->consumer) + 1], sql[640];
+    mysql_real_escape_string(db->my, esc, db->consumer, db->consumer_len);
+    snprintf(sql, sizeof(sql),
+             "DELETE FROM `%s` WHERE consumer = '%s' AND `%s` < NOW(3) - INTERVAL %d DAY LIMIT %d",
+             table, esc, time_col, days, limit);
+    if (db_exec(db, sql) != DB_OK) {
+        (void)db_rollback(db);
+        return -1;
+    }
+    long long n = (long long)mysql_affected_rows(db->my);
+    if (db_commit(db) != DB_OK)
+        return -1;
+    return n;
 }
 
 db_status_t db_exec(db_t *db, const char *sql)

@@ -66,6 +66,13 @@ long long db_attempt_bump(db_t *db, const char *id, size_t len);
 /* Delete the message's attempts row inside the current transaction. */
 db_status_t db_attempt_clear(db_t *db, const char *id, size_t len);
 
+/*
+ * Retention: delete up to limit of this consumer's rows older than days
+ * from table (column time_col), committed. Returns the rows deleted, or -1
+ * (logged).
+ */
+long long db_purge(db_t *db, const char *table, const char *time_col, int days, int limit);
+
 /* Run one statement without a result set (SAVEPOINT, ROLLBACK TO, ...). Logs errors. */
 db_status_t db_exec(db_t *db, const char *sql);
 

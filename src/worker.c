@@ -71,6 +71,7 @@ typedef struct worker {
     idemd_header_t headers[WORKER_MAX_HEADERS];
     char scratch[8192];
     uint64_t next_reconcile_ms;
+    uint64_t next_purge_ms;
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -592,6 +593,33 @@ static void worker_reconcile(worker_t *w)
 }
 
 /*
+ * Retention, in worker 0 of each queue when idle: delete this consumer's
+ * records and crash counts older than record_retention_days, in chunks
+ * (one commit each) so that no long transaction holds locks, once an hour.
+ */
+static void worker_purge(worker_t *w)
+{
+    uint64_t now = worker_now_ms();
+    long long n, total = 0;
+    if (w->q->record_retention_days <= 0 || w->index != 0 || now < w->next_purge_ms)
+        return;
+    w->next_purge_ms = now + 3600 * 1000;
+    if (w->q->dedup == CONF_DEDUP_TABLE)
+        do {
+            n = db_purge(w->db, w->conf->database.record_table, "create_time",
+                         w->q->record_retention_days, 5000);
+            total += n > 0 ? n : 0;
+            worker_progress(w);
+        } while (n == 5000 && !worker_stop);
+    do {
+        n = db_purge(w->db, DB_ATTEMPT_TABLE, "updated_at", w->q->record_retention_days, 5000);
+        total += n > 0 ? n : 0;
+    } while (n == 5000 && !worker_stop);
+    log_info("retention: deleted %lld rows older than %d days", total,
+             w->q->record_retention_days);
+}
+
+/*
  * Take one batch (the first delivery waits up to 1 s). A suspect delivery
  * (redelivered) always runs alone, so that a message that kills its worker
  * takes no innocent batch-mates with it and its crash count is its own.
@@ -662,6 +690,7 @@ static int worker_loop(worker_t *w)
         }
         if (w->n == 0) {
             worker_reconcile(w);
+            worker_purge(w);
             continue;
         }
         worker_count(&w->slot->n_batches);
