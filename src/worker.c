@@ -313,8 +313,8 @@ static db_status_t worker_try_batch(worker_t *w)
  */
 static int worker_guard(worker_t *w, worker_msg_t *m)
 {
-    if (!m->suspect || !m->id_ok)
-        return 0;
+    if (!m->suspect || !m->id_ok || m->id_len == 0)
+        return 0; /* without an id (dedup = "none") there is nothing to count against */
     long long starts = db_attempt_bump(w->db, m->id, m->id_len);
     if (starts < 0)
         return -1;
