@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -38,6 +39,7 @@ typedef enum conf_type {
 #define CONF_F_SECRET 0x02    /* masked as "***" by conf_dump */
 #define CONF_F_NO_RELOAD 0x04 /* a change needs a restart */
 #define CONF_F_IDENT 0x08     /* [A-Za-z0-9_]+ only: the value is interpolated into SQL */
+#define CONF_F_READABLE 0x10  /* STRING: names a file that must be readable at load time */
 
 #define CONF_PATH_MAX 512
 #define CONF_SECRET_MAX 4096
@@ -64,6 +66,7 @@ typedef struct conf_def {
 } conf_def_t;
 
 typedef struct conf_ctx {
+    conf_t *conf; /* receives warnings */
     const char *path;
     const char *dir; /* of path, for files named by @include; NULL: the current one */
     char *err;
@@ -168,7 +171,8 @@ static const conf_def_t conf_defs[] = {
 
     CONF_STRING("broker", "host", conf_broker_t, host, NR, "127.0.0.1", 1, 255, NULL,
                 "host name or address of RabbitMQ"),
-    CONF_INT("broker", "port", conf_broker_t, port, NR, "5672", 1, 65535, "AMQP port"),
+    CONF_INT("broker", "port", conf_broker_t, port, NR, "5672", 1, 65535,
+             "AMQP port; a TLS listener (`tls.enabled`) is usually on 5671"),
     CONF_STRING("broker", "vhost", conf_broker_t, vhost, NR, "/", 1, 255, NULL, "virtual host"),
     CONF_STRING("broker", "user", conf_broker_t, user, NR, "guest", 1, 0, NULL, "user name"),
     CONF_STRING("broker", "password", conf_broker_t, password, NR | SE, "guest", 0, 0, NULL,
@@ -177,6 +181,29 @@ static const conf_def_t conf_defs[] = {
               "file holding the password (trailing newlines removed); excludes `password`"),
     CONF_INT("broker", "heartbeat", conf_broker_t, heartbeat, NR, "30", 0, 3600,
              "AMQP heartbeat in seconds; 0 = off"),
+    CONF_GROUP("broker", "tls", offsetof(conf_broker_t, tls), "broker_tls",
+               "TLS to the broker (docs/tls.md)"),
+
+    CONF_BOOL("broker_tls", "enabled", conf_broker_tls_t, enabled, NR, "false",
+              "connect with TLS 1.2 or newer; also set `port` to the broker's TLS listener "
+              "(usually 5671)"),
+    CONF_STRING("broker_tls", "ca_file", conf_broker_tls_t, ca_file, NR | CONF_F_READABLE, NULL, 1,
+                PATH_MAX - 1, "none",
+                "PEM file of the CA certificates the broker's certificate must chain to; "
+                "required when `enabled` and `verify_peer` are true (the system's CA store is "
+                "not read)"),
+    CONF_STRING("broker_tls", "cert_file", conf_broker_tls_t, cert_file, NR | CONF_F_READABLE,
+                NULL, 1, PATH_MAX - 1, "none",
+                "client certificate (PEM, may be followed by its chain) for brokers that ask "
+                "for one; needs `key_file`"),
+    CONF_STRING("broker_tls", "key_file", conf_broker_tls_t, key_file, NR | CONF_F_READABLE, NULL,
+                1, PATH_MAX - 1, "none",
+                "private key of `cert_file` (PEM, not encrypted); needs `cert_file`"),
+    CONF_BOOL("broker_tls", "verify_peer", conf_broker_tls_t, verify_peer, NR, "true",
+              "refuse a broker certificate that does not chain to `ca_file` or is not valid now"),
+    CONF_BOOL("broker_tls", "verify_hostname", conf_broker_tls_t, verify_hostname, NR, "true",
+              "refuse a broker certificate whose DNS names (or, without any, its CN) do not "
+              "match `host`"),
 
     CONF_STRING("database", "host", conf_database_t, host, NR, "127.0.0.1", 1, 255, NULL,
                 "server host name or address; not used when `socket` is set"),
@@ -200,6 +227,25 @@ static const conf_def_t conf_defs[] = {
              "seconds to wait for a reply; a lost reply to COMMIT is resolved after reconnecting"),
     CONF_INT("database", "write_timeout", conf_database_t, write_timeout, NR, "30", 1, 3600,
              "seconds to wait for a write to the server"),
+    CONF_GROUP("database", "tls", offsetof(conf_database_t, tls), "database_tls",
+               "TLS to the database server (docs/tls.md)"),
+
+    CONF_BOOL("database_tls", "enabled", conf_database_tls_t, enabled, NR, "false",
+              "connect with TLS over TCP and refuse a connection without it; excludes `socket`"),
+    CONF_STRING("database_tls", "ca_file", conf_database_tls_t, ca_file, NR | CONF_F_READABLE, NULL,
+                1, PATH_MAX - 1, "none (system CA store)",
+                "PEM file of the CA certificates the server's certificate must chain to; when "
+                "set, the chain is checked whatever `verify_server_cert` says"),
+    CONF_STRING("database_tls", "cert_file", conf_database_tls_t, cert_file, NR | CONF_F_READABLE,
+                NULL, 1, PATH_MAX - 1, "none",
+                "client certificate (PEM) for accounts that `REQUIRE X509`; needs `key_file`"),
+    CONF_STRING("database_tls", "key_file", conf_database_tls_t, key_file, NR | CONF_F_READABLE,
+                NULL, 1, PATH_MAX - 1, "none",
+                "private key of `cert_file` (PEM, not encrypted); needs `cert_file`"),
+    CONF_BOOL("database_tls", "verify_server_cert", conf_database_tls_t, verify_server_cert, NR,
+              "true",
+              "refuse a server certificate that does not match `host` (DNS name or IP address) "
+              "or, without `ca_file`, does not chain to the system's CA store"),
 
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),
@@ -264,6 +310,14 @@ static const conf_def_t conf_defs[] = {
 
 static int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                            const char *path);
+static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                             const char *path);
+static int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                                 const char *path);
+static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                               const char *path);
+static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                                   const char *path);
 static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                             const char *path);
 static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
@@ -272,8 +326,13 @@ static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void
 static const conf_section_t conf_sections[] = {
     {"root", "Top level", "The file holds these four settings and nothing else.", conf_check_root},
     {"daemon", "daemon", "Optional.", NULL},
-    {"broker", "broker", "Optional: every setting has a default.", NULL},
-    {"database", "database", "Required: `database` has no default.", NULL},
+    {"broker", "broker", "Optional: every setting has a default.", conf_check_broker},
+    {"broker_tls", "broker.tls",
+     "Optional; off by default. With `enabled = true` and `verify_peer = true`, `ca_file` is "
+     "required.",
+     conf_check_broker_tls},
+    {"database", "database", "Required: `database` has no default.", conf_check_database},
+    {"database_tls", "database.tls", "Optional; off by default.", conf_check_database_tls},
     {"queue", "queues.[N]", "One group per queue; queue names must be unique.", conf_check_queue},
     {"declare", "queues.[N].declare", "Optional.", conf_check_declare},
     {"binding", "queues.[N].declare.bindings.[N]", "One group per binding.", NULL},
@@ -285,6 +344,36 @@ static const conf_section_t conf_sections[] = {
 
 /* ---------------------------------------------------------------------- */
 /* Errors and names */
+
+/* The file that holds setting at (the main file for NULL), as a path that
+ * can be opened; *line is its line, 0 when unknown. */
+static void conf_source(const conf_ctx_t *ctx, const config_setting_t *at, char *buf, size_t len,
+                        int *line)
+{
+    const char *file = at ? config_setting_source_file(at) : NULL;
+    *line = at ? (int)config_setting_source_line(at) : 0;
+    if (!file)
+        file = ctx->path;
+    /* libconfig names an @include file as written; say where it was found. */
+    const char *dir = "", *sep = "";
+    if (ctx->dir && file[0] != '/' && strcmp(file, ctx->path) != 0) {
+        dir = ctx->dir;
+        sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
+    }
+    snprintf(buf, len, "%s%s%s", dir, sep, file);
+}
+
+static void conf_format(const conf_ctx_t *ctx, const config_setting_t *at, const char *setting,
+                        const char *problem, char *out, size_t outlen)
+{
+    char file[PATH_MAX + 8];
+    int line;
+    conf_source(ctx, at, file, sizeof(file), &line);
+    if (line > 0)
+        snprintf(out, outlen, "%s:%d: %s: %s", file, line, setting, problem);
+    else
+        snprintf(out, outlen, "%s: %s: %s", file, setting, problem);
+}
 
 /* Write "FILE:LINE: SETTING: PROBLEM" into ctx->err; the line is that of
  * setting "at" (no line when at is the root). Returns -1. */
@@ -301,22 +390,33 @@ static int conf_error(conf_ctx_t *ctx, const config_setting_t *at, const char *s
     va_end(ap);
     if (!ctx->err || ctx->errlen == 0)
         return -1;
-    const char *file = at ? config_setting_source_file(at) : NULL;
-    int line = at ? (int)config_setting_source_line(at) : 0;
-    if (!file)
-        file = ctx->path;
-    /* libconfig names an @include file as written; say where it was found. */
-    const char *dir = "", *sep = "";
-    if (ctx->dir && file[0] != '/' && strcmp(file, ctx->path) != 0) {
-        dir = ctx->dir;
-        sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
-    }
-    if (line > 0)
-        snprintf(ctx->err, ctx->errlen, "%s%s%s:%d: %s: %s", dir, sep, file, line, setting,
-                 problem);
-    else
-        snprintf(ctx->err, ctx->errlen, "%s%s%s: %s: %s", dir, sep, file, setting, problem);
+    conf_format(ctx, at, setting, problem, ctx->err, ctx->errlen);
     return -1;
+}
+
+/* Add "FILE:LINE: SETTING: PROBLEM" to the loaded conf's warnings. 0, or -1
+ * (error set) when out of memory. */
+static int conf_warn(conf_ctx_t *ctx, const config_setting_t *at, const char *setting,
+                     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+static int conf_warn(conf_ctx_t *ctx, const config_setting_t *at, const char *setting,
+                     const char *fmt, ...)
+{
+    char problem[1024], line[CONF_PATH_MAX + PATH_MAX + 1100];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(problem, sizeof(problem), fmt, ap);
+    va_end(ap);
+    conf_format(ctx, at, setting, problem, line, sizeof(line));
+    conf_t *conf = ctx->conf;
+    char **w = realloc(conf->warnings, (size_t)(conf->n_warnings + 1) * sizeof(*w));
+    if (!w)
+        return conf_error(ctx, at, setting, "out of memory");
+    conf->warnings = w;
+    if (!(w[conf->n_warnings] = strdup(line)))
+        return conf_error(ctx, at, setting, "out of memory");
+    conf->n_warnings++;
+    return 0;
 }
 
 static const char *conf_type_name(const config_setting_t *s)
@@ -462,6 +562,22 @@ static int conf_check_string(conf_ctx_t *ctx, const conf_def_t *d, const config_
                                   "may contain only letters, digits and '_' (got \"%s\")", v);
         }
     }
+    return 0;
+}
+
+/* A file named by a setting must open for reading now, so that a typo or a
+ * permission problem shows at startup and not at the first connection. */
+static int conf_check_readable(conf_ctx_t *ctx, const config_setting_t *s, const char *sp,
+                               const char *file)
+{
+    struct stat st;
+    int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0)
+        return conf_error(ctx, s, sp, "cannot open \"%s\": %s", file, strerror(errno));
+    int rc = fstat(fd, &st);
+    close(fd);
+    if (rc == 0 && S_ISDIR(st.st_mode))
+        return conf_error(ctx, s, sp, "\"%s\" is a directory", file);
     return 0;
 }
 
@@ -692,6 +808,9 @@ static int conf_load_one(conf_ctx_t *ctx, const conf_def_t *d, const config_sett
             return conf_error(ctx, s, sp, "must be a string (got %s)", conf_type_name(s));
         if (conf_check_string(ctx, d, s, sp, config_setting_get_string(s)) < 0)
             return -1;
+        if ((d->flags & CONF_F_READABLE) &&
+            conf_check_readable(ctx, s, sp, config_setting_get_string(s)) < 0)
+            return -1;
         return conf_set_string(ctx, s, sp, CONF_AT(base, d->off, char *),
                                config_setting_get_string(s));
     case CONF_T_INT:
@@ -829,6 +948,167 @@ static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *
     return 0;
 }
 
+/* A password written in the config file is as secret as the file: say so
+ * when group or others may read the file that holds it. */
+static int conf_check_inline_password(conf_ctx_t *ctx, const config_setting_t *grp,
+                                      const char *path)
+{
+    const config_setting_t *s = grp ? config_setting_get_member(grp, "password") : NULL;
+    char file[PATH_MAX + 8], sp[CONF_PATH_MAX];
+    struct stat st;
+    int line;
+
+    if (!s)
+        return 0;
+    conf_source(ctx, s, file, sizeof(file), &line);
+    if (stat(file, &st) != 0 || (st.st_mode & 077) == 0)
+        return 0;
+    conf_path(sp, path, "password");
+    return conf_warn(ctx, s, sp,
+                     "\"%s\" holds a password and is readable by %s (mode %04o): use "
+                     "password_file, or chmod go= the file",
+                     file, (st.st_mode & 007) ? "others" : "its group",
+                     (unsigned)(st.st_mode & 07777));
+}
+
+/* A private key file readable by every user is worth a warning (a group,
+ * like Debian's ssl-cert, is a common and deliberate setup). */
+static int conf_check_key_mode(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                               const char *key_file)
+{
+    char sp[CONF_PATH_MAX];
+    struct stat st;
+    if (!key_file || stat(key_file, &st) != 0 || (st.st_mode & S_IROTH) == 0)
+        return 0;
+    conf_path(sp, path, "key_file");
+    return conf_warn(ctx, config_setting_get_member(grp, "key_file"), sp,
+                     "\"%s\" is readable by every user (mode %04o): chmod o= it", key_file,
+                     (unsigned)(st.st_mode & 07777));
+}
+
+/* cert_file and key_file come as a pair. */
+static int conf_check_key_pair(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                               const char *cert_file, const char *key_file)
+{
+    char sp[CONF_PATH_MAX];
+    if (cert_file && !key_file) {
+        conf_path(sp, path, "cert_file");
+        return conf_error(ctx, config_setting_get_member(grp, "cert_file"), sp,
+                          "needs key_file too");
+    }
+    if (key_file && !cert_file) {
+        conf_path(sp, path, "key_file");
+        return conf_error(ctx, config_setting_get_member(grp, "key_file"), sp,
+                          "needs cert_file too");
+    }
+    return 0;
+}
+
+/* grp is the group itself, or its parent when the group is absent. */
+static const config_setting_t *conf_own_group(const config_setting_t *grp, const char *name)
+{
+    const char *gname = grp ? config_setting_name(grp) : NULL;
+    return gname && strcmp(gname, name) == 0 ? grp : NULL;
+}
+
+static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                             const char *path)
+{
+    conf_broker_t *b = base;
+    char sp[CONF_PATH_MAX];
+
+    if (conf_check_inline_password(ctx, conf_own_group(grp, "broker"), path) < 0)
+        return -1;
+    if (b->tls.enabled && b->port == 5672) {
+        const config_setting_t *port = grp ? config_setting_get_member(grp, "port") : NULL;
+        conf_path(sp, path, "port");
+        return conf_warn(ctx, port ? port : grp, sp,
+                         "5672 is the plain AMQP port but tls.enabled is true; a broker's TLS "
+                         "listener is usually on 5671");
+    }
+    return 0;
+}
+
+static int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                                 const char *path)
+{
+    conf_broker_tls_t *t = base;
+    const config_setting_t *own = conf_own_group(grp, "tls");
+    char sp[CONF_PATH_MAX];
+
+    if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
+        return -1;
+    if (!t->enabled)
+        return 0;
+    if (t->verify_peer && !t->ca_file) {
+        conf_path(sp, path, "ca_file");
+        return conf_error(ctx, grp, sp,
+                          "required when verify_peer is true (rabbitmq-c does not read the "
+                          "system's CA store)");
+    }
+    if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
+        return -1;
+    if (!t->verify_peer) {
+        conf_path(sp, path, "verify_peer");
+        if (conf_warn(ctx, own ? config_setting_get_member(own, "verify_peer") : grp, sp,
+                      "false: any certificate is accepted, so anyone on the path can pose as "
+                      "the broker") < 0)
+            return -1;
+    }
+    if (!t->verify_hostname) {
+        conf_path(sp, path, "verify_hostname");
+        if (conf_warn(ctx, own ? config_setting_get_member(own, "verify_hostname") : grp, sp,
+                      "false: a certificate issued to any other name is accepted") < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                               const char *path)
+{
+    conf_database_t *db = base;
+    const config_setting_t *own = conf_own_group(grp, "database");
+    char sp[CONF_PATH_MAX];
+
+    if (conf_check_inline_password(ctx, own, path) < 0)
+        return -1;
+    if (db->tls.enabled && db->socket) {
+        const config_setting_t *tls = own ? config_setting_get_member(own, "tls") : NULL;
+        const config_setting_t *en = tls ? config_setting_get_member(tls, "enabled") : NULL;
+        conf_path(sp, path, "tls.enabled");
+        return conf_error(ctx, en ? en : grp, sp,
+                          "cannot be used with socket (line %d): TLS runs over TCP to host:port",
+                          (int)config_setting_source_line(config_setting_get_member(own, "socket")));
+    }
+    return 0;
+}
+
+static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                                   const char *path)
+{
+    conf_database_tls_t *t = base;
+    const config_setting_t *own = conf_own_group(grp, "tls");
+    char sp[CONF_PATH_MAX];
+
+    if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
+        return -1;
+    if (!t->enabled)
+        return 0;
+    if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
+        return -1;
+    if (!t->verify_server_cert) {
+        conf_path(sp, path, "verify_server_cert");
+        return conf_warn(ctx, own ? config_setting_get_member(own, "verify_server_cert") : grp, sp,
+                         t->ca_file ? "false: the chain is still checked against ca_file, but a "
+                                      "certificate issued to any other name is accepted"
+                                    : "false and no ca_file: the server's certificate is not "
+                                      "checked at all, so anyone on the path can pose as the "
+                                      "server");
+    }
+    return 0;
+}
+
 /* The dead letter wiring is ours: arguments must not fight it. */
 static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                               const char *path)
@@ -893,6 +1173,7 @@ int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
             snprintf(err, errlen, "%s: out of memory", path);
         return -1;
     }
+    ctx.conf = conf;
     config_init(&conf->lc);
     if (!(conf->path = strdup(path)))
         goto oom;
@@ -989,6 +1270,9 @@ void conf_free(conf_t *conf)
     if (!conf)
         return;
     conf_free_section("root", conf);
+    for (int i = 0; i < conf->n_warnings; i++)
+        free(conf->warnings[i]);
+    free(conf->warnings);
     free(conf->path);
     config_destroy(&conf->lc);
     free(conf);
@@ -1214,7 +1498,7 @@ static const char *conf_doc_type(const conf_def_t *d)
 {
     switch (d->type) {
     case CONF_T_STRING:
-        return "string";
+        return (d->flags & CONF_F_READABLE) ? "string (path)" : "string";
     case CONF_T_INT:
         return "integer";
     case CONF_T_BOOL:
@@ -1253,6 +1537,10 @@ static void conf_doc_range(const conf_def_t *d, FILE *out)
 {
     switch (d->type) {
     case CONF_T_STRING:
+        if (d->flags & CONF_F_READABLE) {
+            fputs("readable file", out);
+            break;
+        }
         if (d->flags & CONF_F_IDENT)
             fputs("`[A-Za-z0-9_]`, ", out);
         if (d->max > 0)

@@ -1,6 +1,7 @@
 /* mq.c: one AMQP connection with one channel (rabbitmq-c): declare, consume, ack. */
 #include "mq.h"
 
+#include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +48,84 @@ static int mq_fail(mq_t *mq, const char *what, amqp_rpc_reply_t r)
     return -1;
 }
 
+/*
+ * The connection's socket: plain TCP, or TLS 1.2+ set up from cfg->tls. The
+ * socket belongs to mq->conn (freed with it). NULL after logging why.
+ */
+static amqp_socket_t *mq_socket_new(mq_t *mq, const conf_broker_t *cfg)
+{
+    const conf_broker_tls_t *t = &cfg->tls;
+    amqp_socket_t *sock;
+    int st;
+
+    if (!t->enabled) {
+        if ((sock = amqp_tcp_socket_new(mq->conn)) == NULL)
+            log_error("broker %s: out of memory", mq->where);
+        return sock;
+    }
+    if ((sock = amqp_ssl_socket_new(mq->conn)) == NULL) {
+        log_error("broker %s: TLS: cannot create a TLS socket (OpenSSL initialisation failed or "
+                  "out of memory)",
+                  mq->where);
+        return NULL;
+    }
+    /* rabbitmq-c 0.11 would otherwise still offer TLS 1.0 and 1.1. */
+    st = amqp_ssl_socket_set_ssl_versions(sock, AMQP_TLSv1_2, AMQP_TLSvLATEST);
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: TLS: cannot require TLS 1.2 or newer: %s", mq->where,
+                  amqp_error_string2(st));
+        return NULL;
+    }
+    if (t->ca_file && (st = amqp_ssl_socket_set_cacert(sock, t->ca_file)) != AMQP_STATUS_OK) {
+        log_error("broker %s: TLS: cannot load CA certificates from tls.ca_file \"%s\" (not "
+                  "PEM?): %s",
+                  mq->where, t->ca_file, amqp_error_string2(st));
+        return NULL;
+    }
+    if (t->cert_file) {
+        /* An empty passphrase: an encrypted key fails here instead of OpenSSL
+         * prompting on a terminal. */
+        amqp_ssl_socket_set_key_passwd(sock, "");
+        st = amqp_ssl_socket_set_key(sock, t->cert_file, t->key_file);
+        if (st != AMQP_STATUS_OK) {
+            log_error("broker %s: TLS: cannot load tls.cert_file \"%s\" with tls.key_file "
+                      "\"%s\" (PEM, the key unencrypted and matching the certificate): %s",
+                      mq->where, t->cert_file, t->key_file, amqp_error_string2(st));
+            return NULL;
+        }
+    }
+    amqp_ssl_socket_set_verify_peer(sock, t->verify_peer ? 1 : 0);
+    amqp_ssl_socket_set_verify_hostname(sock, t->verify_hostname ? 1 : 0);
+    return sock;
+}
+
+/* Log why amqp_socket_open failed; TLS failures say which check refused. */
+static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
+{
+    switch (st) {
+    case AMQP_STATUS_SSL_PEER_VERIFY_FAILED:
+        log_error("broker %s: TLS: the broker's certificate is not trusted: it does not chain to "
+                  "tls.ca_file \"%s\", or is expired or not yet valid (%s)",
+                  mq->where, cfg->tls.ca_file ? cfg->tls.ca_file : "", amqp_error_string2(st));
+        break;
+    case AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED:
+        log_error("broker %s: TLS: the broker's certificate is not issued to \"%s\": no DNS name "
+                  "in its subjectAltName (or, without any, its CN) matches; rabbitmq-c ignores "
+                  "IP address entries (%s)",
+                  mq->where, cfg->host, amqp_error_string2(st));
+        break;
+    case AMQP_STATUS_SSL_CONNECTION_FAILED:
+    case AMQP_STATUS_SSL_ERROR:
+        log_error("broker %s: TLS handshake failed: not a TLS port, no common protocol version "
+                  "(1.2 or newer), or the broker refused our certificate (%s)",
+                  mq->where, amqp_error_string2(st));
+        break;
+    default:
+        log_error("broker %s: cannot connect: %s", mq->where, amqp_error_string2(st));
+        break;
+    }
+}
+
 /* Connect and open MQ_CHANNEL with the given heartbeat. See mq_open. */
 static int mq_connect(const conf_broker_t *cfg, int heartbeat, mq_t **out)
 {
@@ -61,17 +140,20 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, mq_t **out)
     *out = NULL;
     if (mq == NULL)
         return -1;
-    snprintf(mq->where, sizeof(mq->where), "%s:%d vhost %s", cfg->host, cfg->port, cfg->vhost);
+    snprintf(mq->where, sizeof(mq->where), "%s:%d%s vhost %s", cfg->host, cfg->port,
+             cfg->tls.enabled ? " (TLS)" : "", cfg->vhost);
     mq->conn = amqp_new_connection();
-    if (mq->conn == NULL || (sock = amqp_tcp_socket_new(mq->conn)) == NULL) {
+    if (mq->conn == NULL) {
         log_error("broker %s: out of memory", mq->where);
         goto fail;
     }
+    if ((sock = mq_socket_new(mq, cfg)) == NULL)
+        goto fail;
     tv.tv_sec = 10;
     tv.tv_usec = 0;
     st = amqp_socket_open_noblock(sock, cfg->host, cfg->port, &tv);
     if (st != AMQP_STATUS_OK) {
-        log_error("broker %s: cannot connect: %s", mq->where, amqp_error_string2(st));
+        mq_log_open_error(mq, cfg, st);
         goto fail;
     }
     /* Without this capability the broker never tells us our queue was deleted. */

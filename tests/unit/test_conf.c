@@ -569,6 +569,298 @@ static void test_passwords(void)
                  "broker.password_file: cannot be used together with password (line 2)");
 }
 
+/* Write text to t_dir/name with the given mode (chmod: fopen keeps an old mode). */
+static const char *write_file_mode(const char *name, const char *text, mode_t mode)
+{
+    const char *path = write_file(name, text);
+    if (chmod(path, mode) != 0) {
+        fprintf(stderr, "chmod %s: %s\n", path, strerror(errno));
+        exit(2);
+    }
+    return path;
+}
+
+/* Load path and expect it to load with exactly the warnings listed (NULL-terminated,
+ * each compared in full). */
+static void expect_warnings(const char *desc, const char *path, const char *const *want)
+{
+    char err[1024];
+    conf_t *c = NULL;
+    int n = 0;
+    if (conf_load(path, &c, err, sizeof(err)) != 0) {
+        ok(false, "%s: loads", desc);
+        printf("# error: %s\n", err);
+        return;
+    }
+    while (want[n])
+        n++;
+    bool good = c->n_warnings == n;
+    for (int i = 0; good && i < n; i++)
+        good = strcmp(c->warnings[i], want[i]) == 0;
+    if (!ok(good, "%s", desc)) {
+        for (int i = 0; i < n; i++)
+            printf("# want: %s\n", want[i]);
+        for (int i = 0; i < c->n_warnings; i++)
+            printf("#  got: %s\n", c->warnings[i]);
+    }
+    conf_free(c);
+}
+
+static void test_tls(void)
+{
+    char ca[PATH_MAX + 64], crt[PATH_MAX + 64], key[PATH_MAX + 64], text[8 * PATH_MAX];
+    char msg[3 * PATH_MAX];
+    conf_t *c;
+
+    /* Defaults: off, with every check on once it is turned on. */
+    c = must_load("config without tls groups", DB Q1(""));
+    if (c) {
+        const conf_broker_tls_t *b = &c->broker.tls;
+        const conf_database_tls_t *d = &c->database.tls;
+        ok(!b->enabled && !b->ca_file && !b->cert_file && !b->key_file && b->verify_peer &&
+               b->verify_hostname,
+           "broker.tls defaults: off, no files, verify_peer and verify_hostname true");
+        ok(!d->enabled && !d->ca_file && !d->cert_file && !d->key_file && d->verify_server_cert,
+           "database.tls defaults: off, no files, verify_server_cert true");
+        ok(c->broker.port == 5672, "broker.port stays 5672 (TLS does not change it)");
+        ok(c->n_warnings == 0 && c->warnings == NULL, "no warnings");
+        conf_free(c);
+    }
+
+    snprintf(ca, sizeof(ca), "%s", write_file("ca.pem", "ca\n"));
+    snprintf(crt, sizeof(crt), "%s", write_file("crt.pem", "crt\n"));
+    snprintf(key, sizeof(key), "%s", write_file_mode("key.pem", "key\n", 0600));
+    snprintf(text, sizeof(text),
+             "broker = { port = 5671;\n"
+             "  tls = { enabled = true; ca_file = \"%s\"; cert_file = \"%s\";\n"
+             "          key_file = \"%s\"; }; };\n"
+             "database = { database = \"t\"; host = \"db.example\";\n"
+             "  tls = { enabled = true; ca_file = \"%s\"; cert_file = \"%s\";\n"
+             "          key_file = \"%s\"; }; };\n" Q1(""),
+             ca, crt, key, ca, crt, key);
+    c = must_load("both tls groups with every file", text);
+    if (c) {
+        const conf_broker_tls_t *b = &c->broker.tls;
+        const conf_database_tls_t *d = &c->database.tls;
+        ok(b->enabled && strcmp(b->ca_file, ca) == 0 && strcmp(b->cert_file, crt) == 0 &&
+               strcmp(b->key_file, key) == 0 && b->verify_peer && b->verify_hostname,
+           "broker.tls read");
+        ok(d->enabled && strcmp(d->ca_file, ca) == 0 && strcmp(d->cert_file, crt) == 0 &&
+               strcmp(d->key_file, key) == 0 && d->verify_server_cert,
+           "database.tls read");
+        ok(c->n_warnings == 0, "no warnings for a key file only its owner reads (got %d)",
+           c->n_warnings);
+        char *buf = NULL;
+        size_t len = 0;
+        FILE *m = open_memstream(&buf, &len);
+        conf_dump(c, m);
+        fclose(m);
+        char want[2 * PATH_MAX];
+        snprintf(want, sizeof(want), "ca_file = \"%s\";", ca);
+        ok(strstr(buf, "tls = {") && strstr(buf, want) && strstr(buf, "verify_server_cert = true;"),
+           "dump shows the tls groups");
+        free(buf);
+        conf_free(c);
+    }
+
+    snprintf(text, sizeof(text),
+             "broker = { tls = { enabled = false; verify_peer = false; verify_hostname = false; }; "
+             "};\n"
+             "database = { database = \"t\"; socket = \"/s\";\n"
+             "  tls = { enabled = false; verify_server_cert = false; }; };\n" Q1(""));
+    c = must_load("tls off with checks off (and a socket)", text);
+    ok(c && !c->broker.tls.verify_peer && !c->broker.tls.verify_hostname &&
+           !c->database.tls.verify_server_cert && c->n_warnings == 0,
+       "verify flags read; no warnings while tls is off");
+    conf_free(c);
+
+    snprintf(text, sizeof(text),
+             "database = { database = \"t\"; tls = { enabled = true; }; };\n" Q1(""));
+    c = must_load("database.tls without ca_file (system CA store)", text);
+    ok(c && c->database.tls.enabled && !c->database.tls.ca_file, "database ca_file optional");
+    conf_free(c);
+
+    /* Errors. */
+    snprintf(text, sizeof(text),
+             "broker = { tls = {\n  ca_file = \"%s/nope.pem\"; }; };\n" DB Q1(""), t_dir);
+    snprintf(msg, sizeof(msg),
+             "broker.tls.ca_file: cannot open \"%s/nope.pem\": No such file or directory", t_dir);
+    expect_error("broker.tls.ca_file missing (checked even while tls is off)", text, "ca_file",
+                 msg);
+
+    snprintf(text, sizeof(text),
+             "database = { database = \"t\";\n  tls = { enabled = true;\n"
+             "    cert_file = \"%s\"; key_file = \"%s\"; }; };\n" Q1(""),
+             t_dir, key);
+    snprintf(msg, sizeof(msg), "database.tls.cert_file: \"%s\" is a directory", t_dir);
+    expect_error("database.tls.cert_file is a directory", text, "cert_file", msg);
+
+    snprintf(text, sizeof(text),
+             "database = { database = \"t\";\n  tls = { enabled = true;\n"
+             "    key_file = \"%s/gone.key\"; }; };\n" Q1(""),
+             t_dir);
+    snprintf(msg, sizeof(msg),
+             "database.tls.key_file: cannot open \"%s/gone.key\": No such file or directory",
+             t_dir);
+    expect_error("database.tls.key_file missing", text, "key_file", msg);
+
+    snprintf(text, sizeof(text),
+             "broker = { tls = { enabled = true; ca_file = \"%s\";\n"
+             "    cert_file = \"%s\"; }; };\n" DB Q1(""),
+             ca, crt);
+    expect_error("broker cert_file without key_file", text, "cert_file",
+                 "broker.tls.cert_file: needs key_file too");
+
+    snprintf(text, sizeof(text),
+             "database = { database = \"t\"; tls = {\n    key_file = \"%s\"; }; };\n" Q1(""),
+             key);
+    expect_error("database key_file without cert_file (even while off)", text, "key_file",
+                 "database.tls.key_file: needs cert_file too");
+
+    expect_error("broker tls on, verify_peer on, no ca_file",
+                 "broker = { port = 5671;\n  tls = { enabled = true; }; };\n" DB Q1(""), "tls =",
+                 "broker.tls.ca_file: required when verify_peer is true (rabbitmq-c does not read "
+                 "the system's CA store)");
+
+    expect_error("database tls with a socket",
+                 "database = { database = \"t\";\n  socket = \"/run/m.sock\";\n"
+                 "  tls = {\n    enabled = true; }; };\n" Q1(""),
+                 "enabled",
+                 "database.tls.enabled: cannot be used with socket (line 2): TLS runs over TCP to "
+                 "host:port");
+
+    expect_error("misspelt tls setting",
+                 "broker = { tls = {\n  ca_fiel = \"x\"; }; };\n" DB Q1(""), "ca_fiel",
+                 "broker.tls.ca_fiel: unknown setting (did you mean \"ca_file\"?)");
+    expect_error("tls.enabled not a boolean",
+                 "database = { database = \"t\"; tls = {\n  enabled = \"yes\"; }; };\n" Q1(""),
+                 "enabled", "database.tls.enabled: must be true or false (got a string)");
+    expect_error("tls not a group", "broker = {\n  tls = true; };\n" DB Q1(""), "tls",
+                 "broker.tls: must be a group { ... } (got a boolean)");
+    expect_error("empty ca_file",
+                 "broker = { tls = {\n  ca_file = \"\"; }; };\n" DB Q1(""), "ca_file",
+                 "broker.tls.ca_file: must not be empty");
+
+    /* Warnings about weakened TLS. */
+    snprintf(text, sizeof(text),
+             "broker = { tls = { enabled = true; ca_file = \"%s\"; }; };\n" DB Q1(""), ca);
+    char path[PATH_MAX + 64];
+    snprintf(path, sizeof(path), "%s", write_file_mode("w1.conf", text, 0600));
+    snprintf(msg, sizeof(msg),
+             "%s:1: broker.port: 5672 is the plain AMQP port but tls.enabled is true; a "
+             "broker's TLS listener is usually on 5671",
+             path);
+    expect_warnings("tls on the plain AMQP port", path, (const char *const[]){msg, NULL});
+
+    snprintf(text, sizeof(text),
+             "broker = { port = 5671; tls = { enabled = true; ca_file = \"%s\";\n"
+             "  verify_peer = false;\n  verify_hostname = false; }; };\n"
+             "database = { database = \"t\"; tls = { enabled = true;\n"
+             "  verify_server_cert = false; }; };\n" Q1(""),
+             ca);
+    snprintf(path, sizeof(path), "%s", write_file_mode("w2.conf", text, 0600));
+    char w1[3 * PATH_MAX], w2[3 * PATH_MAX], w3[3 * PATH_MAX];
+    snprintf(w1, sizeof(w1),
+             "%s:2: broker.tls.verify_peer: false: any certificate is accepted, so anyone on the "
+             "path can pose as the broker",
+             path);
+    snprintf(w2, sizeof(w2),
+             "%s:3: broker.tls.verify_hostname: false: a certificate issued to any other name is "
+             "accepted",
+             path);
+    snprintf(w3, sizeof(w3),
+             "%s:5: database.tls.verify_server_cert: false and no ca_file: the server's "
+             "certificate is not checked at all, so anyone on the path can pose as the server",
+             path);
+    expect_warnings("checks turned off are warned about", path,
+                    (const char *const[]){w1, w2, w3, NULL});
+
+    snprintf(text, sizeof(text),
+             "database = { database = \"t\"; tls = { enabled = true; ca_file = \"%s\";\n"
+             "  verify_server_cert = false; }; };\n" Q1(""),
+             ca);
+    snprintf(path, sizeof(path), "%s", write_file_mode("w3.conf", text, 0600));
+    snprintf(w1, sizeof(w1),
+             "%s:2: database.tls.verify_server_cert: false: the chain is still checked against "
+             "ca_file, but a certificate issued to any other name is accepted",
+             path);
+    expect_warnings("verify_server_cert off with a ca_file", path, (const char *const[]){w1, NULL});
+
+    /* A private key readable by everyone; a group may read it. */
+    write_file_mode("key.pem", "key\n", 0644);
+    snprintf(text, sizeof(text),
+             "broker = { port = 5671; tls = { enabled = true; ca_file = \"%s\";\n"
+             "  cert_file = \"%s\"; key_file = \"%s\"; }; };\n" DB Q1(""),
+             ca, crt, key);
+    snprintf(path, sizeof(path), "%s", write_file_mode("w4.conf", text, 0600));
+    snprintf(w1, sizeof(w1),
+             "%s:2: broker.tls.key_file: \"%s\" is readable by every user (mode 0644): chmod o= "
+             "it",
+             path, key);
+    expect_warnings("world-readable key_file", path, (const char *const[]){w1, NULL});
+    write_file_mode("key.pem", "key\n", 0640);
+    expect_warnings("group-readable key_file: no warning", path, (const char *const[]){NULL});
+    write_file_mode("key.pem", "key\n", 0600);
+}
+
+/* A password written in the config file, by the file's mode. */
+static void test_password_permissions(void)
+{
+    const char *text = "broker = {\n  password = \"amqp\"; };\n"
+                       "database = { database = \"t\";\n  password = \"db\"; };\n" Q1("");
+    char w1[3 * PATH_MAX], w2[3 * PATH_MAX];
+    const char *path = write_file_mode("perm.conf", text, 0640);
+
+    snprintf(w1, sizeof(w1),
+             "%s:2: broker.password: \"%s\" holds a password and is readable by its group (mode "
+             "0640): use password_file, or chmod go= the file",
+             path, path);
+    snprintf(w2, sizeof(w2),
+             "%s:4: database.password: \"%s\" holds a password and is readable by its group "
+             "(mode 0640): use password_file, or chmod go= the file",
+             path, path);
+    expect_warnings("inline passwords in a group-readable file", path,
+                    (const char *const[]){w1, w2, NULL});
+
+    write_file_mode("perm.conf", text, 0604);
+    snprintf(w1, sizeof(w1),
+             "%s:2: broker.password: \"%s\" holds a password and is readable by others (mode "
+             "0604): use password_file, or chmod go= the file",
+             path, path);
+    snprintf(w2, sizeof(w2),
+             "%s:4: database.password: \"%s\" holds a password and is readable by others (mode "
+             "0604): use password_file, or chmod go= the file",
+             path, path);
+    expect_warnings("inline passwords in a world-readable file", path,
+                    (const char *const[]){w1, w2, NULL});
+
+    write_file_mode("perm.conf", text, 0600);
+    expect_warnings("inline passwords in a 0600 file: no warning", path,
+                    (const char *const[]){NULL});
+
+    /* password_file (and the default broker password) are not in the file. */
+    char pw[PATH_MAX + 64], text2[2 * PATH_MAX];
+    snprintf(pw, sizeof(pw), "%s", write_file_mode("perm.pw", "x\n", 0600));
+    snprintf(text2, sizeof(text2),
+             "database = { database = \"t\"; password_file = \"%s\"; };\n" Q1(""), pw);
+    path = write_file_mode("perm.conf", text2, 0644);
+    expect_warnings("password_file in a 0644 file: no warning", path,
+                    (const char *const[]){NULL});
+
+    /* The warning names the included file that holds the password. */
+    const char *inc = write_file_mode("perm-inc.conf", "broker = {\n  password = \"p\"; };\n",
+                                      0644);
+    char inc_path[PATH_MAX + 64];
+    snprintf(inc_path, sizeof(inc_path), "%s", inc);
+    path = write_file_mode("perm.conf", "@include \"perm-inc.conf\"\n" DB Q1(""), 0600);
+    snprintf(w1, sizeof(w1),
+             "%s:2: broker.password: \"%s\" holds a password and is readable by others (mode "
+             "0644): use password_file, or chmod go= the file",
+             inc_path, inc_path);
+    expect_warnings("inline password in a readable @include file", path,
+                    (const char *const[]){w1, NULL});
+}
+
 static void test_file_errors(void)
 {
     char path[PATH_MAX + 64], err[1024], want[2 * PATH_MAX];
@@ -727,8 +1019,10 @@ static void find_root(const char *argv0)
 
 static void remove_dir(void)
 {
-    static const char *const names[] = {"t.conf",   "amqp.pw",   "db.pw",   "inner.pw",  "empty.pw",
-                                        "inc.conf", "main.conf", "dump.pw", "dump.conf", NULL};
+    static const char *const names[] = {
+        "t.conf",   "amqp.pw", "db.pw",   "inner.pw", "empty.pw", "inc.conf", "main.conf",
+        "dump.pw",  "dump.conf", "ca.pem", "crt.pem", "key.pem",  "w1.conf",  "w2.conf",
+        "w3.conf",  "w4.conf", "perm.conf", "perm.pw", "perm-inc.conf", NULL};
     char path[PATH_MAX + 64];
     for (int i = 0; names[i]; i++) {
         snprintf(path, sizeof(path), "%s/%s", t_dir, names[i]);
@@ -759,6 +1053,8 @@ int main(int argc, char **argv)
     test_unknown();
     test_settings_passthrough();
     test_passwords();
+    test_tls();
+    test_password_permissions();
     test_file_errors();
     test_dump();
     test_samples();
