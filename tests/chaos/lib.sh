@@ -1,0 +1,140 @@
+# lib.sh: fault injection for idemd's failure tests: restart the harness's RabbitMQ and MariaDB, close idemd's connections.
+#
+# Source after tests/harness.sh, in a shell that has the harness's exported variables
+# (H_DIR, AMQP_PORT, MYSQL_SOCK, MYSQL_PORT, H_RABBIT_NODE, HOME, ERL_EPMD_PORT, ...).
+# Servers are stopped by their process groups, recorded by the harness in
+# $H_DIR/rabbit.pgid and $H_DIR/mariadbd.pid, and started again with the harness's own
+# h_rabbit_start / h_mariadb_start: same ports, same data directories, same options. The
+# new process groups are written to the same files, so the harness's EXIT trap
+# (h_servers_stop in tests/run) stops the restarted servers too.
+#
+#   c_rabbit_stop [SIG]      stop RabbitMQ (TERM: clean shutdown, default; KILL: crash)
+#   c_rabbit_start           start it again and wait until it serves AMQP
+#   c_rabbit_restart [SIG]   both
+#   c_mariadb_stop [SIG]     stop MariaDB (TERM default, KILL = crash)
+#   c_mariadb_start          start it again (no second mariadb-install-db) and wait for it
+#   c_mariadb_restart [SIG]  both
+#   c_servers_ensure         start whichever server is down (use in an EXIT trap, so a failed
+#                            case leaves working servers to the cases after it)
+#   c_idemd_conns            rabbitmqctl pids of idemd's AMQP connections (client product "idemd")
+#   c_close_idemd_conns [N]  close N (default all) of them with rabbitmqctl close_connection;
+#                            prints how many were closed
+#   c_rabbit_up / c_mariadb_up   true while the server answers
+
+C_BADPUB=${C_BADPUB:-${H_BUILD:-$H_ROOT/build}/tests/tools/badpub}
+
+c_log() { echo "# $(date +%H:%M:%S.%N | cut -c1-12) $*" >&2; }
+
+c_rabbit_up() { (exec 3<>"/dev/tcp/127.0.0.1/$AMQP_PORT") 2>/dev/null; }
+
+c_mariadb_up() { h_mysql -e 'SELECT 1' >/dev/null 2>&1; }
+
+# Wait up to $1 s for process group $2 to have no live (non-zombie) member.
+c_wait_group_gone()
+{
+    local deadline=$((SECONDS + $1)) pgid=$2 p live
+    while ((SECONDS < deadline)); do
+        live=0
+        for p in $(pgrep -g "$pgid" 2>/dev/null); do
+            [[ $(ps -o stat= -p "$p" 2>/dev/null) == Z* ]] || live=1
+        done
+        ((live == 0)) && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# Send SIG to the process group in pid file $1; wait for it to go (SIGKILL after $2 s).
+c_stop_group()
+{
+    local f=$1 sig=$2 limit=$3 pgid
+    [[ -f "$f" ]] || return 0
+    pgid=$(cat "$f")
+    kill -"$sig" -- -"$pgid" 2>/dev/null || return 0
+    if ! c_wait_group_gone "$limit" "$pgid"; then
+        echo "chaos: process group $pgid ignored SIG$sig for $limit s; SIGKILL" >&2
+        kill -KILL -- -"$pgid" 2>/dev/null
+        c_wait_group_gone 10 "$pgid" || true
+    fi
+    return 0
+}
+
+c_rabbit_stop()
+{
+    local sig=${1:-TERM}
+    c_log "chaos: stopping RabbitMQ (SIG$sig)"
+    c_stop_group "$H_DIR/rabbit.pgid" "$sig" 30
+    # The listener is gone with the node; wait for the port to close.
+    local deadline=$((SECONDS + 10))
+    while c_rabbit_up && ((SECONDS < deadline)); do sleep 0.1; done
+}
+
+c_rabbit_start()
+{
+    local t0=$SECONDS
+    h_rabbit_start || return 1
+    h_rabbit_wait || return 1
+    c_log "chaos: RabbitMQ up again after $((SECONDS - t0)) s"
+}
+
+c_rabbit_restart()
+{
+    c_rabbit_stop "${1:-TERM}"
+    c_rabbit_start
+}
+
+c_mariadb_stop()
+{
+    local sig=${1:-TERM}
+    c_log "chaos: stopping MariaDB (SIG$sig)"
+    c_stop_group "$H_DIR/mariadbd.pid" "$sig" 60
+}
+
+c_mariadb_start()
+{
+    local t0=$SECONDS rc=0
+    # The harness's server command line, without initialising the data directory again.
+    mariadb-install-db() { return 0; }
+    h_mariadb_start || rc=1
+    unset -f mariadb-install-db
+    ((rc == 0)) || return 1
+    h_mariadb_wait || return 1
+    c_log "chaos: MariaDB up again after $((SECONDS - t0)) s"
+}
+
+c_mariadb_restart()
+{
+    c_mariadb_stop "${1:-TERM}"
+    c_mariadb_start
+}
+
+c_servers_ensure()
+{
+    local rc=$?
+    if ! c_mariadb_up; then
+        echo "chaos: MariaDB is down at exit: starting it" >&2
+        c_mariadb_start || echo "chaos: MariaDB did not start" >&2
+    fi
+    if ! c_rabbit_up; then
+        echo "chaos: RabbitMQ is down at exit: starting it" >&2
+        c_rabbit_start || echo "chaos: RabbitMQ did not start" >&2
+    fi
+    return $rc
+}
+
+c_idemd_conns()
+{
+    h_rabbitmqctl list_connections pid client_properties 2>/dev/null |
+        awk -F'\t' '$2 ~ /\{"product","idemd"\}/ { print $1 }'
+}
+
+c_close_idemd_conns()
+{
+    local want=${1:-0} n=0 pid
+    for pid in $(c_idemd_conns | shuf); do
+        ((want > 0 && n >= want)) && break
+        h_rabbitmqctl close_connection "$pid" "chaos: closed by test" >/dev/null 2>&1 && n=$((n + 1))
+    done
+    c_log "chaos: closed $n idemd connections"
+    echo "$n"
+}
