@@ -32,7 +32,8 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard 
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit integration bench chaos demo install uninstall clean format format-check
+.PHONY: all check-build test unit integration bench chaos demo install uninstall clean format format-check \
+	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
 all: $(B)/idemd $(PLUGINS)
 
@@ -79,21 +80,87 @@ chaos: check-build
 demo: all $(TEST_TOOLS)
 	bash tests/demo
 
-install: all
-	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(INCLUDEDIR)/idemd \
-		$(DESTDIR)$(DATADIR)/sql $(DESTDIR)$(SYSCONFDIR)/idemd
+# ---------- install ----------
+# Shipped files (units, man pages, sample config) are written for PREFIX=/usr/local and
+# /etc/idemd; the installed copies get the real directories.
+VERSION := $(shell grep -o 'IDEMD_VERSION "[^"]*"' src/main.c | cut -d'"' -f2)
+INSTALL_SED = -e 's|/usr/local/lib/idemd/plugins|$(PLUGINDIR)|g' \
+	-e 's|/usr/local/share/idemd|$(DATADIR)|g' \
+	-e 's|/usr/local/include|$(INCLUDEDIR)|g' \
+	-e 's|/usr/local/lib/systemd/system|$(UNITDIR)|g' \
+	-e 's|/usr/local/sbin|$(BINDIR)|g' \
+	-e 's|/etc/idemd|$(SYSCONFDIR)/idemd|g'
+# pkg-config: directories under PREFIX are written relative to ${prefix}.
+PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
+	-e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
+	-e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
+	-e 's|@PLUGINDIR@|$(patsubst $(LIBDIR)/%,$${libdir}/%,$(PLUGINDIR))|g' \
+	-e 's|@VERSION@|$(VERSION)|g' \
+	-e 's|@ABI@|$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MAJOR //p' include/idemd/handler.h).$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MINOR //p' include/idemd/handler.h)|g'
+UNITS := idemd.service idemd@.service
+MANPAGES := docs/idemd.8 docs/idemd.conf.5
+
+# Everything install puts down, without DESTDIR; uninstall removes exactly these, then the
+# directories that only idemd uses if they are empty.
+INSTALLED_FILES = $(BINDIR)/idemd \
+	$(patsubst $(B)/plugins/%,$(PLUGINDIR)/%,$(PLUGINS)) \
+	$(INCLUDEDIR)/idemd/handler.h $(PKGCONFIGDIR)/idemd.pc \
+	$(addprefix $(UNITDIR)/,$(UNITS)) \
+	$(SYSCONFDIR)/idemd/idemd.conf.example \
+	$(patsubst sql/%,$(DATADIR)/sql/%,$(wildcard sql/*.sql)) \
+	$(MANDIR)/man8/idemd.8 $(MANDIR)/man5/idemd.conf.5
+INSTALLED_DIRS = $(PLUGINDIR) $(LIBDIR)/idemd $(INCLUDEDIR)/idemd $(DATADIR)/sql $(DATADIR) \
+	$(SYSCONFDIR)/idemd
+
+install: all install-bin install-plugins install-dev install-units install-data install-man
+
+install-bin: $(B)/idemd
+	install -d $(DESTDIR)$(BINDIR)
 	install -m 0755 $(B)/idemd $(DESTDIR)$(BINDIR)/idemd
+
+install-plugins: $(PLUGINS)
+	install -d $(DESTDIR)$(PLUGINDIR)
 	install -m 0755 $(PLUGINS) $(DESTDIR)$(PLUGINDIR)/
+
+install-dev: include/idemd/handler.h include/idemd/idemd.pc.in
+	install -d $(DESTDIR)$(INCLUDEDIR)/idemd $(DESTDIR)$(PKGCONFIGDIR)
 	install -m 0644 include/idemd/handler.h $(DESTDIR)$(INCLUDEDIR)/idemd/handler.h
+	sed $(PC_SED) include/idemd/idemd.pc.in >$(DESTDIR)$(PKGCONFIGDIR)/idemd.pc
+	chmod 0644 $(DESTDIR)$(PKGCONFIGDIR)/idemd.pc
+
+install-units: $(addprefix systemd/,$(UNITS))
+	install -d $(DESTDIR)$(UNITDIR)
+	for u in $(UNITS); do \
+		sed $(INSTALL_SED) systemd/$$u >$(DESTDIR)$(UNITDIR)/$$u && \
+		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
+	done
+
+install-data: conf/idemd.conf $(wildcard sql/*.sql)
+	install -d $(DESTDIR)$(DATADIR)/sql $(DESTDIR)$(SYSCONFDIR)/idemd
 	install -m 0644 sql/*.sql $(DESTDIR)$(DATADIR)/sql/
-	install -m 0640 conf/idemd.conf $(DESTDIR)$(SYSCONFDIR)/idemd/idemd.conf.example
+	sed $(INSTALL_SED) conf/idemd.conf >$(DESTDIR)$(SYSCONFDIR)/idemd/idemd.conf.example
+	chmod 0640 $(DESTDIR)$(SYSCONFDIR)/idemd/idemd.conf.example
+
+install-man: $(MANPAGES)
+	install -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man5
+	sed $(INSTALL_SED) docs/idemd.8 >$(DESTDIR)$(MANDIR)/man8/idemd.8
+	sed $(INSTALL_SED) docs/idemd.conf.5 >$(DESTDIR)$(MANDIR)/man5/idemd.conf.5
+	chmod 0644 $(DESTDIR)$(MANDIR)/man8/idemd.8 $(DESTDIR)$(MANDIR)/man5/idemd.conf.5
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/idemd $(DESTDIR)$(INCLUDEDIR)/idemd/handler.h
-	rm -f $(patsubst $(B)/plugins/%,$(DESTDIR)$(PLUGINDIR)/%,$(PLUGINS))
-	rm -rf $(DESTDIR)$(DATADIR)
-	rm -f $(DESTDIR)$(SYSCONFDIR)/idemd/idemd.conf.example
-	-rmdir $(DESTDIR)$(PLUGINDIR) $(DESTDIR)$(LIBDIR)/idemd $(DESTDIR)$(INCLUDEDIR)/idemd $(DESTDIR)$(SYSCONFDIR)/idemd 2>/dev/null
+	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
+	-rmdir $(addprefix $(DESTDIR),$(INSTALLED_DIRS)) 2>/dev/null || true
+
+# List what install puts down (one path a line, without DESTDIR).
+install-list:
+	@printf '%s\n' $(INSTALLED_FILES)
+
+# The man pages render without a groff warning.
+man-check: $(MANPAGES)
+	@for m in $(MANPAGES); do \
+		out=$$(LC_ALL=C.UTF-8 groff -man -Tutf8 -ww -z $$m 2>&1) || exit 1; \
+		if [ -n "$$out" ]; then echo "$$m:"; echo "$$out"; exit 1; fi; \
+	done; echo "man pages OK: $(MANPAGES)"
 
 clean:
 	rm -rf $(B)
