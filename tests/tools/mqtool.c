@@ -65,7 +65,8 @@ static void mq_die(const char *fmt, ...)
 static void mq_usage(void)
 {
     fputs("usage: mqtool [-H host] [-P port] [-u user] [-p password] [-V vhost] COMMAND ...\n"
-          "  publish [-e EXCHANGE] -r ROUTING_KEY [--id-header NAME] [--confirmed-file F] [--rate N]\n"
+          "  publish [-e EXCHANGE] -r ROUTING_KEY [--id-header NAME] [--confirmed-file F] [--rate "
+          "N]\n"
           "          stdin lines: ID<TAB>BODY[<TAB>HEADER=VALUE...]  (ID \"-\": no id)\n"
           "  depth QUEUE                 prints READY CONSUMERS; exit 2 if no such queue\n"
           "  get QUEUE [-n N] [--id-header NAME]  get+ack, prints ID<TAB>BODY<TAB>k=v;k=v\n"
@@ -141,8 +142,8 @@ static amqp_connection_state_t mq_connect(const mq_opts_t *o)
     int rc = amqp_socket_open(s, o->host, o->port);
     if (rc != AMQP_STATUS_OK)
         mq_die("connect %s:%d: %s", o->host, o->port, amqp_error_string2(rc));
-    amqp_rpc_reply_t r = amqp_login(c, o->vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, o->user,
-                                    o->password);
+    amqp_rpc_reply_t r =
+        amqp_login(c, o->vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, o->user, o->password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         mq_die("login %s:%d: %s", o->host, o->port, mq_reply_str(r));
     amqp_channel_open(c, MQ_CHANNEL);
@@ -386,8 +387,8 @@ static int mq_cmd_publish(const mq_opts_t *o)
 
         amqp_basic_properties_t props;
         memset(&props, 0, sizeof(props));
-        props._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG |
-                       AMQP_BASIC_CONTENT_TYPE_FLAG;
+        props._flags =
+            AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG | AMQP_BASIC_CONTENT_TYPE_FLAG;
         props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
         props.content_type = amqp_cstring_bytes(body[0] == '{' ? "application/json" : "text/plain");
         props.headers.num_entries = nh;
@@ -434,9 +435,8 @@ static int mq_cmd_depth(const mq_opts_t *o)
     if (o->n_args != 1)
         mq_usage();
     amqp_connection_state_t c = mq_connect(o);
-    amqp_queue_declare_ok_t *ok =
-        amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(o->args[0]), 1, 0, 0, 0,
-                           amqp_empty_table);
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(o->args[0]),
+                                                     1, 0, 0, 0, amqp_empty_table);
     amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
     if (r.reply_type != AMQP_RESPONSE_NORMAL || !ok) {
         if (mq_reply_code(r) == AMQP_NOT_FOUND) {
@@ -458,11 +458,20 @@ static void mq_put_escaped(const void *bytes, size_t len)
     const unsigned char *p = bytes;
     for (size_t i = 0; i < len; i++) {
         switch (p[i]) {
-        case '\t': fputs("\\t", stdout); break;
-        case '\n': fputs("\\n", stdout); break;
-        case '\r': fputs("\\r", stdout); break;
-        case '\\': fputs("\\\\", stdout); break;
-        default: putchar(p[i]);
+        case '\t':
+            fputs("\\t", stdout);
+            break;
+        case '\n':
+            fputs("\\n", stdout);
+            break;
+        case '\r':
+            fputs("\\r", stdout);
+            break;
+        case '\\':
+            fputs("\\\\", stdout);
+            break;
+        default:
+            putchar(p[i]);
         }
     }
 }
@@ -474,23 +483,55 @@ static void mq_put_field(const amqp_field_value_t *v)
     case AMQP_FIELD_KIND_BYTES:
         mq_put_escaped(v->value.bytes.bytes, v->value.bytes.len);
         break;
-    case AMQP_FIELD_KIND_I8: printf("%d", v->value.i8); break;
-    case AMQP_FIELD_KIND_U8: printf("%u", v->value.u8); break;
-    case AMQP_FIELD_KIND_I16: printf("%d", v->value.i16); break;
-    case AMQP_FIELD_KIND_U16: printf("%u", v->value.u16); break;
-    case AMQP_FIELD_KIND_I32: printf("%" PRId32, v->value.i32); break;
-    case AMQP_FIELD_KIND_U32: printf("%" PRIu32, v->value.u32); break;
-    case AMQP_FIELD_KIND_I64: printf("%" PRId64, v->value.i64); break;
-    case AMQP_FIELD_KIND_U64: printf("%" PRIu64, v->value.u64); break;
-    case AMQP_FIELD_KIND_TIMESTAMP: printf("%" PRIu64, v->value.u64); break;
-    case AMQP_FIELD_KIND_BOOLEAN: fputs(v->value.boolean ? "true" : "false", stdout); break;
-    case AMQP_FIELD_KIND_TABLE: fputs("table", stdout); break;
-    case AMQP_FIELD_KIND_ARRAY: fputs("array", stdout); break;
+    case AMQP_FIELD_KIND_I8:
+        printf("%d", v->value.i8);
+        break;
+    case AMQP_FIELD_KIND_U8:
+        printf("%u", v->value.u8);
+        break;
+    case AMQP_FIELD_KIND_I16:
+        printf("%d", v->value.i16);
+        break;
+    case AMQP_FIELD_KIND_U16:
+        printf("%u", v->value.u16);
+        break;
+    case AMQP_FIELD_KIND_I32:
+        printf("%" PRId32, v->value.i32);
+        break;
+    case AMQP_FIELD_KIND_U32:
+        printf("%" PRIu32, v->value.u32);
+        break;
+    case AMQP_FIELD_KIND_I64:
+        printf("%" PRId64, v->value.i64);
+        break;
+    case AMQP_FIELD_KIND_U64:
+        printf("%" PRIu64, v->value.u64);
+        break;
+    case AMQP_FIELD_KIND_TIMESTAMP:
+        printf("%" PRIu64, v->value.u64);
+        break;
+    case AMQP_FIELD_KIND_BOOLEAN:
+        fputs(v->value.boolean ? "true" : "false", stdout);
+        break;
+    case AMQP_FIELD_KIND_TABLE:
+        fputs("table", stdout);
+        break;
+    case AMQP_FIELD_KIND_ARRAY:
+        fputs("array", stdout);
+        break;
     case AMQP_FIELD_KIND_F32:
-    case AMQP_FIELD_KIND_F64: fputs("float", stdout); break;
-    case AMQP_FIELD_KIND_DECIMAL: fputs("decimal", stdout); break;
-    case AMQP_FIELD_KIND_VOID: fputs("void", stdout); break;
-    default: fputs("unknown", stdout); break;
+    case AMQP_FIELD_KIND_F64:
+        fputs("float", stdout);
+        break;
+    case AMQP_FIELD_KIND_DECIMAL:
+        fputs("decimal", stdout);
+        break;
+    case AMQP_FIELD_KIND_VOID:
+        fputs("void", stdout);
+        break;
+    default:
+        fputs("unknown", stdout);
+        break;
     }
 }
 
@@ -571,8 +612,7 @@ static int mq_cmd_declare(const mq_opts_t *o)
     amqp_table_entry_t e[2];
     amqp_table_t args = amqp_empty_table;
     if (o->dlq) {
-        amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(o->dlq), 0, 1, 0, 0,
-                           amqp_empty_table);
+        amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(o->dlq), 0, 1, 0, 0, amqp_empty_table);
         mq_check(c, "queue.declare (dead-letter queue)");
         e[0].key = amqp_cstring_bytes("x-dead-letter-exchange");
         e[0].value.kind = AMQP_FIELD_KIND_UTF8;
@@ -648,8 +688,12 @@ static const char *mq_need_arg(int argc, char **argv, int *i)
 
 int main(int argc, char **argv)
 {
-    mq_opts_t o = {.host = "127.0.0.1", .port = 5672, .user = "guest", .password = "guest",
-                   .vhost = "/", .count = -1};
+    mq_opts_t o = {.host = "127.0.0.1",
+                   .port = 5672,
+                   .user = "guest",
+                   .password = "guest",
+                   .vhost = "/",
+                   .count = -1};
     const char *cmd = NULL;
     signal(SIGPIPE, SIG_IGN);
     for (int i = 1; i < argc; i++) {
