@@ -1,0 +1,503 @@
+/* dbsink.c: database-only ceiling for idemd's benchmark: idemd's SQL per message, no broker. */
+/*
+ * dbsink run -S SOCK [-u USER] -D DB -f WORKLOAD [-b BATCH] [-c CONNS] [--consumer NAME]
+ *   WORKLOAD lines are "ID<TAB>{"orderId": N}" (what the benchmark publishes). The
+ *   messages are dealt to -c connections (threads, one MYSQL each) in chunks of
+ *   BATCH, in file order, and each chunk runs as one transaction, exactly as
+ *   idemd's worker runs a batch with dedup = "table" and order_pay guard = false:
+ *     [SAVEPOINT mI]                 (only when BATCH > 1)
+ *     INSERT INTO msg_id_record (consumer, msg_id) VALUES (?, ?)   1062 -> duplicate
+ *     UPDATE orders SET status = 2, pay_time = NOW(), pay_count = pay_count + 1 WHERE id = ?
+ *   then COMMIT (ROLLBACK when every message was a duplicate). Same session setup
+ *   as idemd: autocommit off, READ COMMITTED, utf8mb4, prepared statements.
+ *   A deadlocked chunk is redone. --no-savepoints leaves out the SAVEPOINTs (to
+ *   measure what they cost; idemd always sets them in a batch). Prints one line:
+ *     dbsink conns=C batch=B messages=N ok=K duplicate=D commits=X redo=R secs=S rate=M
+ *
+ * dbsink wait -S SOCK [-u USER] -D DB -q QUERY -e EXPECTED [-Q PRE -E PRE_EXPECTED]
+ *             [-t TIMEOUT_S] [-i INTERVAL_MS]
+ *   Runs QUERY on one connection every INTERVAL_MS (default 50) until its first
+ *   column reads EXPECTED, then prints the CLOCK_REALTIME of that moment in
+ *   seconds ("1790000000.123456"). Exit 1 on timeout (default 300 s). With -Q,
+ *   QUERY runs only once the cheap PRE reads PRE_EXPECTED, so that polling a
+ *   full-table count does not load the server it measures.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <mysql.h>
+#include <mysqld_error.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define DBSINK_ID_MAX 255
+#define DBSINK_MAX_CONNS 64
+#define DBSINK_REDO_MAX 20
+
+typedef struct dbsink_msg {
+    char id[DBSINK_ID_MAX + 1];
+    unsigned long id_len;
+    long long order_id;
+} dbsink_msg_t;
+
+typedef struct dbsink_opts {
+    const char *socket;
+    const char *user;
+    const char *password;
+    const char *db;
+    const char *file;
+    const char *consumer;
+    const char *record_table;
+    const char *table;
+    const char *query;
+    const char *expected;
+    const char *pre_query;
+    const char *pre_expected;
+    int batch;
+    int savepoints; /* 0: no SAVEPOINT per message (for comparison only; idemd sets them) */
+    int conns;
+    int timeout_s;
+    int interval_ms;
+} dbsink_opts_t;
+
+typedef struct dbsink_conn {
+    const dbsink_opts_t *o;
+    const dbsink_msg_t *msgs;
+    size_t n_msgs;
+    int index;
+    MYSQL *my;
+    MYSQL_STMT *record;
+    MYSQL_STMT *update;
+    char consumer[129];
+    unsigned long consumer_len;
+    char id_buf[DBSINK_ID_MAX];
+    unsigned long id_len;
+    long long order_id;
+    long ok, duplicate, commits, redo;
+    int failed;
+} dbsink_conn_t;
+
+static void dbsink_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void dbsink_die(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("dbsink: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static double dbsink_now(clockid_t clk)
+{
+    struct timespec ts;
+    clock_gettime(clk, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* A new connection set up like idemd's (db.c). NULL on failure (printed). */
+static MYSQL *dbsink_connect(const dbsink_opts_t *o, int autocommit)
+{
+    MYSQL *my = mysql_init(NULL);
+    unsigned int t = 10;
+    my_bool off = 0;
+
+    if (my == NULL)
+        return NULL;
+    mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
+    t = 60;
+    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &t);
+    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &t);
+    mysql_options(my, MYSQL_OPT_RECONNECT, &off);
+    mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    mysql_options(my, MYSQL_INIT_COMMAND, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    if (mysql_real_connect(my, NULL, o->user, o->password, o->db, 0, o->socket, 0) == NULL ||
+        mysql_autocommit(my, (my_bool)autocommit) != 0) {
+        fprintf(stderr, "dbsink: connect %s as %s: %s\n", o->socket, o->user, mysql_error(my));
+        mysql_close(my);
+        return NULL;
+    }
+    return my;
+}
+
+/* Read the workload file. Returns a malloc'd array (caller frees) and its length in *n. */
+static dbsink_msg_t *dbsink_load(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    dbsink_msg_t *v = NULL;
+    size_t cap = 0, len = 0, lineno = 0;
+    char *line = NULL;
+    size_t linecap = 0;
+
+    if (f == NULL)
+        dbsink_die("%s: %s", path, strerror(errno));
+    while (getline(&line, &linecap, f) >= 0) {
+        lineno++;
+        char *tab = strchr(line, '\t'), *num;
+        if (line[0] == '\n' || line[0] == '\0')
+            continue;
+        if (tab == NULL || (size_t)(tab - line) > DBSINK_ID_MAX || tab == line)
+            dbsink_die("%s:%zu: expected ID<TAB>BODY", path, lineno);
+        num = strstr(tab, "\"orderId\"");
+        if (num == NULL || (num = strchr(num, ':')) == NULL)
+            dbsink_die("%s:%zu: no orderId in the body", path, lineno);
+        if (len == cap) {
+            cap = cap ? cap * 2 : 4096;
+            v = realloc(v, cap * sizeof(*v));
+            if (v == NULL)
+                dbsink_die("out of memory");
+        }
+        v[len].id_len = (unsigned long)(tab - line);
+        memcpy(v[len].id, line, v[len].id_len);
+        v[len].id[v[len].id_len] = '\0';
+        v[len].order_id = strtoll(num + 1, NULL, 10);
+        len++;
+    }
+    free(line);
+    fclose(f);
+    *n = len;
+    return v;
+}
+
+static MYSQL_STMT *dbsink_prepare(dbsink_conn_t *c, const char *sql, MYSQL_BIND *bind)
+{
+    MYSQL_STMT *s = mysql_stmt_init(c->my);
+    if (s == NULL || mysql_stmt_prepare(s, sql, strlen(sql)) != 0 ||
+        mysql_stmt_bind_param(s, bind) != 0) {
+        fprintf(stderr, "dbsink[%d]: prepare '%s': %s\n", c->index, sql,
+                s ? mysql_stmt_error(s) : mysql_error(c->my));
+        if (s)
+            mysql_stmt_close(s);
+        return NULL;
+    }
+    return s;
+}
+
+static int dbsink_setup(dbsink_conn_t *c)
+{
+    const dbsink_opts_t *o = c->o;
+    MYSQL_BIND rb[2], ub[1];
+    char sql[512];
+
+    if ((c->my = dbsink_connect(o, 0)) == NULL)
+        return -1;
+    c->consumer_len = (unsigned long)strlen(o->consumer);
+    if (c->consumer_len >= sizeof(c->consumer))
+        return -1;
+    memcpy(c->consumer, o->consumer, c->consumer_len);
+    memset(rb, 0, sizeof(rb));
+    rb[0].buffer_type = MYSQL_TYPE_BLOB;
+    rb[0].buffer = c->consumer;
+    rb[0].buffer_length = sizeof(c->consumer);
+    rb[0].length = &c->consumer_len;
+    rb[1].buffer_type = MYSQL_TYPE_BLOB;
+    rb[1].buffer = c->id_buf;
+    rb[1].buffer_length = sizeof(c->id_buf);
+    rb[1].length = &c->id_len;
+    snprintf(sql, sizeof(sql), "INSERT INTO `%s` (consumer, msg_id) VALUES (?, ?)",
+             o->record_table);
+    if ((c->record = dbsink_prepare(c, sql, rb)) == NULL)
+        return -1;
+    memset(ub, 0, sizeof(ub));
+    ub[0].buffer_type = MYSQL_TYPE_LONGLONG;
+    ub[0].buffer = &c->order_id;
+    snprintf(sql, sizeof(sql),
+             "UPDATE `%s` SET status = 2, pay_time = NOW(), pay_count = pay_count + 1 WHERE id = ?",
+             o->table);
+    if ((c->update = dbsink_prepare(c, sql, ub)) == NULL)
+        return -1;
+    return 0;
+}
+
+static int dbsink_query(dbsink_conn_t *c, const char *sql)
+{
+    if (mysql_real_query(c->my, sql, strlen(sql)) == 0)
+        return 0;
+    return (int)mysql_errno(c->my);
+}
+
+/*
+ * One attempt at a chunk's transaction. 0 when committed or rolled back,
+ * ER_LOCK_DEADLOCK (or 1305, savepoint lost) when it must be redone, another
+ * MySQL error number when the run cannot go on (printed).
+ */
+static int dbsink_try_chunk(dbsink_conn_t *c, const dbsink_msg_t *m, int n, long *ok, long *dup)
+{
+    char sql[64];
+    int err, any_ok = 0;
+
+    *ok = *dup = 0;
+    for (int i = 0; i < n; i++) {
+        if (n > 1 && c->o->savepoints) {
+            snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
+            if ((err = dbsink_query(c, sql)) != 0)
+                goto fail;
+        }
+        memcpy(c->id_buf, m[i].id, m[i].id_len);
+        c->id_len = m[i].id_len;
+        if (mysql_stmt_execute(c->record) != 0) {
+            err = (int)mysql_stmt_errno(c->record);
+            if (err == ER_DUP_ENTRY) {
+                (*dup)++;
+                continue;
+            }
+            if (err != ER_LOCK_DEADLOCK)
+                fprintf(stderr, "dbsink[%d]: record: %s\n", c->index, mysql_stmt_error(c->record));
+            goto fail;
+        }
+        c->order_id = m[i].order_id;
+        if (mysql_stmt_execute(c->update) != 0) {
+            err = (int)mysql_stmt_errno(c->update);
+            if (err != ER_LOCK_DEADLOCK)
+                fprintf(stderr, "dbsink[%d]: update: %s\n", c->index, mysql_stmt_error(c->update));
+            goto fail;
+        }
+        (*ok)++;
+        any_ok = 1;
+    }
+    if ((err = dbsink_query(c, any_ok ? "COMMIT" : "ROLLBACK")) != 0)
+        goto fail;
+    if (any_ok)
+        c->commits++;
+    return 0;
+fail:
+    if (err != ER_LOCK_DEADLOCK && err != 1305)
+        fprintf(stderr, "dbsink[%d]: error %d in a chunk\n", c->index, err);
+    return err;
+}
+
+static void *dbsink_worker(void *arg)
+{
+    dbsink_conn_t *c = arg;
+    int b = c->o->batch, conns = c->o->conns;
+
+    for (size_t start = (size_t)c->index * (size_t)b; start < c->n_msgs;
+         start += (size_t)b * (size_t)conns) {
+        int n = (int)(c->n_msgs - start < (size_t)b ? c->n_msgs - start : (size_t)b);
+        long ok = 0, dup = 0;
+        int err = 0;
+        for (int attempt = 0; attempt < DBSINK_REDO_MAX; attempt++) {
+            err = dbsink_try_chunk(c, c->msgs + start, n, &ok, &dup);
+            if (err != ER_LOCK_DEADLOCK && err != 1305)
+                break;
+            c->redo++;
+            (void)dbsink_query(c, "ROLLBACK");
+        }
+        if (err != 0) {
+            c->failed = 1;
+            return NULL;
+        }
+        c->ok += ok;
+        c->duplicate += dup;
+    }
+    return NULL;
+}
+
+static int dbsink_run(const dbsink_opts_t *o)
+{
+    dbsink_conn_t conns[DBSINK_MAX_CONNS];
+    pthread_t th[DBSINK_MAX_CONNS];
+    size_t n = 0;
+    long ok = 0, dup = 0, commits = 0, redo = 0;
+    int failed = 0;
+    dbsink_msg_t *msgs = dbsink_load(o->file, &n);
+
+    memset(conns, 0, sizeof(conns));
+    double t0 = dbsink_now(CLOCK_MONOTONIC);
+    for (int i = 0; i < o->conns; i++) {
+        conns[i].o = o;
+        conns[i].msgs = msgs;
+        conns[i].n_msgs = n;
+        conns[i].index = i;
+        if (dbsink_setup(&conns[i]) != 0)
+            dbsink_die("connection %d: setup failed", i);
+    }
+    for (int i = 0; i < o->conns; i++)
+        if (pthread_create(&th[i], NULL, dbsink_worker, &conns[i]) != 0)
+            dbsink_die("pthread_create failed");
+    for (int i = 0; i < o->conns; i++) {
+        pthread_join(th[i], NULL);
+        ok += conns[i].ok;
+        dup += conns[i].duplicate;
+        commits += conns[i].commits;
+        redo += conns[i].redo;
+        failed |= conns[i].failed;
+    }
+    double secs = dbsink_now(CLOCK_MONOTONIC) - t0;
+    for (int i = 0; i < o->conns; i++) {
+        if (conns[i].record)
+            mysql_stmt_close(conns[i].record);
+        if (conns[i].update)
+            mysql_stmt_close(conns[i].update);
+        mysql_close(conns[i].my);
+    }
+    free(msgs);
+    printf("dbsink conns=%d batch=%d%s messages=%zu ok=%ld duplicate=%ld commits=%ld redo=%ld "
+           "secs=%.3f rate=%.0f\n",
+           o->conns, o->batch, o->batch > 1 && !o->savepoints ? " (no savepoints)" : "", n, ok, dup,
+           commits, redo, secs, secs > 0 ? (double)(ok + dup) / secs : 0);
+    return failed ? 1 : 0;
+}
+
+/* Run sql and copy the first column of its first row into buf ("NULL" if none). */
+static void dbsink_scalar(MYSQL *my, const char *sql, char *buf, size_t len)
+{
+    if (mysql_query(my, sql) != 0)
+        dbsink_die("'%s': %s", sql, mysql_error(my));
+    MYSQL_RES *res = mysql_store_result(my);
+    MYSQL_ROW row = res ? mysql_fetch_row(res) : NULL;
+    snprintf(buf, len, "%s", row && row[0] ? row[0] : "NULL");
+    if (res)
+        mysql_free_result(res);
+}
+
+static int dbsink_wait(const dbsink_opts_t *o)
+{
+    MYSQL *my = dbsink_connect(o, 1);
+    double deadline = dbsink_now(CLOCK_MONOTONIC) + o->timeout_s;
+    char last[128] = "(nothing)";
+    struct timespec pause = {o->interval_ms / 1000, (long)(o->interval_ms % 1000) * 1000000L};
+
+    if (my == NULL)
+        return 1;
+    for (;;) {
+        char pre[128] = "";
+        if (o->pre_query)
+            dbsink_scalar(my, o->pre_query, pre, sizeof(pre));
+        if (o->pre_query == NULL || strcmp(pre, o->pre_expected) == 0)
+            dbsink_scalar(my, o->query, last, sizeof(last));
+        if (strcmp(last, o->expected) == 0) {
+            printf("%.6f\n", dbsink_now(CLOCK_REALTIME));
+            mysql_close(my);
+            return 0;
+        }
+        if (dbsink_now(CLOCK_MONOTONIC) > deadline)
+            break;
+        nanosleep(&pause, NULL);
+    }
+    fprintf(stderr, "dbsink: after %d s '%s' reads '%s', expected '%s'\n", o->timeout_s, o->query,
+            last, o->expected);
+    mysql_close(my);
+    return 1;
+}
+
+static void dbsink_usage(void) __attribute__((noreturn));
+
+static void dbsink_usage(void)
+{
+    fputs("usage: dbsink run -S SOCK [-u USER] [-p PASSWORD] -D DB -f WORKLOAD [-b BATCH=1] "
+          "[-c CONNS=2]\n"
+          "                  [--consumer NAME] [--record-table T] [--table T] [--no-savepoints]\n"
+          "       dbsink wait -S SOCK [-u USER] [-p PASSWORD] -D DB -q QUERY -e EXPECTED "
+          "[-Q PRE -E PRE_EXPECTED]\n"
+          "                  [-t TIMEOUT_S] [-i INTERVAL_MS]\n",
+          stderr);
+    exit(64);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"consumer", required_argument, NULL, 1},
+        {"record-table", required_argument, NULL, 2},
+        {"table", required_argument, NULL, 3},
+        {"no-savepoints", no_argument, NULL, 4},
+        {NULL, 0, NULL, 0},
+    };
+    dbsink_opts_t o = {.user = "root",
+                       .consumer = "bench.pay",
+                       .record_table = "msg_id_record",
+                       .table = "orders",
+                       .batch = 1,
+                       .savepoints = 1,
+                       .conns = 2,
+                       .timeout_s = 300,
+                       .interval_ms = 50};
+    int opt, rc;
+
+    if (argc < 2)
+        dbsink_usage();
+    const char *cmd = argv[1];
+    optind = 2;
+    while ((opt = getopt_long(argc, argv, "S:u:p:D:f:b:c:q:e:Q:E:t:i:", longopts, NULL)) != -1) {
+        switch (opt) {
+        case 'S':
+            o.socket = optarg;
+            break;
+        case 'u':
+            o.user = optarg;
+            break;
+        case 'p':
+            o.password = optarg;
+            break;
+        case 'D':
+            o.db = optarg;
+            break;
+        case 'f':
+            o.file = optarg;
+            break;
+        case 'b':
+            o.batch = atoi(optarg);
+            break;
+        case 'c':
+            o.conns = atoi(optarg);
+            break;
+        case 'q':
+            o.query = optarg;
+            break;
+        case 'e':
+            o.expected = optarg;
+            break;
+        case 'Q':
+            o.pre_query = optarg;
+            break;
+        case 'E':
+            o.pre_expected = optarg;
+            break;
+        case 't':
+            o.timeout_s = atoi(optarg);
+            break;
+        case 'i':
+            o.interval_ms = atoi(optarg);
+            break;
+        case 1:
+            o.consumer = optarg;
+            break;
+        case 2:
+            o.record_table = optarg;
+            break;
+        case 3:
+            o.table = optarg;
+            break;
+        case 4:
+            o.savepoints = 0;
+            break;
+        default:
+            dbsink_usage();
+        }
+    }
+    if (o.socket == NULL || o.db == NULL || optind != argc || o.interval_ms < 1)
+        dbsink_usage();
+    if (mysql_library_init(0, NULL, NULL) != 0)
+        dbsink_die("mysql_library_init failed");
+    if (strcmp(cmd, "run") == 0) {
+        if (o.file == NULL || o.batch < 1 || o.conns < 1 || o.conns > DBSINK_MAX_CONNS)
+            dbsink_usage();
+        rc = dbsink_run(&o);
+    } else if (strcmp(cmd, "wait") == 0) {
+        if (o.query == NULL || o.expected == NULL ||
+            (o.pre_query == NULL) != (o.pre_expected == NULL))
+            dbsink_usage();
+        rc = dbsink_wait(&o);
+    } else {
+        dbsink_usage();
+    }
+    mysql_library_end();
+    return rc;
+}

@@ -1,0 +1,281 @@
+/* mqsink.c: broker-only ceiling for idemd's benchmark: consume and ack a queue, no database. */
+/*
+ * Each of -c consumers has its own connection (like idemd's worker processes),
+ * sets basic.qos prefetch, collects a batch the way idemd's worker does (first
+ * delivery waits, the rest only what arrives within -w ms, at most -b), and
+ * settles the batch with one multiple-ack. Stops when -n deliveries were taken
+ * in total (or gives up after -i ms without one), closes the channels (channel.close-ok comes after
+ * the broker has handled our acks) and prints one line: mqsink consumers=C prefetch=P batch=B
+ * received=N secs=S rate=R The clock runs from before connecting until every channel is closed.
+ */
+#include <amqp.h>
+#include <amqp_tcp_socket.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MQSINK_CHANNEL 1
+#define MQSINK_MAX_CONSUMERS 64
+
+typedef struct mqsink_opts {
+    const char *host;
+    int port;
+    const char *user;
+    const char *password;
+    const char *vhost;
+    const char *queue;
+    long total;
+    int consumers;
+    int prefetch;
+    int batch;
+    int batch_wait_ms;
+    int idle_ms; /* give up after this long without a delivery */
+} mqsink_opts_t;
+
+typedef struct mqsink_consumer {
+    const mqsink_opts_t *o;
+    int index;
+    long received; /* by this consumer */
+    int failed;
+} mqsink_consumer_t;
+
+static atomic_long mqsink_taken; /* deliveries taken by all consumers */
+
+static void mqsink_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
+static void mqsink_die(const char *fmt, ...)
+{
+    va_list ap;
+    fputs("mqsink: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(1);
+}
+
+static double mqsink_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint64_t mqsink_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* 0 if the last RPC succeeded; else prints what failed and returns -1. */
+static int mqsink_check(amqp_connection_state_t c, int index, const char *what)
+{
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(c);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return 0;
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION)
+        fprintf(stderr, "mqsink[%d]: %s: %s\n", index, what, amqp_error_string2(r.library_error));
+    else
+        fprintf(stderr, "mqsink[%d]: %s: server closed the channel or connection (method 0x%08x)\n",
+                index, what, r.reply.id);
+    return -1;
+}
+
+/*
+ * Wait up to tv for one delivery. 1: got one (tag in *tag), 0: timed out,
+ * -1: the connection failed. Non-delivery frames are read and ignored.
+ */
+static int mqsink_next(amqp_connection_state_t c, struct timeval *tv, uint64_t *tag)
+{
+    amqp_envelope_t env;
+    amqp_maybe_release_buffers(c);
+    amqp_rpc_reply_t r = amqp_consume_message(c, &env, tv, 0);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+        *tag = env.delivery_tag;
+        amqp_destroy_envelope(&env);
+        return 1;
+    }
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && r.library_error == AMQP_STATUS_TIMEOUT)
+        return 0;
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+        r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
+        amqp_frame_t f;
+        if (amqp_simple_wait_frame(c, &f) != AMQP_STATUS_OK)
+            return -1;
+        if (f.frame_type == AMQP_FRAME_METHOD &&
+            (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
+             f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
+             f.payload.method.id == AMQP_BASIC_CANCEL_METHOD))
+            return -1;
+        return 0;
+    }
+    return -1;
+}
+
+static void *mqsink_consume(void *arg)
+{
+    mqsink_consumer_t *me = arg;
+    const mqsink_opts_t *o = me->o;
+    amqp_connection_state_t c = amqp_new_connection();
+    amqp_socket_t *sock = c ? amqp_tcp_socket_new(c) : NULL;
+
+    if (sock == NULL || amqp_socket_open(sock, o->host, o->port) != AMQP_STATUS_OK) {
+        fprintf(stderr, "mqsink[%d]: cannot connect to %s:%d\n", me->index, o->host, o->port);
+        goto fail;
+    }
+    amqp_rpc_reply_t r =
+        amqp_login(c, o->vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, o->user, o->password);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        fprintf(stderr, "mqsink[%d]: login failed\n", me->index);
+        goto fail;
+    }
+    amqp_channel_open(c, MQSINK_CHANNEL);
+    if (mqsink_check(c, me->index, "channel.open") != 0)
+        goto fail;
+    amqp_basic_qos(c, MQSINK_CHANNEL, 0, (uint16_t)o->prefetch, 0);
+    if (mqsink_check(c, me->index, "basic.qos") != 0)
+        goto fail;
+    amqp_basic_consume(c, MQSINK_CHANNEL, amqp_cstring_bytes(o->queue), amqp_empty_bytes, 0, 0, 0,
+                       amqp_empty_table);
+    if (mqsink_check(c, me->index, "basic.consume") != 0)
+        goto fail;
+
+    uint64_t idle_since = mqsink_now_ms();
+    while (atomic_load(&mqsink_taken) < o->total) {
+        struct timeval tv = {0, 100000};
+        uint64_t tag = 0, last = 0;
+        int n = 0, got = mqsink_next(c, &tv, &tag);
+        if (got < 0)
+            goto fail;
+        if (got == 0) {
+            if (mqsink_now_ms() - idle_since > (uint64_t)o->idle_ms) {
+                fprintf(stderr, "mqsink[%d]: no delivery for %d ms\n", me->index, o->idle_ms);
+                break;
+            }
+            continue;
+        }
+        idle_since = mqsink_now_ms();
+        last = tag;
+        n = 1;
+        uint64_t deadline = mqsink_now_ms() + (uint64_t)o->batch_wait_ms;
+        while (n < o->batch) {
+            uint64_t now = mqsink_now_ms(), left = deadline > now ? deadline - now : 0;
+            tv.tv_sec = (time_t)(left / 1000);
+            tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
+            got = mqsink_next(c, &tv, &tag);
+            if (got < 0)
+                goto fail;
+            if (got == 0)
+                break;
+            last = tag;
+            n++;
+        }
+        if (amqp_basic_ack(c, MQSINK_CHANNEL, last, n > 1) != AMQP_STATUS_OK) {
+            fprintf(stderr, "mqsink[%d]: basic.ack failed\n", me->index);
+            goto fail;
+        }
+        me->received += n;
+        atomic_fetch_add(&mqsink_taken, n);
+    }
+    /* channel.close-ok follows the broker's handling of every earlier ack on the channel. */
+    amqp_channel_close(c, MQSINK_CHANNEL, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(c, AMQP_REPLY_SUCCESS);
+    amqp_destroy_connection(c);
+    return NULL;
+fail:
+    me->failed = 1;
+    atomic_store(&mqsink_taken, o->total); /* stop the others */
+    if (c)
+        amqp_destroy_connection(c);
+    return NULL;
+}
+
+static void mqsink_usage(void) __attribute__((noreturn));
+
+static void mqsink_usage(void)
+{
+    fputs("usage: mqsink [-H host] [-P port] [-u user] [-p password] [-V vhost] -q QUEUE -n TOTAL\n"
+          "              [-c CONSUMERS=2] [-f PREFETCH=200] [-b BATCH=1] [-w BATCH_WAIT_MS=0]\n"
+          "              [-i IDLE_MS=10000]\n",
+          stderr);
+    exit(64);
+}
+
+int main(int argc, char **argv)
+{
+    mqsink_opts_t o = {"127.0.0.1", 5672, "guest", "guest", "/", NULL, 0, 2, 200, 1, 0, 10000};
+    mqsink_consumer_t cons[MQSINK_MAX_CONSUMERS];
+    pthread_t th[MQSINK_MAX_CONSUMERS];
+    long received = 0;
+    int opt, failed = 0;
+
+    while ((opt = getopt(argc, argv, "H:P:u:p:V:q:n:c:f:b:w:i:")) != -1) {
+        switch (opt) {
+        case 'H':
+            o.host = optarg;
+            break;
+        case 'P':
+            o.port = atoi(optarg);
+            break;
+        case 'u':
+            o.user = optarg;
+            break;
+        case 'p':
+            o.password = optarg;
+            break;
+        case 'V':
+            o.vhost = optarg;
+            break;
+        case 'q':
+            o.queue = optarg;
+            break;
+        case 'n':
+            o.total = atol(optarg);
+            break;
+        case 'c':
+            o.consumers = atoi(optarg);
+            break;
+        case 'f':
+            o.prefetch = atoi(optarg);
+            break;
+        case 'b':
+            o.batch = atoi(optarg);
+            break;
+        case 'w':
+            o.batch_wait_ms = atoi(optarg);
+            break;
+        default:
+            mqsink_usage();
+        }
+    }
+    if (o.queue == NULL || o.total <= 0 || o.consumers < 1 || o.consumers > MQSINK_MAX_CONSUMERS ||
+        o.prefetch < 0 || o.prefetch > 65535 || o.batch < 1 || o.batch_wait_ms < 0 ||
+        o.idle_ms < 1 || optind != argc)
+        mqsink_usage();
+
+    double t0 = mqsink_now();
+    for (int i = 0; i < o.consumers; i++) {
+        cons[i] = (mqsink_consumer_t){&o, i, 0, 0};
+        if (pthread_create(&th[i], NULL, mqsink_consume, &cons[i]) != 0)
+            mqsink_die("pthread_create failed");
+    }
+    for (int i = 0; i < o.consumers; i++) {
+        pthread_join(th[i], NULL);
+        received += cons[i].received;
+        failed |= cons[i].failed;
+    }
+    double secs = mqsink_now() - t0;
+    printf("mqsink consumers=%d prefetch=%d batch=%d received=%ld secs=%.3f rate=%.0f\n",
+           o.consumers, o.prefetch, o.batch, received, secs,
+           secs > 0 ? (double)received / secs : 0);
+    if (failed || received < o.total)
+        mqsink_die("took %ld of %ld deliveries", received, o.total);
+    return 0;
+}
