@@ -138,3 +138,58 @@ c_close_idemd_conns()
     c_log "chaos: closed $n idemd connections"
     echo "$n"
 }
+
+# ---------- helpers for the t_fail_* cases ----------
+
+# c_hdr LINE KEY: value of header KEY in one `mqtool get` line (ID<TAB>BODY<TAB>k=v;k=v).
+c_hdr()
+{
+    printf '%s\n' "$1" | cut -f3 | tr ';' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# c_has_hdr LINE KEY: true if the line has header KEY.
+c_has_hdr()
+{
+    printf '%s\n' "$1" | cut -f3 | tr ';' '\n' | grep -q "^$2="
+}
+
+# c_wait_consumed QUEUE TIMEOUT: poll until QUEUE exists and has a consumer.
+c_wait_consumed()
+{
+    local q=$1 deadline=$((SECONDS + ${2:-30})) out
+    while :; do
+        out=$(h_mq depth "$q" 2>/dev/null) || out=
+        [[ -n "$out" && ${out##* } -gt 0 ]] && return 0
+        if ((SECONDS >= deadline)); then
+            echo "c_wait_consumed: after ${2:-30} s queue $q is '${out:-missing}' (READY CONSUMERS)" >&2
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# c_errors LOG: the log's error-level lines.
+c_errors() { grep -E '^[0-9-]+ [0-9:.]+ \[[0-9]+\] [^ ]+ error: ' "$1" || true; }
+
+# c_soft_eq ACTUAL EXPECTED WHAT: like h_assert_eq, but only records the failure in
+# C_FAILURES (checked by c_soft_done), so one case can report several problems.
+C_FAILURES=()
+c_soft_eq()
+{
+    if [[ "$1" != "$2" ]]; then
+        C_FAILURES+=("$3: got '$1', expected '$2'")
+        echo "SOFT FAIL: $3: got '$1', expected '$2'" >&2
+    fi
+}
+c_soft_fail()
+{
+    C_FAILURES+=("$1")
+    echo "SOFT FAIL: $1" >&2
+}
+c_soft_done()
+{
+    ((${#C_FAILURES[@]} == 0)) && return 0
+    local f
+    for f in "${C_FAILURES[@]}"; do echo "FAIL: $f" >&2; done
+    exit 1
+}
