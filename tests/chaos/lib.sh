@@ -73,6 +73,7 @@ c_rabbit_start()
 {
     local t0=$SECONDS
     h_rabbit_start || return 1
+    disown "$H_RABBIT_PID" 2>/dev/null || true # no "Killed" job report when it is stopped later
     h_rabbit_wait || return 1
     c_log "chaos: RabbitMQ up again after $((SECONDS - t0)) s"
 }
@@ -98,6 +99,7 @@ c_mariadb_start()
     h_mariadb_start || rc=1
     unset -f mariadb-install-db
     ((rc == 0)) || return 1
+    disown "$H_MARIADB_PID" 2>/dev/null || true
     h_mariadb_wait || return 1
     c_log "chaos: MariaDB up again after $((SECONDS - t0)) s"
 }
