@@ -1,0 +1,114 @@
+# t_install_pkgconfig: make install into a DESTDIR; an out-of-tree plugin builds with pkg-config and loads; make uninstall removes exactly what install put down.
+root=$PWD/root
+# B= installs the build under test (build/, or build-asan/ for sanitizer runs).
+mk() { make -s -C "$H_ROOT" B="$H_BUILD" DESTDIR="$root" PREFIX=/usr "$@"; }
+
+mk install >install.log 2>&1 || { cat install.log; h_fail "make install failed"; }
+(cd "$root" && find . -type f -o -type l | sed 's|^\./||' | sort) >installed.txt
+{
+    echo etc/idemd/idemd.conf.example
+    echo usr/include/idemd/handler.h
+    for p in "$H_ROOT"/src/plugins/*.c; do
+        n=${p##*/}
+        echo "usr/lib/idemd/plugins/${n%.c}.so"
+    done
+    echo usr/lib/pkgconfig/idemd.pc
+    echo usr/lib/systemd/system/idemd.service
+    echo usr/lib/systemd/system/idemd@.service
+    echo usr/sbin/idemd
+    for s in "$H_ROOT"/sql/*.sql; do echo "usr/share/idemd/sql/${s##*/}"; done
+    echo usr/share/man/man5/idemd.conf.5
+    echo usr/share/man/man8/idemd.8
+} | sort >expected.txt
+cat installed.txt
+diff -u expected.txt installed.txt || h_fail "installed files differ from the expected list"
+# uninstall works from the same list: it must name exactly what install put down.
+mk install-list | sed 's|^/||' | sort >listed.txt
+diff -u installed.txt listed.txt || h_fail "make install-list differs from what install put down"
+
+# Paths inside the installed files follow PREFIX=/usr; nothing points into /usr/local.
+! grep -n /usr/local "$root"/usr/lib/systemd/system/* "$root"/usr/share/man/man*/* \
+    "$root"/etc/idemd/idemd.conf.example "$root"/usr/lib/pkgconfig/idemd.pc ||
+    h_fail "installed files still name /usr/local"
+grep -qxF 'ExecStart=/usr/sbin/idemd -c /etc/idemd/idemd.conf' "$root/usr/lib/systemd/system/idemd.service" ||
+    h_fail "idemd.service: ExecStart does not run /usr/sbin/idemd"
+grep -qxF 'ExecStart=/usr/sbin/idemd -c /etc/idemd/%i.conf' "$root/usr/lib/systemd/system/idemd@.service" ||
+    h_fail "idemd@.service: ExecStart does not run /usr/sbin/idemd"
+[[ -x "$root/usr/sbin/idemd" ]] || h_fail "usr/sbin/idemd is not executable"
+"$root/usr/sbin/idemd" --version | grep -q '^idemd [0-9]' || h_fail "installed idemd --version"
+
+# The sample config, pointed into the DESTDIR, is valid and loads the installed plugin.
+sed "s|\"/usr/lib/idemd/plugins/|\"$root/usr/lib/idemd/plugins/|" "$root/etc/idemd/idemd.conf.example" >example.conf
+out=$("$root/usr/sbin/idemd" --check-config -c example.conf 2>&1) || h_fail "example config: $out"
+echo "$out"
+[[ "$out" == "example.conf: configuration OK (1 queue)" ]] || h_fail "example config: $out"
+
+# pkg-config, as a cross or staged build would use it.
+export PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_PATH=$root/usr/lib/pkgconfig
+pc_path=$(pkg-config --path idemd) || h_fail "pkg-config finds no idemd"
+h_assert_eq "$pc_path" "$root/usr/lib/pkgconfig/idemd.pc" "pkg-config --path idemd"
+pkg-config --validate idemd || h_fail "idemd.pc does not validate"
+cflags=$(pkg-config --cflags idemd)
+h_assert_eq "$(echo $cflags)" "-I$root/usr/include" "pkg-config --cflags idemd"
+h_assert_eq "$(pkg-config --variable=plugindir idemd)" "$root/usr/lib/idemd/plugins" "plugindir"
+h_assert_eq "$(pkg-config --modversion idemd)" "$("$IDEMD" --version | cut -d' ' -f2)" "version"
+abi=$(sed -n 's/^#define IDEMD_HANDLER_ABI_MAJOR //p;s/^#define IDEMD_HANDLER_ABI_MINOR //p' \
+    "$H_ROOT/include/idemd/handler.h" | paste -sd.)
+h_assert_eq "$(pkg-config --variable=handler_abi idemd)" "$abi" "handler_abi"
+
+# A minimal handler outside the tree, strict C11, with nothing but the installed header.
+cat >hello.c <<'EOF'
+/* hello.c: the smallest idemd handler: accepts every message. */
+#include <idemd/handler.h>
+
+static idemd_result_t hello_handle(void *state, struct st_mysql *db, const idemd_message_t *msg,
+                                   char *err, size_t errlen)
+{
+    (void)state, (void)db, (void)msg, (void)err, (void)errlen;
+    return IDEMD_RESULT_OK;
+}
+
+const idemd_handler_t idemd_handler = {
+    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
+    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
+    .name = "hello",
+    .handle = hello_handle,
+};
+EOF
+# shellcheck disable=SC2086 # cflags is a list of flags
+cc -std=c11 -Wall -Wextra -Werror -pedantic -fPIC -shared $cflags -o hello.so hello.c ||
+    h_fail "out-of-tree plugin did not build"
+# shellcheck disable=SC2086
+cc -std=c11 $cflags -M hello.c >hello.deps
+grep -qF "$root/usr/include/idemd/handler.h" hello.deps ||
+    h_fail "hello.c did not use the installed header: $(cat hello.deps)"
+if command -v c++ >/dev/null; then
+    # shellcheck disable=SC2086
+    c++ -Wall -Wextra -Werror -fsyntax-only $cflags -x c++ - <<<'#include <idemd/handler.h>' ||
+        h_fail "the installed header does not compile as C++"
+fi
+unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
+
+{
+    h_conf_common t_install_pkgconfig
+    echo "queues = ( { name = \"t_install_pkgconfig.q\"; handler = \"$PWD/hello.so\"; } );"
+} >hello.conf
+for bin in "$IDEMD" "$root/usr/sbin/idemd"; do
+    out=$("$bin" --check-config -c hello.conf 2>&1) || h_fail "$bin --check-config: $out"
+    echo "$bin: $out"
+    h_assert_eq "$out" "hello.conf: configuration OK (1 queue)" "$bin --check-config"
+done
+
+# uninstall removes exactly what install put down: a file of the admin's stays.
+echo 'database = { database = "mine"; };' >"$root/etc/idemd/idemd.conf"
+mk uninstall >uninstall.log 2>&1 || { cat uninstall.log; h_fail "make uninstall failed"; }
+left=$(cd "$root" && find . -type f -o -type l | sed 's|^\./||' | sort)
+h_assert_eq "$left" "etc/idemd/idemd.conf" "files left by make uninstall"
+rm "$root/etc/idemd/idemd.conf"
+mk uninstall >>uninstall.log 2>&1 || h_fail "a second make uninstall failed"
+left=$(cd "$root" && find . -type f -o -type l | wc -l)
+h_assert_eq "$left" 0 "files left after removing the admin's file"
+for d in usr/lib/idemd usr/share/idemd usr/include/idemd etc/idemd; do
+    [[ ! -e "$root/$d" ]] || h_fail "make uninstall left the directory $d"
+done
+echo "t_install_pkgconfig: ok"
