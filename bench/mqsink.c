@@ -1,12 +1,16 @@
 /* mqsink.c: broker-only ceiling for idemd's benchmark: consume and ack a queue, no database. */
 /*
- * Each of -c consumers has its own connection (like idemd's worker processes),
- * sets basic.qos prefetch, collects a batch the way idemd's worker does (first
- * delivery waits, the rest only what arrives within -w ms, at most -b), and
- * settles the batch with one multiple-ack. Stops when -n deliveries were taken
- * in total (or gives up after -i ms without one), closes the channels (channel.close-ok comes after
- * the broker has handled our acks) and prints one line: mqsink consumers=C prefetch=P batch=B
- * received=N secs=S rate=R The clock runs from before connecting until every channel is closed.
+ * mqsink [-H host] [-P port] -q QUEUE -n TOTAL [-c CONSUMERS] [-f PREFETCH] [-b BATCH]
+ *        [-w BATCH_WAIT_MS] [-i IDLE_MS]
+ *   Each of -c consumers has its own connection (like idemd's worker
+ *   processes), sets basic.qos prefetch, collects a batch the way idemd's
+ *   worker does (the first delivery waits, the rest only what arrives within
+ *   -w ms, at most -b) and settles it with one multiple-ack. Stops when -n
+ *   deliveries were taken in total (or after -i ms without one), closes the
+ *   channels (channel.close-ok comes after the broker handled our acks) and
+ *   prints one line:
+ *     mqsink consumers=C prefetch=P batch=B received=N secs=S rate=R
+ *   The clock runs from before connecting until every channel is closed.
  */
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
