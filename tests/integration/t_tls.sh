@@ -24,6 +24,8 @@ t_cleanup()
     if [[ -n "$T_MARIADB_PGID" ]]; then
         h_kill_group "$T_MARIADB_PGID" TERM 30
     fi
+    # The logs stay with the case's output; the data directories (100+ MB) go.
+    [[ "${H_KEEP:-0}" == 1 ]] || rm -rf "$T_DIR/mysql/data" "$T_DIR/rabbit/mnesia"
     return $rc
 }
 trap t_cleanup EXIT
