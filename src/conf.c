@@ -192,8 +192,8 @@ static const conf_def_t conf_defs[] = {
                 "PEM file of the CA certificates the broker's certificate must chain to; "
                 "required when `enabled` and `verify_peer` are true (the system's CA store is "
                 "not read)"),
-    CONF_STRING("broker_tls", "cert_file", conf_broker_tls_t, cert_file, NR | CONF_F_READABLE,
-                NULL, 1, PATH_MAX - 1, "none",
+    CONF_STRING("broker_tls", "cert_file", conf_broker_tls_t, cert_file, NR | CONF_F_READABLE, NULL,
+                1, PATH_MAX - 1, "none",
                 "client certificate (PEM, may be followed by its chain) for brokers that ask "
                 "for one; needs `key_file`"),
     CONF_STRING("broker_tls", "key_file", conf_broker_tls_t, key_file, NR | CONF_F_READABLE, NULL,
@@ -1077,9 +1077,10 @@ static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, voi
         const config_setting_t *tls = own ? config_setting_get_member(own, "tls") : NULL;
         const config_setting_t *en = tls ? config_setting_get_member(tls, "enabled") : NULL;
         conf_path(sp, path, "tls.enabled");
-        return conf_error(ctx, en ? en : grp, sp,
-                          "cannot be used with socket (line %d): TLS runs over TCP to host:port",
-                          (int)config_setting_source_line(config_setting_get_member(own, "socket")));
+        return conf_error(
+            ctx, en ? en : grp, sp,
+            "cannot be used with socket (line %d): TLS runs over TCP to host:port",
+            (int)config_setting_source_line(config_setting_get_member(own, "socket")));
     }
     return 0;
 }

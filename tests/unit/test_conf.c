@@ -712,8 +712,7 @@ static void test_tls(void)
                  "broker.tls.cert_file: needs key_file too");
 
     snprintf(text, sizeof(text),
-             "database = { database = \"t\"; tls = {\n    key_file = \"%s\"; }; };\n" Q1(""),
-             key);
+             "database = { database = \"t\"; tls = {\n    key_file = \"%s\"; }; };\n" Q1(""), key);
     expect_error("database key_file without cert_file (even while off)", text, "key_file",
                  "database.tls.key_file: needs cert_file too");
 
@@ -729,17 +728,15 @@ static void test_tls(void)
                  "database.tls.enabled: cannot be used with socket (line 2): TLS runs over TCP to "
                  "host:port");
 
-    expect_error("misspelt tls setting",
-                 "broker = { tls = {\n  ca_fiel = \"x\"; }; };\n" DB Q1(""), "ca_fiel",
-                 "broker.tls.ca_fiel: unknown setting (did you mean \"ca_file\"?)");
+    expect_error("misspelt tls setting", "broker = { tls = {\n  ca_fiel = \"x\"; }; };\n" DB Q1(""),
+                 "ca_fiel", "broker.tls.ca_fiel: unknown setting (did you mean \"ca_file\"?)");
     expect_error("tls.enabled not a boolean",
                  "database = { database = \"t\"; tls = {\n  enabled = \"yes\"; }; };\n" Q1(""),
                  "enabled", "database.tls.enabled: must be true or false (got a string)");
     expect_error("tls not a group", "broker = {\n  tls = true; };\n" DB Q1(""), "tls",
                  "broker.tls: must be a group { ... } (got a boolean)");
-    expect_error("empty ca_file",
-                 "broker = { tls = {\n  ca_file = \"\"; }; };\n" DB Q1(""), "ca_file",
-                 "broker.tls.ca_file: must not be empty");
+    expect_error("empty ca_file", "broker = { tls = {\n  ca_file = \"\"; }; };\n" DB Q1(""),
+                 "ca_file", "broker.tls.ca_file: must not be empty");
 
     /* Warnings about weakened TLS. */
     snprintf(text, sizeof(text),
@@ -844,12 +841,11 @@ static void test_password_permissions(void)
     snprintf(text2, sizeof(text2),
              "database = { database = \"t\"; password_file = \"%s\"; };\n" Q1(""), pw);
     path = write_file_mode("perm.conf", text2, 0644);
-    expect_warnings("password_file in a 0644 file: no warning", path,
-                    (const char *const[]){NULL});
+    expect_warnings("password_file in a 0644 file: no warning", path, (const char *const[]){NULL});
 
     /* The warning names the included file that holds the password. */
-    const char *inc = write_file_mode("perm-inc.conf", "broker = {\n  password = \"p\"; };\n",
-                                      0644);
+    const char *inc =
+        write_file_mode("perm-inc.conf", "broker = {\n  password = \"p\"; };\n", 0644);
     char inc_path[PATH_MAX + 64];
     snprintf(inc_path, sizeof(inc_path), "%s", inc);
     path = write_file_mode("perm.conf", "@include \"perm-inc.conf\"\n" DB Q1(""), 0600);
@@ -1020,9 +1016,9 @@ static void find_root(const char *argv0)
 static void remove_dir(void)
 {
     static const char *const names[] = {
-        "t.conf",   "amqp.pw", "db.pw",   "inner.pw", "empty.pw", "inc.conf", "main.conf",
-        "dump.pw",  "dump.conf", "ca.pem", "crt.pem", "key.pem",  "w1.conf",  "w2.conf",
-        "w3.conf",  "w4.conf", "perm.conf", "perm.pw", "perm-inc.conf", NULL};
+        "t.conf",  "amqp.pw",   "db.pw",     "inner.pw", "empty.pw",      "inc.conf", "main.conf",
+        "dump.pw", "dump.conf", "ca.pem",    "crt.pem",  "key.pem",       "w1.conf",  "w2.conf",
+        "w3.conf", "w4.conf",   "perm.conf", "perm.pw",  "perm-inc.conf", NULL};
     char path[PATH_MAX + 64];
     for (int i = 0; names[i]; i++) {
         snprintf(path, sizeof(path), "%s/%s", t_dir, names[i]);
