@@ -132,16 +132,40 @@ c_idemd_conns()
 
 c_close_idemd_conns()
 {
-    local want=${1:-0} n=0 pid
-    for pid in $(c_idemd_conns | shuf); do
+    local want=${1:-0} n=0 pid pids=() conns t0=$SECONDS
+    conns=$(c_idemd_conns)
+    c_log "chaos: listed $(wc -w <<<"$conns") idemd connections in $((SECONDS - t0)) s"
+    for pid in $(shuf -e $conns); do
         ((want > 0 && n >= want)) && break
-        h_rabbitmqctl close_connection "$pid" "chaos: closed by test" >/dev/null 2>&1 && n=$((n + 1))
+        # In parallel: each rabbitmqctl call takes a second or two to start.
+        h_rabbitmqctl close_connection "$pid" "chaos: closed by test" >/dev/null 2>&1 &
+        pids+=($!)
+        n=$((n + 1))
+    done
+    for pid in "${pids[@]}"; do
+        wait "$pid" || n=$((n - 1))
     done
     c_log "chaos: closed $n idemd connections"
     echo "$n"
 }
 
 # ---------- helpers for the t_fail_* cases ----------
+
+# c_gen_until PREFIX STOPFILE PER_TICK [RETRY_EVERY]: print publish lines PREFIX<i><TAB>BODY,
+# PER_TICK of them every 0.1 s, until STOPFILE exists: load that lasts as long as the
+# faults take to inject, however slow the machine is. With RETRY_EVERY, every
+# RETRY_EVERY-th body is "retry-once".
+c_gen_until()
+{
+    local i=1 every=${4:-0}
+    while [[ ! -e "$2" ]]; do
+        awk -v p="$1" -v a=$i -v b=$((i + $3 - 1)) -v e="$every" \
+            'BEGIN { for (i = a; i <= b; i++) printf "%s%d\t%s\n", p, i, (e > 0 && i % e == 0) ? "retry-once" : "body" }' ||
+            return 0 # the publisher went away
+        i=$((i + $3))
+        sleep 0.1
+    done
+}
 
 # c_hdr LINE KEY: value of header KEY in one `mqtool get` line (ID<TAB>BODY<TAB>k=v;k=v).
 c_hdr()
