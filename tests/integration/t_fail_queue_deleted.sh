@@ -1,0 +1,51 @@
+# t_fail_queue_deleted: the consumed queue is deleted under idemd (basic.cancel), idle and busy: the worker restarts, re-declares and consumes new messages.
+source "$H_ROOT/tests/chaos/lib.sh"
+db=t_fail_queue_deleted
+q=t_fail_qdel.q
+h_new_db "$db"
+{
+    h_conf_common "$db"
+    cat <<CONF
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 50; batch_size = 10;
+             settings = { sleep_ms = 5; }; } );
+CONF
+} >idemd.conf
+h_daemon_start idemd.conf idemd.log
+effects() { h_sql "SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(MAX(n), 0) FROM effects WHERE msg_id LIKE '$1%'"; }
+
+# 1. Idle: delete the queue while idemd waits on it.
+out=$(h_gen a 1 100 | h_mq publish -r "$q")
+h_assert_eq "$out" "published 100 confirmed 100" "publisher a"
+h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id LIKE 'a%'" 100 30
+h_wait_depth "$q" 0 10
+h_mq delete "$q"
+h_wait_log idemd.log "consumer cancelled by the broker" 1 15
+c_wait_consumed "$q" 60 # re-declared by the restarted worker
+out=$(h_gen b 1 100 | h_mq publish -r "$q")
+h_assert_eq "$out" "published 100 confirmed 100" "publisher b (after the idle delete)"
+h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id LIKE 'b%'" 100 30
+h_assert_eq "$(effects b)" $'100\t100\t1' "effects of b"
+
+# 2. Busy: delete it with deliveries in flight (their messages go with the queue).
+out=$(h_gen c 1 1000 | h_mq publish -r "$q")
+h_assert_eq "$out" "published 1000 confirmed 1000" "publisher c"
+h_wait_sql "SELECT COUNT(*) >= 100 FROM effects WHERE msg_id LIKE 'c%'" 1 30
+h_mq delete "$q"
+h_wait_log idemd.log "consumer cancelled by the broker" 2 15
+c_wait_consumed "$q" 60
+out=$(h_gen d 1 100 | h_mq publish -r "$q")
+h_assert_eq "$out" "published 100 confirmed 100" "publisher d (after the busy delete)"
+h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id LIKE 'd%'" 100 30
+h_wait_depth "$q" 0 10
+h_assert_eq "$(effects d)" $'100\t100\t1' "effects of d"
+c_done=$(effects c)
+h_assert_eq "$(cut -f3 <<<"$c_done")" 1 "largest effect count of c (deleted with the queue: never doubled)"
+((${c_done%%$'\t'*} < 1000)) || h_fail "all of c were done before the delete: nothing was tested"
+
+h_daemon_alive || h_fail "idemd died"
+h_assert_eq "$(h_count_log idemd.log "outcome=reject ")" 0 "reject outcomes"
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects e LEFT JOIN msg_id_record r
+                      ON r.consumer = e.queue AND r.msg_id = e.msg_id WHERE r.id IS NULL")" 0 \
+    "effects without a record"
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
+echo "t_fail_queue_deleted: ok (c: $(cut -f1 <<<"$c_done") of 1000 done before the delete took the rest)"
