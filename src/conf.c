@@ -277,6 +277,11 @@ static const conf_def_t conf_defs[] = {
                    "last repeats); `[]`: republish to the queue's tail at once"),
     CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "60", 0, 3600,
              "seconds one handler call may take before the worker is killed; 0 = no limit"),
+    CONF_INT("queue", "record_retention_days", conf_queue_t, record_retention_days, 0, "0", 0,
+             36500,
+             "delete this queue's dedup records (and crash counts) older than this many days, "
+             "hourly; 0 = keep them forever. Must exceed the longest time a copy of a message "
+             "can still arrive"),
     CONF_GROUP("queue", "declare", 0, "declare", "what to declare at startup"),
     CONF_RAW("queue", "settings", conf_queue_t, settings, 0,
              "group handed to the handler as is; idemd does not check it"),

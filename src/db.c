@@ -212,6 +212,11 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
     mysql_options(db->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(db->my, MYSQL_INIT_COMMAND,
                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
+    if (cfg->socket == NULL) {
+        /* Connector/C takes host "localhost" as its default unix socket: we said TCP. */
+        unsigned int proto = MYSQL_PROTOCOL_TCP;
+        mysql_options(db->my, MYSQL_OPT_PROTOCOL, &proto);
+    }
     db_where(cfg, where, sizeof(where));
     if (db_set_tls(db, cfg, where) != 0)
         goto fail;

@@ -96,6 +96,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "%s\n", err);
         return 1;
     }
+    for (int i = 0; i < conf->n_warnings; i++)
+        fprintf(stderr, "warning: %s\n", conf->warnings[i]);
     if (check)
         return main_check(conf, print);
     log_set_level((log_level_t)conf->log_level);

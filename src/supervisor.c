@@ -373,6 +373,8 @@ static void sup_reload(supervisor_t *s)
         log_error("reload failed, keeping the running configuration: %s", err);
         goto keep;
     }
+    for (int i = 0; i < next->n_warnings; i++)
+        log_warn("%s", next->warnings[i]);
     if (sup_check_plugins(next, &ids) != 0) {
         log_error("reload failed, keeping the running configuration: a handler did not load");
         goto keep;
