@@ -365,7 +365,7 @@ h_daemon_kill9()
 {
     local pid=${H_DAEMON_PID:-} pids
     [[ -n "$pid" ]] || return 0
-    pids=$( (pgrep -g "$pid"; pgrep -P "$pid") | sort -u | tr '\n' ' ')
+    pids=$( (pgrep -g "$pid"; pgrep -P "$pid"; true) | sort -u | tr '\n' ' ')
     { # stderr off: bash would report the job as "Killed"
         kill -KILL -- -"$pid" $pids || true
         while pgrep -g "$pid" >/dev/null; do sleep 0.05; done
