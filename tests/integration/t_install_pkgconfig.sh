@@ -38,7 +38,8 @@ grep -qxF 'ExecStart=/usr/sbin/idemd -c /etc/idemd/%i.conf' "$root/usr/lib/syste
 "$root/usr/sbin/idemd" --version | grep -q '^idemd [0-9]' || h_fail "installed idemd --version"
 
 # The sample config, pointed into the DESTDIR, is valid and loads the installed plugin.
-sed "s|\"/usr/lib/idemd/plugins/|\"$root/usr/lib/idemd/plugins/|" "$root/etc/idemd/idemd.conf.example" >example.conf
+(umask 077 && sed "s|\"/usr/lib/idemd/plugins/|\"$root/usr/lib/idemd/plugins/|" \
+    "$root/etc/idemd/idemd.conf.example" >example.conf) # it holds a password: keep it private
 out=$("$root/usr/sbin/idemd" --check-config -c example.conf 2>&1) || h_fail "example config: $out"
 echo "$out"
 [[ "$out" == "example.conf: configuration OK (1 queue)" ]] || h_fail "example config: $out"
@@ -49,7 +50,8 @@ pc_path=$(pkg-config --path idemd) || h_fail "pkg-config finds no idemd"
 h_assert_eq "$pc_path" "$root/usr/lib/pkgconfig/idemd.pc" "pkg-config --path idemd"
 pkg-config --validate idemd || h_fail "idemd.pc does not validate"
 cflags=$(pkg-config --cflags idemd)
-h_assert_eq "$(echo $cflags)" "-I$root/usr/include" "pkg-config --cflags idemd"
+cflags=${cflags% } # pkgconf ends the list with a space
+h_assert_eq "$cflags" "-I$root/usr/include" "pkg-config --cflags idemd"
 h_assert_eq "$(pkg-config --variable=plugindir idemd)" "$root/usr/lib/idemd/plugins" "plugindir"
 h_assert_eq "$(pkg-config --modversion idemd)" "$("$IDEMD" --version | cut -d' ' -f2)" "version"
 abi=$(sed -n 's/^#define IDEMD_HANDLER_ABI_MAJOR //p;s/^#define IDEMD_HANDLER_ABI_MINOR //p' \
@@ -93,6 +95,7 @@ unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
     h_conf_common t_install_pkgconfig
     echo "queues = ( { name = \"t_install_pkgconfig.q\"; handler = \"$PWD/hello.so\"; } );"
 } >hello.conf
+chmod 0600 hello.conf
 for bin in "$IDEMD" "$root/usr/sbin/idemd"; do
     out=$("$bin" --check-config -c hello.conf 2>&1) || h_fail "$bin --check-config: $out"
     echo "$bin: $out"

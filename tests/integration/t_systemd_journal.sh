@@ -15,6 +15,7 @@ h_new_db "$db"
     h_conf_common "$db"
     echo "queues = ( { name = \"$q\"; handler = \"$H_TEST_PLUGINS/counter.so\"; workers = 1; } );"
 } >idemd.conf
+chmod 0600 idemd.conf # it holds the broker password: idemd warns (on stderr) about a readable one
 
 cat >inner.sh <<'EOF'
 # Runs in the private mount namespace: fake journald, then idemd with stderr on a "journal stream".
@@ -71,7 +72,7 @@ count() # count FIXED-STRING...: number of journal entries containing all of the
     local lines s
     lines=$(cat journal.log)
     for s in "$@"; do lines=$(grep -F -- "$s" <<<"$lines" || true); done
-    [[ -z "$lines" ]] && echo 0 || wc -l <<<"$lines"
+    if [[ -z "$lines" ]]; then echo 0; else wc -l <<<"$lines"; fi
 }
 nl='\n' # notifysock writes a newline inside a datagram as backslash-n
 
