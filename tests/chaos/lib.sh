@@ -219,3 +219,23 @@ c_soft_done()
     for f in "${C_FAILURES[@]}"; do echo "FAIL: $f" >&2; done
     exit 1
 }
+
+# c_fresh_queues QUEUE...: delete these queues if they exist (leftovers of an earlier run
+# against the same broker); queues idemd declares come back when it starts.
+c_fresh_queues()
+{
+    local q
+    for q in "$@"; do
+        h_mq delete "$q" >/dev/null 2>&1 || true
+    done
+}
+
+# c_soft_set_eq ACTUAL EXPECTED WHAT: compare two sets of lines; on a difference record the
+# missing and unexpected lines (each cut to 80 characters).
+c_soft_set_eq()
+{
+    local missing extra
+    missing=$(comm -13 <(sort <<<"$1") <(sort <<<"$2") | cut -c1-80 | paste -sd'|')
+    extra=$(comm -23 <(sort <<<"$1") <(sort <<<"$2") | cut -c1-80 | paste -sd'|')
+    [[ -z "$missing$extra" ]] || c_soft_fail "$3: missing [$missing] unexpected [$extra]"
+}

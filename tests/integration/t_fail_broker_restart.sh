@@ -5,6 +5,7 @@ db=t_fail_broker_restart
 q=t_fail_broker.q
 n2=3000
 h_new_db "$db"
+c_fresh_queues "$q" "$q.dlq" "$q.retry.300"
 {
     h_conf_common "$db"
     cat <<CONF

@@ -4,6 +4,7 @@ db=t_fail_crash_guard
 qa=t_fail_crash.a
 qb=t_fail_crash.b
 h_new_db "$db"
+c_fresh_queues "$qa" "$qa.dlq" "$qb" "$qb.dlq"
 {
     h_conf_common "$db"
     cat <<CONF

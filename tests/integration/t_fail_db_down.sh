@@ -5,6 +5,7 @@ db=t_fail_db_down
 q=t_fail_db_down.q
 total=4000
 h_new_db "$db"
+c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db"
     cat <<CONF

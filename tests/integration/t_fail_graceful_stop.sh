@@ -5,6 +5,7 @@ q=t_fail_graceful.q
 total=2000
 shutdown_timeout=10
 h_new_db "$db"
+c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db" | sed "s/shutdown_timeout = [0-9]*/shutdown_timeout = $shutdown_timeout/"
     cat <<CONF

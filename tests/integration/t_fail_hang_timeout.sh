@@ -4,6 +4,7 @@ db=t_fail_hang_timeout
 q=t_fail_hang.q
 dlq=$q.dlq
 h_new_db "$db"
+c_fresh_queues "$q" "$dlq"
 {
     h_conf_common "$db"
     cat <<CONF

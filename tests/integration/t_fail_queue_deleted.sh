@@ -3,6 +3,7 @@ source "$H_ROOT/tests/chaos/lib.sh"
 db=t_fail_queue_deleted
 q=t_fail_qdel.q
 h_new_db "$db"
+c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db"
     cat <<CONF

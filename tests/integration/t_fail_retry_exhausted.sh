@@ -5,6 +5,7 @@ q=t_fail_retry.q
 dlq=$q.dlq # the default dead letter queue name
 x=t_fail_retry.x
 h_new_db "$db"
+c_fresh_queues "$q" "$dlq" "$q.retry.200" "$q.retry.400"
 h_mq exchange "$x" -t direct
 {
     h_conf_common "$db"

@@ -3,7 +3,8 @@
 /*
  * usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]
  *               -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]
- *               [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--repeat N]
+ *               [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]
+ *               [--repeat N]
  *
  * Publishes one persistent message (or N copies) with the mandatory flag and
  * publisher confirms, prints "published N confirmed N" and exits 1 unless every
@@ -15,7 +16,8 @@
  * i8 u8 i16 u16 i32 u32 i64 u64, f32 f64, decimal (SCALE:VALUE), timestamp, void
  * (VALUE ignored), array (comma-separated strings), table (K=V, one string entry).
  * --nested NAME=DEPTH adds header NAME holding a table nested DEPTH levels deep
- * (innermost: {"leaf": "bottom"}).
+ * (innermost: {"leaf": "bottom"}). --big NAME=BYTES adds a string header of BYTES
+ * bytes ("yyy..."), to bring the content header close to the frame size (131072).
  */
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -50,7 +52,8 @@ static void bp_usage(void)
 {
     fputs("usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]\n"
           "              -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]\n"
-          "              [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--repeat N]\n"
+          "              [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]\n"
+          "              [--repeat N]\n"
           "  KIND: str bytes bool i8 u8 i16 u16 i32 u32 i64 u64 f32 f64 decimal timestamp void\n"
           "        array table; ID, TEXT and strings take \\xNN escapes\n",
           stderr);
@@ -268,15 +271,26 @@ int main(int argc, char **argv)
             body_size = (long)bp_int(v, a);
         else if (!strcmp(a, "--repeat"))
             repeat = (long)bp_int(v, a);
-        else if (!strcmp(a, "--header") || !strcmp(a, "--nested")) {
+        else if (!strcmp(a, "--header") || !strcmp(a, "--nested") || !strcmp(a, "--big")) {
             const char *eq = strchr(v, '=');
             if (eq == NULL || eq == v || nh == BP_MAX_HEADERS)
                 bp_usage();
             h[nh].key = amqp_bytes_malloc_dup(amqp_cstring_bytes(strndup(v, (size_t)(eq - v))));
-            if (!strcmp(a, "--header"))
+            if (!strcmp(a, "--header")) {
                 bp_field(&h[nh].value, eq + 1);
-            else
+            } else if (!strcmp(a, "--nested")) {
                 bp_nested(&h[nh].value, (long)bp_int(eq + 1, a));
+            } else {
+                long long n = bp_int(eq + 1, a);
+                if (n < 0 || n > BP_FRAME_MAX)
+                    bp_die("--big: %lld bytes is out of range", n);
+                h[nh].value.kind = AMQP_FIELD_KIND_UTF8;
+                h[nh].value.value.bytes.len = (size_t)n;
+                h[nh].value.value.bytes.bytes = malloc((size_t)n + 1);
+                if (h[nh].value.value.bytes.bytes == NULL)
+                    bp_die("out of memory");
+                memset(h[nh].value.value.bytes.bytes, 'y', (size_t)n);
+            }
             nh++;
         } else
             bp_usage();
