@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh: fault injection for idemd's failure tests: restart the harness's RabbitMQ and MariaDB, close idemd's connections.
 #
 # Source after tests/harness.sh, in a shell that has the harness's exported variables
@@ -95,6 +96,7 @@ c_mariadb_start()
 {
     local t0=$SECONDS rc=0
     # The harness's server command line, without initialising the data directory again.
+    # shellcheck disable=SC2317 # called by h_mariadb_start
     mariadb-install-db() { return 0; }
     h_mariadb_start || rc=1
     unset -f mariadb-install-db
@@ -135,6 +137,7 @@ c_close_idemd_conns()
     local want=${1:-0} n=0 pid pids=() conns t0=$SECONDS
     conns=$(c_idemd_conns)
     c_log "chaos: listed $(wc -w <<<"$conns") idemd connections in $((SECONDS - t0)) s"
+    # shellcheck disable=SC2086 # one connection pid per word
     for pid in $(shuf -e $conns); do
         ((want > 0 && n >= want)) && break
         # In parallel: each rabbitmqctl call takes a second or two to start.

@@ -29,6 +29,7 @@ h10k=$(printf 'k%.0s' {1..10240})
 # ---- ids in message_id: processed ----
 bp -r "$qm" --id 'bin\xff\xfe\x80' --body m1
 bp -r "$qm" --id "q'; DROP TABLE x; --" --body m2a
+# shellcheck disable=SC2016 # a literal $(id)
 bp -r "$qm" --id 'dq"`\\$(id)' --body m2b
 bp -r "$qm" --id 'nul\x00byte' --body m3
 bp -r "$qm" --id "$a255" --body m4
@@ -100,6 +101,7 @@ c_soft_eq "$(h_count_log idemd.log "killed by signal|exited with code")" 0 "work
 hexes() { h_sql "SELECT HEX(msg_id), n FROM effects WHERE queue = '$1' ORDER BY HEX(msg_id)"; }
 hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n' | tr a-f A-F; }
 want_m=$(
+    # shellcheck disable=SC2016 # a literal $(id)
     for id in 'bin'$'\xff\xfe\x80' "q'; DROP TABLE x; --" 'dq"`\$(id)' "$a255" empty-body big-body types \
         deep1000 deep18000 xdc probe-m; do
         printf '%s\t1\n' "$(hex "$id")"

@@ -28,7 +28,7 @@ pub1=$!
 for at in 300 1000; do
     h_wait_sql "SELECT COUNT(*) >= $at FROM msg_id_record" 1 60
     c_wait_consumed "$q" 60
-    closed=$(c_close_idemd_conns)
+    closed=$(c_close_idemd_conns 0)
     ((closed >= 1)) || h_fail "closed no idemd connection at $at"
     echo "closed $closed connections; $(records) records committed"
 done

@@ -67,7 +67,7 @@ iso='^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z$'
 [[ "$first" =~ $iso ]] || h_fail "idemd-first-failure '$first' is not an ISO 8601 UTC time"
 [[ "$last" =~ $iso ]] || h_fail "idemd-last-failure '$last' is not an ISO 8601 UTC time"
 # The first failure is attempt 1's; the last is attempt 3's, at least 200 + 400 ms later.
-gap_ms=$((($(date -d "$last" +%s%3N) - $(date -d "$first" +%s%3N))))
+gap_ms=$(($(date -d "$last" +%s%3N) - $(date -d "$first" +%s%3N)))
 ((gap_ms >= 550)) || h_fail "first failure $first and last failure $last are only $gap_ms ms apart"
 h_assert_eq "$(c_hdr "$line" custom)" kept "the publisher's own header"
 ! c_has_hdr "$line" x-death || h_fail "the dead letter carries the broker's x-death header"
