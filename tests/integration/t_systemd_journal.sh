@@ -39,6 +39,7 @@ kill "$ns"
 wait "$ns" || true
 EOF
 export NOTIFYSOCK
+rm -f daemon.pid daemon.rc journal.log stderr.log
 setsid unshare --mount --propagation private bash inner.sh </dev/null >inner.out 2>&1 &
 inner=$!
 mkdir -p "$H_DIR/daemons"
