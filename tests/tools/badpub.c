@@ -4,7 +4,7 @@
  * usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]
  *               -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]
  *               [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]
- *               [--repeat N]
+ *               [--user-id USER] [--expiration MS] [--repeat N]
  *
  * Publishes one persistent message (or N copies) with the mandatory flag and
  * publisher confirms, prints "published N confirmed N" and exits 1 unless every
@@ -18,6 +18,8 @@
  * --nested NAME=DEPTH adds header NAME holding a table nested DEPTH levels deep
  * (innermost: {"leaf": "bottom"}). --big NAME=BYTES adds a string header of BYTES
  * bytes ("yyy..."), to bring the content header close to the frame size (131072).
+ * --user-id and --expiration set those properties (RabbitMQ checks user_id against the
+ * user logged in; expiration is a per-message TTL in milliseconds).
  */
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -53,7 +55,7 @@ static void bp_usage(void)
     fputs("usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]\n"
           "              -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]\n"
           "              [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]\n"
-          "              [--repeat N]\n"
+          "              [--user-id USER] [--expiration MS] [--repeat N]\n"
           "  KIND: str bytes bool i8 u8 i16 u16 i32 u32 i64 u64 f32 f64 decimal timestamp void\n"
           "        array table; ID, TEXT and strings take \\xNN escapes\n",
           stderr);
@@ -234,7 +236,7 @@ static const char *bp_reply(amqp_rpc_reply_t r)
 int main(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *user = "guest", *password = "guest", *vhost = "/";
-    const char *exchange = "", *rkey = NULL;
+    const char *exchange = "", *rkey = NULL, *user_id = NULL, *expiration = NULL;
     int port = 5672;
     long repeat = 1, body_size = -1;
     amqp_bytes_t id = {0, NULL}, body = amqp_cstring_bytes("badpub");
@@ -269,6 +271,10 @@ int main(int argc, char **argv)
             body = bp_unescape(v);
         else if (!strcmp(a, "--body-size"))
             body_size = (long)bp_int(v, a);
+        else if (!strcmp(a, "--user-id"))
+            user_id = v;
+        else if (!strcmp(a, "--expiration"))
+            expiration = v;
         else if (!strcmp(a, "--repeat"))
             repeat = (long)bp_int(v, a);
         else if (!strcmp(a, "--header") || !strcmp(a, "--nested") || !strcmp(a, "--big")) {
@@ -337,6 +343,14 @@ int main(int argc, char **argv)
     if (have_id) {
         props._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
         props.message_id = id;
+    }
+    if (user_id) {
+        props._flags |= AMQP_BASIC_USER_ID_FLAG;
+        props.user_id = amqp_cstring_bytes(user_id);
+    }
+    if (expiration) {
+        props._flags |= AMQP_BASIC_EXPIRATION_FLAG;
+        props.expiration = amqp_cstring_bytes(expiration);
     }
     for (long k = 0; k < repeat; k++) {
         rc = amqp_basic_publish(c, BP_CHANNEL, amqp_cstring_bytes(exchange),
