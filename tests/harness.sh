@@ -13,7 +13,7 @@
 #   h_mq ARGS...             mqtool against the private broker
 #   h_depth QUEUE            ready-message count of QUEUE
 #   h_conf_common DB         print the daemon/broker/database config groups
-#   h_daemon_start CONF LOG  start idemd in the background, wait for "ready:"
+#   h_daemon_start CONF LOG  start idemd in the background, wait for "ready:" (sets H_DAEMON_PID, H_DAEMON_LOG)
 #   h_daemon_stop            SIGTERM, wait up to 30 s; returns the daemon's exit status
 #   h_daemon_kill9           SIGKILL the supervisor and all its workers (its process group)
 #   h_wait_sql QUERY EXPECTED TIMEOUT   poll until QUERY prints EXPECTED
@@ -229,6 +229,8 @@ h_kill_group()
 h_servers_stop()
 {
     local rc=$? pid
+    local - # cleanup runs to the end even when the caller uses set -e / pipefail
+    set +e +o pipefail
     trap - EXIT INT TERM
     [[ -n "${H_DIR:-}" && -d "$H_DIR" ]] || return $rc
     h_daemons_reap
@@ -240,7 +242,7 @@ h_servers_stop()
         # epmd daemonizes out of our process group; it runs with our ERL_EPMD_PORT.
         epmd -port "$ERL_EPMD_PORT" -kill >/dev/null 2>&1
         for pid in $(pgrep -x epmd); do
-            if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -qx "ERL_EPMD_PORT=$ERL_EPMD_PORT"; then
+            if { tr '\0' '\n' <"/proc/$pid/environ"; } 2>/dev/null | grep -x "ERL_EPMD_PORT=$ERL_EPMD_PORT" >/dev/null; then
                 kill -KILL "$pid" 2>/dev/null
             fi
         done
@@ -261,6 +263,8 @@ h_servers_stop()
 h_daemons_reap()
 {
     local f pgid
+    local -
+    set +e +o pipefail
     for f in "$H_DIR"/daemons/*; do
         [[ -f "$f" ]] || continue
         pgid=${f##*/}
@@ -306,12 +310,14 @@ h_daemon_start()
     skip=$(($(wc -l <"$log") + 1))
     setsid "$IDEMD" -c "$conf" "${@:3}" </dev/null >>"$log" 2>&1 &
     H_DAEMON_PID=$!
+    # shellcheck disable=SC2034 # for the cases
     H_DAEMON_LOG=$log
     mkdir -p "$H_DIR/daemons"
     : >"$H_DIR/daemons/$H_DAEMON_PID"
     deadline=$((SECONDS + 30))
     while :; do
-        if tail -n +"$skip" "$log" | grep -q 'ready:'; then
+        # awk, not "tail | grep -q": under pipefail an early grep exit can fail the pipe.
+        if awk -v s="$skip" 'NR >= s && /ready:/ { f = 1 } END { exit !f }' "$log"; then
             return 0
         fi
         if ! kill -0 "$H_DAEMON_PID" 2>/dev/null; then
@@ -367,6 +373,7 @@ h_daemon_kill9()
     [[ -n "$pid" ]] || return 0
     pids=$( (pgrep -g "$pid"; pgrep -P "$pid"; true) | sort -u | tr '\n' ' ')
     { # stderr off: bash would report the job as "Killed"
+        # shellcheck disable=SC2086 # one word per pid
         kill -KILL -- -"$pid" $pids || true
         while pgrep -g "$pid" >/dev/null; do sleep 0.05; done
         for p in $pids; do
