@@ -306,6 +306,7 @@ h_daemon_start()
 {
     local conf=$1 log=$2 skip deadline
     [[ -x "$IDEMD" ]] || h_fail "no daemon binary at $IDEMD"
+    chmod go= "$conf" # it holds the broker password: idemd warns about readable ones
     touch "$log"
     skip=$(($(wc -l <"$log") + 1))
     setsid "$IDEMD" -c "$conf" "${@:3}" </dev/null >>"$log" 2>&1 &
