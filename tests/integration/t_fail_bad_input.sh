@@ -55,6 +55,17 @@ bp -r "$qm" --id deeprej --body reject --nested deep=18000
 # Headers within a few hundred bytes of the frame size (131072): the dead letter copy,
 # with idemd's reason headers added, no longer fits in one frame.
 bp -r "$qm" --id bigrej --body reject --big big=130900
+# A per-message TTL: RabbitMQ drops the expiration of messages it dead-letters itself, so
+# that they do not vanish from the dead letter queue; the same is expected of idemd's copy.
+bp -r "$qm" --id ttlrej --body reject --expiration 2000
+# A validated user_id (RabbitMQ refuses a user_id that is not the publishing connection's
+# user): producers often use an account other than idemd's.
+h_rabbitmqctl add_user t_fail_producer pw >/dev/null 2>&1 || true
+h_rabbitmqctl set_permissions -p / t_fail_producer '.*' '.*' '.*' >/dev/null
+"$C_BADPUB" -P "$AMQP_PORT" -u t_fail_producer -p pw -r "$qm" --id uidok --body m17 \
+    --user-id t_fail_producer >/dev/null || h_fail "badpub as t_fail_producer failed"
+"$C_BADPUB" -P "$AMQP_PORT" -u t_fail_producer -p pw -r "$qm" --id uidrej --body reject \
+    --user-id t_fail_producer >/dev/null || h_fail "badpub as t_fail_producer failed"
 
 # ---- ids in the x-id header ----
 bp -r "$qh" --body h1 --header "x-id=str:$h256"
@@ -92,7 +103,7 @@ bp -r "$qp" --id probe-p --body '{"orderId": 4}'
 h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id IN ('probe-m', 'probe-h')" 2 20 ||
     c_soft_fail "the probes were not processed within 20 s"
 h_wait_sql "SELECT status FROM orders WHERE id = 4" 2 20 || c_soft_fail "the order_pay probe was not processed"
-h_wait_depth "$qm.dlq" 4 20 || c_soft_fail "$qm.dlq does not hold 4 dead letters"
+h_wait_depth "$qm.dlq" 6 20 || c_soft_fail "$qm.dlq does not hold 6 dead letters"
 h_wait_depth "$qh.dlq" 12 20 || c_soft_fail "$qh.dlq does not hold 12 dead letters"
 h_wait_depth "$qp.dlq" 5 20 || c_soft_fail "$qp.dlq does not hold 5 dead letters"
 h_daemon_alive || h_fail "idemd died"
@@ -103,7 +114,7 @@ hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n' | tr a-f A-F; }
 want_m=$(
     # shellcheck disable=SC2016 # a literal $(id)
     for id in 'bin'$'\xff\xfe\x80' "q'; DROP TABLE x; --" 'dq"`\$(id)' "$a255" empty-body big-body types \
-        deep1000 deep18000 xdc probe-m; do
+        deep1000 deep18000 xdc uidok probe-m; do
         printf '%s\t1\n' "$(hex "$id")"
     done
     printf '%s\t1\n' 6E756C0062797465 # nul\0byte
@@ -118,8 +129,10 @@ c_soft_eq "$(h_sql "SELECT COUNT(*) FROM effects e LEFT JOIN msg_id_record r
                       ON r.consumer = e.queue AND r.msg_id = e.msg_id WHERE r.id IS NULL")" 0 \
     "effects without a record"
 # The message whose copy cannot be encoded must not go round and round.
-loops=$(h_count_log idemd.log "outcome=reject queue=$qm id=bigrej ")
-((loops <= 4)) || c_soft_fail "bigrej was rejected $loops times in a row (requeued each time: a hot loop)"
+for id in bigrej uidrej; do
+    loops=$(h_count_log idemd.log "outcome=reject queue=$qm id=$id ")
+    ((loops <= 4)) || c_soft_fail "$id was rejected $loops times in a row (requeued each time: a hot loop)"
+done
 c_soft_eq "$(h_count_log idemd.log "outcome=reject queue=$qm id=xdc ")" 0 "rejects of xdc"
 
 h_daemon_stop || c_soft_fail "idemd exited with status $? on SIGTERM"
@@ -145,6 +158,8 @@ dl dlq_m.txt 2 m5-empty-id "id is empty"
 dl dlq_m.txt 2 m6-no-id "no message_id property"
 dl dlq_m.txt 1 deeprej "test reject"
 dl dlq_m.txt 1 bigrej "test reject"
+dl dlq_m.txt 1 ttlrej "test reject" # read well after its 2 s TTL
+dl dlq_m.txt 1 uidrej "test reject"
 [[ $(c_hdr "$(awk -F'\t' '$1 == "deeprej"' dlq_m.txt)" deep) == table ]] ||
     c_soft_fail "the nested header did not survive dead-lettering"
 dl dlq_h.txt 2 h1 "id is 256 bytes, longer than 255"
@@ -165,6 +180,6 @@ dl dlq_p.txt 1 p3 "body is not JSON"
 dl dlq_p.txt 1 p4 "body is not JSON"
 dl dlq_p.txt 1 p5 "empty body"
 dl dlq_p.txt 1 p6 "body is not JSON"
-c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "4 12 5" "dead letters per queue"
+c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "6 12 5" "dead letters per queue"
 c_soft_done
 echo "t_fail_bad_input: ok"

@@ -1,4 +1,4 @@
-# t_fail_queue_deleted: the consumed queue is deleted under idemd (basic.cancel), idle and busy: the worker restarts, re-declares and consumes new messages.
+# t_fail_queue_deleted: the consumed queue is deleted under idemd (basic.cancel), idle and busy: the worker restarts, re-declares and consumes new messages; then its dead letter queue is deleted.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_fail_queue_deleted
 q=t_fail_qdel.q
@@ -45,6 +45,19 @@ h_assert_eq "$(cut -f3 <<<"$c_done")" 1 "largest effect count of c (deleted with
 
 h_daemon_alive || h_fail "idemd died"
 h_assert_eq "$(h_count_log idemd.log "outcome=reject ")" 0 "reject outcomes"
+
+# 3. Its dead letter queue deleted while idemd runs: a rejected message must still end up
+# dead-lettered (idemd declares that queue itself), not go round and round.
+h_mq delete "$q.dlq"
+out=$(printf 'x1\treject\n' | h_mq publish -r "$q")
+h_assert_eq "$out" "published 1 confirmed 1" "publisher x"
+sleep 5
+rounds=$(h_count_log idemd.log "outcome=reject queue=$q id=x1 ")
+dl=$(h_depth "$q.dlq" 2>/dev/null) || dl="(no such queue)"
+h_daemon_alive || h_fail "idemd died"
+[[ "$dl" == 1 ]] || h_fail "5 s after the dead letter queue was deleted, a rejected message went round $rounds times and $q.dlq holds $dl"
+h_assert_eq "$(h_depth "$q")" 0 "depth of $q"
+
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects e LEFT JOIN msg_id_record r
                       ON r.consumer = e.queue AND r.msg_id = e.msg_id WHERE r.id IS NULL")" 0 \
     "effects without a record"
