@@ -275,8 +275,9 @@ static const conf_def_t conf_defs[] = {
                    86400000, "[ 1000, 10000, 60000 ]",
                    "delay tiers in milliseconds for retried messages (one delay queue each; the "
                    "last repeats); `[]`: republish to the queue's tail at once"),
-    CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "60", 0, 3600,
-             "seconds one handler call may take before the worker is killed; 0 = no limit"),
+    CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "30", 0, 3600,
+             "seconds one handler call may take before the worker is killed; 0 = no limit. "
+             "Keep it under half of the unit's WatchdogSec"),
     CONF_INT("queue", "record_retention_days", conf_queue_t, record_retention_days, 0, "0", 0,
              36500,
              "delete this queue's dedup records (and crash counts) older than this many days, "
@@ -1615,10 +1616,14 @@ static bool conf_setting_differs(const config_setting_t *a, const config_setting
     if ((na == NULL) != (nb == NULL) || (na && strcmp(na, nb) != 0))
         return true;
     switch (config_setting_type(a)) {
-    case CONFIG_TYPE_INT: return config_setting_get_int(a) != config_setting_get_int(b);
-    case CONFIG_TYPE_INT64: return config_setting_get_int64(a) != config_setting_get_int64(b);
-    case CONFIG_TYPE_FLOAT: return config_setting_get_float(a) != config_setting_get_float(b);
-    case CONFIG_TYPE_BOOL: return config_setting_get_bool(a) != config_setting_get_bool(b);
+    case CONFIG_TYPE_INT:
+        return config_setting_get_int(a) != config_setting_get_int(b);
+    case CONFIG_TYPE_INT64:
+        return config_setting_get_int64(a) != config_setting_get_int64(b);
+    case CONFIG_TYPE_FLOAT:
+        return config_setting_get_float(a) != config_setting_get_float(b);
+    case CONFIG_TYPE_BOOL:
+        return config_setting_get_bool(a) != config_setting_get_bool(b);
     case CONFIG_TYPE_STRING:
         return strcmp(config_setting_get_string(a), config_setting_get_string(b)) != 0;
     default: {
@@ -1656,8 +1661,12 @@ static bool conf_section_differs(const char *section, const void *a, const void 
             diff = conf_str_differs(*CONF_AT(a, d->off, char *), *CONF_AT(b, d->off, char *));
             break;
         case CONF_T_INT:
-        case CONF_T_ENUM: diff = *CONF_AT(a, d->off, int) != *CONF_AT(b, d->off, int); break;
-        case CONF_T_BOOL: diff = *CONF_AT(a, d->off, bool) != *CONF_AT(b, d->off, bool); break;
+        case CONF_T_ENUM:
+            diff = *CONF_AT(a, d->off, int) != *CONF_AT(b, d->off, int);
+            break;
+        case CONF_T_BOOL:
+            diff = *CONF_AT(a, d->off, bool) != *CONF_AT(b, d->off, bool);
+            break;
         case CONF_T_INT_ARRAY: {
             int n = *CONF_AT(a, d->off_n, int);
             diff = n != *CONF_AT(b, d->off_n, int) ||
@@ -1676,8 +1685,8 @@ static bool conf_section_differs(const char *section, const void *a, const void 
             break;
         }
         case CONF_T_GROUP:
-            if (conf_section_differs(d->sub, CONF_AT(a, d->off, char), CONF_AT(b, d->off, char),
-                                     sp, what, len))
+            if (conf_section_differs(d->sub, CONF_AT(a, d->off, char), CONF_AT(b, d->off, char), sp,
+                                     what, len))
                 return true;
             break;
         case CONF_T_LIST: {
@@ -1694,7 +1703,8 @@ static bool conf_section_differs(const char *section, const void *a, const void 
             diff = conf_setting_differs(*CONF_AT(a, d->off, const config_setting_t *),
                                         *CONF_AT(b, d->off, const config_setting_t *));
             break;
-        case CONF_T_FILE: break; /* its value lives in the peer setting, compared there */
+        case CONF_T_FILE:
+            break; /* its value lives in the peer setting, compared there */
         }
         if (diff) {
             snprintf(what, len, "%s", sp);

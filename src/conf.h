@@ -37,13 +37,13 @@ typedef struct conf_queue {
     int max_attempts;     /* deliveries before dead-lettering; default 5 */
     int *retry_delays_ms; /* delay tiers; may be NULL */
     int n_retry_delays;
-    int handler_timeout;     /* seconds; 0 = none; default 60 */
+    int handler_timeout;       /* seconds; 0 = none; default 30 */
     int record_retention_days; /* 0 = keep records forever (default) */
-    bool declare;            /* declare the queue at startup; default true */
-    bool durable;            /* default true */
-    bool quorum;             /* x-queue-type=quorum; default false */
-    char *dead_letter_queue; /* optional: declared and wired as the DLX target */
-    conf_arg_t *args;        /* declare.arguments */
+    bool declare;              /* declare the queue at startup; default true */
+    bool durable;              /* default true */
+    bool quorum;               /* x-queue-type=quorum; default false */
+    char *dead_letter_queue;   /* optional: declared and wired as the DLX target */
+    conf_arg_t *args;          /* declare.arguments */
     int n_args;
     conf_binding_t *bindings; /* declare.bindings */
     int n_bindings;

@@ -100,15 +100,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "warning: %s\n", conf->warnings[i]);
     if (check)
         return main_check(conf, print);
+    int override = -1;
     log_set_level((log_level_t)conf->log_level);
     if (level) {
-        int l = log_level_parse(level);
-        if (l < 0) {
+        override = log_level_parse(level);
+        if (override < 0) {
             fprintf(stderr, "idemd: unknown log level '%s'\n", level);
             conf_free(conf);
             return 2;
         }
-        log_set_level((log_level_t)l);
+        log_set_level((log_level_t) override);
     }
     /* Before any fork: the client library's global state. */
     if (mysql_library_init(0, NULL, NULL) != 0) {
@@ -117,7 +118,7 @@ int main(int argc, char **argv)
         return 1;
     }
     log_info("idemd %s starting with %s", IDEMD_VERSION, path);
-    int rc = supervisor_run(conf);
+    int rc = supervisor_run(conf, override);
     mysql_library_end();
     return rc;
 }

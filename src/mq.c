@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "relay.h"
 
 const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {
@@ -173,7 +174,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, mq_t **out)
     props_e[1].value.value.bytes = amqp_cstring_bytes("idemd");
     props.num_entries = 2;
     props.entries = props_e;
-    r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, 131072, heartbeat, &props,
+    r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, RELAY_FRAME_MAX, heartbeat, &props,
                                    AMQP_SASL_METHOD_PLAIN, cfg->user, cfg->password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         mq_fail(mq, "login", r);

@@ -48,6 +48,63 @@ static void relay_set_str(amqp_table_entry_t *e, const char *key, amqp_bytes_t v
     e->value.value.bytes = value;
 }
 
+static size_t relay_value_size(const amqp_field_value_t *v, int depth);
+
+/* Encoded size of a field table, an upper estimate; SIZE_MAX when nested absurdly deep. */
+static size_t relay_table_size(const amqp_table_t *t, int depth)
+{
+    size_t n = 4;
+    if (depth > 100000) /* deeper than the decoder that built it would go */
+        return SIZE_MAX;
+    for (int i = 0; i < t->num_entries; i++) {
+        size_t v = relay_value_size(&t->entries[i].value, depth + 1);
+        if (v == SIZE_MAX)
+            return SIZE_MAX;
+        n += 1 + t->entries[i].key.len + v;
+    }
+    return n;
+}
+
+static size_t relay_value_size(const amqp_field_value_t *v, int depth)
+{
+    switch (v->kind) {
+    case AMQP_FIELD_KIND_UTF8:
+    case AMQP_FIELD_KIND_BYTES:
+        return 1 + 4 + v->value.bytes.len;
+    case AMQP_FIELD_KIND_TABLE: {
+        size_t t = relay_table_size(&v->value.table, depth);
+        return t == SIZE_MAX ? t : 1 + t;
+    }
+    case AMQP_FIELD_KIND_ARRAY: {
+        size_t n = 1 + 4;
+        if (depth > 100000) /* deeper than the decoder that built it would go */
+            return SIZE_MAX;
+        for (int i = 0; i < v->value.array.num_entries; i++) {
+            size_t e = relay_value_size(&v->value.array.entries[i], depth + 1);
+            if (e == SIZE_MAX)
+                return SIZE_MAX;
+            n += e;
+        }
+        return n;
+    }
+    default:
+        return 1 + 9; /* numbers, booleans, decimals, timestamps, void */
+    }
+}
+
+/*
+ * Whether the original headers fit in the copy's header frame beside ours
+ * (rabbitmq-c sends the publish method before it finds out that the header
+ * frame does not fit, which breaks the channel).
+ */
+static bool relay_headers_fit(const amqp_basic_properties_t *p)
+{
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return true;
+    size_t n = relay_table_size(&p->headers, 0);
+    return n != SIZE_MAX && n + RELAY_RESERVE <= RELAY_FRAME_MAX;
+}
+
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
                     unsigned attempts, const char *error, uint64_t now_ms)
 {
@@ -58,15 +115,24 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     time_t secs = (time_t)(now_ms / 1000);
 
     memset(c, 0, sizeof(*c));
-    c->entries = calloc((size_t)n_orig + 8, sizeof(*c->entries));
+    c->entries = calloc((size_t)n_orig + 9, sizeof(*c->entries));
     if (c->entries == NULL)
         return -1;
+    bool keep_headers = relay_headers_fit(p);
     c->props = *p;
     c->props._flags |= AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
     c->props.delivery_mode = 2;
-    for (int i = 0; i < n_orig; i++)
+    /* A per-message TTL would expire the copy in its delay or dead letter queue, and the
+     * broker refuses a user_id that is not the publishing connection's user. */
+    c->props._flags &= ~(amqp_flags_t)(AMQP_BASIC_EXPIRATION_FLAG | AMQP_BASIC_USER_ID_FLAG);
+    for (int i = 0; keep_headers && i < n_orig; i++)
         if (!relay_dropped(p->headers.entries[i].key))
             c->entries[n++] = p->headers.entries[i];
+    if (!keep_headers && n_orig > 0) {
+        c->entries[n].key = amqp_cstring_bytes("idemd-headers-dropped");
+        c->entries[n].value.kind = AMQP_FIELD_KIND_BOOLEAN;
+        c->entries[n++].value.value.boolean = 1;
+    }
 
     gmtime_r(&secs, &tm);
     snprintf(c->now, sizeof(c->now), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,

@@ -4,6 +4,7 @@
 #define IDEMD_RELAY_H
 
 #include <amqp.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "conf.h"
@@ -16,6 +17,10 @@
 #define RELAY_H_EXCHANGE "idemd-original-exchange"
 #define RELAY_H_ROUTING_KEY "idemd-original-routing-key"
 #define RELAY_H_QUEUE "idemd-queue" /* the queue whose handler failed */
+
+/* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
+#define RELAY_FRAME_MAX 131072
+#define RELAY_RESERVE 4096
 
 /* A copy of a delivery, ready for mq_publish. Borrows from the envelope. */
 typedef struct relay_copy {
@@ -31,7 +36,10 @@ typedef struct relay_copy {
  * through the same delay queue twice would be dropped by the broker as a
  * cycle); idemd's headers set: attempts, error, first failure (kept from an
  * earlier copy), last failure = now_ms (CLOCK_REALTIME), original exchange
- * and routing key (kept from an earlier copy), queue. c borrows env, which
+ * and routing key (kept from an earlier copy), queue. Original headers that
+ * would not fit in one frame beside ours are left out, and
+ * idemd-headers-dropped is set. The expiration and user_id properties are
+ * dropped. c borrows env, which
  * must outlive it. Returns 0, or -1 when out of memory. Free with
  * relay_copy_free.
  */

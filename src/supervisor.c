@@ -1,4 +1,5 @@
-/* supervisor.c: the main process: forks and restarts workers, reloads the config, talks to systemd. */
+/* supervisor.c: the main process: forks and restarts workers, reloads the config, talks to systemd.
+ */
 #include "supervisor.h"
 
 #include <errno.h>
@@ -22,14 +23,14 @@
 #define SUP_BACKOFF_MIN_MS 200
 #define SUP_BACKOFF_MAX_MS 30000
 #define SUP_HEALTHY_MS 30000 /* a worker up this long resets its backoff */
-#define SUP_MAX_SLOTS 256 /* workers alive at once, old and new generations together */
+#define SUP_MAX_SLOTS 256    /* workers alive at once, old and new generations together */
 
 typedef struct sup_worker {
     bool used;
     const conf_t *conf; /* the generation it belongs to */
     const conf_queue_t *q;
-    int index;  /* worker number within the queue */
-    pid_t pid;  /* 0 when not running */
+    int index; /* worker number within the queue */
+    pid_t pid; /* 0 when not running */
     uint64_t started_ms;
     uint64_t restart_at_ms; /* when pid == 0: when to start it (again) */
     int failures;           /* consecutive abnormal exits */
@@ -47,13 +48,14 @@ typedef struct sup_file_id {
 } sup_file_id_t;
 
 typedef struct supervisor {
-    conf_t *conf;          /* the current generation */
-    sup_file_id_t *ids;    /* per queue of conf */
-    conf_t **old;          /* earlier generations: workers may still point into them */
+    conf_t *conf;       /* the current generation */
+    sup_file_id_t *ids; /* per queue of conf */
+    conf_t **old;       /* earlier generations: workers may still point into them */
     int n_old;
     sup_worker_t workers[SUP_MAX_SLOTS];
     worker_slot_t *slots; /* shared memory, SUP_MAX_SLOTS entries */
     int sigfd;
+    int log_level_override; /* from the command line, or -1 */
     bool ready;
     bool stopping;
     uint64_t stop_deadline_ms;
@@ -198,8 +200,7 @@ static void sup_reap(supervisor_t *s)
             w->pid = 0;
             sup_describe_exit(status, w->q, why, sizeof(why));
             if (s->stopping || w->retiring) {
-                log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid,
-                         why);
+                log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid, why);
                 w->used = false;
                 break;
             }
@@ -254,8 +255,7 @@ static void sup_check_ready(supervisor_t *s)
         const sup_worker_t *w = &s->workers[i];
         if (!w->used || w->retiring)
             continue;
-        if (!w->pid ||
-            __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) != WORKER_STATE_CONSUMING)
+        if (!w->pid || __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) != WORKER_STATE_CONSUMING)
             return;
         n++;
     }
@@ -274,8 +274,10 @@ static void sup_watchdog(supervisor_t *s, uint64_t now)
     s->next_watchdog_ms = now + limit_ms / 2;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const sup_worker_t *w = &s->workers[i];
+        if (!w->used || !w->pid)
+            continue;
         uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
-        if (w->used && w->pid && p && now > p && now - p > limit_ms / 2) {
+        if (p && now > p && now - p > limit_ms / 2) {
             log_warn("worker %s#%d shows no progress for %llu ms: withholding watchdog ping",
                      w->q->name, w->index, (unsigned long long)(now - p));
             return;
@@ -316,8 +318,8 @@ static void sup_log_totals(const supervisor_t *s)
              (unsigned long long)ok, (unsigned long long)dup, (unsigned long long)retry,
              (unsigned long long)rej, (unsigned long long)com);
     if (n)
-        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu",
-                 (unsigned long long)n, (unsigned long long)sup_lat_quantile(hist, n, 0.5),
+        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu", (unsigned long long)n,
+                 (unsigned long long)sup_lat_quantile(hist, n, 0.5),
                  (unsigned long long)sup_lat_quantile(hist, n, 0.99));
 }
 
@@ -401,8 +403,7 @@ static void sup_reload(supervisor_t *s)
             changed = true;
         }
         if (oq && !changed && sup_file_changed(&s->ids[oq - s->conf->queues], &ids[i])) {
-            log_info("reload: handler file %s changed: draining queue '%s'", nq->handler,
-                     nq->name);
+            log_info("reload: handler file %s changed: draining queue '%s'", nq->handler, nq->name);
             changed = true;
         }
         if (oq && !changed)
@@ -418,7 +419,8 @@ static void sup_reload(supervisor_t *s)
     s->conf = next;
     free(s->ids);
     s->ids = ids;
-    log_set_level((log_level_t)next->log_level);
+    log_set_level(
+        (log_level_t)(s->log_level_override >= 0 ? s->log_level_override : next->log_level));
     s->ready = false; /* READY=1 again once every current worker consumes */
     return;
 keep:
@@ -470,7 +472,7 @@ static void sup_tick(supervisor_t *s, uint64_t now)
     }
 }
 
-int supervisor_run(conf_t *conf)
+int supervisor_run(conf_t *conf, int log_level_override)
 {
     supervisor_t *s = calloc(1, sizeof(*s));
     sigset_t mask;
@@ -482,6 +484,7 @@ int supervisor_run(conf_t *conf)
     }
     s->conf = conf;
     s->sigfd = -1;
+    s->log_level_override = log_level_override;
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&mask);

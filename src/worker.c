@@ -215,6 +215,7 @@ static void worker_handle(worker_t *w, worker_msg_t *m)
     idemd_result_t r = w->h->handle(w->state, w->db->my, &msg, m->reason, sizeof(m->reason));
     if (w->q->handler_timeout > 0)
         alarm(0);
+    worker_progress(w); /* per message: a long batch is not a wedged worker */
     m->reason[sizeof(m->reason) - 1] = '\0';
     switch (r) {
     case IDEMD_RESULT_OK:
@@ -323,10 +324,12 @@ static int worker_guard(worker_t *w, worker_msg_t *m)
     if ((unsigned)starts + 1 > m->attempt)
         m->attempt = (unsigned)starts + 1;
     if (m->attempt > (unsigned)w->q->max_attempts) {
+        m->attempt = (unsigned)starts; /* handler runs so far: this one will not run it */
         m->outcome = WORKER_OUT_REJECT;
         snprintf(m->reason, sizeof(m->reason),
-                 "handler crashed: its worker died or timed out on this message %lld times; not "
-                 "run again",
+                 "handler crashed: redelivered %lld times without finishing (its worker died, "
+                 "timed out or lost a connection, or its copy could not be published); not run "
+                 "again",
                  starts);
     }
     return 0;
@@ -405,7 +408,7 @@ static void worker_report(worker_t *w, const worker_msg_t *m)
 {
     char pid[96], where[400];
     const char *name = worker_outcome_names[m->outcome];
-    delivery_id_printable(m->id, m->id_len, pid, sizeof(pid));
+    bool settled = m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE;
     switch (m->outcome) {
     case WORKER_OUT_OK:
         worker_count(&w->slot->n_ok);
@@ -422,9 +425,13 @@ static void worker_report(worker_t *w, const worker_msg_t *m)
     default:
         break;
     }
-    if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE) {
-        log_debug("outcome=%s queue=%s id=%s tag=%llu", name, w->q->name, pid,
-                  (unsigned long long)m->env.delivery_tag);
+    if (settled && !log_enabled(LOG_LEVEL_DEBUG))
+        return; /* the common case: no formatting at all */
+    delivery_id_printable(m->id, m->id_len, pid, sizeof(pid));
+    if (settled) {
+        log_fields(LOG_LEVEL_DEBUG, w->q->name, w->q->consumer, pid, w->h->name, name,
+                   "outcome=%s queue=%s id=%s tag=%llu", name, w->q->name, pid,
+                   (unsigned long long)m->env.delivery_tag);
         return;
     }
     switch (m->route) {
@@ -444,10 +451,11 @@ static void worker_report(worker_t *w, const worker_msg_t *m)
         snprintf(where, sizeof(where), "-");
         break;
     }
-    log_msg(m->route == WORKER_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING,
-            "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s", name,
-            w->q->name, pid, (unsigned long long)m->env.delivery_tag, m->attempt,
-            w->q->max_attempts, w->h->name, where, m->reason);
+    log_fields(m->route == WORKER_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
+               w->q->consumer, pid, w->h->name, name,
+               "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
+               name, w->q->name, pid, (unsigned long long)m->env.delivery_tag, m->attempt,
+               w->q->max_attempts, w->h->name, where, m->reason);
 }
 
 /* Decide where a retried or rejected message goes. */
@@ -489,7 +497,8 @@ static void worker_republish(worker_t *w)
         if (w->pub == NULL && mq_open_publisher(&w->conf->broker, &w->pub) != 0)
             return;
         const char *target = m->route == WORKER_ROUTE_DLQ ? w->q->dead_letter_queue
-                             : relay_delay_queue(w->q, m->attempt, delay_q, sizeof(delay_q), &delay_ms)
+                             : relay_delay_queue(w->q, m->attempt, delay_q, sizeof(delay_q),
+                                                 &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
         if (relay_copy_init(&c, &m->env, w->q->name, m->attempt, m->reason, now_ms) != 0)
@@ -545,7 +554,16 @@ static int worker_settle(worker_t *w)
         if (run && mq_ack(w->mq, last, run > 1) != 0)
             return -1;
         run = 0;
-        if (mq_nack(w->mq, m->env.delivery_tag, m->route != WORKER_ROUTE_BROKER) != 0)
+        bool requeue = m->route != WORKER_ROUTE_BROKER;
+        if (requeue && m->route == WORKER_ROUTE_DLQ &&
+            m->attempt > (unsigned)w->q->max_attempts + 2) {
+            /* Its dead letter keeps failing: stop the loop, the broker's DLX (if any) takes it. */
+            log_error("queue %s: dead-lettering to %s failed again after %u attempts: rejecting "
+                      "the message to the broker (its DLX, or dropped by the broker)",
+                      w->q->name, w->q->dead_letter_queue, m->attempt);
+            requeue = false;
+        }
+        if (mq_nack(w->mq, m->env.delivery_tag, requeue) != 0)
             return -1;
     }
     if (run && mq_ack(w->mq, last, run > 1) != 0)
@@ -568,8 +586,11 @@ static void worker_accept(worker_t *w, worker_msg_t *m)
     if (delivery_id(p, w->q->id_header, m->id, &m->id_len, m->reason, sizeof(m->reason)) != 0)
         m->id_ok = w->q->dedup == CONF_DEDUP_NONE; /* ids only matter for the record */
     m->attempt = attempts > 0 ? (unsigned)attempts + 1 : 1;
-    if (dcount > 0 && (unsigned)dcount + 1 > m->attempt)
-        m->attempt = (unsigned)dcount + 1; /* quorum queues count deliveries for us */
+    /*
+     * A quorum queue's x-delivery-count marks a redelivery, so the message
+     * runs alone and its starts are counted. It is not an attempt count:
+     * it also grows when a dying worker returns deliveries it never started.
+     */
     m->suspect = m->env.redelivered || dcount > 0;
 }
 
@@ -615,8 +636,7 @@ static void worker_purge(worker_t *w)
         n = db_purge(w->db, DB_ATTEMPT_TABLE, "updated_at", w->q->record_retention_days, 5000);
         total += n > 0 ? n : 0;
     } while (n == 5000 && !worker_stop);
-    log_info("retention: deleted %lld rows older than %d days", total,
-             w->q->record_retention_days);
+    log_info("retention: deleted %lld rows older than %d days", total, w->q->record_retention_days);
 }
 
 /*

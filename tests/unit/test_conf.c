@@ -171,7 +171,7 @@ static void test_defaults(void)
     ok(q->n_retry_delays == 3 && q->retry_delays_ms[0] == 1000 && q->retry_delays_ms[1] == 10000 &&
            q->retry_delays_ms[2] == 60000,
        "retry_delays_ms default [1000, 10000, 60000]");
-    ok(q->handler_timeout == 60, "handler_timeout default 60");
+    ok(q->handler_timeout == 30, "handler_timeout default 30");
     ok(q->declare && q->durable && !q->quorum, "declare: enabled, durable, not quorum");
     ok(q->dead_letter_queue && strcmp(q->dead_letter_queue, "orders.pay.dlq") == 0,
        "dead_letter_queue default: the name + .dlq");
