@@ -18,13 +18,14 @@ PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 
 CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS)
+B := build
 ifeq ($(SANITIZE),1)
+B := build-asan
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
 endif
 LDLIBS += $(PKG_LIBS) -ldl -lm
 
-B := build
 SRCS := $(wildcard src/*.c)
 OBJS := $(SRCS:src/%.c=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
@@ -32,7 +33,7 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard 
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit integration bench chaos demo install uninstall clean format format-check \
+.PHONY: all check-build test unit integration bench chaos memcheck demo install uninstall clean format format-check \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
 all: $(B)/idemd $(PLUGINS)
@@ -66,16 +67,19 @@ $(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit:
 	mkdir -p $@
 
 test: check-build
-	bash tests/run
+	H_BUILD=$(abspath $(B)) bash tests/run
 
 unit: check-build
-	bash tests/run --unit-only
+	H_BUILD=$(abspath $(B)) bash tests/run --unit-only
 
 bench: check-build
 	bash bench/run
 
 chaos: check-build
 	bash tests/chaos/run
+
+memcheck: check-build
+	bash tests/memcheck
 
 demo: all $(TEST_TOOLS)
 	bash tests/demo
