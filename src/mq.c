@@ -10,6 +10,28 @@
 #include "log.h"
 #include "relay.h"
 
+/* Fill one field-table entry; key and value are borrowed (they must outlive the table). */
+static void mq_entry_str(amqp_table_entry_t *e, const char *key, const char *value)
+{
+    e->key = amqp_cstring_bytes(key);
+    e->value.kind = AMQP_FIELD_KIND_UTF8;
+    e->value.value.bytes = amqp_cstring_bytes(value);
+}
+
+static void mq_entry_int(amqp_table_entry_t *e, const char *key, int64_t value)
+{
+    e->key = amqp_cstring_bytes(key);
+    e->value.kind = AMQP_FIELD_KIND_I64;
+    e->value.value.i64 = value;
+}
+
+static void mq_entry_bool(amqp_table_entry_t *e, const char *key, bool value)
+{
+    e->key = amqp_cstring_bytes(key);
+    e->value.kind = AMQP_FIELD_KIND_BOOLEAN;
+    e->value.value.boolean = value;
+}
+
 const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {
     switch (r.reply_type) {
@@ -158,20 +180,14 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, mq_t **out)
         goto fail;
     }
     /* Without this capability the broker never tells us our queue was deleted. */
-    caps_e[0].key = amqp_cstring_bytes("consumer_cancel_notify");
-    caps_e[0].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps_e[0].value.value.boolean = 1;
-    caps_e[1].key = amqp_cstring_bytes("connection.blocked");
-    caps_e[1].value.kind = AMQP_FIELD_KIND_BOOLEAN;
-    caps_e[1].value.value.boolean = 1;
+    mq_entry_bool(&caps_e[0], "consumer_cancel_notify", true);
+    mq_entry_bool(&caps_e[1], "connection.blocked", true);
     caps.num_entries = 2;
     caps.entries = caps_e;
     props_e[0].key = amqp_cstring_bytes("capabilities");
     props_e[0].value.kind = AMQP_FIELD_KIND_TABLE;
     props_e[0].value.value.table = caps;
-    props_e[1].key = amqp_cstring_bytes("product");
-    props_e[1].value.kind = AMQP_FIELD_KIND_UTF8;
-    props_e[1].value.value.bytes = amqp_cstring_bytes("idemd");
+    mq_entry_str(&props_e[1], "product", "idemd");
     props.num_entries = 2;
     props.entries = props_e;
     r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, RELAY_FRAME_MAX, heartbeat, &props,
@@ -309,15 +325,11 @@ int mq_declare_plain(mq_t *mq, const char *name, bool durable)
 int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable)
 {
     amqp_table_entry_t e[3];
-    e[0].key = amqp_cstring_bytes("x-message-ttl");
-    e[0].value.kind = AMQP_FIELD_KIND_I32;
+    mq_entry_int(&e[0], "x-message-ttl", ttl_ms);
+    e[0].value.kind = AMQP_FIELD_KIND_I32; /* as first declared: the broker compares types */
     e[0].value.value.i32 = ttl_ms;
-    e[1].key = amqp_cstring_bytes("x-dead-letter-exchange");
-    e[1].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[1].value.value.bytes = amqp_cstring_bytes("");
-    e[2].key = amqp_cstring_bytes("x-dead-letter-routing-key");
-    e[2].value.kind = AMQP_FIELD_KIND_UTF8;
-    e[2].value.value.bytes = amqp_cstring_bytes(target);
+    mq_entry_str(&e[1], "x-dead-letter-exchange", "");
+    mq_entry_str(&e[2], "x-dead-letter-routing-key", target);
     amqp_table_t args = {3, e};
     return mq_declare_args(mq, name, durable, args);
 }
@@ -348,20 +360,13 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
     if (q->dead_letter_queue && mq_declare_plain(mq, q->dead_letter_queue, q->durable) != 0)
         goto fail;
     if (q->quorum) {
-        e[args.num_entries].key = amqp_cstring_bytes("x-queue-type");
-        e[args.num_entries].value.kind = AMQP_FIELD_KIND_UTF8;
-        e[args.num_entries++].value.value.bytes = amqp_cstring_bytes("quorum");
+        mq_entry_str(&e[args.num_entries++], "x-queue-type", "quorum");
     }
     for (int i = 0; i < q->n_args; i++) {
-        amqp_table_entry_t *a = &e[args.num_entries++];
-        a->key = amqp_cstring_bytes(q->args[i].key);
-        if (q->args[i].is_int) {
-            a->value.kind = AMQP_FIELD_KIND_I64;
-            a->value.value.i64 = q->args[i].ival;
-        } else {
-            a->value.kind = AMQP_FIELD_KIND_UTF8;
-            a->value.value.bytes = amqp_cstring_bytes(q->args[i].sval);
-        }
+        if (q->args[i].is_int)
+            mq_entry_int(&e[args.num_entries++], q->args[i].key, q->args[i].ival);
+        else
+            mq_entry_str(&e[args.num_entries++], q->args[i].key, q->args[i].sval);
     }
     amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name), 0, q->durable, 0, 0,
                        args);
