@@ -2,9 +2,10 @@
 /*
  * dbsink run -S SOCK [-u USER] -D DB -f WORKLOAD [-b BATCH] [-c CONNS] [--consumer NAME]
  *   WORKLOAD lines are "ID<TAB>{"orderId": N}" (what the benchmark publishes). The
- *   messages are dealt to -c connections (threads, one MYSQL each) in chunks of
- *   BATCH, in file order, and each chunk runs as one transaction, exactly as
- *   idemd's worker runs a batch with dedup = "table" and order_pay guard = false:
+ *   messages are cut into chunks of BATCH in file order; each of -c connections
+ *   (threads, one MYSQL each) takes the next chunk whenever it is free and runs
+ *   it as one transaction, the way idemd's worker runs a batch with
+ *   dedup = "table" and order_pay guard = false:
  *     [SAVEPOINT mI]                 (only when BATCH > 1)
  *     INSERT INTO msg_id_record (consumer, msg_id) VALUES (?, ?)   1062 -> duplicate
  *     UPDATE orders SET status = 2, pay_time = NOW(), pay_count = pay_count + 1 WHERE id = ?
@@ -13,6 +14,11 @@
  *   A deadlocked chunk is redone. --no-savepoints leaves out the SAVEPOINTs (to
  *   measure what they cost; idemd always sets them in a batch). Prints one line:
  *     dbsink conns=C batch=B messages=N ok=K duplicate=D commits=X redo=R secs=S rate=M
+ *   With -r RATE, message i is offered at start + i / RATE s: a free connection
+ *   waits for the next one, then takes every message offered by then (up to
+ *   BATCH), as idemd does with batch_wait_ms = 0; the line then ends with
+ *     offered=RATE/s latency n=K p50_us=P p99_us=Q
+ *   (offer-to-commit of the committed, non-duplicate messages; exact quantiles).
  *
  * dbsink wait -S SOCK [-u USER] -D DB -q QUERY -e EXPECTED [-Q PRE -E PRE_EXPECTED]
  *             [-t TIMEOUT_S] [-i INTERVAL_MS]
@@ -27,6 +33,7 @@
 #include <mysql.h>
 #include <mysqld_error.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +65,7 @@ typedef struct dbsink_opts {
     const char *pre_query;
     const char *pre_expected;
     int batch;
+    double rate;    /* > 0: offer message i at start + i / rate seconds and measure its latency */
     int savepoints; /* 0: no SAVEPOINT per message (for comparison only; idemd sets them) */
     int conns;
     int timeout_s;
@@ -80,6 +88,10 @@ typedef struct dbsink_conn {
     long ok, duplicate, commits, redo;
     int failed;
 } dbsink_conn_t;
+
+static atomic_size_t dbsink_next; /* first message of the next chunk to take */
+static int64_t dbsink_t0_ns;      /* rate mode: when message 0 is due */
+static int64_t *dbsink_lat_us;    /* rate mode: due-to-commit latency per message, -1: none */
 
 static void dbsink_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -227,12 +239,14 @@ static int dbsink_query(dbsink_conn_t *c, const char *sql)
  * ER_LOCK_DEADLOCK (or 1305, savepoint lost) when it must be redone, another
  * MySQL error number when the run cannot go on (printed).
  */
-static int dbsink_try_chunk(dbsink_conn_t *c, const dbsink_msg_t *m, int n, long *ok, long *dup)
+static int dbsink_try_chunk(dbsink_conn_t *c, const dbsink_msg_t *m, int n, long *ok, long *dup,
+                            unsigned char *is_dup)
 {
     char sql[64];
     int err, any_ok = 0;
 
     *ok = *dup = 0;
+    memset(is_dup, 0, (size_t)n);
     for (int i = 0; i < n; i++) {
         if (n > 1 && c->o->savepoints) {
             snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
@@ -245,6 +259,7 @@ static int dbsink_try_chunk(dbsink_conn_t *c, const dbsink_msg_t *m, int n, long
             err = (int)mysql_stmt_errno(c->record);
             if (err == ER_DUP_ENTRY) {
                 (*dup)++;
+                is_dup[i] = 1;
                 continue;
             }
             if (err != ER_LOCK_DEADLOCK)
@@ -272,18 +287,74 @@ fail:
     return err;
 }
 
+static int64_t dbsink_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Rate mode: when message i is offered. */
+static int64_t dbsink_due_ns(const dbsink_opts_t *o, size_t i)
+{
+    return dbsink_t0_ns + (int64_t)((double)i * 1e9 / o->rate);
+}
+
+/*
+ * Claim the next chunk: [*start, *start + return value). Without a rate, the
+ * next BATCH messages. With one, wait until the next message is offered,
+ * then take it and every other message already offered, up to BATCH (what
+ * idemd's worker does with batch_wait_ms = 0). 0 when all are taken.
+ */
+static size_t dbsink_claim(dbsink_conn_t *c, size_t *start)
+{
+    const dbsink_opts_t *o = c->o;
+    size_t b = (size_t)o->batch;
+
+    if (o->rate <= 0) {
+        *start = atomic_fetch_add(&dbsink_next, b);
+        return *start >= c->n_msgs ? 0 : (c->n_msgs - *start < b ? c->n_msgs - *start : b);
+    }
+    for (;;) {
+        size_t s = atomic_load(&dbsink_next), end;
+        if (s >= c->n_msgs)
+            return 0;
+        int64_t due = dbsink_due_ns(o, s);
+        struct timespec ts = {(time_t)(due / 1000000000), (long)(due % 1000000000)};
+        while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+            ;
+        int64_t now = dbsink_now_ns();
+        end = (size_t)((double)(now - dbsink_t0_ns) * o->rate / 1e9) + 1; /* offered so far */
+        if (end > c->n_msgs)
+            end = c->n_msgs;
+        if (end > s + b)
+            end = s + b;
+        if (end <= s)
+            end = s + 1;
+        if (atomic_compare_exchange_strong(&dbsink_next, &s, end)) {
+            *start = s;
+            return end - s;
+        }
+    }
+}
+
 static void *dbsink_worker(void *arg)
 {
     dbsink_conn_t *c = arg;
-    int b = c->o->batch, conns = c->o->conns;
+    unsigned char *is_dup = malloc((size_t)c->o->batch);
+    size_t start, n;
 
-    for (size_t start = (size_t)c->index * (size_t)b; start < c->n_msgs;
-         start += (size_t)b * (size_t)conns) {
-        int n = (int)(c->n_msgs - start < (size_t)b ? c->n_msgs - start : (size_t)b);
+    if (is_dup == NULL) {
+        c->failed = 1;
+        return NULL;
+    }
+    /* Each connection takes the next chunk in file order when it is free, as the broker
+     * hands the next deliveries to whichever consumer has acked. */
+    while ((n = dbsink_claim(c, &start)) > 0) {
         long ok = 0, dup = 0;
         int err = 0;
         for (int attempt = 0; attempt < DBSINK_REDO_MAX; attempt++) {
-            err = dbsink_try_chunk(c, c->msgs + start, n, &ok, &dup);
+            err = dbsink_try_chunk(c, c->msgs + start, (int)n, &ok, &dup, is_dup);
             if (err != ER_LOCK_DEADLOCK && err != 1305)
                 break;
             c->redo++;
@@ -291,12 +362,38 @@ static void *dbsink_worker(void *arg)
         }
         if (err != 0) {
             c->failed = 1;
-            return NULL;
+            break;
+        }
+        if (c->o->rate > 0) {
+            int64_t now = dbsink_now_ns();
+            for (size_t i = 0; i < n; i++)
+                if (!is_dup[i])
+                    dbsink_lat_us[start + i] = (now - dbsink_due_ns(c->o, start + i)) / 1000;
         }
         c->ok += ok;
         c->duplicate += dup;
     }
+    free(is_dup);
     return NULL;
+}
+
+static int dbsink_cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Rate mode: print the p50 and p99 of the measured latencies (exact, not bucketed). */
+static void dbsink_print_latency(size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (dbsink_lat_us[i] >= 0)
+            dbsink_lat_us[k++] = dbsink_lat_us[i];
+    qsort(dbsink_lat_us, k, sizeof(*dbsink_lat_us), dbsink_cmp_i64);
+    printf(" latency n=%zu p50_us=%lld p99_us=%lld", k,
+           k ? (long long)dbsink_lat_us[(size_t)((double)k * 0.5)] : 0LL,
+           k ? (long long)dbsink_lat_us[(size_t)((double)k * 0.99)] : 0LL);
 }
 
 static int dbsink_run(const dbsink_opts_t *o)
@@ -309,6 +406,13 @@ static int dbsink_run(const dbsink_opts_t *o)
     dbsink_msg_t *msgs = dbsink_load(o->file, &n);
 
     memset(conns, 0, sizeof(conns));
+    if (o->rate > 0) {
+        dbsink_lat_us = malloc(n * sizeof(*dbsink_lat_us));
+        if (dbsink_lat_us == NULL)
+            dbsink_die("out of memory");
+        for (size_t i = 0; i < n; i++)
+            dbsink_lat_us[i] = -1;
+    }
     double t0 = dbsink_now(CLOCK_MONOTONIC);
     for (int i = 0; i < o->conns; i++) {
         conns[i].o = o;
@@ -318,6 +422,7 @@ static int dbsink_run(const dbsink_opts_t *o)
         if (dbsink_setup(&conns[i]) != 0)
             dbsink_die("connection %d: setup failed", i);
     }
+    dbsink_t0_ns = dbsink_now_ns(); /* rate mode: offering starts once connected */
     for (int i = 0; i < o->conns; i++)
         if (pthread_create(&th[i], NULL, dbsink_worker, &conns[i]) != 0)
             dbsink_die("pthread_create failed");
@@ -339,9 +444,15 @@ static int dbsink_run(const dbsink_opts_t *o)
     }
     free(msgs);
     printf("dbsink conns=%d batch=%d%s messages=%zu ok=%ld duplicate=%ld commits=%ld redo=%ld "
-           "secs=%.3f rate=%.0f\n",
+           "secs=%.3f rate=%.0f",
            o->conns, o->batch, o->batch > 1 && !o->savepoints ? " (no savepoints)" : "", n, ok, dup,
            commits, redo, secs, secs > 0 ? (double)(ok + dup) / secs : 0);
+    if (o->rate > 0) {
+        printf(" offered=%.0f/s", o->rate);
+        dbsink_print_latency(n);
+        free(dbsink_lat_us);
+    }
+    putchar('\n');
     return failed ? 1 : 0;
 }
 
@@ -394,6 +505,7 @@ static void dbsink_usage(void)
     fputs("usage: dbsink run -S SOCK [-u USER] [-p PASSWORD] -D DB -f WORKLOAD [-b BATCH=1] "
           "[-c CONNS=2]\n"
           "                  [--consumer NAME] [--record-table T] [--table T] [--no-savepoints]\n"
+          "                  [-r RATE]\n"
           "       dbsink wait -S SOCK [-u USER] [-p PASSWORD] -D DB -q QUERY -e EXPECTED "
           "[-Q PRE -E PRE_EXPECTED]\n"
           "                  [-t TIMEOUT_S] [-i INTERVAL_MS]\n",
@@ -425,7 +537,7 @@ int main(int argc, char **argv)
         dbsink_usage();
     const char *cmd = argv[1];
     optind = 2;
-    while ((opt = getopt_long(argc, argv, "S:u:p:D:f:b:c:q:e:Q:E:t:i:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "S:u:p:D:f:b:c:r:q:e:Q:E:t:i:", longopts, NULL)) != -1) {
         switch (opt) {
         case 'S':
             o.socket = optarg;
@@ -447,6 +559,9 @@ int main(int argc, char **argv)
             break;
         case 'c':
             o.conns = atoi(optarg);
+            break;
+        case 'r':
+            o.rate = atof(optarg);
             break;
         case 'q':
             o.query = optarg;

@@ -10,7 +10,9 @@
  *   channels (channel.close-ok comes after the broker handled our acks) and
  *   prints one line:
  *     mqsink consumers=C prefetch=P batch=B received=N secs=S rate=R
- *   The clock runs from before connecting until every channel is closed.
+ *   The clock runs from before connecting until every channel is closed. With
+ *   -L the line ends with "latency n=K p50_us=P p99_us=Q": publish (the
+ *   idemd-pub-us header mqtool sets) to ack, exact quantiles.
  */
 #include <amqp.h>
 #include <amqp_tcp_socket.h>
@@ -40,6 +42,7 @@ typedef struct mqsink_opts {
     int batch;
     int batch_wait_ms;
     int idle_ms; /* give up after this long without a delivery */
+    int latency; /* record publish-to-ack latency of messages with idemd-pub-us */
 } mqsink_opts_t;
 
 typedef struct mqsink_consumer {
@@ -47,6 +50,8 @@ typedef struct mqsink_consumer {
     int index;
     long received; /* by this consumer */
     int failed;
+    int64_t *lat; /* publish-to-ack latencies in microseconds (with -L) */
+    size_t n_lat, cap_lat;
 } mqsink_consumer_t;
 
 static atomic_long mqsink_taken; /* deliveries taken by all consumers */
@@ -92,17 +97,41 @@ static int mqsink_check(amqp_connection_state_t c, int index, const char *what)
     return -1;
 }
 
+static int64_t mqsink_now_us_real(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* The int64 header idemd-pub-us (publisher's CLOCK_REALTIME, set by mqtool), or -1. */
+static int64_t mqsink_pub_us(const amqp_basic_properties_t *p)
+{
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len == 12 && memcmp(e->key.bytes, "idemd-pub-us", 12) == 0 &&
+            e->value.kind == AMQP_FIELD_KIND_I64)
+            return e->value.value.i64;
+    }
+    return -1;
+}
+
 /*
- * Wait up to tv for one delivery. 1: got one (tag in *tag), 0: timed out,
- * -1: the connection failed. Non-delivery frames are read and ignored.
+ * Wait up to tv for one delivery. 1: got one (tag in *tag, its idemd-pub-us
+ * or -1 in *pub_us), 0: timed out, -1: the connection failed. Non-delivery
+ * frames are read and ignored.
  */
-static int mqsink_next(amqp_connection_state_t c, struct timeval *tv, uint64_t *tag)
+static int mqsink_next(amqp_connection_state_t c, struct timeval *tv, uint64_t *tag,
+                       int64_t *pub_us)
 {
     amqp_envelope_t env;
     amqp_maybe_release_buffers(c);
     amqp_rpc_reply_t r = amqp_consume_message(c, &env, tv, 0);
     if (r.reply_type == AMQP_RESPONSE_NORMAL) {
         *tag = env.delivery_tag;
+        *pub_us = mqsink_pub_us(&env.message.properties);
         amqp_destroy_envelope(&env);
         return 1;
     }
@@ -123,13 +152,38 @@ static int mqsink_next(amqp_connection_state_t c, struct timeval *tv, uint64_t *
     return -1;
 }
 
+/* Record the latencies of the n messages just acked. -1 when out of memory. */
+static int mqsink_record(mqsink_consumer_t *me, const int64_t *pubs, int n)
+{
+    int64_t now = mqsink_now_us_real();
+    for (int i = 0; i < n; i++) {
+        if (pubs[i] < 0)
+            continue;
+        if (me->n_lat == me->cap_lat) {
+            size_t cap = me->cap_lat ? me->cap_lat * 2 : 4096;
+            int64_t *v = realloc(me->lat, cap * sizeof(*v));
+            if (v == NULL)
+                return -1;
+            me->lat = v;
+            me->cap_lat = cap;
+        }
+        me->lat[me->n_lat++] = now - pubs[i];
+    }
+    return 0;
+}
+
 static void *mqsink_consume(void *arg)
 {
     mqsink_consumer_t *me = arg;
     const mqsink_opts_t *o = me->o;
     amqp_connection_state_t c = amqp_new_connection();
     amqp_socket_t *sock = c ? amqp_tcp_socket_new(c) : NULL;
+    int64_t *pubs = calloc((size_t)o->batch, sizeof(*pubs));
 
+    if (pubs == NULL) {
+        fprintf(stderr, "mqsink[%d]: out of memory\n", me->index);
+        goto fail;
+    }
     if (sock == NULL || amqp_socket_open(sock, o->host, o->port) != AMQP_STATUS_OK) {
         fprintf(stderr, "mqsink[%d]: cannot connect to %s:%d\n", me->index, o->host, o->port);
         goto fail;
@@ -155,7 +209,7 @@ static void *mqsink_consume(void *arg)
     while (atomic_load(&mqsink_taken) < o->total) {
         struct timeval tv = {0, 100000};
         uint64_t tag = 0, last = 0;
-        int n = 0, got = mqsink_next(c, &tv, &tag);
+        int n = 0, got = mqsink_next(c, &tv, &tag, &pubs[0]);
         if (got < 0)
             goto fail;
         if (got == 0) {
@@ -173,7 +227,7 @@ static void *mqsink_consume(void *arg)
             uint64_t now = mqsink_now_ms(), left = deadline > now ? deadline - now : 0;
             tv.tv_sec = (time_t)(left / 1000);
             tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
-            got = mqsink_next(c, &tv, &tag);
+            got = mqsink_next(c, &tv, &tag, &pubs[n]);
             if (got < 0)
                 goto fail;
             if (got == 0)
@@ -185,20 +239,50 @@ static void *mqsink_consume(void *arg)
             fprintf(stderr, "mqsink[%d]: basic.ack failed\n", me->index);
             goto fail;
         }
+        if (o->latency && mqsink_record(me, pubs, n) != 0) {
+            fprintf(stderr, "mqsink[%d]: out of memory\n", me->index);
+            goto fail;
+        }
         me->received += n;
         atomic_fetch_add(&mqsink_taken, n);
     }
+    free(pubs);
     /* channel.close-ok follows the broker's handling of every earlier ack on the channel. */
     amqp_channel_close(c, MQSINK_CHANNEL, AMQP_REPLY_SUCCESS);
     amqp_connection_close(c, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(c);
     return NULL;
 fail:
+    free(pubs);
     me->failed = 1;
     atomic_store(&mqsink_taken, o->total); /* stop the others */
     if (c)
         amqp_destroy_connection(c);
     return NULL;
+}
+
+static int mqsink_cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* With -L: print the p50 and p99 of all consumers' latencies (exact quantiles). */
+static void mqsink_print_latency(const mqsink_consumer_t *cons, int n)
+{
+    size_t total = 0, k = 0;
+    for (int i = 0; i < n; i++)
+        total += cons[i].n_lat;
+    int64_t *all = malloc((total ? total : 1) * sizeof(*all));
+    if (all == NULL)
+        mqsink_die("out of memory");
+    for (int i = 0; i < n; i++)
+        for (size_t j = 0; j < cons[i].n_lat; j++)
+            all[k++] = cons[i].lat[j];
+    qsort(all, k, sizeof(*all), mqsink_cmp_i64);
+    printf(" latency n=%zu p50_us=%lld p99_us=%lld", k, k ? (long long)all[k / 2] : 0LL,
+           k ? (long long)all[(size_t)((double)k * 0.99)] : 0LL);
+    free(all);
 }
 
 static void mqsink_usage(void) __attribute__((noreturn));
@@ -207,20 +291,20 @@ static void mqsink_usage(void)
 {
     fputs("usage: mqsink [-H host] [-P port] [-u user] [-p password] [-V vhost] -q QUEUE -n TOTAL\n"
           "              [-c CONSUMERS=2] [-f PREFETCH=200] [-b BATCH=1] [-w BATCH_WAIT_MS=0]\n"
-          "              [-i IDLE_MS=10000]\n",
+          "              [-i IDLE_MS=10000] [-L]\n",
           stderr);
     exit(64);
 }
 
 int main(int argc, char **argv)
 {
-    mqsink_opts_t o = {"127.0.0.1", 5672, "guest", "guest", "/", NULL, 0, 2, 200, 1, 0, 10000};
+    mqsink_opts_t o = {"127.0.0.1", 5672, "guest", "guest", "/", NULL, 0, 2, 200, 1, 0, 10000, 0};
     mqsink_consumer_t cons[MQSINK_MAX_CONSUMERS];
     pthread_t th[MQSINK_MAX_CONSUMERS];
     long received = 0;
     int opt, failed = 0;
 
-    while ((opt = getopt(argc, argv, "H:P:u:p:V:q:n:c:f:b:w:i:")) != -1) {
+    while ((opt = getopt(argc, argv, "H:P:u:p:V:q:n:c:f:b:w:i:L")) != -1) {
         switch (opt) {
         case 'H':
             o.host = optarg;
@@ -255,6 +339,12 @@ int main(int argc, char **argv)
         case 'w':
             o.batch_wait_ms = atoi(optarg);
             break;
+        case 'i':
+            o.idle_ms = atoi(optarg);
+            break;
+        case 'L':
+            o.latency = 1;
+            break;
         default:
             mqsink_usage();
         }
@@ -266,7 +356,7 @@ int main(int argc, char **argv)
 
     double t0 = mqsink_now();
     for (int i = 0; i < o.consumers; i++) {
-        cons[i] = (mqsink_consumer_t){&o, i, 0, 0};
+        cons[i] = (mqsink_consumer_t){.o = &o, .index = i};
         if (pthread_create(&th[i], NULL, mqsink_consume, &cons[i]) != 0)
             mqsink_die("pthread_create failed");
     }
@@ -276,9 +366,13 @@ int main(int argc, char **argv)
         failed |= cons[i].failed;
     }
     double secs = mqsink_now() - t0;
-    printf("mqsink consumers=%d prefetch=%d batch=%d received=%ld secs=%.3f rate=%.0f\n",
-           o.consumers, o.prefetch, o.batch, received, secs,
-           secs > 0 ? (double)received / secs : 0);
+    printf("mqsink consumers=%d prefetch=%d batch=%d received=%ld secs=%.3f rate=%.0f", o.consumers,
+           o.prefetch, o.batch, received, secs, secs > 0 ? (double)received / secs : 0);
+    if (o.latency)
+        mqsink_print_latency(cons, o.consumers);
+    putchar('\n');
+    for (int i = 0; i < o.consumers; i++)
+        free(cons[i].lat);
     if (failed || received < o.total)
         mqsink_die("took %ld of %ld deliveries", received, o.total);
     return 0;
