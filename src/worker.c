@@ -61,7 +61,8 @@ typedef struct worker {
     worker_slot_t *slot;
     db_t *db;
     mq_t *mq;
-    mq_t *pub; /* republishing connection, opened when first needed */
+    mq_t *pub;        /* republishing connection, opened when first needed */
+    bool pub_failed;  /* the last round failed: declare our queues again first */
     void *state;
     bool state_live;
     worker_msg_t *batch;
@@ -147,6 +148,21 @@ static int worker_connect_db(worker_t *w)
     return 0;
 }
 
+/* Declare the queues idemd owns (dead letters, delay tiers) on mq. 0, or -1 (logged). */
+static int worker_declare_own(worker_t *w, mq_t *mq)
+{
+    if (w->q->dead_letter_queue && mq_declare_plain(mq, w->q->dead_letter_queue, true) != 0)
+        return -1;
+    for (int i = 0; i < w->q->n_retry_delays; i++) {
+        char name[300];
+        int ms;
+        relay_delay_queue(w->q, (unsigned)i + 1, name, sizeof(name), &ms);
+        if (mq_declare_delay(mq, name, ms, w->q->name, true) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 /* Connect to the broker, declare and start consuming. Returns 0 or an exit code. */
 static int worker_connect_mq(worker_t *w)
 {
@@ -156,16 +172,8 @@ static int worker_connect_mq(worker_t *w)
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
         return WORKER_EXIT_CONFIG;
     /* Our own queues are declared whatever declare.enabled says. */
-    if (!w->q->declare && w->q->dead_letter_queue &&
-        mq_declare_plain(w->mq, w->q->dead_letter_queue, true) != 0)
+    if (worker_declare_own(w, w->mq) != 0)
         return WORKER_EXIT_CONFIG;
-    for (int i = 0; i < w->q->n_retry_delays; i++) {
-        char name[300];
-        int ms;
-        relay_delay_queue(w->q, (unsigned)i + 1, name, sizeof(name), &ms);
-        if (mq_declare_delay(w->mq, name, ms, w->q->name, true) != 0)
-            return WORKER_EXIT_CONFIG;
-    }
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
         return WORKER_EXIT_TEMPFAIL;
     worker_set_state(w, WORKER_STATE_CONSUMING);
@@ -474,6 +482,25 @@ static void worker_route(worker_t *w, worker_msg_t *m)
 }
 
 /*
+ * Open the republishing connection. After a failed round the queues we
+ * publish to are declared again first: someone may have deleted them, and
+ * a copy to a missing queue is returned, which would requeue its message
+ * for ever. 0, or -1 (logged).
+ */
+static int worker_open_publisher(worker_t *w)
+{
+    if (mq_open_publisher(&w->conf->broker, &w->pub) != 0)
+        return -1;
+    if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+        return -1;
+    }
+    w->pub_failed = false;
+    return 0;
+}
+
+/*
  * Publish the copies of retried and dead-lettered messages on the
  * republishing connection and wait for the broker's confirms. Sets copy_ok
  * on each when confirmed; on any failure none counts as confirmed (their
@@ -494,7 +521,7 @@ static void worker_republish(worker_t *w)
         worker_msg_t *m = &w->batch[i];
         if (m->route != WORKER_ROUTE_DELAY && m->route != WORKER_ROUTE_DLQ)
             continue;
-        if (w->pub == NULL && mq_open_publisher(&w->conf->broker, &w->pub) != 0)
+        if (w->pub == NULL && worker_open_publisher(w) != 0)
             return;
         const char *target = m->route == WORKER_ROUTE_DLQ ? w->q->dead_letter_queue
                              : relay_delay_queue(w->q, m->attempt, delay_q, sizeof(delay_q),
@@ -520,6 +547,7 @@ static void worker_republish(worker_t *w)
 fail:
     mq_close(w->pub);
     w->pub = NULL;
+    w->pub_failed = true;
 }
 
 /*
