@@ -3,8 +3,9 @@
  * dbsink run -S SOCK [-u USER] -D DB -f WORKLOAD [-b BATCH] [-c CONNS] [--consumer NAME]
  *   WORKLOAD lines are "ID<TAB>{"orderId": N}" (what the benchmark publishes). The
  *   messages are cut into chunks of BATCH in file order; each of -c connections
- *   (threads, one MYSQL each) takes the next chunk whenever it is free and runs
- *   it as one transaction, the way idemd's worker runs a batch with
+ *   (threads, one MYSQL each) takes the next chunk whenever it is free (with
+ *   -F PREFETCH: from its own window, dealt like the broker deals deliveries)
+ *   and runs it as one transaction, the way idemd's worker runs a batch with
  *   dedup = "table" and order_pay guard = false:
  *     [SAVEPOINT mI]                 (only when BATCH > 1)
  *     INSERT INTO msg_id_record (consumer, msg_id) VALUES (?, ?)   1062 -> duplicate
@@ -65,6 +66,7 @@ typedef struct dbsink_opts {
     const char *pre_query;
     const char *pre_expected;
     int batch;
+    int prefetch;   /* > 0: deal messages like the broker does to consumers with this prefetch */
     double rate;    /* > 0: offer message i at start + i / rate seconds and measure its latency */
     int savepoints; /* 0: no SAVEPOINT per message (for comparison only; idemd sets them) */
     int conns;
@@ -86,12 +88,15 @@ typedef struct dbsink_conn {
     unsigned long id_len;
     long long order_id;
     long ok, duplicate, commits, redo;
+    size_t *window; /* -f: indices delivered to this connection and not yet taken (a ring) */
+    size_t win_head, win_len;
     int failed;
 } dbsink_conn_t;
 
 static atomic_size_t dbsink_next; /* first message of the next chunk to take */
-static int64_t dbsink_t0_ns;      /* rate mode: when message 0 is due */
-static int64_t *dbsink_lat_us;    /* rate mode: due-to-commit latency per message, -1: none */
+static pthread_mutex_t dbsink_deal = PTHREAD_MUTEX_INITIALIZER; /* -f: guards dbsink_next */
+static int64_t dbsink_t0_ns;   /* rate mode: when message 0 is due */
+static int64_t *dbsink_lat_us; /* rate mode: due-to-commit latency per message, -1: none */
 
 static void dbsink_die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
@@ -239,7 +244,7 @@ static int dbsink_query(dbsink_conn_t *c, const char *sql)
  * ER_LOCK_DEADLOCK (or 1305, savepoint lost) when it must be redone, another
  * MySQL error number when the run cannot go on (printed).
  */
-static int dbsink_try_chunk(dbsink_conn_t *c, const dbsink_msg_t *m, int n, long *ok, long *dup,
+static int dbsink_try_chunk(dbsink_conn_t *c, const size_t *idx, int n, long *ok, long *dup,
                             unsigned char *is_dup)
 {
     char sql[64];
@@ -253,8 +258,9 @@ static int dbsink_try_chunk(dbsink_conn_t *c, const dbsink_msg_t *m, int n, long
             if ((err = dbsink_query(c, sql)) != 0)
                 goto fail;
         }
-        memcpy(c->id_buf, m[i].id, m[i].id_len);
-        c->id_len = m[i].id_len;
+        const dbsink_msg_t *m = &c->msgs[idx[i]];
+        memcpy(c->id_buf, m->id, m->id_len);
+        c->id_len = m->id_len;
         if (mysql_stmt_execute(c->record) != 0) {
             err = (int)mysql_stmt_errno(c->record);
             if (err == ER_DUP_ENTRY) {
@@ -266,7 +272,7 @@ static int dbsink_try_chunk(dbsink_conn_t *c, const dbsink_msg_t *m, int n, long
                 fprintf(stderr, "dbsink[%d]: record: %s\n", c->index, mysql_stmt_error(c->record));
             goto fail;
         }
-        c->order_id = m[i].order_id;
+        c->order_id = m->order_id;
         if (mysql_stmt_execute(c->update) != 0) {
             err = (int)mysql_stmt_errno(c->update);
             if (err != ER_LOCK_DEADLOCK)
@@ -301,19 +307,37 @@ static int64_t dbsink_due_ns(const dbsink_opts_t *o, size_t i)
 }
 
 /*
- * Claim the next chunk: [*start, *start + return value). Without a rate, the
- * next BATCH messages. With one, wait until the next message is offered,
- * then take it and every other message already offered, up to BATCH (what
- * idemd's worker does with batch_wait_ms = 0). 0 when all are taken.
+ * Claim the next chunk into idx[0..return value). Without a rate or a
+ * prefetch: the next BATCH messages in file order. With -f PREFETCH: like the
+ * broker, top this connection's unacknowledged window up to PREFETCH from the
+ * queue (the previous chunk was acked), then take up to BATCH from its front:
+ * chunks that run at the same time lie about PREFETCH messages apart, as they
+ * do in idemd. With a rate: wait until the next message is offered, then take
+ * it and every other message already offered, up to BATCH (idemd's worker
+ * with batch_wait_ms = 0). 0 when all are taken.
  */
-static size_t dbsink_claim(dbsink_conn_t *c, size_t *start)
+static size_t dbsink_claim(dbsink_conn_t *c, size_t *idx)
 {
     const dbsink_opts_t *o = c->o;
-    size_t b = (size_t)o->batch;
+    size_t b = (size_t)o->batch, n = 0;
 
+    if (o->rate <= 0 && o->prefetch <= 0) {
+        size_t s = atomic_fetch_add(&dbsink_next, b);
+        for (; n < b && s + n < c->n_msgs; n++)
+            idx[n] = s + n;
+        return n;
+    }
     if (o->rate <= 0) {
-        *start = atomic_fetch_add(&dbsink_next, b);
-        return *start >= c->n_msgs ? 0 : (c->n_msgs - *start < b ? c->n_msgs - *start : b);
+        size_t cap = (size_t)o->prefetch;
+        pthread_mutex_lock(&dbsink_deal);
+        while (c->win_len < cap && dbsink_next < c->n_msgs)
+            c->window[(c->win_head + c->win_len++) % cap] = dbsink_next++;
+        pthread_mutex_unlock(&dbsink_deal);
+        for (; n < b && c->win_len > 0; n++, c->win_len--) {
+            idx[n] = c->window[c->win_head];
+            c->win_head = (c->win_head + 1) % cap;
+        }
+        return n;
     }
     for (;;) {
         size_t s = atomic_load(&dbsink_next), end;
@@ -332,8 +356,9 @@ static size_t dbsink_claim(dbsink_conn_t *c, size_t *start)
         if (end <= s)
             end = s + 1;
         if (atomic_compare_exchange_strong(&dbsink_next, &s, end)) {
-            *start = s;
-            return end - s;
+            for (; s + n < end; n++)
+                idx[n] = s + n;
+            return n;
         }
     }
 }
@@ -342,19 +367,21 @@ static void *dbsink_worker(void *arg)
 {
     dbsink_conn_t *c = arg;
     unsigned char *is_dup = malloc((size_t)c->o->batch);
-    size_t start, n;
+    size_t *idx = malloc((size_t)c->o->batch * sizeof(*idx)), n;
 
-    if (is_dup == NULL) {
+    if (is_dup == NULL || idx == NULL) {
+        free(is_dup);
+        free(idx);
         c->failed = 1;
         return NULL;
     }
     /* Each connection takes the next chunk in file order when it is free, as the broker
      * hands the next deliveries to whichever consumer has acked. */
-    while ((n = dbsink_claim(c, &start)) > 0) {
+    while ((n = dbsink_claim(c, idx)) > 0) {
         long ok = 0, dup = 0;
         int err = 0;
         for (int attempt = 0; attempt < DBSINK_REDO_MAX; attempt++) {
-            err = dbsink_try_chunk(c, c->msgs + start, (int)n, &ok, &dup, is_dup);
+            err = dbsink_try_chunk(c, idx, (int)n, &ok, &dup, is_dup);
             if (err != ER_LOCK_DEADLOCK && err != 1305)
                 break;
             c->redo++;
@@ -368,12 +395,13 @@ static void *dbsink_worker(void *arg)
             int64_t now = dbsink_now_ns();
             for (size_t i = 0; i < n; i++)
                 if (!is_dup[i])
-                    dbsink_lat_us[start + i] = (now - dbsink_due_ns(c->o, start + i)) / 1000;
+                    dbsink_lat_us[idx[i]] = (now - dbsink_due_ns(c->o, idx[i])) / 1000;
         }
         c->ok += ok;
         c->duplicate += dup;
     }
     free(is_dup);
+    free(idx);
     return NULL;
 }
 
@@ -419,6 +447,9 @@ static int dbsink_run(const dbsink_opts_t *o)
         conns[i].msgs = msgs;
         conns[i].n_msgs = n;
         conns[i].index = i;
+        if (o->prefetch > 0 &&
+            (conns[i].window = malloc((size_t)o->prefetch * sizeof(size_t))) == NULL)
+            dbsink_die("out of memory");
         if (dbsink_setup(&conns[i]) != 0)
             dbsink_die("connection %d: setup failed", i);
     }
@@ -441,6 +472,7 @@ static int dbsink_run(const dbsink_opts_t *o)
         if (conns[i].update)
             mysql_stmt_close(conns[i].update);
         mysql_close(conns[i].my);
+        free(conns[i].window);
     }
     free(msgs);
     printf("dbsink conns=%d batch=%d%s messages=%zu ok=%ld duplicate=%ld commits=%ld redo=%ld "
@@ -505,7 +537,7 @@ static void dbsink_usage(void)
     fputs("usage: dbsink run -S SOCK [-u USER] [-p PASSWORD] -D DB -f WORKLOAD [-b BATCH=1] "
           "[-c CONNS=2]\n"
           "                  [--consumer NAME] [--record-table T] [--table T] [--no-savepoints]\n"
-          "                  [-r RATE]\n"
+          "                  [-F PREFETCH] [-r RATE]\n"
           "       dbsink wait -S SOCK [-u USER] [-p PASSWORD] -D DB -q QUERY -e EXPECTED "
           "[-Q PRE -E PRE_EXPECTED]\n"
           "                  [-t TIMEOUT_S] [-i INTERVAL_MS]\n",
@@ -537,7 +569,8 @@ int main(int argc, char **argv)
         dbsink_usage();
     const char *cmd = argv[1];
     optind = 2;
-    while ((opt = getopt_long(argc, argv, "S:u:p:D:f:b:c:r:q:e:Q:E:t:i:", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "S:u:p:D:f:b:c:r:F:q:e:Q:E:t:i:", longopts, NULL)) !=
+           -1) {
         switch (opt) {
         case 'S':
             o.socket = optarg;
@@ -562,6 +595,9 @@ int main(int argc, char **argv)
             break;
         case 'r':
             o.rate = atof(optarg);
+            break;
+        case 'F':
+            o.prefetch = atoi(optarg);
             break;
         case 'q':
             o.query = optarg;
