@@ -1,0 +1,49 @@
+# t_fail_dlq_full: the dead letter queue is full (a max-length policy with overflow reject-publish): rejected messages wait in their queue, none is dropped; once there is room they are dead-lettered.
+source "$H_ROOT/tests/chaos/lib.sh"
+db=t_fail_dlq_full
+q=t_fail_dlqfull.q
+dlq=$q.dlq
+policy=t_fail_dlqfull
+h_new_db "$db"
+c_fresh_queues "$q" "$dlq"
+trap 'h_rabbitmqctl clear_policy "$policy" >/dev/null 2>&1 || true' EXIT
+{
+    h_conf_common "$db"
+    cat <<CONF
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3; } );
+CONF
+} >idemd.conf
+h_daemon_start idemd.conf idemd.log
+# Room for one dead letter; the broker nacks publishes beyond it.
+h_rabbitmqctl set_policy --apply-to queues "$policy" "^${dlq//./\\.}\$" \
+    '{"max-length": 1, "overflow": "reject-publish"}' >/dev/null
+sleep 2 # the policy reaches the queue
+
+out=$(printf 'x1\treject\nx2\treject\nx3\treject\ng1\tgood\n' | h_mq publish -r "$q")
+h_assert_eq "$out" "published 4 confirmed 4" "publisher"
+h_wait_depth "$dlq" 1 20
+h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id = 'g1'" 1 20
+sleep 8 # x2 and x3 go round while the dead letter queue is full
+h_daemon_alive || h_fail "idemd died"
+dropped=$(h_count_log idemd.log "rejecting the message to the broker")
+rounds=$(h_count_log idemd.log "outcome=reject queue=$q id=x[23] ")
+echo "while full: $rounds reject rounds of x2/x3; dead letters: $(h_depth "$dlq"); in $q: $(h_depth "$q")"
+
+# Make room: read the one dead letter, lift the limit; the others must follow.
+h_mq get "$dlq" >dlq1.txt
+h_rabbitmqctl clear_policy "$policy" >/dev/null
+deadline=$((SECONDS + 30))
+got=$(cut -f1 dlq1.txt)
+while :; do
+    h_mq get "$dlq" >>dlq2.txt
+    got=$(cat dlq1.txt dlq2.txt | cut -f1 | sort | paste -sd' ')
+    [[ "$got" == "x1 x2 x3" ]] && break
+    ((SECONDS < deadline)) || break
+    sleep 0.5
+done
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
+((dropped == 0)) || grep -E "rejecting the message to the broker" idemd.log | head -n 2 >&2
+h_assert_eq "$got" "x1 x2 x3" "dead letters once the queue had room ($dropped messages dropped by idemd while it was full)"
+h_assert_eq "$(h_sql "SELECT msg_id, n FROM effects")" $'g1\t1' "effects"
+h_assert_eq "$(h_depth "$q")" 0 "depth of $q"
+echo "t_fail_dlq_full: ok ($rounds rounds while full)"
