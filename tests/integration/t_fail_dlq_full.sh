@@ -32,7 +32,7 @@ echo "while full: $rounds reject rounds of x2/x3; dead letters: $(h_depth "$dlq"
 # Make room: read the one dead letter, lift the limit; the others must follow.
 h_mq get "$dlq" >dlq1.txt
 h_rabbitmqctl clear_policy "$policy" >/dev/null
-deadline=$((SECONDS + 30))
+deadline=$((SECONDS + 60)) # a fix may back off between rounds
 got=$(cut -f1 dlq1.txt)
 while :; do
     h_mq get "$dlq" >>dlq2.txt
