@@ -231,19 +231,71 @@ int mq_open_publisher(const conf_broker_t *cfg, mq_t **out)
     return 0;
 }
 
+typedef enum mq_copy_state { MQ_COPY_PENDING, MQ_COPY_ACKED, MQ_COPY_REFUSED } mq_copy_state_t;
+
+/* One publish of the round and what the broker said of it. */
+typedef struct mq_copy {
+    uint64_t seq;
+    char *routing_key; /* owned */
+    bool returned;     /* basic.return seen for its queue: its ack means "refused" */
+    mq_copy_state_t state;
+} mq_copy_t;
+
+void mq_round_begin(mq_t *mq)
+{
+    for (int i = 0; i < mq->round_n; i++)
+        free(mq->round[i].routing_key);
+    mq->round_n = 0;
+}
+
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
                amqp_bytes_t body)
 {
+    if (mq->round_n == mq->round_cap) {
+        int cap = mq->round_cap ? mq->round_cap * 2 : 16;
+        mq_copy_t *r = realloc(mq->round, sizeof(*r) * (size_t)cap);
+        if (r == NULL)
+            return -1;
+        mq->round = r;
+        mq->round_cap = cap;
+    }
+    mq_copy_t *c = &mq->round[mq->round_n];
+    if ((c->routing_key = strdup(routing_key)) == NULL)
+        return -1;
     int st = amqp_basic_publish(mq->conn, MQ_CHANNEL, amqp_empty_bytes,
                                 amqp_cstring_bytes(routing_key), 1, 0, props, body);
     if (st != AMQP_STATUS_OK) {
         log_error("broker %s: publishing to '%s': %s", mq->where, routing_key,
                   amqp_error_string2(st));
-        mq->pub_failed = true;
+        free(c->routing_key);
         return -1;
     }
-    mq->pub_seq++;
-    return 0;
+    c->seq = ++mq->pub_seq;
+    c->returned = false;
+    c->state = MQ_COPY_PENDING;
+    return mq->round_n++;
+}
+
+/* Settle the round's copies covered by a basic.ack or basic.nack. */
+static void mq_settle(mq_t *mq, uint64_t tag, bool multiple, bool acked)
+{
+    for (int i = 0; i < mq->round_n; i++) {
+        mq_copy_t *c = &mq->round[i];
+        if (c->state != MQ_COPY_PENDING || (multiple ? c->seq > tag : c->seq != tag))
+            continue;
+        c->state = acked && !c->returned ? MQ_COPY_ACKED : MQ_COPY_REFUSED;
+        if (c->state == MQ_COPY_REFUSED)
+            log_error("broker %s: copy to '%s' refused (%s)", mq->where, c->routing_key,
+                      acked ? "returned: no such queue" : "nack");
+    }
+}
+
+static int mq_round_pending(const mq_t *mq)
+{
+    int n = 0;
+    for (int i = 0; i < mq->round_n; i++)
+        n += mq->round[i].state == MQ_COPY_PENDING;
+    return n;
 }
 
 int mq_wait_confirms(mq_t *mq, int timeout_ms)
@@ -252,7 +304,7 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
     amqp_frame_t f;
     int rc = 0;
 
-    while (mq->confirmed < mq->pub_seq) {
+    while (mq_round_pending(mq) > 0) {
         tv.tv_sec = timeout_ms / 1000;
         tv.tv_usec = (timeout_ms % 1000) * 1000;
         int st = amqp_simple_wait_frame_noblock(mq->conn, &f, &tv);
@@ -260,30 +312,30 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
             log_error("broker %s: waiting for publisher confirms: %s", mq->where,
                       amqp_error_string2(st));
             rc = -1;
-            goto out;
+            break;
         }
         if (f.frame_type != AMQP_FRAME_METHOD)
             continue; /* content of a basic.return */
         switch (f.payload.method.id) {
         case AMQP_BASIC_ACK_METHOD: {
             amqp_basic_ack_t *a = f.payload.method.decoded;
-            mq->confirmed = a->delivery_tag; /* multiple or not, all below are settled */
+            mq_settle(mq, a->delivery_tag, a->multiple, true);
             break;
         }
         case AMQP_BASIC_NACK_METHOD: {
             amqp_basic_nack_t *n = f.payload.method.decoded;
-            log_error("broker %s: publish %llu refused (nack)", mq->where,
-                      (unsigned long long)n->delivery_tag);
-            mq->confirmed = n->delivery_tag;
-            mq->pub_failed = true;
+            mq_settle(mq, n->delivery_tag, n->multiple, false);
             break;
         }
         case AMQP_BASIC_RETURN_METHOD: {
+            /* No tag on a return: every pending copy to that queue is unroutable too. */
             amqp_basic_return_t *m = f.payload.method.decoded;
-            log_error("broker %s: publish to '%.*s' returned: %u %.*s", mq->where,
-                      (int)m->routing_key.len, (char *)m->routing_key.bytes, m->reply_code,
-                      (int)m->reply_text.len, (char *)m->reply_text.bytes);
-            mq->pub_failed = true;
+            for (int i = 0; i < mq->round_n; i++) {
+                mq_copy_t *c = &mq->round[i];
+                if (c->state == MQ_COPY_PENDING && strlen(c->routing_key) == m->routing_key.len &&
+                    memcmp(c->routing_key, m->routing_key.bytes, m->routing_key.len) == 0)
+                    c->returned = true;
+            }
             break;
         }
         case AMQP_CHANNEL_CLOSE_METHOD:
@@ -291,17 +343,26 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
             log_error("broker %s: publishing channel closed by the broker", mq->where);
             mq->channel_open = false;
             rc = -1;
-            goto out;
+            break;
         default:
             break;
         }
+        if (rc != 0)
+            break;
     }
-    if (mq->pub_failed)
-        rc = -1;
-out:
-    mq->pub_failed = false;
+    for (int i = 0; i < mq->round_n; i++) {
+        if (mq->round[i].state == MQ_COPY_PENDING)
+            mq->round[i].state = MQ_COPY_REFUSED;
+        if (mq->round[i].state != MQ_COPY_ACKED)
+            rc = -1;
+    }
     amqp_maybe_release_buffers(mq->conn);
     return rc;
+}
+
+bool mq_round_ok(const mq_t *mq, int index)
+{
+    return index >= 0 && index < mq->round_n && mq->round[index].state == MQ_COPY_ACKED;
 }
 
 /* queue.declare with arguments; 0 or -1 (logged). */
@@ -338,6 +399,8 @@ void mq_close(mq_t *mq)
 {
     if (mq == NULL)
         return;
+    mq_round_begin(mq);
+    free(mq->round);
     if (mq->conn) {
         if (mq->channel_open)
             amqp_channel_close(mq->conn, MQ_CHANNEL, AMQP_REPLY_SUCCESS);

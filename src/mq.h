@@ -22,10 +22,10 @@ typedef struct mq {
     amqp_connection_state_t conn;
     bool channel_open;
     char where[160]; /* "host:port vhost" for logs */
-    /* Publishing side (confirm mode): */
-    uint64_t pub_seq;   /* last publish sequence number */
-    uint64_t confirmed; /* every seq <= this is settled */
-    bool pub_failed;    /* a nack or return since the last mq_wait_confirms */
+    /* Publishing side (confirm mode): the copies of the current round. */
+    uint64_t pub_seq; /* last publish sequence number */
+    struct mq_copy *round;
+    int round_n, round_cap;
 } mq_t;
 
 /*
@@ -41,19 +41,28 @@ int mq_open(const conf_broker_t *cfg, mq_t **out) __attribute__((warn_unused_res
  */
 int mq_open_publisher(const conf_broker_t *cfg, mq_t **out) __attribute__((warn_unused_result));
 
+/* Start a round of publishes whose confirms are tracked one by one. */
+void mq_round_begin(mq_t *mq);
+
 /*
  * Publish a persistent, mandatory message through the default exchange to
- * routing_key. props is copied by the library. 0 or -1 (logged).
+ * routing_key, as the next copy of the round. props is copied by the
+ * library. Returns the copy's index in the round, or -1 (logged).
  */
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
                amqp_bytes_t body) __attribute__((warn_unused_result));
 
 /*
- * Wait up to timeout_ms until the broker confirmed everything published so
- * far. 0 when all were acked and none returned; -1 on a nack, a return, a
- * timeout or a broken connection (logged; then close this mq_t).
+ * Wait up to timeout_ms per frame until the broker settled every copy of
+ * the round: acked, or refused (nack, or returned as unroutable). Returns 0
+ * when all were acked; -1 when any was refused, or on a timeout or a broken
+ * connection (logged; then every unsettled copy counts as refused and this
+ * mq_t should be closed).
  */
 int mq_wait_confirms(mq_t *mq, int timeout_ms) __attribute__((warn_unused_result));
+
+/* Whether copy index of the round was acked by the broker. */
+bool mq_round_ok(const mq_t *mq, int index);
 
 /* Declare a durable queue with a message TTL that dead-letters back to target. */
 int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable)

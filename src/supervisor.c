@@ -204,6 +204,10 @@ static void sup_reap(supervisor_t *s)
                 w->used = false;
                 break;
             }
+            /* It got as far as consuming: a connection loss, not a startup failure. */
+            if (__atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) >= WORKER_STATE_CONSUMING &&
+                w->failures > 1)
+                w->failures = 1;
             uint64_t delay = sup_backoff(w, now);
             w->restart_at_ms = now + delay;
             log_warn("worker %s#%d (pid %d) %s; restarting in %llu ms", w->q->name, w->index,

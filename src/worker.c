@@ -49,7 +49,8 @@ typedef struct worker_msg {
     unsigned attempt; /* this attempt's number, 1-based */
     worker_outcome_t outcome;
     worker_route_t route;
-    bool copy_ok; /* its copy was confirmed by the broker */
+    bool copy_ok;   /* its copy was confirmed by the broker */
+    int copy_index; /* its copy's place in the publishing round, or -1 */
     char reason[512];
 } worker_msg_t;
 
@@ -63,6 +64,7 @@ typedef struct worker {
     mq_t *mq;
     mq_t *pub;        /* republishing connection, opened when first needed */
     bool pub_failed;  /* the last round failed: declare our queues again first */
+    int pub_fail_streak; /* failed republishing rounds in a row */
     void *state;
     bool state_live;
     worker_msg_t *batch;
@@ -519,10 +521,13 @@ static void worker_republish(worker_t *w)
     now_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     for (int i = 0; i < w->n; i++) {
         worker_msg_t *m = &w->batch[i];
+        m->copy_index = -1;
         if (m->route != WORKER_ROUTE_DELAY && m->route != WORKER_ROUTE_DLQ)
             continue;
         if (w->pub == NULL && worker_open_publisher(w) != 0)
-            return;
+            goto fail;
+        if (published == 0)
+            mq_round_begin(w->pub);
         const char *target = m->route == WORKER_ROUTE_DLQ ? w->q->dead_letter_queue
                              : relay_delay_queue(w->q, m->attempt, delay_q, sizeof(delay_q),
                                                  &delay_ms)
@@ -530,21 +535,22 @@ static void worker_republish(worker_t *w)
         relay_copy_t c;
         if (relay_copy_init(&c, &m->env, w->q->name, m->attempt, m->reason, now_ms) != 0)
             goto fail;
-        int rc = mq_publish(w->pub, target, &c.props, m->env.message.body);
+        m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
         relay_copy_free(&c);
-        if (rc != 0)
+        if (m->copy_index < 0)
             goto fail;
         published++;
     }
     if (published == 0)
         return;
-    if (mq_wait_confirms(w->pub, WORKER_CONFIRM_MS) != 0)
-        goto fail;
+    int rc = mq_wait_confirms(w->pub, WORKER_CONFIRM_MS);
     for (int i = 0; i < w->n; i++)
-        if (w->batch[i].route == WORKER_ROUTE_DELAY || w->batch[i].route == WORKER_ROUTE_DLQ)
-            w->batch[i].copy_ok = true;
-    return;
+        w->batch[i].copy_ok = w->batch[i].copy_index >= 0 &&
+                              mq_round_ok(w->pub, w->batch[i].copy_index);
+    if (rc == 0)
+        return;
 fail:
+    /* What the broker confirmed stays confirmed; the rest go back to the queue. */
     mq_close(w->pub);
     w->pub = NULL;
     w->pub_failed = true;
@@ -567,6 +573,21 @@ static int worker_settle(worker_t *w)
         if (w->batch[i].outcome == WORKER_OUT_RETRY || w->batch[i].outcome == WORKER_OUT_REJECT)
             worker_route(w, &w->batch[i]);
     worker_republish(w);
+    if (w->pub_failed) {
+        /*
+         * The broker would not take the copies (queue full, alarm, gone): their
+         * originals go back to the queue. Never drop them; slow the round trip down
+         * instead, so a broken dead letter queue is not a hot loop.
+         */
+        int delay = 250 << (w->pub_fail_streak < 6 ? w->pub_fail_streak : 6);
+        w->pub_fail_streak++;
+        log_warn("queue %s: republishing failed %d time(s) in a row: requeueing those messages "
+                 "and pausing %d ms",
+                 w->q->name, w->pub_fail_streak, delay);
+        worker_pause(w, delay);
+    } else {
+        w->pub_fail_streak = 0;
+    }
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
     for (int i = 0; i < w->n; i++) {
@@ -583,14 +604,6 @@ static int worker_settle(worker_t *w)
             return -1;
         run = 0;
         bool requeue = m->route != WORKER_ROUTE_BROKER;
-        if (requeue && m->route == WORKER_ROUTE_DLQ &&
-            m->attempt > (unsigned)w->q->max_attempts + 2) {
-            /* Its dead letter keeps failing: stop the loop, the broker's DLX (if any) takes it. */
-            log_error("queue %s: dead-lettering to %s failed again after %u attempts: rejecting "
-                      "the message to the broker (its DLX, or dropped by the broker)",
-                      w->q->name, w->q->dead_letter_queue, m->attempt);
-            requeue = false;
-        }
         if (mq_nack(w->mq, m->env.delivery_tag, requeue) != 0)
             return -1;
     }
