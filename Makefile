@@ -73,7 +73,15 @@ test: check-build
 unit: check-build
 	H_BUILD=$(abspath $(B)) bash tests/run --unit-only
 
-bench: check-build
+BENCH_TOOLS := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
+
+$(B)/bench/%: bench/%.c | $(B)/bench
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS) -lpthread
+
+$(B)/bench:
+	mkdir -p $@
+
+bench: check-build $(BENCH_TOOLS)
 	bash bench/run
 
 chaos: check-build
