@@ -1010,6 +1010,16 @@ static int conf_check_key_pair(conf_ctx_t *ctx, const config_setting_t *grp, con
     return 0;
 }
 
+/* Warn that a TLS check is turned off, at the line of setting name (or of the group). */
+static int conf_warn_check_off(conf_ctx_t *ctx, const config_setting_t *grp,
+                               const config_setting_t *own, const char *path, const char *name,
+                               const char *why)
+{
+    char sp[CONF_PATH_MAX];
+    conf_path(sp, path, name);
+    return conf_warn(ctx, own ? config_setting_get_member(own, name) : grp, sp, "%s", why);
+}
+
 /* grp is the group itself, or its parent when the group is absent. */
 static const config_setting_t *conf_own_group(const config_setting_t *grp, const char *name)
 {
@@ -1054,19 +1064,15 @@ static int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, v
     }
     if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
         return -1;
-    if (!t->verify_peer) {
-        conf_path(sp, path, "verify_peer");
-        if (conf_warn(ctx, own ? config_setting_get_member(own, "verify_peer") : grp, sp,
-                      "false: any certificate is accepted, so anyone on the path can pose as "
-                      "the broker") < 0)
-            return -1;
-    }
-    if (!t->verify_hostname) {
-        conf_path(sp, path, "verify_hostname");
-        if (conf_warn(ctx, own ? config_setting_get_member(own, "verify_hostname") : grp, sp,
-                      "false: a certificate issued to any other name is accepted") < 0)
-            return -1;
-    }
+    if (!t->verify_peer &&
+        conf_warn_check_off(ctx, grp, own, path, "verify_peer",
+                            "false: any certificate is accepted, so anyone on the path can pose "
+                            "as the broker") < 0)
+        return -1;
+    if (!t->verify_hostname &&
+        conf_warn_check_off(ctx, grp, own, path, "verify_hostname",
+                            "false: a certificate issued to any other name is accepted") < 0)
+        return -1;
     return 0;
 }
 
@@ -1096,7 +1102,6 @@ static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp,
 {
     conf_database_tls_t *t = base;
     const config_setting_t *own = conf_own_group(grp, "tls");
-    char sp[CONF_PATH_MAX];
 
     if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
         return -1;
@@ -1104,15 +1109,13 @@ static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp,
         return 0;
     if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
         return -1;
-    if (!t->verify_server_cert) {
-        conf_path(sp, path, "verify_server_cert");
-        return conf_warn(ctx, own ? config_setting_get_member(own, "verify_server_cert") : grp, sp,
-                         t->ca_file ? "false: the chain is still checked against ca_file, but a "
-                                      "certificate issued to any other name is accepted"
-                                    : "false and no ca_file: the server's certificate is not "
-                                      "checked at all, so anyone on the path can pose as the "
-                                      "server");
-    }
+    if (!t->verify_server_cert)
+        return conf_warn_check_off(
+            ctx, grp, own, path, "verify_server_cert",
+            t->ca_file ? "false: the chain is still checked against ca_file, but a certificate "
+                         "issued to any other name is accepted"
+                       : "false and no ca_file: the server's certificate is not checked at all, "
+                         "so anyone on the path can pose as the server");
     return 0;
 }
 
