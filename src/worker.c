@@ -62,8 +62,8 @@ typedef struct worker {
     worker_slot_t *slot;
     db_t *db;
     mq_t *mq;
-    mq_t *pub;        /* republishing connection, opened when first needed */
-    bool pub_failed;  /* the last round failed: declare our queues again first */
+    mq_t *pub;           /* republishing connection, opened when first needed */
+    bool pub_failed;     /* the last round failed: declare our queues again first */
     int pub_fail_streak; /* failed republishing rounds in a row */
     void *state;
     bool state_live;
@@ -545,8 +545,8 @@ static void worker_republish(worker_t *w)
         return;
     int rc = mq_wait_confirms(w->pub, WORKER_CONFIRM_MS);
     for (int i = 0; i < w->n; i++)
-        w->batch[i].copy_ok = w->batch[i].copy_index >= 0 &&
-                              mq_round_ok(w->pub, w->batch[i].copy_index);
+        w->batch[i].copy_ok =
+            w->batch[i].copy_index >= 0 && mq_round_ok(w->pub, w->batch[i].copy_index);
     if (rc == 0)
         return;
 fail:

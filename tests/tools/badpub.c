@@ -1,4 +1,4 @@
-/* badpub.c: test publisher of awkward messages: binary ids, odd header types, deeply nested header tables. */
+/* badpub.c: test publisher of awkward messages: binary ids, odd header types, nested tables. */
 
 /*
  * usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]
