@@ -228,10 +228,11 @@ static bool sup_draining(const supervisor_t *s, const char *name)
     return false;
 }
 
-/* Tell systemd how the workers are doing. */
+/* Tell systemd how the workers are doing: totals, then each queue's state. */
 static void sup_status(supervisor_t *s)
 {
-    char buf[256];
+    char buf[1024];
+    size_t off;
     uint64_t ok = 0, dup = 0;
     int consuming = 0, total = 0;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
@@ -244,8 +245,28 @@ static void sup_status(supervisor_t *s)
         if (w->pid && __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
             consuming++;
     }
-    snprintf(buf, sizeof(buf), "STATUS=%d/%d workers consuming; %llu processed, %llu duplicates",
-             consuming, total, (unsigned long long)ok, (unsigned long long)dup);
+    off = (size_t)snprintf(buf, sizeof(buf),
+                           "STATUS=%d/%d workers consuming; %llu processed, %llu duplicates",
+                           consuming, total, (unsigned long long)ok, (unsigned long long)dup);
+    for (int q = 0; q < s->conf->n_queues && off < sizeof(buf); q++) {
+        const char *name = s->conf->queues[q].name;
+        int up = 0, n = 0;
+        uint64_t qok = 0, qfail = 0;
+        for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+            const sup_worker_t *w = &s->workers[i];
+            if (!w->used || w->retiring || strcmp(w->q->name, name) != 0)
+                continue;
+            n++;
+            up += w->pid &&
+                  __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING;
+            qok += __atomic_load_n(&w->slot->n_ok, __ATOMIC_RELAXED);
+            qfail += __atomic_load_n(&w->slot->n_retry, __ATOMIC_RELAXED) +
+                     __atomic_load_n(&w->slot->n_reject, __ATOMIC_RELAXED);
+        }
+        off +=
+            (size_t)snprintf(buf + off, sizeof(buf) - off, "; %s: %d/%d up, %llu ok, %llu failed",
+                             name, up, n, (unsigned long long)qok, (unsigned long long)qfail);
+    }
     sd_notify(0, buf);
 }
 
