@@ -263,10 +263,8 @@ static db_status_t worker_try_batch(worker_t *w)
 
     for (int i = 0; i < w->n; i++) {
         worker_msg_t *m = &w->batch[i];
-        if (!m->id_ok || m->outcome == WORKER_OUT_REJECT) {
-            m->outcome = WORKER_OUT_REJECT;
-            continue; /* bad id or crash-loop guard: reason set already */
-        }
+        if (m->outcome == WORKER_OUT_REJECT)
+            continue; /* bad id, crash-loop guard, or the handler before a redo */
         m->outcome = WORKER_OUT_PENDING;
         if (sp) {
             snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
@@ -381,26 +379,25 @@ static int worker_transact(worker_t *w)
     }
 }
 
+/* 4 latency buckets per power of two: 2^(k/4) for k = 0..3. */
+static const double worker_lat_step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
+
 int worker_lat_bucket(uint64_t us)
 {
-    int b = 0;
-    /* 4 buckets per power of two: compare against 2^(b/4) via a small table. */
-    static const double step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
     if (us == 0)
         return 0;
     int e = 63 - __builtin_clzll(us);
     double frac = (double)us / (double)(1ULL << e);
     int q = 0;
-    while (q < 3 && frac >= step[q + 1])
+    while (q < 3 && frac >= worker_lat_step[q + 1])
         q++;
-    b = e * 4 + q;
+    int b = e * 4 + q;
     return b < WORKER_LAT_BUCKETS ? b : WORKER_LAT_BUCKETS - 1;
 }
 
 uint64_t worker_lat_bucket_floor(int bucket)
 {
-    static const double step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
-    return (uint64_t)((double)(1ULL << (bucket / 4)) * step[bucket % 4]);
+    return (uint64_t)((double)(1ULL << (bucket / 4)) * worker_lat_step[bucket % 4]);
 }
 
 /* Record publish-to-commit latency of a committed message that carries idemd-pub-us. */
