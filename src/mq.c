@@ -150,11 +150,11 @@ static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
 }
 
 /* Connect and open MQ_CHANNEL with the given heartbeat. See mq_open. */
-static int mq_connect(const conf_broker_t *cfg, int heartbeat, mq_t **out)
+static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *name, mq_t **out)
 {
     mq_t *mq = calloc(1, sizeof(*mq));
     amqp_socket_t *sock;
-    amqp_table_entry_t caps_e[2], props_e[2];
+    amqp_table_entry_t caps_e[2], props_e[3];
     amqp_table_t caps, props;
     amqp_rpc_reply_t r;
     struct timeval tv;
@@ -188,7 +188,8 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, mq_t **out)
     props_e[0].value.kind = AMQP_FIELD_KIND_TABLE;
     props_e[0].value.value.table = caps;
     mq_entry_str(&props_e[1], "product", "idemd");
-    props.num_entries = 2;
+    mq_entry_str(&props_e[2], "connection_name", name);
+    props.num_entries = 3;
     props.entries = props_e;
     r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, RELAY_FRAME_MAX, heartbeat, &props,
                                    AMQP_SASL_METHOD_PLAIN, cfg->user, cfg->password);
@@ -210,15 +211,15 @@ fail:
     return -1;
 }
 
-int mq_open(const conf_broker_t *cfg, mq_t **out)
+int mq_open(const conf_broker_t *cfg, const char *name, mq_t **out)
 {
-    return mq_connect(cfg, cfg->heartbeat, out);
+    return mq_connect(cfg, cfg->heartbeat, name, out);
 }
 
-int mq_open_publisher(const conf_broker_t *cfg, mq_t **out)
+int mq_open_publisher(const conf_broker_t *cfg, const char *name, mq_t **out)
 {
     amqp_rpc_reply_t r;
-    if (mq_connect(cfg, 0, out) != 0)
+    if (mq_connect(cfg, 0, name, out) != 0)
         return -1;
     amqp_confirm_select((*out)->conn, MQ_CHANNEL);
     r = amqp_get_rpc_reply((*out)->conn);
@@ -338,12 +339,26 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
             }
             break;
         }
-        case AMQP_CHANNEL_CLOSE_METHOD:
-        case AMQP_CONNECTION_CLOSE_METHOD:
-            log_error("broker %s: publishing channel closed by the broker", mq->where);
+        case AMQP_CHANNEL_CLOSE_METHOD: {
+            amqp_channel_close_t *m = f.payload.method.decoded;
+            amqp_channel_close_ok_t ok;
+            log_error("broker %s: publishing channel closed by broker: %u %.*s", mq->where,
+                      m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
+            amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
             mq->channel_open = false;
             rc = -1;
             break;
+        }
+        case AMQP_CONNECTION_CLOSE_METHOD: {
+            amqp_connection_close_t *m = f.payload.method.decoded;
+            amqp_connection_close_ok_t ok;
+            log_error("broker %s: publishing connection closed by broker: %u %.*s", mq->where,
+                      m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
+            amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+            mq->channel_open = false;
+            rc = -1;
+            break;
+        }
         default:
             break;
         }

@@ -29,17 +29,20 @@ typedef struct mq {
 } mq_t;
 
 /*
- * Connect, log in (advertising consumer_cancel_notify), open channel
- * MQ_CHANNEL. Returns 0 and a new mq_t in *out (free with mq_close), or -1
- * after logging why.
+ * Connect, log in (advertising consumer_cancel_notify, and name as the
+ * connection_name the broker shows operators), open channel MQ_CHANNEL.
+ * name is copied. Returns 0 and a new mq_t in *out (free with mq_close), or
+ * -1 after logging why.
  */
-int mq_open(const conf_broker_t *cfg, mq_t **out) __attribute__((warn_unused_result));
+int mq_open(const conf_broker_t *cfg, const char *name, mq_t **out)
+    __attribute__((warn_unused_result));
 
 /*
  * Open a connection for republishing: heartbeats off (it may sit idle),
  * channel in confirm mode. Same ownership as mq_open.
  */
-int mq_open_publisher(const conf_broker_t *cfg, mq_t **out) __attribute__((warn_unused_result));
+int mq_open_publisher(const conf_broker_t *cfg, const char *name, mq_t **out)
+    __attribute__((warn_unused_result));
 
 /* Start a round of publishes whose confirms are tracked one by one. */
 void mq_round_begin(mq_t *mq);

@@ -65,6 +65,7 @@ typedef struct worker {
     mq_t *pub;           /* republishing connection, opened when first needed */
     bool pub_failed;     /* the last round failed: declare our queues again first */
     int pub_fail_streak; /* failed republishing rounds in a row */
+    char name[160];      /* "<queue>#<index>": log context, and in connection names */
     void *state;
     bool state_live;
     worker_msg_t *batch;
@@ -169,7 +170,9 @@ static int worker_declare_own(worker_t *w, mq_t *mq)
 static int worker_connect_mq(worker_t *w)
 {
     worker_set_state(w, WORKER_STATE_CONNECTING);
-    if (mq_open(&w->conf->broker, &w->mq) != 0)
+    char conn_name[200];
+    snprintf(conn_name, sizeof(conn_name), "idemd %s consumer", w->name);
+    if (mq_open(&w->conf->broker, conn_name, &w->mq) != 0)
         return WORKER_EXIT_TEMPFAIL;
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
         return WORKER_EXIT_CONFIG;
@@ -488,7 +491,9 @@ static void worker_route(worker_t *w, worker_msg_t *m)
  */
 static int worker_open_publisher(worker_t *w)
 {
-    if (mq_open_publisher(&w->conf->broker, &w->pub) != 0)
+    char conn_name[200];
+    snprintf(conn_name, sizeof(conn_name), "idemd %s republisher", w->name);
+    if (mq_open_publisher(&w->conf->broker, conn_name, &w->pub) != 0)
         return -1;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);
@@ -504,9 +509,10 @@ static int worker_open_publisher(worker_t *w)
  * republishing connection and wait for the broker's confirms. Sets copy_ok
  * on each when confirmed; on any failure none counts as confirmed (their
  * originals go back to the queue instead: a copy that did arrive is a
- * duplicate the record absorbs).
+ * duplicate the record absorbs). Returns 1 when copies were published and
+ * confirmed, 0 when the batch had none, -1 when this round failed (logged).
  */
-static void worker_republish(worker_t *w)
+static int worker_republish(worker_t *w)
 {
     int published = 0;
     uint64_t now_ms;
@@ -539,18 +545,19 @@ static void worker_republish(worker_t *w)
         published++;
     }
     if (published == 0)
-        return;
+        return 0;
     int rc = mq_wait_confirms(w->pub, WORKER_CONFIRM_MS);
     for (int i = 0; i < w->n; i++)
         w->batch[i].copy_ok =
             w->batch[i].copy_index >= 0 && mq_round_ok(w->pub, w->batch[i].copy_index);
     if (rc == 0)
-        return;
+        return 1;
 fail:
     /* What the broker confirmed stays confirmed; the rest go back to the queue. */
     mq_close(w->pub);
     w->pub = NULL;
     w->pub_failed = true;
+    return -1;
 }
 
 /*
@@ -569,8 +576,13 @@ static int worker_settle(worker_t *w)
     for (int i = 0; i < w->n; i++)
         if (w->batch[i].outcome == WORKER_OUT_RETRY || w->batch[i].outcome == WORKER_OUT_REJECT)
             worker_route(w, &w->batch[i]);
-    worker_republish(w);
-    if (w->pub_failed) {
+    /*
+     * Only this batch's own round counts: pub_failed stays set until the
+     * connection is opened again, and a batch without copies says nothing
+     * about the broker, so it is neither paused nor ends the streak.
+     */
+    int round = worker_republish(w);
+    if (round < 0) {
         /*
          * The broker would not take the copies (queue full, alarm, gone): their
          * originals go back to the queue. Never drop them; slow the round trip down
@@ -582,7 +594,7 @@ static int worker_settle(worker_t *w)
                  "and pausing %d ms",
                  w->q->name, w->pub_fail_streak, delay);
         worker_pause(w, delay);
-    } else {
+    } else if (round > 0) {
         w->pub_fail_streak = 0;
     }
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -774,7 +786,6 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     char err[512];
     struct sigaction sa;
     sigset_t all;
-    char ctx[160];
     int code;
 
     memset(&w, 0, sizeof(w));
@@ -782,8 +793,8 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     w.q = q;
     w.index = index;
     w.slot = slot;
-    snprintf(ctx, sizeof(ctx), "%s#%d", q->name, index);
-    log_set_context(ctx);
+    snprintf(w.name, sizeof(w.name), "%s#%d", q->name, index);
+    log_set_context(w.name);
     if (plugin_load(q->handler, &plugin, err, sizeof(err)) != 0) {
         log_error("queue '%s': %s", q->name, err);
         exit(WORKER_EXIT_CONFIG);

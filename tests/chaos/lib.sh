@@ -18,6 +18,9 @@
 #   c_servers_ensure         start whichever server is down (use in an EXIT trap, so a failed
 #                            case leaves working servers to the cases after it)
 #   c_idemd_conns            rabbitmqctl pids of idemd's AMQP connections (client product "idemd")
+#   c_close_named_conn NAME  close the connection whose connection_name is NAME (idemd names
+#                            them "idemd <queue>#<n> consumer|republisher"); the broker has
+#                            sent its connection.close when this returns
 #   c_close_idemd_conns [N]  close N (default all) of them with rabbitmqctl close_connection;
 #                            prints how many were closed
 #   c_rabbit_up / c_mariadb_up   true while the server answers
@@ -130,6 +133,25 @@ c_idemd_conns()
 {
     h_rabbitmqctl list_connections pid client_properties 2>/dev/null |
         awk -F'\t' '$2 ~ /\{"product","idemd"\}/ { print $1 }'
+}
+
+# rabbitmqctl pid of the connection whose client property connection_name is $1.
+c_named_conn()
+{
+    h_rabbitmqctl list_connections pid client_properties 2>/dev/null |
+        awk -F'\t' -v n="{\"connection_name\",\"$1\"}" 'index($2, n) { print $1 }'
+}
+
+c_close_named_conn()
+{
+    local name=$1 pid
+    pid=$(c_named_conn "$name")
+    [[ -n "$pid" ]] || {
+        c_log "chaos: no connection named '$name'"
+        return 1
+    }
+    h_rabbitmqctl close_connection "$pid" "chaos: closed by test" >/dev/null 2>&1 || return 1
+    c_log "chaos: closed connection '$name'"
 }
 
 c_close_idemd_conns()
