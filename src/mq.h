@@ -31,7 +31,7 @@ typedef struct mq {
 /*
  * Connect, log in (advertising consumer_cancel_notify, and name as the
  * connection_name the broker shows operators), open channel MQ_CHANNEL.
- * name is copied. Returns 0 and a new mq_t in *out (free with mq_close), or
+ * name is only read during the call. Returns 0 and a new mq_t in *out (free with mq_close), or
  * -1 after logging why.
  */
 int mq_open(const conf_broker_t *cfg, const char *name, mq_t **out)

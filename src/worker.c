@@ -507,9 +507,9 @@ static int worker_open_publisher(worker_t *w)
 /*
  * Publish the copies of retried and dead-lettered messages on the
  * republishing connection and wait for the broker's confirms. Sets copy_ok
- * on each when confirmed; on any failure none counts as confirmed (their
- * originals go back to the queue instead: a copy that did arrive is a
- * duplicate the record absorbs). Returns 1 when copies were published and
+ * on each copy the broker confirmed; the original of any other goes back to
+ * the queue (a copy that did arrive unconfirmed is a duplicate the record
+ * absorbs). Returns 1 when copies were published and
  * confirmed, 0 when the batch had none, -1 when this round failed (logged).
  */
 static int worker_republish(worker_t *w)
