@@ -299,6 +299,30 @@ static int mq_round_pending(const mq_t *mq)
     return n;
 }
 
+/*
+ * The broker closed the channel or the connection (f holds its close
+ * method): log its reply code and text, answer with the close-ok it waits
+ * for, and mark the channel closed. role prefixes "channel"/"connection" in
+ * the message ("" or "publishing ").
+ */
+static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *role)
+{
+    if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
+        amqp_channel_close_t *m = f->payload.method.decoded;
+        amqp_channel_close_ok_t ok;
+        log_error("broker %s: %schannel closed by broker: %u %.*s", mq->where, role, m->reply_code,
+                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+    } else {
+        amqp_connection_close_t *m = f->payload.method.decoded;
+        amqp_connection_close_ok_t ok;
+        log_error("broker %s: %sconnection closed by broker: %u %.*s", mq->where, role,
+                  m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+    }
+    mq->channel_open = false;
+}
+
 int mq_wait_confirms(mq_t *mq, int timeout_ms)
 {
     struct timeval tv;
@@ -339,26 +363,11 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
             }
             break;
         }
-        case AMQP_CHANNEL_CLOSE_METHOD: {
-            amqp_channel_close_t *m = f.payload.method.decoded;
-            amqp_channel_close_ok_t ok;
-            log_error("broker %s: publishing channel closed by broker: %u %.*s", mq->where,
-                      m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
-            amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-            mq->channel_open = false;
+        case AMQP_CHANNEL_CLOSE_METHOD:
+        case AMQP_CONNECTION_CLOSE_METHOD:
+            mq_closed_by_broker(mq, &f, "publishing ");
             rc = -1;
             break;
-        }
-        case AMQP_CONNECTION_CLOSE_METHOD: {
-            amqp_connection_close_t *m = f.payload.method.decoded;
-            amqp_connection_close_ok_t ok;
-            log_error("broker %s: publishing connection closed by broker: %u %.*s", mq->where,
-                      m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
-            amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-            mq->channel_open = false;
-            rc = -1;
-            break;
-        }
         default:
             break;
         }
@@ -507,24 +516,10 @@ static mq_status_t mq_dispatch_frame(mq_t *mq)
     case AMQP_BASIC_CANCEL_METHOD:
         log_warn("broker %s: consumer cancelled by the broker (queue deleted?)", mq->where);
         return MQ_CANCELLED;
-    case AMQP_CHANNEL_CLOSE_METHOD: {
-        amqp_channel_close_t *m = f.payload.method.decoded;
-        amqp_channel_close_ok_t ok;
-        log_error("broker %s: channel closed by broker: %u %.*s", mq->where, m->reply_code,
-                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
-        amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-        mq->channel_open = false;
+    case AMQP_CHANNEL_CLOSE_METHOD:
+    case AMQP_CONNECTION_CLOSE_METHOD:
+        mq_closed_by_broker(mq, &f, "");
         return MQ_ERR_CLOSED;
-    }
-    case AMQP_CONNECTION_CLOSE_METHOD: {
-        amqp_connection_close_t *m = f.payload.method.decoded;
-        amqp_connection_close_ok_t ok;
-        log_error("broker %s: connection closed by broker: %u %.*s", mq->where, m->reply_code,
-                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
-        amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
-        mq->channel_open = false;
-        return MQ_ERR_CLOSED;
-    }
     case AMQP_CONNECTION_BLOCKED_METHOD:
         log_warn("broker %s: connection blocked by a resource alarm", mq->where);
         return MQ_TIMEOUT;
