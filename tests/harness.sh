@@ -168,16 +168,18 @@ h_mariadb_start()
     echo "$H_MARIADB_PID" >"$H_DIR/mariadbd.pid"
 }
 
+# h_mariadb_wait [PID [DIR]]: wait up to 60 s until the MariaDB at $MYSQL_SOCK answers
+# (default: the harness's server); on failure show the end of DIR/err.log. 0 or 1.
 h_mariadb_wait()
 {
-    local deadline=$((SECONDS + 60))
+    local pid=${1:-$H_MARIADB_PID} dir=${2:-$H_DIR/mysql} deadline=$((SECONDS + 60))
     while ((SECONDS < deadline)); do
         h_mysql -e 'SELECT 1' >/dev/null 2>&1 && return 0
-        kill -0 "$H_MARIADB_PID" 2>/dev/null || break
+        kill -0 "$pid" 2>/dev/null || break
         sleep 0.2
     done
-    tail -n 30 "$H_DIR/mysql/err.log" >&2
-    echo "h_servers_start: MariaDB did not come up" >&2
+    tail -n 30 "$dir/err.log" >&2
+    echo "h_mariadb_wait: MariaDB (pid $pid) did not come up" >&2
     return 1
 }
 

@@ -24,6 +24,7 @@
 #   c_close_idemd_conns [N]  close N (default all) of them with rabbitmqctl close_connection;
 #                            prints how many were closed
 #   c_rabbit_up / c_mariadb_up   true while the server answers
+#   c_dead_letter DLQ ID BODY ERROR_PART   the one dead letter in DLQ, checked
 
 C_BADPUB=${C_BADPUB:-${H_BUILD:-$H_ROOT/build}/tests/tools/badpub}
 
@@ -196,6 +197,21 @@ c_gen_until()
 c_hdr()
 {
     printf '%s\n' "$1" | cut -f3 | tr ';' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# c_dead_letter DLQ ID BODY ERROR_PART: read DLQ (into dlq.txt) and fail unless it held exactly
+# one message, ID with BODY, whose idemd-error contains ERROR_PART. Sets C_DL_LINE to its
+# `mqtool get` line for further header checks.
+c_dead_letter()
+{
+    local err
+    h_mq get "$1" >dlq.txt
+    cat dlq.txt
+    h_assert_eq "$(wc -l <dlq.txt)" 1 "messages in $1"
+    C_DL_LINE=$(cat dlq.txt)
+    h_assert_eq "$(cut -f1,2 <<<"$C_DL_LINE")" "$2"$'\t'"$3" "dead letter id and body"
+    err=$(c_hdr "$C_DL_LINE" idemd-error)
+    [[ "$err" == *"$4"* ]] || h_fail "idemd-error '$err' lacks '$4'"
 }
 
 # c_has_hdr LINE KEY: true if the line has header KEY.

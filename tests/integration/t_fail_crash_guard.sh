@@ -53,14 +53,8 @@ h_assert_eq "$(h_sql "SELECT attempts FROM idemd_attempt WHERE consumer = '$qa' 
     "counted starts of poison"
 
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
-h_mq get "$qa.dlq" >dlq.txt
-cat dlq.txt
-h_assert_eq "$(wc -l <dlq.txt)" 1 "dead letters"
-line=$(cat dlq.txt)
-h_assert_eq "$(cut -f1,2 <<<"$line")" $'poison\tsegv' "dead letter id and body"
-err=$(c_hdr "$line" idemd-error)
-[[ "$err" == *"handler crashed"* ]] || h_fail "idemd-error '$err' lacks 'handler crashed'"
-h_assert_eq "$(c_hdr "$line" idemd-queue)" "$qa" "idemd-queue"
+c_dead_letter "$qa.dlq" poison segv "handler crashed"
+h_assert_eq "$(c_hdr "$C_DL_LINE" idemd-queue)" "$qa" "idemd-queue"
 # src/relay.h: idemd-attempts is "attempts made so far": the handler was started 5 times.
-h_assert_eq "$(c_hdr "$line" idemd-attempts)" 5 "idemd-attempts (handler starts)"
+h_assert_eq "$(c_hdr "$C_DL_LINE" idemd-attempts)" 5 "idemd-attempts (handler starts)"
 echo "t_fail_crash_guard: ok ($crashes crashes; $qb had $b_at_dlq of 2000 done when poison was dead-lettered)"

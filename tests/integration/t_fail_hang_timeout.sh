@@ -35,12 +35,6 @@ h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record")" 100 "record rows"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id = 'stuck'")" 0 "record of stuck"
 
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
-h_mq get "$dlq" >dlq.txt
-cat dlq.txt
-h_assert_eq "$(wc -l <dlq.txt)" 1 "dead letters"
-line=$(cat dlq.txt)
-h_assert_eq "$(cut -f1,2 <<<"$line")" $'stuck\thang' "dead letter id and body"
-err=$(c_hdr "$line" idemd-error)
-[[ "$err" == *"handler crashed"* ]] || h_fail "idemd-error '$err' lacks 'handler crashed'"
-h_assert_eq "$(c_hdr "$line" idemd-queue)" "$q" "idemd-queue"
+c_dead_letter "$dlq" stuck hang "handler crashed"
+h_assert_eq "$(c_hdr "$C_DL_LINE" idemd-queue)" "$q" "idemd-queue"
 echo "t_fail_hang_timeout: ok (dead-lettered after $secs s)"

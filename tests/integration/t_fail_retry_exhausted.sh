@@ -49,14 +49,10 @@ h_assert_eq "$(h_depth "$q")" 0 "depth of $q"
 h_daemon_alive || h_fail "idemd died"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 
-h_mq get "$dlq" >dlq.txt
-cat dlq.txt
-h_assert_eq "$(wc -l <dlq.txt)" 1 "messages in $dlq"
-line=$(cat dlq.txt)
-h_assert_eq "$(cut -f1,2 <<<"$line")" $'x1\tretry' "dead letter id and body"
+c_dead_letter "$dlq" x1 retry "gave up after 3 attempts"
+line=$C_DL_LINE
 h_assert_eq "$(c_hdr "$line" idemd-attempts)" 3 "idemd-attempts"
 err=$(c_hdr "$line" idemd-error)
-[[ "$err" == *"gave up after 3 attempts"* ]] || h_fail "idemd-error '$err' lacks 'gave up after 3 attempts'"
 [[ "$err" == *"test retry"* ]] || h_fail "idemd-error '$err' lacks the handler's reason 'test retry'"
 h_assert_eq "$(c_hdr "$line" idemd-queue)" "$q" "idemd-queue"
 h_assert_eq "$(c_hdr "$line" idemd-original-exchange)" "$x" "idemd-original-exchange"

@@ -124,18 +124,6 @@ t_mariadb_start()
     T_MARIADB_PGID=$!
 }
 
-t_mariadb_wait()
-{
-    local deadline=$((SECONDS + 60))
-    while ((SECONDS < deadline)); do
-        h_mysql -e 'SELECT 1' >/dev/null 2>&1 && return 0
-        kill -0 "$T_MARIADB_PGID" 2>/dev/null || break
-        sleep 0.2
-    done
-    tail -n 30 "$T_DIR/mysql/err.log" >&2
-    h_fail "the TLS mariadbd did not start"
-}
-
 # Print an idemd config. Variables (defaults: everything verified against our CA):
 # BHOST BPORT BCA BVERIFY_HOST DHOST DPORT DCA DVERIFY.
 t_conf()
@@ -209,7 +197,7 @@ t_rabbit_start
 t_mariadb_start
 # From here on the h_* helpers talk to our servers.
 export AMQP_PORT=$T_AMQP_PORT MYSQL_SOCK=$T_MYSQL_SOCK
-t_mariadb_wait
+h_mariadb_wait "$T_MARIADB_PGID" "$T_DIR/mysql" || h_fail "the TLS mariadbd did not start"
 h_new_db "$db"
 h_sql "CREATE USER 'idemd'@'%' IDENTIFIED BY 'idemd-tls-pw' REQUIRE X509;
        GRANT ALL ON \`$db\`.* TO 'idemd'@'%'"
