@@ -589,6 +589,9 @@ static int worker_settle(worker_t *w)
          * instead, so a broken dead letter queue is not a hot loop.
          */
         int delay = 250 << (w->pub_fail_streak < 6 ? w->pub_fail_streak : 6);
+        /* Heartbeats are not answered while paused: stay under the broker's limit. */
+        if (w->conf->broker.heartbeat > 0 && delay > w->conf->broker.heartbeat * 500)
+            delay = w->conf->broker.heartbeat * 500;
         w->pub_fail_streak++;
         log_warn("queue %s: republishing failed %d time(s) in a row: requeueing those messages "
                  "and pausing %d ms",
