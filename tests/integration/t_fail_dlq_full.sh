@@ -8,7 +8,8 @@ h_new_db "$db"
 c_fresh_queues "$q" "$dlq"
 trap 'h_rabbitmqctl clear_policy "$policy" >/dev/null 2>&1 || true' EXIT
 {
-    h_conf_common "$db"
+    # heartbeat = 2: a pause between refused rounds must stay under half of it (1000 ms).
+    h_conf_common "$db" | sed 's/heartbeat = 30/heartbeat = 2/'
     cat <<CONF
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3; } );
 CONF
@@ -48,4 +49,7 @@ h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 h_assert_eq "$got" "x1 x2 x3" "dead letters once the queue had room ($dropped messages dropped by idemd while it was full)"
 h_assert_eq "$(h_sql "SELECT msg_id, n FROM effects")" $'g1\t1' "effects"
 h_assert_eq "$(h_depth "$q")" 0 "depth of $q"
-echo "t_fail_dlq_full: ok ($rounds rounds while full)"
+pauses=$(grep -oE "pausing [0-9]+ ms" idemd.log | awk '{ print $2 }' | sort -n | uniq -c | awk '{ printf "%s%dx%d", s, $1, $2; s = " " }')
+longest=$(grep -oE "pausing [0-9]+ ms" idemd.log | awk '$2 > m { m = $2 } END { print m + 0 }')
+h_assert_eq "$longest" 1000 "longest pause (pauses: $pauses; heartbeat 2 s)"
+echo "t_fail_dlq_full: ok ($rounds rounds while full; pauses in ms: $pauses)"
