@@ -150,10 +150,12 @@ static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
 }
 
 /* Connect and open MQ_CHANNEL with the given heartbeat. See mq_open. */
-static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *name, mq_t **out)
+static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner, const char *role,
+                      mq_t **out)
 {
     mq_t *mq = calloc(1, sizeof(*mq));
     amqp_socket_t *sock;
+    char name[300];
     amqp_table_entry_t caps_e[2], props_e[3];
     amqp_table_t caps, props;
     amqp_rpc_reply_t r;
@@ -188,6 +190,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *name,
     props_e[0].value.kind = AMQP_FIELD_KIND_TABLE;
     props_e[0].value.value.table = caps;
     mq_entry_str(&props_e[1], "product", "idemd");
+    snprintf(name, sizeof(name), "idemd %s %s", owner, role);
     mq_entry_str(&props_e[2], "connection_name", name);
     props.num_entries = 3;
     props.entries = props_e;
@@ -211,15 +214,15 @@ fail:
     return -1;
 }
 
-int mq_open(const conf_broker_t *cfg, const char *name, mq_t **out)
+int mq_open(const conf_broker_t *cfg, const char *owner, mq_t **out)
 {
-    return mq_connect(cfg, cfg->heartbeat, name, out);
+    return mq_connect(cfg, cfg->heartbeat, owner, "consumer", out);
 }
 
-int mq_open_publisher(const conf_broker_t *cfg, const char *name, mq_t **out)
+int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_t **out)
 {
     amqp_rpc_reply_t r;
-    if (mq_connect(cfg, 0, name, out) != 0)
+    if (mq_connect(cfg, 0, owner, "republisher", out) != 0)
         return -1;
     amqp_confirm_select((*out)->conn, MQ_CHANNEL);
     r = amqp_get_rpc_reply((*out)->conn);

@@ -29,19 +29,21 @@ typedef struct mq {
 } mq_t;
 
 /*
- * Connect, log in (advertising consumer_cancel_notify, and name as the
- * connection_name the broker shows operators), open channel MQ_CHANNEL.
- * name is only read during the call. Returns 0 and a new mq_t in *out (free with mq_close), or
- * -1 after logging why.
+ * Connect, log in (advertising consumer_cancel_notify, and the
+ * connection_name "idemd <owner> consumer" that the broker shows
+ * operators), open channel MQ_CHANNEL. owner is only read during the call.
+ * Returns 0 and a new mq_t in *out (free with mq_close), or -1 after
+ * logging why.
  */
-int mq_open(const conf_broker_t *cfg, const char *name, mq_t **out)
+int mq_open(const conf_broker_t *cfg, const char *owner, mq_t **out)
     __attribute__((warn_unused_result));
 
 /*
- * Open a connection for republishing: heartbeats off (it may sit idle),
- * channel in confirm mode. Same ownership as mq_open.
+ * Open a connection for republishing ("idemd <owner> republisher"):
+ * heartbeats off (it may sit idle), channel in confirm mode. Same ownership
+ * as mq_open.
  */
-int mq_open_publisher(const conf_broker_t *cfg, const char *name, mq_t **out)
+int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_t **out)
     __attribute__((warn_unused_result));
 
 /* Start a round of publishes whose confirms are tracked one by one. */

@@ -170,9 +170,7 @@ static int worker_declare_own(worker_t *w, mq_t *mq)
 static int worker_connect_mq(worker_t *w)
 {
     worker_set_state(w, WORKER_STATE_CONNECTING);
-    char conn_name[200];
-    snprintf(conn_name, sizeof(conn_name), "idemd %s consumer", w->name);
-    if (mq_open(&w->conf->broker, conn_name, &w->mq) != 0)
+    if (mq_open(&w->conf->broker, w->name, &w->mq) != 0)
         return WORKER_EXIT_TEMPFAIL;
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
         return WORKER_EXIT_CONFIG;
@@ -491,9 +489,7 @@ static void worker_route(worker_t *w, worker_msg_t *m)
  */
 static int worker_open_publisher(worker_t *w)
 {
-    char conn_name[200];
-    snprintf(conn_name, sizeof(conn_name), "idemd %s republisher", w->name);
-    if (mq_open_publisher(&w->conf->broker, conn_name, &w->pub) != 0)
+    if (mq_open_publisher(&w->conf->broker, w->name, &w->pub) != 0)
         return -1;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);
@@ -509,8 +505,8 @@ static int worker_open_publisher(worker_t *w)
  * republishing connection and wait for the broker's confirms. Sets copy_ok
  * on each copy the broker confirmed; the original of any other goes back to
  * the queue (a copy that did arrive unconfirmed is a duplicate the record
- * absorbs). Returns 1 when copies were published and
- * confirmed, 0 when the batch had none, -1 when this round failed (logged).
+ * absorbs). Returns 1 when copies were published and confirmed, 0 when the
+ * batch had none, -1 when this round failed (logged).
  */
 static int worker_republish(worker_t *w)
 {
