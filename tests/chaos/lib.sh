@@ -130,18 +130,17 @@ c_servers_ensure()
     return $rc
 }
 
-c_idemd_conns()
+# rabbitmqctl pids of the connections whose client properties contain the text $1.
+c_conns_with()
 {
     h_rabbitmqctl list_connections pid client_properties 2>/dev/null |
-        awk -F'\t' '$2 ~ /\{"product","idemd"\}/ { print $1 }'
+        awk -F'\t' -v p="$1" 'index($2, p) { print $1 }'
 }
 
+c_idemd_conns() { c_conns_with '{"product","idemd"}'; }
+
 # rabbitmqctl pid of the connection whose client property connection_name is $1.
-c_named_conn()
-{
-    h_rabbitmqctl list_connections pid client_properties 2>/dev/null |
-        awk -F'\t' -v n="{\"connection_name\",\"$1\"}" 'index($2, n) { print $1 }'
-}
+c_named_conn() { c_conns_with "{\"connection_name\",\"$1\"}"; }
 
 c_close_named_conn()
 {
