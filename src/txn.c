@@ -1,0 +1,244 @@
+/* txn.c: the batch transaction protocol: record, handler, savepoints, commit, and each message's
+ * fate.
+ */
+#include "txn.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "db.h"
+#include "log.h"
+
+/* Which state may follow which: one row per old state. */
+static const bool txn_next[TXN_N_STATES][TXN_N_STATES] = {
+    [TXN_NEW] =
+        {[TXN_RECORDED] = true, [TXN_DUPLICATE] = true, [TXN_RETRY] = true, [TXN_REJECT] = true},
+    [TXN_RECORDED] =
+        {[TXN_HANDLED] = true, [TXN_RETRY] = true, [TXN_REJECT] = true, [TXN_NEW] = true},
+    [TXN_HANDLED] = {[TXN_COMMITTED] = true, [TXN_NEW] = true},
+    [TXN_DUPLICATE] = {[TXN_NEW] = true},
+};
+
+static const char *txn_names[TXN_N_STATES] = {
+    [TXN_NEW] = "pending",   [TXN_RECORDED] = "pending",    [TXN_HANDLED] = "pending",
+    [TXN_COMMITTED] = "ok",  [TXN_DUPLICATE] = "duplicate", [TXN_RETRY] = "retry",
+    [TXN_REJECT] = "reject",
+};
+
+void txn_move(txn_msg_t *m, txn_state_t to)
+{
+    if ((unsigned)m->state >= TXN_N_STATES || (unsigned)to >= TXN_N_STATES ||
+        !txn_next[m->state][to]) {
+        log_error("txn: message in state %d cannot move to state %d", (int)m->state, (int)to);
+        abort();
+    }
+    m->state = to;
+}
+
+const char *txn_outcome_name(txn_state_t s)
+{
+    return (unsigned)s < TXN_N_STATES ? txn_names[s] : "?";
+}
+
+txn_route_t txn_route(const txn_msg_t *m, int max_attempts, bool has_dlq)
+{
+    switch (m->state) {
+    case TXN_COMMITTED:
+    case TXN_DUPLICATE:
+        return TXN_ROUTE_ACK;
+    case TXN_RETRY:
+        if (m->attempt < (unsigned)max_attempts)
+            return TXN_ROUTE_DELAY;
+        return has_dlq ? TXN_ROUTE_DLQ : TXN_ROUTE_BROKER;
+    case TXN_REJECT:
+        return has_dlq ? TXN_ROUTE_DLQ : TXN_ROUTE_BROKER;
+    default:
+        return TXN_ROUTE_HOLD;
+    }
+}
+
+/* Set m's reason (printf-style), keeping it NUL-terminated. */
+static void txn_why(txn_msg_t *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void txn_why(txn_msg_t *m, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(m->reason, sizeof(m->reason), fmt, ap);
+    va_end(ap);
+}
+
+/* What one pass of the transaction ended with. */
+typedef enum txn_pass {
+    TXN_PASS_DONE, /* committed or rolled back; every state final */
+    TXN_PASS_REDO, /* the transaction is gone: roll back, run the NEW ones again */
+    TXN_PASS_FATAL,
+} txn_pass_t;
+
+/* What an error number means for the open transaction. */
+static txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
+{
+    switch (db_classify(err)) {
+    case DB_ERR_DEADLOCK:
+    case DB_ERR_TX_LOST:
+    case DB_ERR_LOCK_TIMEOUT: /* rolled back: at most the whole transaction, so redo it all */
+        snprintf(t->lost_why, sizeof(t->lost_why), "error %u at %s", err, where);
+        return TXN_PASS_REDO;
+    default:
+        return TXN_PASS_FATAL; /* connection lost, or nothing we know how to recover from */
+    }
+}
+
+/* Roll back to message i's savepoint after it failed. */
+static txn_pass_t txn_undo(txn_t *t, int i)
+{
+    char sql[48];
+    snprintf(sql, sizeof(sql), "ROLLBACK TO SAVEPOINT m%d", i);
+    unsigned err = t->ops->exec(t->ctx, sql);
+    /* 1305: the savepoint is gone, and with it the transaction (e.g. 1205 with
+     * innodb_rollback_on_timeout = ON): what came before must be redone. */
+    return err ? txn_lost(t, err, "ROLLBACK TO SAVEPOINT") : TXN_PASS_DONE;
+}
+
+/* Record, then handle message i inside the open transaction. */
+static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
+{
+    txn_msg_t *m = &t->m[i];
+    char sql[48];
+    unsigned err;
+
+    snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
+    if ((err = t->ops->exec(t->ctx, sql)) != 0)
+        return txn_lost(t, err, "SAVEPOINT");
+    if (t->record && (err = t->ops->record(t->ctx, m)) != 0) {
+        switch (db_classify(err)) {
+        case DB_DUPLICATE: /* only the statement was rolled back */
+            txn_move(m, TXN_DUPLICATE);
+            return TXN_PASS_DONE;
+        case DB_ERR_LOCK_TIMEOUT:
+            /* Another transaction holds the key. The server may have rolled
+             * back only the statement or (innodb_rollback_on_timeout) all of
+             * ours: the savepoint tells which. */
+            t->lock_waits++;
+            txn_move(m, TXN_RETRY);
+            txn_why(m, "lock wait timeout on the dedup key: another transaction holds it");
+            return txn_undo(t, i);
+        default:
+            return txn_lost(t, err, "record INSERT");
+        }
+    }
+    txn_move(m, TXN_RECORDED);
+    err = 0;
+    idemd_result_t r = t->ops->handle(t->ctx, i, m, &err);
+    m->reason[sizeof(m->reason) - 1] = '\0';
+    db_status_t st = db_classify(err);
+    if (st == DB_ERR_CONNECTION)
+        return TXN_PASS_FATAL;
+    if (r == IDEMD_RESULT_OK) {
+        txn_move(m, TXN_HANDLED);
+        *handled = true;
+        if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
+            return txn_lost(t, err, "clearing the attempts row");
+        return TXN_PASS_DONE; /* a transaction lost under it shows at RELEASE SAVEPOINT */
+    }
+    if (st == DB_ERR_DEADLOCK) {
+        /* A victim, not a failure: the whole transaction went; redo it with this message. */
+        txn_move(m, TXN_NEW);
+        snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
+        return TXN_PASS_REDO;
+    }
+    if (r == IDEMD_RESULT_RETRY) {
+        txn_move(m, TXN_RETRY);
+        if (!m->reason[0])
+            txn_why(m, "handler asked to retry");
+    } else {
+        txn_move(m, TXN_REJECT);
+        if (r != IDEMD_RESULT_REJECT)
+            txn_why(m, "handler returned unknown result %d", (int)r);
+        else if (!m->reason[0])
+            txn_why(m, "handler rejected the message");
+    }
+    return txn_undo(t, i);
+}
+
+/* One pass: every NEW message in order, then COMMIT or ROLLBACK. */
+static txn_pass_t txn_pass(txn_t *t)
+{
+    bool handled = false;
+    int first = -1;
+    uint64_t start = t->ops->now_ms ? t->ops->now_ms(t->ctx) : 0;
+    unsigned err;
+    txn_pass_t p;
+
+    for (int i = 0; i < t->n; i++) {
+        if (t->m[i].state != TXN_NEW)
+            continue;
+        if (first >= 0 && t->limit_ms && t->ops->now_ms &&
+            t->ops->now_ms(t->ctx) - start >= t->limit_ms) {
+            t->cut_short = true; /* the rest stay NEW: the caller keeps them for later */
+            break;
+        }
+        if (first < 0)
+            first = i;
+        if ((p = txn_one(t, i, &handled)) != TXN_PASS_DONE)
+            return p;
+    }
+    if (!handled)
+        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
+    /* The first savepoint is gone if the transaction was lost under a handler that
+     * carried on (its later statements would run in a new transaction). */
+    char sql[48];
+    snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT m%d", first);
+    if ((err = t->ops->exec(t->ctx, sql)) != 0)
+        return txn_lost(t, err, "RELEASE SAVEPOINT");
+    if ((err = t->ops->exec(t->ctx, "COMMIT")) != 0)
+        /* Galera reports a certification conflict at COMMIT as 1213: nothing committed.
+         * Anything else leaves the outcome unknown: redelivery and the record decide. */
+        return db_classify(err) == DB_ERR_DEADLOCK ? txn_lost(t, err, "COMMIT") : TXN_PASS_FATAL;
+    t->committed = true;
+    for (int i = 0; i < t->n; i++)
+        if (t->m[i].state == TXN_HANDLED)
+            txn_move(&t->m[i], TXN_COMMITTED);
+    return TXN_PASS_DONE;
+}
+
+txn_status_t txn_run(txn_t *t)
+{
+    t->redos = 0;
+    t->lock_waits = 0;
+    t->committed = false;
+    t->cut_short = false;
+    t->lost_why[0] = '\0';
+    for (;;) {
+        txn_pass_t p = txn_pass(t);
+        if (p == TXN_PASS_DONE)
+            return TXN_DONE;
+        if (p == TXN_PASS_FATAL)
+            return TXN_FATAL;
+        /* Lost: nothing of this pass survives. ROLLBACK may report the 1213 again. */
+        unsigned err = t->ops->exec(t->ctx, "ROLLBACK");
+        if (err && db_classify(err) == DB_ERR_CONNECTION)
+            return TXN_FATAL;
+        t->cut_short = false;
+        t->redos++;
+        for (int i = 0; i < t->n; i++) {
+            txn_msg_t *m = &t->m[i];
+            if (m->state == TXN_RECORDED || m->state == TXN_HANDLED || m->state == TXN_DUPLICATE)
+                txn_move(m, TXN_NEW);
+        }
+        if (t->redos < TXN_REDO_MAX) {
+            log_info("batch of %d: transaction lost (%s): redoing (pass %d)", t->n, t->lost_why,
+                     t->redos + 1);
+            continue;
+        }
+        for (int i = 0; i < t->n; i++) {
+            if (t->m[i].state != TXN_NEW)
+                continue;
+            txn_move(&t->m[i], TXN_RETRY);
+            txn_why(&t->m[i], "transaction lost %d times in a row (last: %s)", TXN_REDO_MAX,
+                    t->lost_why);
+        }
+        return TXN_DONE;
+    }
+}

@@ -1,0 +1,119 @@
+/* txn.h: the batch transaction protocol: record, handler, savepoints, commit, and each message's
+ * fate.
+ */
+#ifndef IDEMD_TXN_H
+#define IDEMD_TXN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../include/idemd/handler.h"
+
+#define TXN_ID_MAX 255
+#define TXN_REDO_MAX 5 /* a batch whose transaction is lost is redone this many times */
+
+/*
+ * Where one message of a batch stands. Only txn_move() writes it; every
+ * other fact (is it acked? does it need a copy?) is derived from it.
+ *
+ *   NEW --record--> RECORDED --handler ok--> HANDLED --COMMIT--> COMMITTED
+ *    |                 |                        |
+ *    |                 +--retry/reject--> RETRY / REJECT (rolled back to its savepoint)
+ *    +--1062--> DUPLICATE      +--1205 on the record--> RETRY
+ *   RECORDED, HANDLED, DUPLICATE --transaction lost (1213, 1305)--> NEW (redo)
+ *   NEW, RECORDED, HANDLED --redone TXN_REDO_MAX times--> RETRY
+ *   NEW --bad id, crash guard--> REJECT (before the transaction)
+ */
+typedef enum txn_state {
+    TXN_NEW = 0,   /* waiting for this pass of the transaction */
+    TXN_RECORDED,  /* its record is in the open transaction; the handler runs next */
+    TXN_HANDLED,   /* the handler said ok: its effects are in the open transaction */
+    TXN_COMMITTED, /* handled, and the COMMIT succeeded: ack */
+    TXN_DUPLICATE, /* another committed transaction holds its record: ack, never handled */
+    TXN_RETRY,     /* rolled back; try again later */
+    TXN_REJECT,    /* rolled back or never run; dead-letter */
+    TXN_N_STATES
+} txn_state_t;
+
+/* Where a message goes once the transaction is over. */
+typedef enum txn_route {
+    TXN_ROUTE_ACK = 0, /* committed or duplicate: ack */
+    TXN_ROUTE_DELAY,   /* copy to a delay tier (or the queue's tail), then ack */
+    TXN_ROUTE_DLQ,     /* copy to the dead letter queue, then ack */
+    TXN_ROUTE_BROKER,  /* no dead letter queue: basic.nack without requeue */
+    TXN_ROUTE_HOLD,    /* not run yet (the batch was cut short): keep it for the next one */
+} txn_route_t;
+
+typedef struct txn_msg {
+    txn_state_t state;
+    char id[TXN_ID_MAX + 1];
+    size_t id_len;
+    unsigned attempt; /* this attempt's number, 1-based */
+    bool counted;     /* an attempts row exists for it: delete it with the effects */
+    char reason[512]; /* why it is RETRY or REJECT */
+} txn_msg_t;
+
+/*
+ * The database as the protocol sees it. Each call returns 0 or the MySQL
+ * error number it ended with; the implementation logs. ctx is the caller's.
+ */
+typedef struct txn_ops {
+    /* SAVEPOINT, ROLLBACK TO SAVEPOINT, RELEASE SAVEPOINT, COMMIT, ROLLBACK. */
+    unsigned (*exec)(void *ctx, const char *sql);
+    /* INSERT the message's dedup record. */
+    unsigned (*record)(void *ctx, const txn_msg_t *m);
+    /* DELETE the message's attempts row (crash-guard count). */
+    unsigned (*clear_attempts)(void *ctx, const txn_msg_t *m);
+    /*
+     * Run the handler on message i of the batch. Writes a reason into
+     * m->reason on RETRY / REJECT; sets *err to the connection's last error
+     * number after the call (0 when the handler's last statement worked).
+     */
+    idemd_result_t (*handle)(void *ctx, int i, txn_msg_t *m, unsigned *err);
+    /* Milliseconds on a monotonic clock (NULL: batches are never cut short). */
+    uint64_t (*now_ms)(void *ctx);
+} txn_ops_t;
+
+typedef struct txn {
+    const txn_ops_t *ops;
+    void *ctx;
+    bool record;       /* dedup = "table": insert a record for each message */
+    uint64_t limit_ms; /* stop starting handlers after this long (0: no limit) */
+    txn_msg_t *m;
+    int n;
+    /* What the last txn_run did (for logs and counters). */
+    int redos;         /* transactions lost and redone */
+    int lock_waits;    /* records that timed out waiting for another transaction */
+    bool committed;    /* a COMMIT succeeded */
+    bool cut_short;    /* limit_ms passed: some messages are left TXN_NEW (route HOLD) */
+    char lost_why[96]; /* what lost the transaction the last time */
+} txn_t;
+
+typedef enum txn_status {
+    TXN_DONE = 0,   /* every message that ran has a final state */
+    TXN_FATAL = -1, /* the connection cannot be trusted: outcome unknown, ack nothing */
+} txn_status_t;
+
+/*
+ * Run the batch t->m[0..n-1] in one transaction (messages already REJECT
+ * are skipped): per message a SAVEPOINT, the record INSERT (when t->record),
+ * the handler; a message that fails is rolled back to its savepoint; then
+ * one COMMIT (or ROLLBACK when nothing was handled). A lost transaction
+ * (1213, 1305, a savepoint gone) is rolled back and redone up to
+ * TXN_REDO_MAX times without the messages that already failed. After
+ * TXN_DONE no message is RECORDED or HANDLED; NEW ones were never started
+ * (cut short). After TXN_FATAL nothing may be acked.
+ */
+txn_status_t txn_run(txn_t *t) __attribute__((warn_unused_result));
+
+/* Move m to state to; aborts on a transition the protocol does not have. */
+void txn_move(txn_msg_t *m, txn_state_t to);
+
+/* Where m goes: retries past max_attempts and rejects go to the dead letter queue if any. */
+txn_route_t txn_route(const txn_msg_t *m, int max_attempts, bool has_dlq);
+
+/* The outcome's name for logs: "ok", "duplicate", "retry", "reject", "pending". */
+const char *txn_outcome_name(txn_state_t s);
+
+#endif
