@@ -7,36 +7,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "delivery.h"
 #include "log.h"
-
-db_status_t db_classify(unsigned int err)
-{
-    switch (err) {
-    case 0:
-        return DB_OK;
-    case ER_DUP_ENTRY:
-        return DB_DUPLICATE;
-    case ER_LOCK_DEADLOCK:
-        return DB_ERR_DEADLOCK;
-    case ER_LOCK_WAIT_TIMEOUT:
-        return DB_ERR_LOCK_TIMEOUT;
-    case ER_SP_DOES_NOT_EXIST:
-        return DB_ERR_TX_LOST; /* 1305: SAVEPOINT does not exist */
-    case CR_SERVER_GONE_ERROR:
-    case CR_SERVER_LOST:
-    case CR_CONNECTION_ERROR:
-    case CR_CONN_HOST_ERROR:
-    case CR_SERVER_LOST_EXTENDED:
-    case ER_CONNECTION_KILLED:
-    case ER_SERVER_SHUTDOWN:
-    case CR_COMMANDS_OUT_OF_SYNC:
-        return DB_ERR_CONNECTION;
-    default:
-        return DB_ERR_OTHER;
-    }
-}
 
 /*
  * Prepare a statement whose two parameters are (consumer, msg_id), bound to
@@ -90,6 +64,7 @@ static db_status_t db_key_exec(db_t *db, MYSQL_STMT *stmt, const char *what, con
         return DB_OK;
     unsigned int err = mysql_stmt_errno(stmt);
     db_status_t st = db_classify(err);
+    db->last_errno = err;
     if (st != DB_DUPLICATE)
         log_error("database: %s id '%s': error %u: %s", what,
                   delivery_id_printable(id, len, pid, sizeof(pid)), err, mysql_stmt_error(stmt));
@@ -189,6 +164,62 @@ static int db_check_tls(db_t *db, const conf_database_t *cfg, const char *where)
     return 0;
 }
 
+/*
+ * Read and log the server settings the protocol depends on, and keep the
+ * session's lock waits well under the client's read timeout: a record
+ * INSERT waiting for another transaction's key must end as 1205 (that
+ * message is retried), not as a 2013 read timeout (the worker dies and its
+ * whole prefetch comes back). 0, or -1 (logged).
+ */
+static int db_session(db_t *db, const conf_database_t *cfg, const char *where)
+{
+    static const char *q[] = {
+        "SELECT @@innodb_lock_wait_timeout, @@innodb_rollback_on_timeout, @@tx_isolation, "
+        "@@autocommit, @@wait_timeout",
+        "SELECT @@innodb_lock_wait_timeout, @@innodb_rollback_on_timeout, "
+        "@@transaction_isolation, @@autocommit, @@wait_timeout", /* MySQL 8 */
+    };
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row = NULL;
+    char sql[96];
+    long lock_wait, want = cfg->read_timeout / 2 > 0 ? cfg->read_timeout / 2 : 1;
+
+    for (size_t i = 0; i < sizeof(q) / sizeof(q[0]) && res == NULL; i++)
+        if (mysql_query(db->my, q[i]) == 0)
+            res = mysql_store_result(db->my);
+    if (res == NULL || (row = mysql_fetch_row(res)) == NULL || !row[0] || !row[2]) {
+        log_error("database %s: cannot read the server's settings: %s", where, mysql_error(db->my));
+        goto fail;
+    }
+    lock_wait = atol(row[0]);
+    bool rot = row[1] && (atoi(row[1]) == 1 || strcasecmp(row[1], "ON") == 0);
+    if (lock_wait > want) {
+        snprintf(sql, sizeof(sql), "SET SESSION innodb_lock_wait_timeout = %ld", want);
+        if (mysql_query(db->my, sql) != 0) {
+            log_error("database %s: '%s': %s", where, sql, mysql_error(db->my));
+            goto fail;
+        }
+        lock_wait = want;
+    }
+    log_info("database %s: isolation %s, autocommit %s, innodb_rollback_on_timeout %s, lock "
+             "wait %ld s (read_timeout %d s), wait_timeout %s s",
+             where, row[2], row[3] ? row[3] : "?", rot ? "ON" : "OFF", lock_wait, cfg->read_timeout,
+             row[4] ? row[4] : "?");
+    if (strcmp(row[2], "READ-COMMITTED") != 0)
+        log_warn("database %s: isolation is %s, not READ-COMMITTED", where, row[2]);
+    mysql_free_result(res);
+    /* The SELECT opened a transaction (autocommit is off): end it. */
+    if (mysql_query(db->my, "ROLLBACK") != 0) {
+        log_error("database %s: ROLLBACK: %s", where, mysql_error(db->my));
+        return -1;
+    }
+    return 0;
+fail:
+    if (res)
+        mysql_free_result(res);
+    return -1;
+}
+
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
 {
     char where[300];
@@ -240,6 +271,8 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
         log_error("database: cannot turn autocommit off: %s", mysql_error(db->my));
         goto fail;
     }
+    if (db_session(db, cfg, where) != 0)
+        goto fail;
     if (consumer != NULL) {
         size_t n = strlen(consumer);
         if (n >= sizeof(db->consumer)) {
@@ -302,6 +335,7 @@ db_status_t db_exec(db_t *db, const char *sql)
         return DB_OK;
     unsigned int err = mysql_errno(db->my);
     db_status_t st = db_classify(err);
+    db->last_errno = err;
     log_error("database: '%s': error %u: %s", sql, err, mysql_error(db->my));
     return st;
 }

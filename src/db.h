@@ -3,7 +3,9 @@
 #ifndef IDEMD_DB_H
 #define IDEMD_DB_H
 
+#include <errmsg.h>
 #include <mysql.h>
+#include <mysqld_error.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -31,6 +33,7 @@ typedef struct db {
     unsigned long consumer_len;
     char id_buf[256];
     unsigned long id_len;
+    unsigned last_errno; /* of the last statement that failed */
 } db_t;
 
 /*
@@ -45,8 +48,34 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
 /* Close the connection and free db; NULL is fine. */
 void db_close(db_t *db);
 
-/* Classify a MySQL error number. */
-db_status_t db_classify(unsigned int err);
+/* Classify a MySQL error number (inline: the protocol module uses it without the client library).
+ */
+static inline db_status_t db_classify(unsigned int err)
+{
+    switch (err) {
+    case 0:
+        return DB_OK;
+    case ER_DUP_ENTRY:
+        return DB_DUPLICATE;
+    case ER_LOCK_DEADLOCK:
+        return DB_ERR_DEADLOCK;
+    case ER_LOCK_WAIT_TIMEOUT:
+        return DB_ERR_LOCK_TIMEOUT;
+    case ER_SP_DOES_NOT_EXIST:
+        return DB_ERR_TX_LOST; /* 1305: SAVEPOINT does not exist */
+    case CR_SERVER_GONE_ERROR:
+    case CR_SERVER_LOST:
+    case CR_CONNECTION_ERROR:
+    case CR_CONN_HOST_ERROR:
+    case CR_SERVER_LOST_EXTENDED:
+    case ER_CONNECTION_KILLED:
+    case ER_SERVER_SHUTDOWN:
+    case CR_COMMANDS_OUT_OF_SYNC:
+        return DB_ERR_CONNECTION;
+    default:
+        return DB_ERR_OTHER;
+    }
+}
 
 /*
  * Insert the dedup record. DB_OK: inserted (the key is now locked by our
@@ -79,6 +108,12 @@ db_status_t db_exec(db_t *db, const char *sql);
 /* COMMIT / ROLLBACK the open transaction. Log errors. */
 db_status_t db_commit(db_t *db);
 db_status_t db_rollback(db_t *db);
+
+/* The MySQL error number of the last failed db_* statement. */
+static inline unsigned db_last_errno(const db_t *db)
+{
+    return db->last_errno;
+}
 
 /* Whether the server says a transaction is open on this connection. */
 bool db_in_transaction(const db_t *db);

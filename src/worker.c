@@ -16,42 +16,20 @@
 #include "log.h"
 #include "mq.h"
 #include "relay.h"
+#include "txn.h"
 
 #define WORKER_MAX_HEADERS 64
-#define WORKER_REDO_MAX 5       /* deadlocked batches are redone this many times */
-#define WORKER_CONFIRM_MS 15000 /* wait for the broker to confirm republished copies */
+#define WORKER_CONFIRM_MS 15000  /* wait for the broker to confirm republished copies */
+#define WORKER_IDLE_PING_MS 1000 /* ping the database before a batch after this long unused */
 
-typedef enum worker_outcome {
-    WORKER_OUT_PENDING = 0,
-    WORKER_OUT_OK,
-    WORKER_OUT_DUPLICATE,
-    WORKER_OUT_RETRY,
-    WORKER_OUT_REJECT,
-} worker_outcome_t;
-
-static const char *worker_outcome_names[] = {"pending", "ok", "duplicate", "retry", "reject"};
-
-/* Where a retried or rejected message goes. */
-typedef enum worker_route {
-    WORKER_ROUTE_NONE = 0, /* acked or nacked as it is */
-    WORKER_ROUTE_DELAY,    /* copy to a delay queue (or the queue's tail), then ack */
-    WORKER_ROUTE_DLQ,      /* copy to the dead letter queue, then ack */
-    WORKER_ROUTE_BROKER,   /* no dead letter queue: basic.nack without requeue */
-} worker_route_t;
-
+/* What the worker keeps of one delivery beside its protocol state (txn_msg_t). */
 typedef struct worker_msg {
     amqp_envelope_t env;
-    char id[DELIVERY_ID_MAX + 1];
-    size_t id_len;
-    bool id_ok;
-    bool suspect;     /* redelivered: the worker that had it may have died on it */
-    bool counted;     /* an attempts row was written for it */
-    unsigned attempt; /* this attempt's number, 1-based */
-    worker_outcome_t outcome;
-    worker_route_t route;
-    bool copy_ok;   /* its copy was confirmed by the broker */
-    int copy_index; /* its copy's place in the publishing round, or -1 */
-    char reason[512];
+    bool suspect;      /* redelivered: the worker that had it may have died on it */
+    bool no_id;        /* dedup = "none" without an id: the guard keys it by its body */
+    txn_route_t route; /* where it goes once the transaction is over */
+    bool copy_ok;      /* its copy was confirmed by the broker */
+    int copy_index;    /* its copy's place in the publishing round, or -1 */
 } worker_msg_t;
 
 typedef struct worker {
@@ -69,9 +47,12 @@ typedef struct worker {
     void *state;
     bool state_live;
     worker_msg_t *batch;
+    txn_msg_t *tm; /* the protocol's half of each message of the batch */
     int n;
     worker_msg_t carry; /* a suspect delivery received while filling a batch */
+    txn_msg_t carry_tm;
     bool has_carry;
+    uint64_t db_used_ms; /* when the database connection last ran a batch */
     idemd_header_t headers[WORKER_MAX_HEADERS];
     char scratch[8192];
     uint64_t next_reconcile_ms;
@@ -195,16 +176,19 @@ static const char *worker_cstr(amqp_bytes_t b, char *buf, size_t len)
     return buf;
 }
 
-/* Run the handler on one message. Sets m->outcome and m->reason. */
-static void worker_handle(worker_t *w, worker_msg_t *m)
+/* Run the handler on message i (txn_ops_t.handle): the crash note in the slot brackets the call. */
+static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
 {
+    worker_t *w = ctx;
+    worker_msg_t *m = &w->batch[i];
     const amqp_basic_properties_t *p = &m->env.message.properties;
     char exchange[256], rkey[256], ctype[256];
     idemd_message_t msg;
+    worker_slot_t *sl = w->slot;
 
     memset(&msg, 0, sizeof(msg));
-    msg.msg_id = m->id;
-    msg.msg_id_len = m->id_len;
+    msg.msg_id = m->no_id ? "" : t->id;
+    msg.msg_id_len = m->no_id ? 0 : t->id_len;
     msg.body = m->env.message.body.bytes ? m->env.message.body.bytes : "";
     msg.body_len = m->env.message.body.len;
     msg.exchange = worker_cstr(m->env.exchange, exchange, sizeof(exchange));
@@ -213,171 +197,145 @@ static void worker_handle(worker_t *w, worker_msg_t *m)
                            ? worker_cstr(p->content_type, ctype, sizeof(ctype))
                            : "";
     msg.redelivered = m->env.redelivered;
-    msg.attempt = m->attempt;
+    msg.attempt = t->attempt;
     msg.headers = w->headers;
     msg.n_headers =
         delivery_headers(p, w->headers, WORKER_MAX_HEADERS, w->scratch, sizeof(w->scratch));
     msg.queue = w->q->name;
     msg.consumer = w->q->consumer;
 
-    m->reason[0] = '\0';
+    /* Should this process die inside the handler, its successor counts the start. */
+    memcpy(sl->crash_id, t->id, t->id_len);
+    sl->crash_id_len = (uint32_t)t->id_len;
+    __atomic_store_n(&sl->crash_counted, t->counted ? 1 : 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&sl->in_handler, 1, __ATOMIC_RELEASE);
+    t->reason[0] = '\0';
     if (w->q->handler_timeout > 0)
         alarm((unsigned)w->q->handler_timeout); /* SIGALRM kills a hung handler */
-    idemd_result_t r = w->h->handle(w->state, w->db->my, &msg, m->reason, sizeof(m->reason));
+    idemd_result_t r = w->h->handle(w->state, w->db->my, &msg, t->reason, sizeof(t->reason));
     if (w->q->handler_timeout > 0)
         alarm(0);
+    __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
+    *err = mysql_errno(w->db->my);
     worker_progress(w); /* per message: a long batch is not a wedged worker */
-    m->reason[sizeof(m->reason) - 1] = '\0';
-    switch (r) {
-    case IDEMD_RESULT_OK:
-        m->outcome = WORKER_OUT_OK;
-        break;
-    case IDEMD_RESULT_RETRY:
-        m->outcome = WORKER_OUT_RETRY;
-        if (!m->reason[0])
-            snprintf(m->reason, sizeof(m->reason), "handler asked to retry");
-        break;
-    case IDEMD_RESULT_REJECT:
-        m->outcome = WORKER_OUT_REJECT;
-        if (!m->reason[0])
-            snprintf(m->reason, sizeof(m->reason), "handler rejected the message");
-        break;
-    default:
-        m->outcome = WORKER_OUT_REJECT;
-        snprintf(m->reason, sizeof(m->reason), "handler returned unknown result %d", (int)r);
-        break;
-    }
+    return r;
 }
 
-/*
- * One attempt at the batch's transaction. Returns DB_OK with every outcome
- * set (committed or rolled back), DB_ERR_DEADLOCK / DB_ERR_TX_LOST when the
- * whole transaction was lost and must be redone, or another error when the
- * connection cannot be trusted any more.
- */
-static db_status_t worker_try_batch(worker_t *w)
+static unsigned worker_op_exec(void *ctx, const char *sql)
 {
-    bool sp = w->n > 1;
-    bool any_ok = false;
-    char sql[64];
-    db_status_t st;
-
-    for (int i = 0; i < w->n; i++) {
-        worker_msg_t *m = &w->batch[i];
-        if (m->outcome == WORKER_OUT_REJECT)
-            continue; /* bad id, crash-loop guard, or the handler before a redo */
-        m->outcome = WORKER_OUT_PENDING;
-        if (sp) {
-            snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
-            if ((st = db_exec(w->db, sql)) != DB_OK)
-                return st;
-        }
-        if (w->q->dedup == CONF_DEDUP_TABLE) {
-            st = db_record(w->db, m->id, m->id_len);
-            if (st == DB_DUPLICATE) {
-                m->outcome = WORKER_OUT_DUPLICATE;
-                continue;
-            }
-            if (st == DB_ERR_LOCK_TIMEOUT) {
-                /* Only the statement was rolled back; another transaction holds the key. */
-                m->outcome = WORKER_OUT_RETRY;
-                snprintf(m->reason, sizeof(m->reason),
-                         "lock wait timeout on the dedup key: another transaction holds it");
-                continue;
-            }
-            if (st != DB_OK)
-                return st;
-        }
-        worker_handle(w, m);
-        if (m->outcome == WORKER_OUT_OK) {
-            /* A handler that ignored a deadlock would have us commit a half batch. */
-            if ((w->q->dedup == CONF_DEDUP_TABLE || sp) && !db_in_transaction(w->db)) {
-                log_warn(
-                    "transaction was rolled back under the handler (deadlock?): redoing batch");
-                return DB_ERR_TX_LOST;
-            }
-            if (m->counted && (st = db_attempt_clear(w->db, m->id, m->id_len)) != DB_OK)
-                return st;
-            any_ok = true;
-            continue;
-        }
-        if (db_classify(mysql_errno(w->db->my)) == DB_ERR_CONNECTION)
-            return DB_ERR_CONNECTION;
-        if (sp) {
-            snprintf(sql, sizeof(sql), "ROLLBACK TO SAVEPOINT m%d", i);
-            if ((st = db_exec(w->db, sql)) != DB_OK)
-                return st;
-        }
-    }
-    st = any_ok ? db_commit(w->db) : db_rollback(w->db);
-    if (st == DB_OK && any_ok)
-        worker_count(&w->slot->n_commits);
-    return st;
+    worker_t *w = ctx;
+    return db_exec(w->db, sql) == DB_OK ? 0 : mysql_errno(w->db->my);
 }
+
+static unsigned worker_op_record(void *ctx, const txn_msg_t *t)
+{
+    worker_t *w = ctx;
+    return db_record(w->db, t->id, t->id_len) == DB_OK ? 0 : db_last_errno(w->db);
+}
+
+static unsigned worker_op_clear(void *ctx, const txn_msg_t *t)
+{
+    worker_t *w = ctx;
+    return db_attempt_clear(w->db, t->id, t->id_len) == DB_OK ? 0 : db_last_errno(w->db);
+}
+
+static uint64_t worker_op_now(void *ctx)
+{
+    (void)ctx;
+    return worker_now_ms();
+}
+
+static const txn_ops_t worker_txn_ops = {
+    worker_op_exec, worker_op_record, worker_op_clear, worker_op_handle, worker_op_now,
+};
 
 /*
  * Crash-loop guard for a suspect (redelivered) message, which always runs
  * alone: count this start durably before the handler runs; past
- * max_attempts, dead-letter it without running the handler. 0, or -1 when
- * the database failed.
+ * max_attempts, dead-letter it without running the handler. Only real
+ * starts count: this one, and the ones a dying worker noted in its slot
+ * (worker_count_crash); a delivery returned unstarted (graceful stop,
+ * reconnect, reload) costs nothing. 0, or -1 when the database failed.
  */
-static int worker_guard(worker_t *w, worker_msg_t *m)
+static int worker_guard(worker_t *w, int i)
 {
-    if (!m->suspect || !m->id_ok || m->id_len == 0)
-        return 0; /* without an id (dedup = "none") there is nothing to count against */
-    long long starts = db_attempt_bump(w->db, m->id, m->id_len);
+    txn_msg_t *t = &w->tm[i];
+    if (!w->batch[i].suspect || t->state != TXN_NEW)
+        return 0;
+    long long starts = db_attempt_bump(w->db, t->id, t->id_len);
     if (starts < 0)
         return -1;
-    m->counted = true;
-    /* The delivery before the first redelivery was a start too. */
-    if ((unsigned)starts + 1 > m->attempt)
-        m->attempt = (unsigned)starts + 1;
-    if (m->attempt > (unsigned)w->q->max_attempts) {
-        m->attempt = (unsigned)starts; /* handler runs so far: this one will not run it */
-        m->outcome = WORKER_OUT_REJECT;
-        snprintf(m->reason, sizeof(m->reason),
-                 "handler crashed: redelivered %lld times without finishing (its worker died, "
-                 "timed out or lost a connection, or its copy could not be published); not run "
-                 "again",
-                 starts);
+    t->counted = true;
+    if ((unsigned long long)starts > t->attempt)
+        t->attempt = (unsigned)starts;
+    if (t->attempt > (unsigned)w->q->max_attempts) {
+        t->attempt = (unsigned)starts - 1; /* handler runs so far: this one will not run it */
+        txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "handler crashed: started %lld times without finishing (its worker died or "
+                 "timed out in the handler); not run again",
+                 starts - 1);
     }
     return 0;
 }
 
-/* Run the batch's transaction, redoing it after deadlocks. 0, or -1 when the DB is unusable. */
+/*
+ * A worker that died inside a handler left the message's id in its slot:
+ * count that start for the crash-loop guard (unless it was counted before
+ * the run), so that a message that kills its worker is dead-lettered after
+ * max_attempts starts. 0, or -1 when the database failed.
+ */
+static int worker_count_crash(worker_t *w)
+{
+    worker_slot_t *sl = w->slot;
+    char pid[96];
+    if (!__atomic_load_n(&sl->in_handler, __ATOMIC_ACQUIRE))
+        return 0;
+    size_t len = sl->crash_id_len < sizeof(sl->crash_id) ? sl->crash_id_len : 0;
+    delivery_id_printable(sl->crash_id, len, pid, sizeof(pid));
+    if (strcmp(sl->crash_consumer, w->q->consumer) == 0 && !sl->crash_counted) {
+        long long n = db_attempt_bump(w->db, sl->crash_id, len);
+        if (n < 0)
+            return -1;
+        log_warn("the previous worker died in the handler on message id=%s: start %lld counted",
+                 pid, n);
+    }
+    __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/*
+ * Run the batch's transaction (txn.c) after the crash guard. 0 when every
+ * message that ran has its outcome; -1 when the database cannot be
+ * trusted (nothing may be acked: the broker redelivers, the record decides).
+ */
 static int worker_transact(worker_t *w)
 {
-    for (int i = 0; i < w->n; i++) {
-        w->batch[i].outcome = WORKER_OUT_PENDING;
-        w->batch[i].route = WORKER_ROUTE_NONE;
-        w->batch[i].copy_ok = false;
-        if (!w->batch[i].id_ok)
-            w->batch[i].outcome = WORKER_OUT_REJECT;
-        else if (worker_guard(w, &w->batch[i]) != 0)
+    txn_t t;
+    int held = 0;
+
+    for (int i = 0; i < w->n; i++)
+        if (worker_guard(w, i) != 0)
             return -1;
-    }
-    for (int attempt = 1;; attempt++) {
-        db_status_t st = worker_try_batch(w);
-        if (st == DB_OK)
-            return 0;
-        if (st != DB_ERR_DEADLOCK && st != DB_ERR_TX_LOST)
-            return -1;
-        if (db_rollback(w->db) == DB_ERR_CONNECTION)
-            return -1;
-        if (attempt < WORKER_REDO_MAX) {
-            log_info("batch of %d rolled back by a deadlock: redoing (attempt %d)", w->n,
-                     attempt + 1);
-            continue;
-        }
-        for (int i = 0; i < w->n; i++) {
-            if (w->batch[i].outcome != WORKER_OUT_REJECT) {
-                w->batch[i].outcome = WORKER_OUT_RETRY;
-                snprintf(w->batch[i].reason, sizeof(w->batch[i].reason),
-                         "deadlocked %d times in a row", WORKER_REDO_MAX);
-            }
-        }
-        return 0;
-    }
+    memset(&t, 0, sizeof(t));
+    t.ops = &worker_txn_ops;
+    t.ctx = w;
+    t.record = w->q->dedup == CONF_DEDUP_TABLE;
+    /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
+    t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
+    t.m = w->tm;
+    t.n = w->n;
+    if (txn_run(&t) != TXN_DONE)
+        return -1;
+    w->db_used_ms = worker_now_ms();
+    if (t.committed)
+        worker_count(&w->slot->n_commits);
+    for (int i = 0; i < w->n; i++)
+        held += w->tm[i].state == TXN_NEW;
+    if (t.cut_short)
+        log_debug("batch of %d ran past %llu ms: settling %d, keeping %d for the next", w->n,
+                  (unsigned long long)t.limit_ms, w->n - held, held);
+    return 0;
 }
 
 /* 4 latency buckets per power of two: 2^(k/4) for k = 0..3. */
@@ -411,31 +369,33 @@ static void worker_latency(worker_t *w, const worker_msg_t *m, uint64_t now_us)
                        __ATOMIC_RELAXED);
 }
 
-/* Log one message's outcome (and where it went) and count it. */
-static void worker_report(worker_t *w, const worker_msg_t *m)
+/* Log message i's outcome (and where it went) and count it. */
+static void worker_report(worker_t *w, int i)
 {
+    const worker_msg_t *m = &w->batch[i];
+    const txn_msg_t *t = &w->tm[i];
     char pid[96], where[400];
-    const char *name = worker_outcome_names[m->outcome];
-    bool settled = m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE;
-    switch (m->outcome) {
-    case WORKER_OUT_OK:
+    const char *name = txn_outcome_name(t->state);
+    bool settled = m->route == TXN_ROUTE_ACK;
+    switch (t->state) {
+    case TXN_COMMITTED:
         worker_count(&w->slot->n_ok);
         break;
-    case WORKER_OUT_DUPLICATE:
+    case TXN_DUPLICATE:
         worker_count(&w->slot->n_duplicate);
         break;
-    case WORKER_OUT_RETRY:
+    case TXN_RETRY:
         worker_count(&w->slot->n_retry);
         break;
-    case WORKER_OUT_REJECT:
+    case TXN_REJECT:
         worker_count(&w->slot->n_reject);
         break;
     default:
-        break;
+        return; /* held for the next batch: nothing happened to it yet */
     }
     if (settled && !log_enabled(LOG_LEVEL_DEBUG))
         return; /* the common case: no formatting at all */
-    delivery_id_printable(m->id, m->id_len, pid, sizeof(pid));
+    delivery_id_printable(t->id, m->no_id ? 0 : t->id_len, pid, sizeof(pid));
     if (settled) {
         log_fields(LOG_LEVEL_DEBUG, w->q->name, w->q->consumer, pid, w->h->name, name,
                    "outcome=%s queue=%s id=%s tag=%llu", name, w->q->name, pid,
@@ -443,42 +403,39 @@ static void worker_report(worker_t *w, const worker_msg_t *m)
         return;
     }
     switch (m->route) {
-    case WORKER_ROUTE_DELAY:
+    case TXN_ROUTE_DELAY:
         snprintf(where, sizeof(where),
                  m->copy_ok ? "retry scheduled" : "requeued (republish failed)");
         break;
-    case WORKER_ROUTE_DLQ:
+    case TXN_ROUTE_DLQ:
         snprintf(where, sizeof(where),
                  m->copy_ok ? "dead-lettered to %s" : "requeued (dead-lettering failed)",
                  w->q->dead_letter_queue);
         break;
-    case WORKER_ROUTE_BROKER:
+    case TXN_ROUTE_BROKER:
         snprintf(where, sizeof(where), "rejected to the broker");
         break;
     default:
         snprintf(where, sizeof(where), "-");
         break;
     }
-    log_fields(m->route == WORKER_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
+    log_fields(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
                w->q->consumer, pid, w->h->name, name,
                "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
-               name, w->q->name, pid, (unsigned long long)m->env.delivery_tag, m->attempt,
-               w->q->max_attempts, w->h->name, where, m->reason);
+               name, w->q->name, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
+               w->q->max_attempts, w->h->name, where, t->reason);
 }
 
-/* Decide where a retried or rejected message goes. */
-static void worker_route(worker_t *w, worker_msg_t *m)
+/* Decide where message i goes (txn_route), saying so in the reason of a last retry. */
+static void worker_route(worker_t *w, int i)
 {
-    if (m->outcome == WORKER_OUT_RETRY && m->attempt < (unsigned)w->q->max_attempts) {
-        m->route = WORKER_ROUTE_DELAY;
-        return;
+    txn_msg_t *t = &w->tm[i];
+    w->batch[i].route = txn_route(t, w->q->max_attempts, w->q->dead_letter_queue != NULL);
+    if (t->state == TXN_RETRY && w->batch[i].route != TXN_ROUTE_DELAY) {
+        char why[sizeof(t->reason)];
+        snprintf(why, sizeof(why), "gave up after %u attempts: %.400s", t->attempt, t->reason);
+        memcpy(t->reason, why, sizeof(why));
     }
-    if (m->outcome == WORKER_OUT_RETRY) {
-        char why[sizeof(m->reason)];
-        snprintf(why, sizeof(why), "gave up after %u attempts: %.400s", m->attempt, m->reason);
-        memcpy(m->reason, why, sizeof(why));
-    }
-    m->route = w->q->dead_letter_queue ? WORKER_ROUTE_DLQ : WORKER_ROUTE_BROKER;
 }
 
 /*
@@ -520,19 +477,21 @@ static int worker_republish(worker_t *w)
     now_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
     for (int i = 0; i < w->n; i++) {
         worker_msg_t *m = &w->batch[i];
+        txn_msg_t *t = &w->tm[i];
         m->copy_index = -1;
-        if (m->route != WORKER_ROUTE_DELAY && m->route != WORKER_ROUTE_DLQ)
+        m->copy_ok = false;
+        if (m->route != TXN_ROUTE_DELAY && m->route != TXN_ROUTE_DLQ)
             continue;
         if (w->pub == NULL && worker_open_publisher(w) != 0)
             goto fail;
         if (published == 0)
             mq_round_begin(w->pub);
-        const char *target = m->route == WORKER_ROUTE_DLQ ? w->q->dead_letter_queue
-                             : relay_delay_queue(w->q, m->attempt, delay_q, sizeof(delay_q),
+        const char *target = m->route == TXN_ROUTE_DLQ ? w->q->dead_letter_queue
+                             : relay_delay_queue(w->q, t->attempt, delay_q, sizeof(delay_q),
                                                  &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
-        if (relay_copy_init(&c, &m->env, w->q->name, m->attempt, m->reason, now_ms) != 0)
+        if (relay_copy_init(&c, &m->env, w->q->name, t->attempt, t->reason, now_ms) != 0)
             goto fail;
         m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
         relay_copy_free(&c);
@@ -570,8 +529,7 @@ static int worker_settle(worker_t *w)
     struct timespec ts;
 
     for (int i = 0; i < w->n; i++)
-        if (w->batch[i].outcome == WORKER_OUT_RETRY || w->batch[i].outcome == WORKER_OUT_REJECT)
-            worker_route(w, &w->batch[i]);
+        worker_route(w, i);
     /*
      * Only this batch's own round counts: pub_failed stays set until the
      * connection is opened again, and a batch without copies says nothing
@@ -600,10 +558,12 @@ static int worker_settle(worker_t *w)
     uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
     for (int i = 0; i < w->n; i++) {
         worker_msg_t *m = &w->batch[i];
-        worker_report(w, m);
-        if (m->outcome == WORKER_OUT_OK)
+        worker_report(w, i);
+        if (w->tm[i].state == TXN_COMMITTED)
             worker_latency(w, m, now_us);
-        if (m->outcome == WORKER_OUT_OK || m->outcome == WORKER_OUT_DUPLICATE || m->copy_ok) {
+        if (m->route == TXN_ROUTE_HOLD)
+            break; /* the batch was cut short: the rest run next, their tags are higher */
+        if (m->route == TXN_ROUTE_ACK || m->copy_ok) {
             run++;
             last = m->env.delivery_tag;
             continue;
@@ -611,7 +571,7 @@ static int worker_settle(worker_t *w)
         if (run && mq_ack(w->mq, last, run > 1) != 0)
             return -1;
         run = 0;
-        bool requeue = m->route != WORKER_ROUTE_BROKER;
+        bool requeue = m->route != TXN_ROUTE_BROKER;
         if (mq_nack(w->mq, m->env.delivery_tag, requeue) != 0)
             return -1;
     }
@@ -620,21 +580,39 @@ static int worker_settle(worker_t *w)
     return 0;
 }
 
-/* Prepare a received delivery: extract and check its id, work out its attempt number. */
-static void worker_accept(worker_t *w, worker_msg_t *m)
+/* A key for a message without an id (dedup = "none"): FNV-1a of its body, for the guard. */
+static void worker_body_key(const amqp_bytes_t *body, txn_msg_t *t)
+{
+    uint64_t h = 14695981039346656037ULL;
+    for (size_t k = 0; k < body->len; k++)
+        h = (h ^ ((const unsigned char *)body->bytes)[k]) * 1099511628211ULL;
+    t->id_len = (size_t)snprintf(t->id, sizeof(t->id), "~body:%016llx", (unsigned long long)h);
+}
+
+/*
+ * Prepare a received delivery: extract and check its id (a bad one makes
+ * it REJECT at once), work out its attempt number.
+ */
+static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
 {
     const amqp_basic_properties_t *p = &m->env.message.properties;
     long long attempts = delivery_header_int(p, RELAY_H_ATTEMPTS);
     long long dcount = delivery_header_int(p, "x-delivery-count");
 
-    m->id_ok = true;
-    m->id_len = 0;
-    m->id[0] = '\0';
-    m->reason[0] = '\0';
-    m->counted = false;
-    if (delivery_id(p, w->q->id_header, m->id, &m->id_len, m->reason, sizeof(m->reason)) != 0)
-        m->id_ok = w->q->dedup == CONF_DEDUP_NONE; /* ids only matter for the record */
-    m->attempt = attempts > 0 ? (unsigned)attempts + 1 : 1;
+    memset(t, 0, sizeof(*t));
+    t->state = TXN_NEW;
+    m->no_id = false;
+    m->route = TXN_ROUTE_HOLD;
+    t->attempt = attempts > 0 ? (unsigned)attempts + 1 : 1;
+    if (delivery_id(p, w->q->id_header, t->id, &t->id_len, t->reason, sizeof(t->reason)) != 0) {
+        if (w->q->dedup == CONF_DEDUP_NONE) {
+            m->no_id = true; /* ids only matter for the record; the guard still needs a key */
+            worker_body_key(&m->env.message.body, t);
+            t->reason[0] = '\0';
+        } else {
+            txn_move(t, TXN_REJECT);
+        }
+    }
     /*
      * A quorum queue's x-delivery-count marks a redelivery, so the message
      * runs alone and its starts are counted. It is not an attempt count:
@@ -700,9 +678,11 @@ static int worker_collect(worker_t *w)
     uint64_t deadline;
     mq_status_t st;
 
-    w->n = 0;
-    if (w->has_carry) {
-        w->batch[w->n++] = w->carry;
+    if (w->n > 0) {
+        tv.tv_sec = 0; /* messages held from a batch cut short: do not wait for more */
+    } else if (w->has_carry) {
+        w->batch[w->n] = w->carry;
+        w->tm[w->n++] = w->carry_tm;
         w->has_carry = false;
     } else {
         st = mq_next(w->mq, &tv, &w->batch[0].env);
@@ -710,7 +690,8 @@ static int worker_collect(worker_t *w)
             return 0;
         if (st != MQ_OK)
             return -1;
-        worker_accept(w, &w->batch[w->n++]);
+        worker_accept(w, &w->batch[0], &w->tm[0]);
+        w->n = 1;
     }
     if (w->batch[0].suspect)
         return 0;
@@ -725,9 +706,10 @@ static int worker_collect(worker_t *w)
             break;
         if (st != MQ_OK)
             return -1; /* what we hold goes back to the queue with the connection */
-        worker_accept(w, &w->batch[w->n]);
+        worker_accept(w, &w->batch[w->n], &w->tm[w->n]);
         if (w->batch[w->n].suspect) {
             w->carry = w->batch[w->n];
+            w->carry_tm = w->tm[w->n];
             w->has_carry = true;
             break;
         }
@@ -748,6 +730,50 @@ static void worker_release(worker_t *w, bool all)
     }
 }
 
+/* After settling: free the settled envelopes, move the held (never started) ones to the front. */
+static void worker_release_settled(worker_t *w)
+{
+    int k = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (w->batch[i].route != TXN_ROUTE_HOLD) {
+            amqp_destroy_envelope(&w->batch[i].env);
+            continue;
+        }
+        if (k != i) {
+            w->batch[k] = w->batch[i];
+            w->tm[k] = w->tm[i];
+        }
+        k++;
+    }
+    w->n = k;
+}
+
+/*
+ * Before a batch, after the connection sat unused: a server that closed it
+ * (wait_timeout, restart) is found by a ping, not by the batch failing
+ * with 2006 and coming back as redeliveries. Reconnects in place (plugin
+ * state too). 0, or -1 when the database cannot be reached.
+ */
+static int worker_check_db(worker_t *w)
+{
+    if (worker_now_ms() - w->db_used_ms < WORKER_IDLE_PING_MS)
+        return 0;
+    w->db_used_ms = worker_now_ms();
+    if (mysql_ping(w->db->my) == 0)
+        return 0;
+    log_info("database connection lost while idle (%s): reconnecting", mysql_error(w->db->my));
+    if (w->state_live && w->h->fini)
+        w->h->fini(w->state);
+    w->state_live = false;
+    w->state = NULL;
+    db_close(w->db);
+    w->db = NULL;
+    if (worker_connect_db(w) != 0)
+        return -1;
+    worker_set_state(w, WORKER_STATE_CONSUMING);
+    return 0;
+}
+
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
@@ -763,6 +789,10 @@ static int worker_loop(worker_t *w)
             continue;
         }
         worker_count(&w->slot->n_batches);
+        if (worker_check_db(w) != 0) {
+            worker_release(w, true);
+            return WORKER_EXIT_TEMPFAIL;
+        }
         if (worker_transact(w) != 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
             worker_release(w, true);
@@ -772,7 +802,7 @@ static int worker_loop(worker_t *w)
             worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
         }
-        worker_release(w, false);
+        worker_release_settled(w);
     }
     worker_release(w, true);
     return WORKER_EXIT_STOPPED;
@@ -819,13 +849,19 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         worker_stop = 1;
 
     w.batch = calloc((size_t)q->batch_size, sizeof(*w.batch));
-    if (w.batch == NULL) {
+    w.tm = calloc((size_t)q->batch_size, sizeof(*w.tm));
+    if (w.batch == NULL || w.tm == NULL) {
         log_error("out of memory");
         _exit(WORKER_EXIT_TEMPFAIL);
     }
     code = worker_connect_db(&w);
-    if (code == 0)
+    if (code == 0 && worker_count_crash(&w) != 0)
+        code = WORKER_EXIT_TEMPFAIL;
+    if (code == 0) {
+        snprintf(slot->crash_consumer, sizeof(slot->crash_consumer), "%s", q->consumer);
+        w.db_used_ms = worker_now_ms();
         code = worker_connect_mq(&w);
+    }
     if (code == 0)
         code = worker_loop(&w);
     worker_set_state(&w, WORKER_STATE_STOPPING);
@@ -837,6 +873,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         (void)db_rollback(w.db);
     db_close(w.db);
     free(w.batch);
+    free(w.tm);
     plugin_free(plugin);
     log_debug("worker exiting with code %d", code);
     exit(code);

@@ -32,6 +32,15 @@ typedef struct worker_slot {
     /* Publish-to-commit latency of committed messages that carry the integer
      * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
     uint64_t lat[WORKER_LAT_BUCKETS];
+    /* Crash note: while in_handler is 1 the worker is inside the handler on
+     * the message crash_id (crash_counted: its start is counted already).
+     * A worker that finds it set at start died there: it counts that start
+     * for the crash-loop guard when crash_consumer is its own. */
+    int in_handler;
+    int crash_counted;
+    uint32_t crash_id_len;
+    char crash_id[256];
+    char crash_consumer[129];
 } worker_slot_t;
 
 /* Bucket index of a latency in microseconds. */
