@@ -183,6 +183,28 @@ h_mariadb_wait()
     return 1
 }
 
+# h_mariadb_private DIR [MARIADBD_ARG...]: a case's own MariaDB (for settings that cannot change at
+# run time), data in DIR, on a free loopback port; MYSQL_SOCK and MYSQL_PORT point at it for the
+# rest of the case. The runner kills it with the case's daemons. 0 or 1.
+h_mariadb_private()
+{
+    local d=$1 user=() pid
+    shift
+    mkdir -p "$d/data" "$d/tmp"
+    [[ $(id -u) == 0 ]] && user=(--user=root)
+    mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
+        --skip-test-db "${user[@]}" >"$d/install.log" 2>&1 || { tail -n 30 "$d/install.log" >&2; return 1; }
+    MYSQL_SOCK=$d/sock
+    MYSQL_PORT=$(h_free_port 58000 4000) || return 1
+    setsid mariadbd --no-defaults --datadir="$d/data" --socket="$MYSQL_SOCK" --port="$MYSQL_PORT" \
+        --bind-address=127.0.0.1 "${user[@]}" --pid-file="$d/mariadbd.pid" --log-error="$d/err.log" \
+        --tmpdir="$d/tmp" --skip-name-resolve "$@" </dev/null >"$d/stdout.log" 2>&1 &
+    pid=$!
+    mkdir -p "$H_DIR/daemons"
+    : >"$H_DIR/daemons/$pid"
+    h_mariadb_wait "$pid" "$d"
+}
+
 # Start both servers in a new temp dir (once per test run). Installs an EXIT trap
 # that stops them; INT/TERM exit through it.
 h_servers_start()

@@ -12,7 +12,7 @@
  * RETRY on the first attempt only (attempt 1 and not redelivered; attempt
  * counts retries that come back through delay queues, where the broker's
  * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
- * "hang" -> never returns. Anything else -> OK.
+ * "hang" -> never returns; "skip" -> OK without any SQL (no effect). Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable).
@@ -134,6 +134,8 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
     }
     if (st->sleep_ms > 0)
         counter_sleep_ms(st->sleep_ms);
+    if (counter_body_is(msg, "skip"))
+        return IDEMD_RESULT_OK; /* a filter: not for us, no SQL at all */
 
     memset(b, 0, sizeof(b));
     b[0].buffer_type = MYSQL_TYPE_STRING;
