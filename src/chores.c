@@ -2,6 +2,7 @@
  */
 #include "chores.h"
 
+#include <mysqld_error.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -82,6 +83,9 @@ static db_status_t chores_abandon(chores_t *c, db_status_t st)
 static db_status_t chores_commit_one(chores_t *c, const char *sql, unsigned long long *matched)
 {
     db_status_t st = db_exec(c->db, sql);
+    if (st != DB_OK && mysql_errno(c->db->my) == ER_NO_SUCH_TABLE)
+        log_error("retention and reconcile need the table " CHORES_LEASE_TABLE
+                  ": apply sql/004_idemd_lease.sql");
     if (st == DB_OK && matched)
         *matched = chores_matched(c->db);
     if (st == DB_OK)
