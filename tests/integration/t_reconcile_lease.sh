@@ -1,7 +1,7 @@
 # t_reconcile_lease: two idemd instances on one database run reconcile() one at a time, once per interval; when one stops, the other takes over, under load too.
 db=t_reconcile_lease
 q=t_reconcile_lease.q
-total=1500 # 10 s of load at 150 messages/s in the second part
+total=2400 # 16 s of load at 150 messages/s in the second part
 h_new_db "$db"
 {
     h_conf_common "$db" | sed 's/shutdown_timeout = 30;/shutdown_timeout = 30; reconcile_interval = 1;/'
