@@ -168,6 +168,8 @@ static const conf_def_t conf_defs[] = {
              "seconds a worker gets after SIGTERM to finish its transaction before it is killed"),
     CONF_INT("daemon", "reconcile_interval", conf_t, reconcile_interval, 0, "0", 0, 86400,
              "seconds between calls of a handler's `reconcile()`; 0 = never"),
+    CONF_INT("daemon", "reconcile_timeout", conf_t, reconcile_timeout, 0, "30", 1, 3600,
+             "seconds one `reconcile()` call may take before its worker is killed"),
 
     CONF_STRING("broker", "host", conf_broker_t, host, NR, "127.0.0.1", 1, 255, NULL,
                 "host name or address of RabbitMQ"),

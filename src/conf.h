@@ -99,6 +99,7 @@ typedef struct conf {
     int log_level;          /* log_level_t; daemon.log_level, default "info" */
     int shutdown_timeout;   /* seconds; daemon.shutdown_timeout, default 30 */
     int reconcile_interval; /* seconds; daemon.reconcile_interval, default 0 = off */
+    int reconcile_timeout;  /* seconds; daemon.reconcile_timeout, default 30 */
     conf_broker_t broker;
     conf_database_t database;
     conf_queue_t *queues;

@@ -134,6 +134,7 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     /* Counters survive restarts; only the liveness fields start over. */
     __atomic_store_n(&w->slot->state, WORKER_STATE_STARTING, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->progress_ms, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->reconciling, 0, __ATOMIC_RELAXED);
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for queue '%s' worker %d: %s", w->q->name, w->index, strerror(errno));
@@ -150,8 +151,9 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
 }
 
 /* Describe how a worker ended, for the log. */
-static void sup_describe_exit(int status, const conf_queue_t *q, char *buf, size_t len)
+static void sup_describe_exit(int status, const sup_worker_t *w, char *buf, size_t len)
 {
+    const conf_queue_t *q = w->q;
     if (WIFEXITED(status)) {
         int code = WEXITSTATUS(status);
         snprintf(buf, len, "exited with code %d%s", code,
@@ -160,7 +162,10 @@ static void sup_describe_exit(int status, const conf_queue_t *q, char *buf, size
                                               : "");
     } else if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
-        if (sig == SIGALRM)
+        if (sig == SIGALRM && __atomic_load_n(&w->slot->reconciling, __ATOMIC_RELAXED))
+            snprintf(buf, len, "killed: reconcile() ran longer than reconcile_timeout = %d s",
+                     w->conf->reconcile_timeout);
+        else if (sig == SIGALRM)
             snprintf(buf, len, "killed: handler ran longer than handler_timeout = %d s",
                      q->handler_timeout);
         else
@@ -198,7 +203,7 @@ static void sup_reap(supervisor_t *s)
                 continue;
             uint64_t now = sup_now_ms();
             w->pid = 0;
-            sup_describe_exit(status, w->q, why, sizeof(why));
+            sup_describe_exit(status, w, why, sizeof(why));
             if (s->stopping || w->retiring) {
                 log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid, why);
                 w->used = false;

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chores.h"
 #include "db.h"
 #include "delivery.h"
 #include "log.h"
@@ -55,8 +56,7 @@ typedef struct worker {
     uint64_t db_used_ms; /* when the database connection last ran a batch */
     idemd_header_t headers[WORKER_MAX_HEADERS];
     char scratch[8192];
-    uint64_t next_reconcile_ms;
-    uint64_t next_purge_ms;
+    chores_t chores; /* retention and reconcile, between batches */
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -621,51 +621,6 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
     m->suspect = m->env.redelivered || dcount > 0;
 }
 
-/* Run the handler's reconcile hook in its own transaction when it is due. */
-static void worker_reconcile(worker_t *w)
-{
-    char err[512] = "";
-    uint64_t now = worker_now_ms();
-    if (!w->h->reconcile || w->conf->reconcile_interval <= 0 || w->index != 0)
-        return;
-    if (now < w->next_reconcile_ms)
-        return;
-    w->next_reconcile_ms = now + (uint64_t)w->conf->reconcile_interval * 1000;
-    if (w->h->reconcile(w->state, w->db->my, err, sizeof(err)) == 0) {
-        if (db_commit(w->db) == DB_OK)
-            log_debug("reconcile done");
-    } else {
-        log_warn("handler %s: reconcile failed: %s", w->h->name, err[0] ? err : "(no reason)");
-        (void)db_rollback(w->db);
-    }
-}
-
-/*
- * Retention, in worker 0 of each queue when idle: delete this consumer's
- * records and crash counts older than record_retention_days, in chunks
- * (one commit each) so that no long transaction holds locks, once an hour.
- */
-static void worker_purge(worker_t *w)
-{
-    uint64_t now = worker_now_ms();
-    long long n, total = 0;
-    if (w->q->record_retention_days <= 0 || w->index != 0 || now < w->next_purge_ms)
-        return;
-    w->next_purge_ms = now + 3600 * 1000;
-    if (w->q->dedup == CONF_DEDUP_TABLE)
-        do {
-            n = db_purge(w->db, w->conf->database.record_table, "create_time",
-                         w->q->record_retention_days, 5000);
-            total += n > 0 ? n : 0;
-            worker_progress(w);
-        } while (n == 5000 && !worker_stop);
-    do {
-        n = db_purge(w->db, DB_ATTEMPT_TABLE, "updated_at", w->q->record_retention_days, 5000);
-        total += n > 0 ? n : 0;
-    } while (n == 5000 && !worker_stop);
-    log_info("retention: deleted %lld rows older than %d days", total, w->q->record_retention_days);
-}
-
 /*
  * Take one batch (the first delivery waits up to 1 s). A suspect delivery
  * (redelivered) always runs alone, so that a message that kills its worker
@@ -777,17 +732,20 @@ static int worker_check_db(worker_t *w)
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
+    chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     while (!worker_stop) {
         worker_progress(w);
+        /* Between batches, busy or idle: a steady load must not starve them. */
+        if (chores_tick(&w->chores) != 0) {
+            worker_release(w, true);
+            return WORKER_EXIT_TEMPFAIL;
+        }
         if (worker_collect(w) != 0) {
             worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
         }
-        if (w->n == 0) {
-            worker_reconcile(w);
-            worker_purge(w);
+        if (w->n == 0)
             continue;
-        }
         worker_count(&w->slot->n_batches);
         if (worker_check_db(w) != 0) {
             worker_release(w, true);

@@ -29,6 +29,7 @@ typedef struct worker_slot {
     int state;            /* worker_state_t */
     uint64_t progress_ms; /* CLOCK_MONOTONIC ms of the last loop iteration */
     uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
+    int reconciling; /* 1 while the handler's reconcile() runs (its SIGALRM is that limit) */
     /* Publish-to-commit latency of committed messages that carry the integer
      * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
     uint64_t lat[WORKER_LAT_BUCKETS];

@@ -1,7 +1,14 @@
--- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id).
+-- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id); reconcile_runs logs counter.so's reconcile() runs.
 CREATE TABLE IF NOT EXISTS effects (
     queue VARCHAR(128) NOT NULL,
     msg_id VARBINARY(255) NOT NULL,
     n INT NOT NULL,
     PRIMARY KEY (queue, msg_id)
+) ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS reconcile_runs (
+    id BIGINT NOT NULL AUTO_INCREMENT,
+    pid INT NOT NULL,
+    started_at DATETIME(6) NOT NULL,
+    ended_at DATETIME(6) NULL,
+    PRIMARY KEY (id)
 ) ENGINE=InnoDB;

@@ -101,7 +101,10 @@ typedef struct idemd_host {
  * handle() runs inside an open transaction on db: it must not COMMIT,
  * ROLLBACK or change autocommit. On RETRY or REJECT it writes a reason
  * into err (errlen bytes, NUL-terminated). reconcile(), if set, runs every
- * reconcile_interval seconds in its own transaction (0 = OK to commit).
+ * reconcile_interval seconds in its own transaction (0 = OK to commit), in
+ * one worker of all idemd instances on the database at a time; past
+ * reconcile_timeout seconds its worker is killed and the transaction rolled
+ * back.
  */
 typedef struct idemd_handler {
     unsigned abi_major; /* IDEMD_HANDLER_ABI_MAJOR */

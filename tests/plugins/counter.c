@@ -15,7 +15,13 @@
  * "hang" -> never returns; "skip" -> OK without any SQL (no effect). Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
- * sleep before each message, to make batches and shutdowns observable).
+ * sleep before each message, to make batches and shutdowns observable),
+ * reconcile_sleep_ms (default 0: how long each reconcile() takes).
+ *
+ * reconcile() records each run in reconcile_runs (tests/schema.sql): the
+ * worker's pid, and the database's clock when it started and when it ended
+ * (after the sleep), inside idemd's reconcile transaction, so only runs that
+ * idemd committed appear.
  */
 #include <idemd/handler.h>
 
@@ -34,6 +40,7 @@ typedef struct counter_state {
     MYSQL *db;
     MYSQL_STMT *insert;
     long long sleep_ms;
+    long long reconcile_sleep_ms;
 } counter_state_t;
 
 static int counter_valid_table(const char *t)
@@ -81,6 +88,12 @@ static int counter_init(const idemd_host_t *host, const idemd_settings_t *settin
     (void)host->setting_int(settings, "sleep_ms", &st->sleep_ms);
     if (st->sleep_ms < 0) {
         snprintf(err, errlen, "settings.sleep_ms is %lld (expected >= 0)", st->sleep_ms);
+        goto fail;
+    }
+    (void)host->setting_int(settings, "reconcile_sleep_ms", &st->reconcile_sleep_ms);
+    if (st->reconcile_sleep_ms < 0) {
+        snprintf(err, errlen, "settings.reconcile_sleep_ms is %lld (expected >= 0)",
+                 st->reconcile_sleep_ms);
         goto fail;
     }
     snprintf(sql, sizeof(sql),
@@ -176,6 +189,26 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
     return IDEMD_RESULT_OK;
 }
 
+static int counter_reconcile(void *state, MYSQL *db, char *err, size_t errlen)
+{
+    counter_state_t *st = state;
+    char sql[128];
+
+    snprintf(sql, sizeof(sql), "INSERT INTO reconcile_runs (pid, started_at) VALUES (%d, NOW(6))",
+             (int)getpid());
+    if (mysql_query(db, sql) != 0)
+        goto fail;
+    if (st->reconcile_sleep_ms > 0)
+        counter_sleep_ms(st->reconcile_sleep_ms);
+    if (mysql_query(db,
+                    "UPDATE reconcile_runs SET ended_at = NOW(6) WHERE id = LAST_INSERT_ID()") != 0)
+        goto fail;
+    return 0;
+fail:
+    snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+    return -1;
+}
+
 const idemd_handler_t idemd_handler = {
     .abi_major = IDEMD_HANDLER_ABI_MAJOR,
     .abi_minor = IDEMD_HANDLER_ABI_MINOR,
@@ -183,4 +216,5 @@ const idemd_handler_t idemd_handler = {
     .init = counter_init,
     .handle = counter_handle,
     .fini = counter_fini,
+    .reconcile = counter_reconcile,
 };

@@ -1,0 +1,291 @@
+/* chores.c: work a worker does between batches: retention and reconcile, one runner at a time.
+ */
+#include "chores.h"
+
+#include <mysqld_error.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define CHORES_LEASE_TABLE "idemd_lease"
+#define CHORES_SLICE_MS 1000          /* a retention slice stops deleting after this */
+#define CHORES_SLICE_GAP_MS 1000      /* and the next slice starts no sooner than this after it */
+#define CHORES_PURGE_ROWS 1000        /* rows per DELETE, each committed on its own */
+#define CHORES_RETENTION_EVERY_S 3600 /* a retention run is due this long after the last ended */
+#define CHORES_RETENTION_LEASE_S 60   /* held across slices: renewed by each slice's claim */
+#define CHORES_POLL_MS 10000          /* ask for a lease that was not ours at most this often */
+#define CHORES_LEASE_MARGIN_S 30      /* a reconcile lease lasts reconcile_timeout + this */
+
+static uint64_t chores_now_ms(int clock)
+{
+    struct timespec ts;
+    clock_gettime(clock, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Show the supervisor (readiness, watchdog) that this worker is alive. */
+static void chores_progress(chores_t *c)
+{
+    __atomic_store_n(&c->slot->progress_ms, chores_now_ms(CLOCK_MONOTONIC), __ATOMIC_RELAXED);
+}
+
+static void chores_lease_init(chores_t *c, chores_lease_t *l, const char *kind, const char *what)
+{
+    snprintf(l->name, sizeof(l->name), "%s:%s", kind, what);
+    mysql_real_escape_string(c->db->my, l->esc_name, l->name, strlen(l->name));
+}
+
+void chores_init(chores_t *c, const conf_t *conf, const conf_queue_t *q, const char *name,
+                 worker_slot_t *slot, db_t *db, const idemd_handler_t *h, void *state)
+{
+    char host[128] = "";
+
+    memset(c, 0, sizeof(*c));
+    c->conf = conf;
+    c->q = q;
+    c->slot = slot;
+    c->db = db;
+    c->h = h;
+    c->state = state;
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "unknown");
+    /* pid and start time make it unique on a host, even after the pid is reused. */
+    snprintf(c->owner, sizeof(c->owner), "%s:%d:%llu:%s", host, (int)getpid(),
+             (unsigned long long)chores_now_ms(CLOCK_REALTIME), name);
+    mysql_real_escape_string(db->my, c->esc_owner, c->owner, strlen(c->owner));
+    /* Retention deletes a consumer's rows; reconcile belongs to the queue's handler. */
+    chores_lease_init(c, &c->retention, "retention", q->consumer);
+    chores_lease_init(c, &c->reconcile, "reconcile", q->name);
+}
+
+/* Rows the last UPDATE matched (not only those it changed), from mysql_info(). */
+static unsigned long long chores_matched(db_t *db)
+{
+    const char *info = mysql_info(db->my);
+    unsigned long long n = 0;
+    if (info == NULL || sscanf(info, "Rows matched: %llu", &n) != 1)
+        return 0;
+    return n;
+}
+
+/* Roll back after a failed statement, unless the connection is gone (nothing to roll back). */
+static db_status_t chores_abandon(chores_t *c, db_status_t st)
+{
+    if (st != DB_OK && st != DB_ERR_CONNECTION && db_rollback(c->db) == DB_ERR_CONNECTION)
+        return DB_ERR_CONNECTION;
+    return st;
+}
+
+/* Run one statement and commit it. *matched gets the rows it matched. Errors logged. */
+static db_status_t chores_commit_one(chores_t *c, const char *sql, unsigned long long *matched)
+{
+    db_status_t st = db_exec(c->db, sql);
+    if (st != DB_OK && mysql_errno(c->db->my) == ER_NO_SUCH_TABLE)
+        log_error("retention and reconcile need the table " CHORES_LEASE_TABLE
+                  ": apply sql/004_idemd_lease.sql");
+    if (st == DB_OK && matched)
+        *matched = chores_matched(c->db);
+    if (st == DB_OK)
+        st = db_commit(c->db);
+    return st == DB_OK ? DB_OK : chores_abandon(c, st);
+}
+
+/*
+ * Claim (or renew) lease l for lease_s seconds: it must be due, and ours or
+ * expired. Committed on its own. 1 when we hold it now, 0 when not (a
+ * failed statement too: a Galera certification conflict between two claims
+ * surfaces as a deadlock here), -1 when the connection was lost.
+ */
+static int chores_claim(chores_t *c, chores_lease_t *l, int lease_s)
+{
+    char sql[2048];
+    unsigned long long matched = 0;
+    db_status_t st;
+    bool was = l->held;
+
+    if (!l->row_ok) {
+        snprintf(sql, sizeof(sql), "INSERT IGNORE INTO " CHORES_LEASE_TABLE " (name) VALUES ('%s')",
+                 l->esc_name);
+        st = chores_commit_one(c, sql, NULL);
+        if (st != DB_OK)
+            return st == DB_ERR_CONNECTION ? -1 : 0;
+        l->row_ok = true;
+    }
+    snprintf(sql, sizeof(sql),
+             "UPDATE " CHORES_LEASE_TABLE " SET owner = '%s', expires_at = NOW(3) + INTERVAL %d "
+             "SECOND WHERE name = '%s' AND due_at <= NOW(3) AND (owner = '%s' OR expires_at < "
+             "NOW(3))",
+             c->esc_owner, lease_s, l->esc_name, c->esc_owner);
+    st = chores_commit_one(c, sql, &matched);
+    if (st == DB_ERR_CONNECTION)
+        return -1;
+    l->held = st == DB_OK && matched == 1;
+    l->row_ok = l->held; /* not claimed: maybe someone deleted the row; insert it next time */
+    if (l->held && !was)
+        log_debug("lease %s: taken for %d s as %s", l->name, lease_s, c->owner);
+    return l->held ? 1 : 0;
+}
+
+/*
+ * Let lease l go and make its chore due again in every_s seconds, inside the
+ * open transaction (not committed). Only while we still hold it: *matched
+ * is 0 when it ran out or someone else has it. Errors logged.
+ */
+static db_status_t chores_release(chores_t *c, chores_lease_t *l, int every_s,
+                                  unsigned long long *matched)
+{
+    char sql[2048];
+    snprintf(sql, sizeof(sql),
+             "UPDATE " CHORES_LEASE_TABLE " SET due_at = NOW(3) + INTERVAL %d SECOND, expires_at "
+             "= NOW(3) WHERE name = '%s' AND owner = '%s' AND expires_at >= NOW(3)",
+             every_s, l->esc_name, c->esc_owner);
+    l->held = false;
+    db_status_t st = db_exec(c->db, sql);
+    *matched = st == DB_OK ? chores_matched(c->db) : 0;
+    return st;
+}
+
+/* After db_purge failed: -1 if the connection is gone, else 0 (try again later). */
+static int chores_purge_failed(chores_t *c)
+{
+    return db_classify(mysql_errno(c->db->my)) == DB_ERR_CONNECTION ? -1 : 0;
+}
+
+/*
+ * One slice of retention when it is due and the lease is ours: delete the
+ * consumer's records, then its crash counts, older than
+ * record_retention_days, CHORES_PURGE_ROWS rows per committed DELETE, for
+ * at most CHORES_SLICE_MS. A run that is not finished continues in a later
+ * slice (the lease is renewed by each slice's claim); a finished one makes
+ * the next run due in an hour. 0, or -1 when the connection was lost.
+ */
+static int chores_retention(chores_t *c, uint64_t now)
+{
+    chores_lease_t *l = &c->retention;
+    int days = c->q->record_retention_days;
+    unsigned long long matched = 0;
+    long long slice = 0;
+
+    if (days <= 0 || now < l->next_ms)
+        return 0;
+    int rc = chores_claim(c, l, CHORES_RETENTION_LEASE_S);
+    if (rc <= 0) {
+        l->next_ms = now + CHORES_POLL_MS;
+        c->run_open = false; /* someone else runs (or finished) it */
+        return rc;
+    }
+    if (!c->run_open) {
+        c->run_open = true;
+        c->run_phase = c->q->dedup == CONF_DEDUP_TABLE ? 0 : 1;
+        c->run_slices = 0;
+        c->run_rows = 0;
+        c->run_start_ms = now;
+    }
+    c->run_slices++;
+    uint64_t t0 = chores_now_ms(CLOCK_MONOTONIC), took = 0;
+    while (c->run_phase < 2 && took < CHORES_SLICE_MS) {
+        long long n = c->run_phase == 0 ? db_purge(c->db, c->conf->database.record_table,
+                                                   "create_time", days, CHORES_PURGE_ROWS)
+                                        : db_purge(c->db, DB_ATTEMPT_TABLE, "updated_at", days,
+                                                   CHORES_PURGE_ROWS);
+        chores_progress(c);
+        took = chores_now_ms(CLOCK_MONOTONIC) - t0;
+        if (n < 0) {
+            log_warn("retention: stopped after %lld rows (%lld in this run): trying again in %d s",
+                     slice, c->run_rows, CHORES_POLL_MS / 1000);
+            l->next_ms = now + CHORES_POLL_MS;
+            return chores_purge_failed(c);
+        }
+        slice += n;
+        c->run_rows += n;
+        if (n < CHORES_PURGE_ROWS)
+            c->run_phase++;
+    }
+    if (c->run_phase < 2) {
+        log_info("retention: deleted %lld rows in %llu ms (%lld in this run so far): continuing "
+                 "in %d ms",
+                 slice, (unsigned long long)took, c->run_rows, CHORES_SLICE_GAP_MS);
+        l->next_ms = chores_now_ms(CLOCK_MONOTONIC) + CHORES_SLICE_GAP_MS;
+        return 0;
+    }
+    c->run_open = false;
+    l->next_ms = now + CHORES_POLL_MS;
+    db_status_t st = chores_release(c, l, CHORES_RETENTION_EVERY_S, &matched);
+    if (st == DB_OK)
+        st = db_commit(c->db);
+    if (st != DB_OK && chores_abandon(c, st) == DB_ERR_CONNECTION)
+        return -1;
+    log_info("retention: deleted %lld rows older than %d days in %d slice(s) over %llu ms (last "
+             "slice %llu ms)%s",
+             c->run_rows, days, c->run_slices,
+             (unsigned long long)(chores_now_ms(CLOCK_MONOTONIC) - c->run_start_ms),
+             (unsigned long long)took, matched == 1 ? "" : "; the lease ran out meanwhile");
+    return 0;
+}
+
+/*
+ * The handler's reconcile hook, when it is due and the lease is ours, in
+ * its own transaction under reconcile_timeout (SIGALRM, whose default action
+ * kills the worker; the supervisor names the cause from slot->reconciling).
+ * The lease is let go in the same transaction, and only while it is still
+ * ours: a run whose lease ran out is rolled back, never committed beside
+ * another's. A failed run waits for its next turn too. 0, or -1 when the
+ * connection was lost.
+ */
+static int chores_reconcile(chores_t *c, uint64_t now)
+{
+    chores_lease_t *l = &c->reconcile;
+    int every = c->conf->reconcile_interval;
+    unsigned long long matched = 0;
+    char err[512] = "";
+    db_status_t st;
+
+    if (!c->h->reconcile || every <= 0 || now < l->next_ms)
+        return 0;
+    l->next_ms =
+        now + (uint64_t)(every < CHORES_POLL_MS / 1000 ? every : CHORES_POLL_MS / 1000) * 1000;
+    int rc = chores_claim(c, l, c->conf->reconcile_timeout + CHORES_LEASE_MARGIN_S);
+    if (rc <= 0)
+        return rc;
+    uint64_t t0 = chores_now_ms(CLOCK_MONOTONIC);
+    __atomic_store_n(&c->slot->reconciling, 1, __ATOMIC_RELAXED);
+    alarm((unsigned)c->conf->reconcile_timeout);
+    int hr = c->h->reconcile(c->state, c->db->my, err, sizeof(err));
+    alarm(0);
+    __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELAXED);
+    chores_progress(c);
+    uint64_t took = chores_now_ms(CLOCK_MONOTONIC) - t0;
+    err[sizeof(err) - 1] = '\0';
+    if (hr != 0) {
+        log_warn("handler %s: reconcile failed after %llu ms: %s", c->h->name,
+                 (unsigned long long)took, err[0] ? err : "(no reason)");
+        /* Its next turn comes after the interval too, not at the next poll. */
+        st = db_rollback(c->db);
+        if (st == DB_OK)
+            st = chores_release(c, l, every, &matched);
+        if (st == DB_OK)
+            st = db_commit(c->db);
+        return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;
+    }
+    st = chores_release(c, l, every, &matched);
+    if (st == DB_OK && matched != 1) {
+        log_warn("handler %s: reconcile took %llu ms and its lease %s ran out: rolled back",
+                 c->h->name, (unsigned long long)took, l->name);
+        st = DB_ERR_OTHER;
+    } else if (st == DB_OK && (st = db_commit(c->db)) == DB_OK) {
+        log_info("reconcile: handler %s done in %llu ms", c->h->name, (unsigned long long)took);
+        return 0;
+    }
+    return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;
+}
+
+int chores_tick(chores_t *c)
+{
+    uint64_t now = chores_now_ms(CLOCK_MONOTONIC);
+    if (chores_retention(c, now) != 0)
+        return -1;
+    return chores_reconcile(c, now);
+}

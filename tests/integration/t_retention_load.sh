@@ -1,0 +1,61 @@
+# t_retention_load: under a steady load (the queue never idle), retention deletes old records in slices of about a second.
+db=t_retention_load
+q=t_retention_load.q
+old=150000 # backdated records of this consumer: more than one slice deletes
+total=8000 # 16 s of load at 500 messages/s
+h_new_db "$db"
+h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time)
+       SELECT '$q', CONCAT('old', seq), NOW(3) - INTERVAL 10 DAY FROM seq_1_to_$old"
+h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time) VALUES
+       ('$q', 'recent', NOW() - INTERVAL 2 DAY), ('other', 'old1', NOW() - INTERVAL 10 DAY)"
+h_sql "INSERT INTO idemd_attempt (consumer, msg_id, attempts, updated_at)
+       SELECT '$q', CONCAT('old', seq), 1, NOW(3) - INTERVAL 10 DAY FROM seq_1_to_1500"
+{
+    h_conf_common "$db"
+    cat <<CONF
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; prefetch = 100;
+             record_retention_days = 5; } );
+CONF
+} >idemd.conf
+
+# The load starts before the daemon, so that its workers never wait a second for a message.
+h_mq declare "$q"
+h_gen l 1 $total | h_mq publish -r "$q" --rate 500 >pub.txt 2>pub.err &
+pub=$!
+deadline=$((SECONDS + 10))
+while (($(h_depth "$q") < 200)); do
+    ((SECONDS < deadline)) || h_fail "the publisher did not fill the queue: $(cat pub.err)"
+    sleep 0.1
+done
+h_daemon_start idemd.conf idemd.log
+t0=$SECONDS
+h_wait_sql "SELECT COUNT(*) FROM msg_id_record WHERE consumer = '$q' AND msg_id LIKE 'old%'" 0 12 ||
+    h_fail "old records still there after 12 s of load"
+h_wait_sql "SELECT COUNT(*) FROM idemd_attempt" 0 5 || h_fail "old crash counts still there"
+kill -0 "$pub" 2>/dev/null || h_fail "the publisher ended before retention did: nothing proven under load"
+(($(h_depth "$q") > 0 || $(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id LIKE 'l%'") < total)) ||
+    h_fail "the load was over before retention finished"
+echo "retention done $((SECONDS - t0)) s after the start, under load"
+
+wait "$pub" || h_fail "publisher failed: $(cat pub.err)"
+h_assert_eq "$(cat pub.txt)" "published $total confirmed $total" "publisher"
+h_wait_sql "SELECT COUNT(*), MAX(n) FROM effects" "$total	1" 60
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
+
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE consumer = '$q'")" $((total + 1)) \
+    "this consumer's records: the load's and the recent one"
+h_assert_eq "$(h_sql "SELECT msg_id FROM msg_id_record WHERE consumer = 'other'")" old1 "other consumer untouched"
+# One run, by one worker, whatever number of slices it took.
+h_assert_eq "$(h_count_log idemd.log "retention: deleted $((old + 1500)) rows older than 5 days in [0-9]+ slice")" 1 \
+    "one retention run deleted every old row"
+# Every slice stopped deleting after about a second (one DELETE of 1000 rows can overshoot a little).
+slices=$(grep -oE 'retention: deleted [0-9]+ rows in [0-9]+ ms|last slice [0-9]+ ms' idemd.log | grep -oE '[0-9]+ ms' || true)
+echo "retention slices:" $slices
+(($(wc -l <<<"$slices") >= 2)) || h_fail "$old rows deleted in one slice"
+while read -r ms _; do
+    ((ms <= 2500)) || h_fail "a retention slice ran $ms ms"
+done <<<"$slices"
+h_assert_eq "$(h_sql "SELECT owner = '' FROM idemd_lease WHERE name = 'retention:$q'")" 0 "lease row written"
+h_assert_eq "$(h_sql "SELECT due_at > NOW() + INTERVAL 3500 SECOND FROM idemd_lease WHERE name = 'retention:$q'")" 1 \
+    "next run due in an hour"
+echo "t_retention_load: ok"
