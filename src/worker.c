@@ -704,10 +704,12 @@ static void worker_release_settled(worker_t *w)
 }
 
 /*
- * Before a batch, after the connection sat unused: a server that closed it
- * (wait_timeout, restart) is found by a ping, not by the batch failing
- * with 2006 and coming back as redeliveries. Reconnects in place (plugin
- * state too). 0, or -1 when the database cannot be reached.
+ * Before chores and before a batch, once the connection sat unused for a
+ * second: a server that closed it (wait_timeout, KILL, restart) is found by
+ * a ping, not by the batch failing with 2006 and coming back as
+ * redeliveries; an idle worker's pings also keep wait_timeout from
+ * firing. Reconnects in place (plugin state and chores too). 0, or -1 when
+ * the database cannot be reached.
  */
 static int worker_check_db(worker_t *w)
 {
@@ -725,6 +727,7 @@ static int worker_check_db(worker_t *w)
     w->db = NULL;
     if (worker_connect_db(w) != 0)
         return -1;
+    chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     return 0;
 }
@@ -736,7 +739,7 @@ static int worker_loop(worker_t *w)
     while (!worker_stop) {
         worker_progress(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
-        if (chores_tick(&w->chores) != 0) {
+        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0) {
             worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
         }
