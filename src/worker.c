@@ -30,6 +30,7 @@ typedef struct worker_msg {
     bool no_id;        /* dedup = "none" without an id: the guard keys it by its body */
     txn_route_t route; /* where it goes once the transaction is over */
     bool copy_ok;      /* its copy was confirmed by the broker */
+    bool moved;        /* handed to the held list: the batch no longer owns it */
     int copy_index;    /* its copy's place in the publishing round, or -1 */
 } worker_msg_t;
 
@@ -54,6 +55,13 @@ typedef struct worker {
     txn_msg_t carry_tm;
     bool has_carry;
     uint64_t db_used_ms; /* when the database connection last ran a batch */
+    /* Messages whose copy the broker refused (a full dead letter queue, say): kept
+     * unacked and published again on a timer while other batches go on. */
+    worker_msg_t *held;
+    txn_msg_t *held_tm;
+    int n_held, max_held;
+    uint64_t held_next_ms;
+    int held_streak;
     idemd_header_t headers[WORKER_MAX_HEADERS];
     char scratch[8192];
     chores_t chores; /* retention and reconcile, between batches */
@@ -404,12 +412,11 @@ static void worker_report(worker_t *w, int i)
     }
     switch (m->route) {
     case TXN_ROUTE_DELAY:
-        snprintf(where, sizeof(where),
-                 m->copy_ok ? "retry scheduled" : "requeued (republish failed)");
+        snprintf(where, sizeof(where), m->copy_ok ? "retry scheduled" : "held (republish failed)");
         break;
     case TXN_ROUTE_DLQ:
         snprintf(where, sizeof(where),
-                 m->copy_ok ? "dead-lettered to %s" : "requeued (dead-lettering failed)",
+                 m->copy_ok ? "dead-lettered to %s" : "held (dead-lettering failed)",
                  w->q->dead_letter_queue);
         break;
     case TXN_ROUTE_BROKER:
@@ -458,14 +465,15 @@ static int worker_open_publisher(worker_t *w)
 }
 
 /*
- * Publish the copies of retried and dead-lettered messages on the
- * republishing connection and wait for the broker's confirms. Sets copy_ok
- * on each copy the broker confirmed; the original of any other goes back to
- * the queue (a copy that did arrive unconfirmed is a duplicate the record
- * absorbs). Returns 1 when copies were published and confirmed, 0 when the
- * batch had none, -1 when this round failed (logged).
+ * Publish the copies of the retried and dead-lettered messages among
+ * ms[0..n-1] (ts_: their protocol halves) on the republishing connection
+ * and wait for the broker's confirms. Sets copy_ok on each copy the broker
+ * confirmed; the caller holds or requeues the original of any other (a
+ * copy that did arrive unconfirmed is a duplicate the record absorbs).
+ * Returns 1 when copies were published and confirmed, 0 when there were
+ * none, -1 when this round failed (logged).
  */
-static int worker_republish(worker_t *w)
+static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n)
 {
     int published = 0;
     uint64_t now_ms;
@@ -475,9 +483,9 @@ static int worker_republish(worker_t *w)
 
     clock_gettime(CLOCK_REALTIME, &ts);
     now_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    for (int i = 0; i < w->n; i++) {
-        worker_msg_t *m = &w->batch[i];
-        txn_msg_t *t = &w->tm[i];
+    for (int i = 0; i < n; i++) {
+        worker_msg_t *m = &ms[i];
+        txn_msg_t *t = &ts_[i];
         m->copy_index = -1;
         m->copy_ok = false;
         if (m->route != TXN_ROUTE_DELAY && m->route != TXN_ROUTE_DLQ)
@@ -502,13 +510,12 @@ static int worker_republish(worker_t *w)
     if (published == 0)
         return 0;
     int rc = mq_wait_confirms(w->pub, WORKER_CONFIRM_MS);
-    for (int i = 0; i < w->n; i++)
-        w->batch[i].copy_ok =
-            w->batch[i].copy_index >= 0 && mq_round_ok(w->pub, w->batch[i].copy_index);
+    for (int i = 0; i < n; i++)
+        ms[i].copy_ok = ms[i].copy_index >= 0 && mq_round_ok(w->pub, ms[i].copy_index);
     if (rc == 0)
         return 1;
 fail:
-    /* What the broker confirmed stays confirmed; the rest go back to the queue. */
+    /* What the broker confirmed stays confirmed; the rest are held or requeued. */
     mq_close(w->pub);
     w->pub = NULL;
     w->pub_failed = true;
@@ -516,67 +523,143 @@ fail:
 }
 
 /*
+ * Ack messages from..to-1 of the batch (all to be acked): one multiple-ack
+ * when nothing is held (every lower tag is settled already), else one ack
+ * each, so that no held message is acked with them. 0, or -1.
+ */
+static int worker_ack_run(worker_t *w, int from, int to)
+{
+    if (from >= to)
+        return 0;
+    if (w->n_held == 0)
+        return mq_ack(w->mq, w->batch[to - 1].env.delivery_tag, to - from > 1);
+    for (int i = from; i < to; i++)
+        if (mq_ack(w->mq, w->batch[i].env.delivery_tag, false) != 0)
+            return -1;
+    return 0;
+}
+
+/* Move message i of the batch to the held list; false when the list is full. */
+static bool worker_hold(worker_t *w, int i)
+{
+    if (w->n_held >= w->max_held)
+        return false;
+    w->held[w->n_held] = w->batch[i];
+    w->held_tm[w->n_held++] = w->tm[i];
+    w->batch[i].moved = true;
+    if (w->held_next_ms == 0)
+        w->held_next_ms = worker_now_ms() + 250;
+    return true;
+}
+
+/*
+ * Publish the held messages' copies again when their time has come; ack
+ * each one the broker confirmed (singly), keep the others with a growing
+ * delay. 0, or -1 when the consuming channel failed.
+ */
+static int worker_retry_held(worker_t *w)
+{
+    int k = 0;
+    if (w->n_held == 0 || worker_now_ms() < w->held_next_ms)
+        return 0;
+    if (worker_republish(w, w->held, w->held_tm, w->n_held) < 0) {
+        int delay = 250 << (w->held_streak < 6 ? w->held_streak : 6);
+        w->held_streak++;
+        log_warn("queue %s: %d message(s) held: their copies were refused again (%d time(s) in "
+                 "a row); next try in %d ms",
+                 w->q->name, w->n_held, w->held_streak, delay);
+        w->held_next_ms = worker_now_ms() + (uint64_t)delay;
+    } else {
+        w->held_streak = 0;
+        w->held_next_ms = 0;
+    }
+    for (int i = 0; i < w->n_held; i++) {
+        if (!w->held[i].copy_ok) {
+            w->held[k] = w->held[i];
+            w->held_tm[k++] = w->held_tm[i];
+            continue;
+        }
+        if (mq_ack(w->mq, w->held[i].env.delivery_tag, false) != 0)
+            return -1;
+        log_info("queue %s: held message tag=%llu: copy confirmed, acked", w->q->name,
+                 (unsigned long long)w->held[i].env.delivery_tag);
+        amqp_destroy_envelope(&w->held[i].env);
+    }
+    w->n_held = k;
+    if (k == 0)
+        w->held_next_ms = 0;
+    return 0;
+}
+
+/*
  * Settle every delivery of the batch with the broker, in tag order. Acked:
- * ok, duplicate, and retried or rejected ones whose copy was confirmed; runs
- * of acks go as one multiple-ack (every lower tag is settled already). A
- * copy that failed: nack with requeue. No dead letter queue: nack without
- * requeue (the broker's DLX, if any). Returns 0, or -1 when the channel failed.
+ * ok, duplicate, and retried or rejected ones whose copy was confirmed. A
+ * copy the broker refused: its original is held unacked and its copy tried
+ * again on a timer (worker_retry_held) while other batches go on; with the
+ * held list full, it is nacked with requeue and the worker pauses. No dead
+ * letter queue: nack without requeue (the broker's DLX, if any). Messages
+ * held from a batch cut short are left alone. 0, or -1 when the channel
+ * failed.
  */
 static int worker_settle(worker_t *w)
 {
-    int run = 0;
-    uint64_t last = 0;
+    int from = 0, requeued = 0;
     struct timespec ts;
 
     for (int i = 0; i < w->n; i++)
         worker_route(w, i);
-    /*
-     * Only this batch's own round counts: pub_failed stays set until the
-     * connection is opened again, and a batch without copies says nothing
-     * about the broker, so it is neither paused nor ends the streak.
-     */
-    int round = worker_republish(w);
-    if (round < 0) {
-        /*
-         * The broker would not take the copies (queue full, alarm, gone): their
-         * originals go back to the queue. Never drop them; slow the round trip down
-         * instead, so a broken dead letter queue is not a hot loop.
-         */
-        int delay = 250 << (w->pub_fail_streak < 6 ? w->pub_fail_streak : 6);
-        /* Heartbeats are not answered while paused: stay under the broker's limit. */
-        if (w->conf->broker.heartbeat > 0 && delay > w->conf->broker.heartbeat * 500)
-            delay = w->conf->broker.heartbeat * 500;
-        w->pub_fail_streak++;
-        log_warn("queue %s: republishing failed %d time(s) in a row: requeueing those messages "
-                 "and pausing %d ms",
-                 w->q->name, w->pub_fail_streak, delay);
-        worker_pause(w, delay);
-    } else if (round > 0) {
-        w->pub_fail_streak = 0;
-    }
+    int round = worker_republish(w, w->batch, w->tm, w->n);
     clock_gettime(CLOCK_REALTIME, &ts);
     uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-    for (int i = 0; i < w->n; i++) {
+    int i;
+    for (i = 0; i < w->n; i++) {
         worker_msg_t *m = &w->batch[i];
         worker_report(w, i);
         if (w->tm[i].state == TXN_COMMITTED)
             worker_latency(w, m, now_us);
         if (m->route == TXN_ROUTE_HOLD)
             break; /* the batch was cut short: the rest run next, their tags are higher */
-        if (m->route == TXN_ROUTE_ACK || m->copy_ok) {
-            run++;
-            last = m->env.delivery_tag;
+        if (m->route == TXN_ROUTE_ACK || m->copy_ok)
             continue;
+        if (worker_ack_run(w, from, i) != 0)
+            return -1;
+        from = i + 1;
+        if (m->route == TXN_ROUTE_BROKER) {
+            if (mq_nack(w->mq, m->env.delivery_tag, false) != 0)
+                return -1;
+        } else if (!worker_hold(w, i)) {
+            requeued++;
+            if (mq_nack(w->mq, m->env.delivery_tag, true) != 0)
+                return -1;
         }
-        if (run && mq_ack(w->mq, last, run > 1) != 0)
-            return -1;
-        run = 0;
-        bool requeue = m->route != TXN_ROUTE_BROKER;
-        if (mq_nack(w->mq, m->env.delivery_tag, requeue) != 0)
-            return -1;
     }
-    if (run && mq_ack(w->mq, last, run > 1) != 0)
+    if (worker_ack_run(w, from, i) != 0)
         return -1;
+    if (round < 0 && requeued == 0) {
+        w->pub_fail_streak++;
+        log_warn("queue %s: republishing failed %d time(s) in a row: %d message(s) held, their "
+                 "copies tried again from %llu ms on; other messages go on",
+                 w->q->name, w->pub_fail_streak, w->n_held,
+                 (unsigned long long)(w->held_next_ms - worker_now_ms()));
+    } else if (round < 0) {
+        /*
+         * The held list is full and the broker still will not take the copies
+         * (queue full, alarm, gone): those originals went back to the queue.
+         * Never drop them; slow the round trip down instead, so that a broken
+         * dead letter queue is not a hot loop.
+         */
+        int delay = 250 << (w->pub_fail_streak < 6 ? w->pub_fail_streak : 6);
+        /* Heartbeats are not answered while paused: stay under the broker's limit. */
+        if (w->conf->broker.heartbeat > 0 && delay > w->conf->broker.heartbeat * 500)
+            delay = w->conf->broker.heartbeat * 500;
+        w->pub_fail_streak++;
+        log_warn("queue %s: republishing failed %d time(s) in a row with %d message(s) held: "
+                 "requeueing %d and pausing %d ms",
+                 w->q->name, w->pub_fail_streak, w->n_held, requeued, delay);
+        worker_pause(w, delay);
+    } else if (round > 0) {
+        w->pub_fail_streak = 0;
+    }
     return 0;
 }
 
@@ -602,6 +685,8 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
     memset(t, 0, sizeof(*t));
     t->state = TXN_NEW;
     m->no_id = false;
+    m->moved = false;
+    m->copy_ok = false;
     m->route = TXN_ROUTE_HOLD;
     t->attempt = attempts > 0 ? (unsigned)attempts + 1 : 1;
     if (delivery_id(p, w->q->id_header, t->id, &t->id_len, t->reason, sizeof(t->reason)) != 0) {
@@ -677,11 +762,17 @@ static int worker_collect(worker_t *w)
 static void worker_release(worker_t *w, bool all)
 {
     for (int i = 0; i < w->n; i++)
-        amqp_destroy_envelope(&w->batch[i].env);
+        if (!w->batch[i].moved)
+            amqp_destroy_envelope(&w->batch[i].env);
     w->n = 0;
     if (all && w->has_carry) {
         amqp_destroy_envelope(&w->carry.env);
         w->has_carry = false;
+    }
+    if (all) {
+        for (int i = 0; i < w->n_held; i++) /* unacked: the broker requeues them */
+            amqp_destroy_envelope(&w->held[i].env);
+        w->n_held = 0;
     }
 }
 
@@ -691,7 +782,8 @@ static void worker_release_settled(worker_t *w)
     int k = 0;
     for (int i = 0; i < w->n; i++) {
         if (w->batch[i].route != TXN_ROUTE_HOLD) {
-            amqp_destroy_envelope(&w->batch[i].env);
+            if (!w->batch[i].moved)
+                amqp_destroy_envelope(&w->batch[i].env);
             continue;
         }
         if (k != i) {
@@ -739,7 +831,7 @@ static int worker_loop(worker_t *w)
     while (!worker_stop) {
         worker_progress(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
-        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0) {
+        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0 || worker_retry_held(w) != 0) {
             worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
         }
@@ -811,7 +903,10 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
 
     w.batch = calloc((size_t)q->batch_size, sizeof(*w.batch));
     w.tm = calloc((size_t)q->batch_size, sizeof(*w.tm));
-    if (w.batch == NULL || w.tm == NULL) {
+    w.max_held = q->prefetch / 2 > 0 ? q->prefetch / 2 : 1;
+    w.held = calloc((size_t)w.max_held, sizeof(*w.held));
+    w.held_tm = calloc((size_t)w.max_held, sizeof(*w.held_tm));
+    if (w.batch == NULL || w.tm == NULL || w.held == NULL || w.held_tm == NULL) {
         log_error("out of memory");
         _exit(WORKER_EXIT_TEMPFAIL);
     }
@@ -835,6 +930,8 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     db_close(w.db);
     free(w.batch);
     free(w.tm);
+    free(w.held);
+    free(w.held_tm);
     plugin_free(plugin);
     log_debug("worker exiting with code %d", code);
     exit(code);
