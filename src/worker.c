@@ -74,7 +74,7 @@ typedef struct worker {
     bool has_carry;
     idemd_header_t headers[WORKER_MAX_HEADERS];
     char scratch[8192];
-    uint64_t next_reconcile_ms;
+    uint64_t last_reconcile_ms; /* 0: never ran */
     uint64_t next_purge_ms;
 } worker_t;
 
@@ -93,9 +93,11 @@ static uint64_t worker_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Show progress, and follow a log level changed by a reload (the supervisor's slot field). */
 static void worker_progress(worker_t *w)
 {
     __atomic_store_n(&w->slot->progress_ms, worker_now_ms(), __ATOMIC_RELAXED);
+    log_set_level((log_level_t)__atomic_load_n(&w->slot->log_level, __ATOMIC_RELAXED));
 }
 
 static void worker_set_state(worker_t *w, worker_state_t st)
@@ -166,17 +168,30 @@ static int worker_declare_own(worker_t *w, mq_t *mq)
     return 0;
 }
 
+/*
+ * A declaration failed: hand the broker's reason to the supervisor, which
+ * logs it once however often the worker restarts, and shows it in STATUS=.
+ */
+static int worker_declare_failed(worker_t *w)
+{
+    snprintf(w->slot->error, sizeof(w->slot->error), "%s",
+             w->mq->error[0] ? w->mq->error : "declaration failed (no reason known)");
+    return WORKER_EXIT_CONFIG;
+}
+
 /* Connect to the broker, declare and start consuming. Returns 0 or an exit code. */
 static int worker_connect_mq(worker_t *w)
 {
     worker_set_state(w, WORKER_STATE_CONNECTING);
     if (mq_open(&w->conf->broker, w->name, &w->mq) != 0)
         return WORKER_EXIT_TEMPFAIL;
+    w->mq->quiet = true; /* declaration failures: reported by the supervisor, once */
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
-        return WORKER_EXIT_CONFIG;
+        return worker_declare_failed(w);
     /* Our own queues are declared whatever declare.enabled says. */
     if (worker_declare_own(w, w->mq) != 0)
-        return WORKER_EXIT_CONFIG;
+        return worker_declare_failed(w);
+    w->mq->quiet = false;
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
         return WORKER_EXIT_TEMPFAIL;
     worker_set_state(w, WORKER_STATE_CONSUMING);
@@ -648,11 +663,13 @@ static void worker_reconcile(worker_t *w)
 {
     char err[512] = "";
     uint64_t now = worker_now_ms();
-    if (!w->h->reconcile || w->conf->reconcile_interval <= 0 || w->index != 0)
+    /* The supervisor's value: a reload changes it without a restart. */
+    int interval = __atomic_load_n(&w->slot->reconcile_interval, __ATOMIC_RELAXED);
+    if (!w->h->reconcile || interval <= 0 || w->index != 0)
         return;
-    if (now < w->next_reconcile_ms)
+    if (w->last_reconcile_ms && now < w->last_reconcile_ms + (uint64_t)interval * 1000)
         return;
-    w->next_reconcile_ms = now + (uint64_t)w->conf->reconcile_interval * 1000;
+    w->last_reconcile_ms = now;
     if (w->h->reconcile(w->state, w->db->my, err, sizeof(err)) == 0) {
         if (db_commit(w->db) == DB_OK)
             log_debug("reconcile done");

@@ -18,12 +18,17 @@ typedef enum worker_state {
 } worker_state_t;
 
 /*
- * What a worker shows its supervisor, in shared memory. Written only by
- * the worker (relaxed atomics: counters and times, no invariants between
- * fields), read by the supervisor for readiness, status and the watchdog.
+ * What a worker and its supervisor share, in shared memory. The worker
+ * writes state, progress, counters and latencies (relaxed atomics: no
+ * invariants between fields); the supervisor reads them for readiness,
+ * status and the watchdog. The supervisor writes the daemon settings a
+ * reload may change (log_level, reconcile_interval); the worker follows
+ * them without a restart. error is the worker's only non-atomic field: the
+ * supervisor empties it before the fork and reads it after the exit.
  */
 /* Latency buckets: bucket b holds values in [2^(b/4), 2^((b+1)/4)) microseconds. */
 #define WORKER_LAT_BUCKETS 128
+#define WORKER_ERROR_MAX 400
 
 typedef struct worker_slot {
     int state;            /* worker_state_t */
@@ -32,6 +37,11 @@ typedef struct worker_slot {
     /* Publish-to-commit latency of committed messages that carry the integer
      * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
     uint64_t lat[WORKER_LAT_BUCKETS];
+    int log_level;          /* set by the supervisor: log_level_t in effect */
+    int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
+    /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
+     * declaration (the broker's reason); the supervisor logs it once. */
+    char error[WORKER_ERROR_MAX];
 } worker_slot_t;
 
 /* Bucket index of a latency in microseconds. */
