@@ -135,6 +135,7 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     /* Counters survive restarts; only the liveness fields start over. */
     __atomic_store_n(&w->slot->state, WORKER_STATE_STARTING, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->progress_ms, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->consumed, 0, __ATOMIC_RELAXED);
     w->slot->error[0] = '\0';
     pid_t pid = fork();
     if (pid < 0) {
@@ -242,9 +243,11 @@ static void sup_reap(supervisor_t *s)
                 w->used = false;
                 break;
             }
-            /* It got as far as consuming: a connection loss, not a startup failure. */
-            if (__atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) >= WORKER_STATE_CONSUMING &&
-                w->failures > 1)
+            /*
+             * It got as far as consuming: a connection loss, not a startup failure.
+             * (Not the state: every worker sets STOPPING on its way out.)
+             */
+            if (__atomic_load_n(&w->slot->consumed, __ATOMIC_RELAXED) && w->failures > 1)
                 w->failures = 1;
             uint64_t delay = sup_backoff(w, now);
             w->restart_at_ms = now + delay;
@@ -345,6 +348,7 @@ static void sup_check_ready(supervisor_t *s)
     log_info("ready: %d queues, %d workers consuming%s", s->conf->n_queues, n, more);
     sd_notify(0, "READY=1");
     sup_status(s);
+    s->next_status_ms = sup_now_ms() + 5000;
 }
 
 /* Ping the watchdog only while every running worker showed progress within the interval. */

@@ -103,6 +103,8 @@ static void worker_progress(worker_t *w)
 static void worker_set_state(worker_t *w, worker_state_t st)
 {
     __atomic_store_n(&w->slot->state, (int)st, __ATOMIC_RELAXED);
+    if (st == WORKER_STATE_CONSUMING)
+        __atomic_store_n(&w->slot->consumed, 1, __ATOMIC_RELAXED);
     worker_progress(w);
 }
 

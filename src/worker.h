@@ -32,6 +32,7 @@ typedef enum worker_state {
 
 typedef struct worker_slot {
     int state;            /* worker_state_t */
+    int consumed;         /* 1 once this run got as far as consuming (zeroed before the fork) */
     uint64_t progress_ms; /* CLOCK_MONOTONIC ms of the last loop iteration */
     uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
     /* Publish-to-commit latency of committed messages that carry the integer
