@@ -238,7 +238,8 @@ static int chores_retention(chores_t *c, uint64_t now)
 static int chores_reconcile(chores_t *c, uint64_t now)
 {
     chores_lease_t *l = &c->reconcile;
-    int every = c->conf->reconcile_interval;
+    /* The supervisor's value: a reload changes it without a restart. */
+    int every = __atomic_load_n(&c->slot->reconcile_interval, __ATOMIC_RELAXED);
     unsigned long long matched = 0;
     char err[512] = "";
     db_status_t st;

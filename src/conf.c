@@ -1241,6 +1241,9 @@ static void conf_free_section(const char *section, void *base)
             continue;
         switch (d->type) {
         case CONF_T_STRING: /* a FILE setting shares its peer's field */
+            if ((d->flags & CONF_F_SECRET) && *CONF_AT(base, d->off, char *))
+                explicit_bzero(*CONF_AT(base, d->off, char *),
+                               strlen(*CONF_AT(base, d->off, char *)));
             free(*CONF_AT(base, d->off, char *));
             break;
         case CONF_T_INT_ARRAY:
@@ -1277,6 +1280,27 @@ static void conf_free_section(const char *section, void *base)
     }
 }
 
+/*
+ * Overwrite every string value under s (passwords, and secrets in handler
+ * settings) with zeros, before the tree is freed. The strings belong to
+ * libconfig; their lengths stay, so the tree still frees cleanly.
+ */
+static void conf_wipe_tree(config_setting_t *s)
+{
+    if (s == NULL)
+        return;
+    if (config_setting_type(s) == CONFIG_TYPE_STRING) {
+        char *v = (char *)config_setting_get_string(s);
+        if (v)
+            explicit_bzero(v, strlen(v));
+        return;
+    }
+    if (!config_setting_is_aggregate(s))
+        return;
+    for (int i = 0; i < config_setting_length(s); i++)
+        conf_wipe_tree(config_setting_get_elem(s, (unsigned)i));
+}
+
 void conf_free(conf_t *conf)
 {
     if (!conf)
@@ -1286,6 +1310,7 @@ void conf_free(conf_t *conf)
         free(conf->warnings[i]);
     free(conf->warnings);
     free(conf->path);
+    conf_wipe_tree(config_root_setting(&conf->lc));
     config_destroy(&conf->lc);
     free(conf);
 }

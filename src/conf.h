@@ -123,7 +123,8 @@ typedef struct conf {
 int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
-/* Free a conf_t and everything it owns; NULL is fine. */
+/* Free a conf_t and everything it owns, zeroing its passwords and every string of
+ * the parsed tree (handler settings too) first; NULL is fine. */
 void conf_free(conf_t *conf);
 
 /*

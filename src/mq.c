@@ -61,11 +61,12 @@ const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
     return buf;
 }
 
-/* Log a failed RPC with what we tried; returns -1 for tail calls. */
+/* Log a failed RPC with what we tried and keep it in mq->error; returns -1 for tail calls. */
 static int mq_fail(mq_t *mq, const char *what, amqp_rpc_reply_t r)
 {
     char buf[256];
-    log_error("broker %s: %s: %s", mq->where, what, mq_reply_text(r, buf, sizeof(buf)));
+    snprintf(mq->error, sizeof(mq->error), "%s: %s", what, mq_reply_text(r, buf, sizeof(buf)));
+    log_msg(mq->quiet ? LOG_LEVEL_DEBUG : LOG_LEVEL_ERROR, "broker %s: %s", mq->where, mq->error);
     if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION)
         mq->channel_open = false;
     return -1;

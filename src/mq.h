@@ -22,6 +22,9 @@ typedef struct mq {
     amqp_connection_state_t conn;
     bool channel_open;
     char where[160]; /* "host:port vhost" for logs */
+    /* The last failed RPC: "what: reason" (e.g. the broker's close text). */
+    char error[400];
+    bool quiet; /* log failed RPCs at debug level only: the caller reports error */
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
     struct mq_copy *round;

@@ -37,6 +37,7 @@ typedef struct sup_worker {
     bool retiring;          /* stopped by a reload: drained, never restarted */
     bool waiting;           /* started by a reload: waits for its queue's old workers */
     worker_slot_t *slot;
+    char error[WORKER_ERROR_MAX]; /* its last failed declaration, until it consumes again */
 } sup_worker_t;
 
 /* A handler file as it was when the config generation was loaded. */
@@ -50,7 +51,7 @@ typedef struct sup_file_id {
 typedef struct supervisor {
     conf_t *conf;       /* the current generation */
     sup_file_id_t *ids; /* per queue of conf */
-    conf_t **old;       /* earlier generations: workers may still point into them */
+    conf_t **old;       /* earlier generations that draining workers still point into */
     int n_old;
     sup_worker_t workers[SUP_MAX_SLOTS];
     worker_slot_t *slots; /* shared memory, SUP_MAX_SLOTS entries */
@@ -135,6 +136,8 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     __atomic_store_n(&w->slot->state, WORKER_STATE_STARTING, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->progress_ms, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->reconciling, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->consumed, 0, __ATOMIC_RELAXED);
+    w->slot->error[0] = '\0';
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for queue '%s' worker %d: %s", w->q->name, w->index, strerror(errno));
@@ -190,6 +193,42 @@ static uint64_t sup_backoff(sup_worker_t *w, uint64_t now)
     return delay / 2 + (uint64_t)rand() % (delay / 2 + 1);
 }
 
+/*
+ * Whether a current worker of queue name other than skip already failed
+ * to declare for the same reason (the reason is then logged already).
+ */
+static bool sup_error_known(const supervisor_t *s, const sup_worker_t *skip, const char *name,
+                            const char *error)
+{
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        const sup_worker_t *w = &s->workers[i];
+        if (w != skip && w->used && !w->retiring && strcmp(w->q->name, name) == 0 &&
+            strcmp(w->error, error) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A worker exited after a failed declaration (the reason is in its slot;
+ * the process is gone, so the slot is ours to read). The reason is logged
+ * once per queue, not on every restart, and shown in STATUS= until a
+ * worker of the queue consumes. Returns whether it was known already.
+ */
+static bool sup_declare_failed(supervisor_t *s, sup_worker_t *w)
+{
+    bool known =
+        strcmp(w->error, w->slot->error) == 0 || sup_error_known(s, w, w->q->name, w->slot->error);
+    snprintf(w->error, sizeof(w->error), "%s", w->slot->error);
+    if (!known) {
+        log_error("queue '%s': %s; its workers start again with backoff (at most %d s apart) "
+                  "until the declaration succeeds",
+                  w->q->name, w->error, SUP_BACKOFF_MAX_MS / 1000);
+        s->next_status_ms = 0; /* show it in STATUS= now */
+    }
+    return known;
+}
+
 /* Reap exited workers: free retired ones, schedule the restart of the others. */
 static void sup_reap(supervisor_t *s)
 {
@@ -209,14 +248,20 @@ static void sup_reap(supervisor_t *s)
                 w->used = false;
                 break;
             }
-            /* It got as far as consuming: a connection loss, not a startup failure. */
-            if (__atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) >= WORKER_STATE_CONSUMING &&
-                w->failures > 1)
+            /*
+             * It got as far as consuming: a connection loss, not a startup failure.
+             * (Not the state: every worker sets STOPPING on its way out.)
+             */
+            if (__atomic_load_n(&w->slot->consumed, __ATOMIC_RELAXED) && w->failures > 1)
                 w->failures = 1;
             uint64_t delay = sup_backoff(w, now);
             w->restart_at_ms = now + delay;
-            log_warn("worker %s#%d (pid %d) %s; restarting in %llu ms", w->q->name, w->index,
-                     (int)pid, why, (unsigned long long)delay);
+            bool again = WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_CONFIG &&
+                         w->slot->error[0] && sup_declare_failed(s, w);
+            log_msg(again ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING,
+                    "worker %s#%d (pid %d) %s%s; restarting in %llu ms", w->q->name, w->index,
+                    (int)pid, why, again ? ", declaration failed again" : "",
+                    (unsigned long long)delay);
             break;
         }
     }
@@ -236,7 +281,7 @@ static bool sup_draining(const supervisor_t *s, const char *name)
 /* Tell systemd how the workers are doing: totals, then each queue's state. */
 static void sup_status(supervisor_t *s)
 {
-    char buf[1024];
+    char buf[4096];
     size_t off;
     uint64_t ok = 0, dup = 0;
     int consuming = 0, total = 0;
@@ -257,11 +302,14 @@ static void sup_status(supervisor_t *s)
         const char *name = s->conf->queues[q].name;
         int up = 0, n = 0;
         uint64_t qok = 0, qfail = 0;
+        const char *error = NULL;
         for (int i = 0; i < SUP_MAX_SLOTS; i++) {
             const sup_worker_t *w = &s->workers[i];
             if (!w->used || w->retiring || strcmp(w->q->name, name) != 0)
                 continue;
             n++;
+            if (w->error[0])
+                error = w->error;
             up += w->pid &&
                   __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING;
             qok += __atomic_load_n(&w->slot->n_ok, __ATOMIC_RELAXED);
@@ -271,28 +319,41 @@ static void sup_status(supervisor_t *s)
         off +=
             (size_t)snprintf(buf + off, sizeof(buf) - off, "; %s: %d/%d up, %llu ok, %llu failed",
                              name, up, n, (unsigned long long)qok, (unsigned long long)qfail);
+        if (error && off < sizeof(buf))
+            off += (size_t)snprintf(buf + off, sizeof(buf) - off, ", declare failed: %s", error);
     }
     sd_notify(0, buf);
 }
 
-/* Every current worker consuming after startup or a reload: announce readiness. */
+/*
+ * Every current worker consuming after startup or a reload, or failing to
+ * declare its queue (its queue is shown in STATUS=, the others work):
+ * announce readiness.
+ */
 static void sup_check_ready(supervisor_t *s)
 {
-    int n = 0;
+    int n = 0, failed = 0;
+    char more[80] = "";
     if (s->ready)
         return;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const sup_worker_t *w = &s->workers[i];
         if (!w->used || w->retiring)
             continue;
-        if (!w->pid || __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) != WORKER_STATE_CONSUMING)
+        if (w->pid && __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
+            n++;
+        else if (w->error[0])
+            failed++;
+        else
             return;
-        n++;
     }
     s->ready = true;
-    log_info("ready: %d queues, %d workers consuming", s->conf->n_queues, n);
+    if (failed)
+        snprintf(more, sizeof(more), "; %d not: their queue's declaration failed", failed);
+    log_info("ready: %d queues, %d workers consuming%s", s->conf->n_queues, n, more);
     sd_notify(0, "READY=1");
     sup_status(s);
+    s->next_status_ms = sup_now_ms() + 5000;
 }
 
 /* Ping the watchdog only while every running worker showed progress within the interval. */
@@ -377,6 +438,59 @@ static const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name)
     return NULL;
 }
 
+/* The log level in effect: --log-level, else the current generation's daemon.log_level. */
+static log_level_t sup_log_level(const supervisor_t *s)
+{
+    return (log_level_t)(s->log_level_override >= 0 ? s->log_level_override : s->conf->log_level);
+}
+
+/*
+ * Hand every slot the daemon settings that running workers follow without
+ * a restart (see worker_slot_t); the supervisor follows its own.
+ */
+static void sup_share_settings(supervisor_t *s)
+{
+    log_set_level(sup_log_level(s));
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        __atomic_store_n(&s->slots[i].log_level, (int)sup_log_level(s), __ATOMIC_RELAXED);
+        __atomic_store_n(&s->slots[i].reconcile_interval, s->conf->reconcile_interval,
+                         __ATOMIC_RELAXED);
+    }
+}
+
+/*
+ * The workers of a queue that a reload keeps running belong to the new
+ * generation from now on: a later restart uses its settings (equal for the
+ * queue and the connections, newer for the daemon group), and the old
+ * generation is freed once its draining workers are gone.
+ */
+static void sup_adopt(supervisor_t *s, const conf_t *next, const conf_queue_t *nq)
+{
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        sup_worker_t *w = &s->workers[i];
+        if (w->used && !w->retiring && strcmp(w->q->name, nq->name) == 0) {
+            w->conf = next;
+            w->q = nq;
+        }
+    }
+}
+
+/* Free (conf_free: passwords zeroed) every earlier generation no worker points into. */
+static void sup_free_old(supervisor_t *s)
+{
+    int kept = 0;
+    for (int g = 0; g < s->n_old; g++) {
+        bool used = false;
+        for (int i = 0; i < SUP_MAX_SLOTS && !used; i++)
+            used = s->workers[i].used && s->workers[i].conf == s->old[g];
+        if (used)
+            s->old[kept++] = s->old[g];
+        else
+            conf_free(s->old[g]);
+    }
+    s->n_old = kept;
+}
+
 static bool sup_file_changed(const sup_file_id_t *a, const sup_file_id_t *b)
 {
     return a->dev != b->dev || a->ino != b->ino || a->size != b->size ||
@@ -436,8 +550,10 @@ static void sup_reload(supervisor_t *s)
             log_info("reload: handler file %s changed: draining queue '%s'", nq->handler, nq->name);
             changed = true;
         }
-        if (oq && !changed)
-            continue; /* its workers keep running with identical settings */
+        if (oq && !changed) {
+            sup_adopt(s, next, nq); /* its workers keep running with identical settings */
+            continue;
+        }
         if (!oq)
             log_info("reload: new queue '%s'", nq->name);
         else
@@ -449,8 +565,8 @@ static void sup_reload(supervisor_t *s)
     s->conf = next;
     free(s->ids);
     s->ids = ids;
-    log_set_level(
-        (log_level_t)(s->log_level_override >= 0 ? s->log_level_override : next->log_level));
+    sup_share_settings(s); /* log level and reconcile interval reach running workers */
+    sup_free_old(s);
     s->ready = false; /* READY=1 again once every current worker consumes */
     return;
 keep:
@@ -493,6 +609,15 @@ static void sup_tick(supervisor_t *s, uint64_t now)
             w->waiting = false;
         }
         sup_spawn(s, w);
+    }
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        sup_worker_t *w = &s->workers[i];
+        if (w->used && w->pid && w->error[0] &&
+            __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING) {
+            log_info("worker %s#%d declared its queues: consuming", w->q->name, w->index);
+            w->error[0] = '\0';
+            s->next_status_ms = 0;
+        }
     }
     sup_check_ready(s);
     sup_watchdog(s, now);
@@ -537,6 +662,7 @@ int supervisor_run(conf_t *conf, int log_level_override)
     }
     if (sup_check_plugins(conf, &s->ids) != 0)
         goto fail;
+    sup_share_settings(s);
     for (int i = 0; i < conf->n_queues; i++)
         for (int k = 0; k < conf->queues[i].workers; k++)
             sup_add_worker(s, conf, &conf->queues[i], k, false);
@@ -562,6 +688,8 @@ int supervisor_run(conf_t *conf, int log_level_override)
             }
         }
         sup_reap(s);
+        if (s->n_old)
+            sup_free_old(s);
         if (!s->stopping) {
             sup_tick(s, now);
             continue;

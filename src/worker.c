@@ -82,14 +82,18 @@ static uint64_t worker_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* Show progress, and follow a log level changed by a reload (the supervisor's slot field). */
 static void worker_progress(worker_t *w)
 {
     __atomic_store_n(&w->slot->progress_ms, worker_now_ms(), __ATOMIC_RELAXED);
+    log_set_level((log_level_t)__atomic_load_n(&w->slot->log_level, __ATOMIC_RELAXED));
 }
 
 static void worker_set_state(worker_t *w, worker_state_t st)
 {
     __atomic_store_n(&w->slot->state, (int)st, __ATOMIC_RELAXED);
+    if (st == WORKER_STATE_CONSUMING)
+        __atomic_store_n(&w->slot->consumed, 1, __ATOMIC_RELAXED);
     worker_progress(w);
 }
 
@@ -155,17 +159,30 @@ static int worker_declare_own(worker_t *w, mq_t *mq)
     return 0;
 }
 
+/*
+ * A declaration failed: hand the broker's reason to the supervisor, which
+ * logs it once however often the worker restarts, and shows it in STATUS=.
+ */
+static int worker_declare_failed(worker_t *w)
+{
+    snprintf(w->slot->error, sizeof(w->slot->error), "%s",
+             w->mq->error[0] ? w->mq->error : "declaration failed (no reason known)");
+    return WORKER_EXIT_CONFIG;
+}
+
 /* Connect to the broker, declare and start consuming. Returns 0 or an exit code. */
 static int worker_connect_mq(worker_t *w)
 {
     worker_set_state(w, WORKER_STATE_CONNECTING);
     if (mq_open(&w->conf->broker, w->name, &w->mq) != 0)
         return WORKER_EXIT_TEMPFAIL;
+    w->mq->quiet = true; /* declaration failures: reported by the supervisor, once */
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
-        return WORKER_EXIT_CONFIG;
+        return worker_declare_failed(w);
     /* Our own queues are declared whatever declare.enabled says. */
     if (worker_declare_own(w, w->mq) != 0)
-        return WORKER_EXIT_CONFIG;
+        return worker_declare_failed(w);
+    w->mq->quiet = false;
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
         return WORKER_EXIT_TEMPFAIL;
     worker_set_state(w, WORKER_STATE_CONSUMING);

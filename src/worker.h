@@ -18,15 +18,21 @@ typedef enum worker_state {
 } worker_state_t;
 
 /*
- * What a worker shows its supervisor, in shared memory. Written only by
- * the worker (relaxed atomics: counters and times, no invariants between
- * fields), read by the supervisor for readiness, status and the watchdog.
+ * What a worker and its supervisor share, in shared memory. The worker
+ * writes state, progress, counters and latencies (relaxed atomics: no
+ * invariants between fields); the supervisor reads them for readiness,
+ * status and the watchdog. The supervisor writes the daemon settings a
+ * reload may change (log_level, reconcile_interval); the worker follows
+ * them without a restart. error is the worker's only non-atomic field: the
+ * supervisor empties it before the fork and reads it after the exit.
  */
 /* Latency buckets: bucket b holds values in [2^(b/4), 2^((b+1)/4)) microseconds. */
 #define WORKER_LAT_BUCKETS 128
+#define WORKER_ERROR_MAX 400
 
 typedef struct worker_slot {
     int state;            /* worker_state_t */
+    int consumed;         /* 1 once this run got as far as consuming (zeroed before the fork) */
     uint64_t progress_ms; /* CLOCK_MONOTONIC ms of the last loop iteration */
     uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
     int reconciling; /* 1 while the handler's reconcile() runs (its SIGALRM is that limit) */
@@ -42,6 +48,11 @@ typedef struct worker_slot {
     uint32_t crash_id_len;
     char crash_id[256];
     char crash_consumer[129];
+    int log_level;          /* set by the supervisor: log_level_t in effect */
+    int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
+    /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
+     * declaration (the broker's reason); the supervisor logs it once. */
+    char error[WORKER_ERROR_MAX];
 } worker_slot_t;
 
 /* Bucket index of a latency in microseconds. */
