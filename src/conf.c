@@ -18,7 +18,8 @@
  * Every setting is described once, in conf_defs below. The table drives
  * loading (type checks, ranges, defaults, the FILE:LINE messages), the
  * rejection of unknown names, conf_dump, conf_free, the reference in
- * docs/configuration.md (conf_reference) and, later, the reload rules
+ * docs/configuration.md (conf_reference), the sample conf/idemd.conf
+ * (conf_sample, with the examples in conf_examples) and the reload rules
  * (CONF_F_NO_RELOAD).
  */
 
@@ -1157,6 +1158,7 @@ static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp,
     return 0;
 }
 
+/* q's declare.arguments entry named key, or NULL; borrowed from q. */
 static const conf_arg_t *conf_arg_find(const conf_queue_t *q, const char *key)
 {
     for (int i = 0; i < q->n_args; i++)
@@ -1880,6 +1882,7 @@ static const conf_example_t conf_examples[] = {
     {NULL, NULL, NULL, false},
 };
 
+/* The example of setting d, or NULL. */
 static const conf_example_t *conf_example(const conf_def_t *d)
 {
     for (const conf_example_t *e = conf_examples; e->name; e++)
@@ -1917,6 +1920,11 @@ static void conf_sample_comment(FILE *out, int ind, const char *text)
 
 static void conf_sample_section(FILE *out, const char *section, int depth);
 
+/*
+ * One setting of the sample at depth: its help, range and default as a
+ * comment, then the setting with its default (a group or the required list
+ * recursively), or its example, commented out unless it is required or live.
+ */
 static void conf_sample_setting(FILE *out, const conf_def_t *d, int depth)
 {
     int ind = depth * 4;
@@ -1979,6 +1987,7 @@ static void conf_sample_setting(FILE *out, const conf_def_t *d, int depth)
     }
 }
 
+/* Every setting of section; top-level groups are separated by a blank line. */
 static void conf_sample_section(FILE *out, const char *section, int depth)
 {
     for (const conf_def_t *d = conf_defs; d->name; d++) {
