@@ -18,7 +18,8 @@
  * Every setting is described once, in conf_defs below. The table drives
  * loading (type checks, ranges, defaults, the FILE:LINE messages), the
  * rejection of unknown names, conf_dump, conf_free, the reference in
- * docs/configuration.md (conf_reference) and, later, the reload rules
+ * docs/configuration.md (conf_reference), the sample conf/idemd.conf
+ * (conf_sample, with the examples in conf_examples) and the reload rules
  * (CONF_F_NO_RELOAD).
  */
 
@@ -117,10 +118,10 @@ static const conf_enum_t conf_dedups[] = {
         .section = sec, .name = nm, .type = CONF_T_ENUM, .off = offsetof(st, fld), .flags = fl,    \
         .def = d, .enums = en, .help = h                                                           \
     }
-#define CONF_INT_ARRAY(sec, nm, st, fld, nfld, fl, lo, hi, dd, h)                                  \
+#define CONF_INT_ARRAY(sec, nm, st, fld, nfld, fl, lo, hi, d, h)                                   \
     {                                                                                              \
         .section = sec, .name = nm, .type = CONF_T_INT_ARRAY, .off = offsetof(st, fld),            \
-        .off_n = offsetof(st, nfld), .flags = fl, .min = lo, .max = hi, .def_doc = dd, .help = h   \
+        .off_n = offsetof(st, nfld), .flags = fl, .def = d, .min = lo, .max = hi, .help = h        \
     }
 #define CONF_FILE(sec, nm, st, fld, fl, peer, h)                                                   \
     {                                                                                              \
@@ -275,8 +276,9 @@ static const conf_def_t conf_defs[] = {
              "attempts at one message (handler retries and crashes) before it is dead-lettered"),
     CONF_INT_ARRAY("queue", "retry_delays_ms", conf_queue_t, retry_delays_ms, n_retry_delays, NR, 1,
                    86400000, "[ 1000, 10000, 60000 ]",
-                   "delay tiers in milliseconds for retried messages (one delay queue each; the "
-                   "last repeats); `[]`: republish to the queue's tail at once"),
+                   "delay tiers in milliseconds for retried messages (one delay queue "
+                   "`<name>.retry.<ms>` each; the last repeats); `[]`: republish to the queue's "
+                   "tail at once"),
     CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "30", 0, 3600,
              "seconds one handler call may take before the worker is killed; 0 = no limit. "
              "Keep it under half of the unit's WatchdogSec"),
@@ -292,16 +294,22 @@ static const conf_def_t conf_defs[] = {
     CONF_BOOL("declare", "enabled", conf_queue_t, declare, NR, "true",
               "declare the queue, its dead letter queue and bindings at startup; false: they "
               "must exist"),
-    CONF_BOOL("declare", "durable", conf_queue_t, durable, NR, "true", "durable queue"),
+    CONF_BOOL("declare", "durable", conf_queue_t, durable, NR, "true",
+              "durable queue; false needs `dead_letter_queue = \"\"` and `quorum = false`"),
     CONF_BOOL("declare", "quorum", conf_queue_t, quorum, NR, "false",
-              "quorum queue (`x-queue-type = \"quorum\"`)"),
+              "quorum queue (`x-queue-type = \"quorum\"`, RabbitMQ 3.10+); its delay queues and "
+              "dead letter queue are quorum queues too, and the delay hop back to it is "
+              "at-least-once. false: classic queues, and a retried message whose delay expires "
+              "while the queue is full, missing or unreachable is lost"),
     CONF_STRING("declare", "dead_letter_queue", conf_queue_t, dead_letter_queue, NR, NULL, 0, 255,
                 "the queue name + `.dlq`",
                 "queue idemd publishes rejected and exhausted messages to (with reason headers, "
                 "confirmed before the original is acked); always declared; `\"\"`: none, "
                 "rejected messages are basic.reject'ed (broker DLX or dropped)"),
     CONF_ARGS("declare", "arguments", conf_queue_t, args, n_args, NR,
-              "more x-arguments of queue.declare; each value a string or an integer"),
+              "more x-arguments of queue.declare; each value a string or an integer. A length "
+              "limit (`x-max-length`, `x-max-length-bytes`) needs `x-overflow = "
+              "\"reject-publish\"`, and with classic queues `retry_delays_ms = [ ]`"),
     CONF_LIST("declare", "bindings", conf_queue_t, bindings, n_bindings, conf_binding_t, "binding",
               NR, 0, "none", "bindings to add: a list of groups"),
 
@@ -682,6 +690,31 @@ fail:
 static int conf_load_section(conf_ctx_t *ctx, const char *section, const config_setting_t *grp,
                              const config_setting_t *anchor, void *base, const char *path);
 
+/* An array's default is written as in the file, "[ 1000, 10000 ]"; none: empty. */
+static int conf_default_int_array(conf_ctx_t *ctx, const conf_def_t *d,
+                                  const config_setting_t *anchor, void *base, const char *sp)
+{
+    int n = 0;
+    const char *p;
+    if (!d->def)
+        return 0;
+    for (p = d->def; *p; p++)
+        n += *p >= '0' && *p <= '9' && (p == d->def || p[-1] < '0' || p[-1] > '9');
+    if (n == 0)
+        return 0;
+    int *arr = calloc((size_t)n, sizeof(int));
+    if (!arr)
+        return conf_error(ctx, anchor, sp, "out of memory");
+    p = d->def;
+    for (int i = 0; i < n; i++) {
+        p += strcspn(p, "0123456789");
+        arr[i] = (int)strtol(p, (char **)&p, 10);
+    }
+    *CONF_AT(base, d->off, int *) = arr;
+    *CONF_AT(base, d->off_n, int) = n;
+    return 0;
+}
+
 static int conf_load_default(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *anchor,
                              void *base, const char *sp)
 {
@@ -701,11 +734,12 @@ static int conf_load_default(conf_ctx_t *ctx, const conf_def_t *d, const config_
         /* An absent group: its settings take their defaults; a required one
          * inside is reported at the line of the enclosing group. */
         return conf_load_section(ctx, d->sub, NULL, anchor, CONF_AT(base, d->off, char), sp);
-    case CONF_T_INT_ARRAY: /* empty */
-    case CONF_T_FILE:      /* the peer's default stands */
-    case CONF_T_ARGS:      /* empty */
-    case CONF_T_LIST:      /* empty */
-    case CONF_T_RAW:       /* NULL */
+    case CONF_T_INT_ARRAY:
+        return conf_default_int_array(ctx, d, anchor, base, sp);
+    case CONF_T_FILE: /* the peer's default stands */
+    case CONF_T_ARGS: /* empty */
+    case CONF_T_LIST: /* empty */
+    case CONF_T_RAW:  /* NULL */
         return 0;
     }
     return 0;
@@ -938,13 +972,18 @@ static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *
     char sp[CONF_PATH_MAX];
 
     q->line = (int)config_setting_source_line(grp);
-    if (config_setting_get_member(grp, "retry_delays_ms") == NULL && q->n_retry_delays == 0) {
-        static const int defaults[] = {1000, 10000, 60000};
-        q->retry_delays_ms = malloc(sizeof(defaults));
-        if (!q->retry_delays_ms)
-            return conf_error(ctx, grp, path, "out of memory");
-        memcpy(q->retry_delays_ms, defaults, sizeof(defaults));
-        q->n_retry_delays = 3;
+    /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
+    for (int i = 0; i < q->n_retry_delays; i++) {
+        char tier[300];
+        int n = snprintf(tier, sizeof(tier), "%s.retry.%d", q->name, q->retry_delays_ms[i]);
+        if (n <= 255)
+            continue;
+        const config_setting_t *at = config_setting_get_member(grp, "retry_delays_ms");
+        conf_path(sp, path, at ? "retry_delays_ms" : "name");
+        return conf_error(ctx, at ? at : config_setting_get_member(grp, "name"), sp,
+                          "the delay queue \"%s.retry.%d\" would be %d bytes long, more than "
+                          "RabbitMQ's 255: shorten the queue name or set retry_delays_ms = [ ]",
+                          q->name, q->retry_delays_ms[i], n);
     }
     conf_path(sp, path, "consumer");
     if (!q->consumer) {
@@ -1121,6 +1160,49 @@ static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp,
     return 0;
 }
 
+/* q's declare.arguments entry named key, or NULL; borrowed from q. */
+static const conf_arg_t *conf_arg_find(const conf_queue_t *q, const char *key)
+{
+    for (int i = 0; i < q->n_args; i++)
+        if (strcmp(q->args[i].key, key) == 0)
+            return &q->args[i];
+    return NULL;
+}
+
+/*
+ * Why argument a of q's declare.arguments would lose messages, or NULL. A
+ * full queue either drops its oldest messages (drop-head, the default) or
+ * refuses new ones (reject-publish): idemd's own copies are confirmed and
+ * survive a refusal, but a classic delay tier dead-letters back without
+ * confirms, so a copy whose delay expires while the queue is full is lost.
+ */
+static const char *conf_overflow_risk(const conf_queue_t *q, const conf_arg_t *a)
+{
+    const conf_arg_t *ov = conf_arg_find(q, "x-overflow");
+    bool limit = conf_arg_find(q, "x-max-length") || conf_arg_find(q, "x-max-length-bytes");
+    const char *mode = ov && !ov->is_int ? ov->sval : NULL;
+
+    if (a == ov && ov->is_int)
+        return "must be a string: \"reject-publish\" (or \"drop-head\", refused with a length "
+               "limit)";
+    if (a == ov && q->quorum && mode && strcmp(mode, "drop-head") != 0 &&
+        strcmp(mode, "reject-publish") != 0)
+        return "quorum queues take only \"drop-head\" or \"reject-publish\"; use "
+               "\"reject-publish\"";
+    if (!limit ||
+        (strcmp(a->key, "x-max-length") != 0 && strcmp(a->key, "x-max-length-bytes") != 0))
+        return NULL;
+    if (!mode || strcmp(mode, "drop-head") == 0)
+        return "a length limit with x-overflow \"drop-head\" (the default) makes the broker drop "
+               "the oldest messages, unprocessed, when the queue is full: set x-overflow = "
+               "\"reject-publish\"";
+    if (!q->quorum && q->n_retry_delays > 0)
+        return "with classic queues the delay queues dead-letter back to this queue without "
+               "confirms, so a retried message whose delay expires while the queue is full is "
+               "lost: set declare.quorum = true (an at-least-once hop) or retry_delays_ms = [ ]";
+    return NULL;
+}
+
 /* The dead letter wiring is ours: arguments must not fight it. */
 static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                               const char *path)
@@ -1153,11 +1235,27 @@ static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void
         return conf_error(ctx, config_setting_get_member(grp, "dead_letter_queue"), sp,
                           "must differ from the queue's name");
     }
+    /* Each worker would fail to declare the queues and be restarted for ever. */
+    if (!q->durable && (q->quorum || q->dead_letter_queue)) {
+        conf_path(sp, path, "durable");
+        if (q->quorum)
+            return conf_error(ctx, config_setting_get_member(grp, "durable"), sp,
+                              "false cannot be used with quorum = true: RabbitMQ declares quorum "
+                              "queues durable only");
+        return conf_error(ctx, config_setting_get_member(grp, "durable"), sp,
+                          "false cannot be used with a dead letter queue (\"%s\"): idemd "
+                          "declares its dead letter queue durable, and RabbitMQ refuses to "
+                          "declare it again as transient; set durable = true, or "
+                          "dead_letter_queue = \"\" for none",
+                          q->dead_letter_queue);
+    }
     for (int i = 0; i < q->n_args; i++) {
         const char *key = q->args[i].key;
         const char *why = NULL;
         if (strcmp(key, "x-queue-type") == 0)
             why = "set declare.quorum instead";
+        else
+            why = conf_overflow_risk(q, &q->args[i]);
         if (!why)
             continue;
         char ap[CONF_PATH_MAX];
@@ -1758,4 +1856,192 @@ bool conf_queue_differs(const conf_queue_t *a, const conf_queue_t *b, char *what
         return true;
     /* "declare" is a GROUP at offset 0 of the queue: walked above. */
     return false;
+}
+
+/* ---------------------------------------------------------------------- */
+/* What a loaded queue's settings put at risk */
+
+int conf_queue_risk(const conf_t *conf, int i, char *buf, size_t len)
+{
+    const conf_queue_t *q = &conf->queues[i];
+    if (q->quorum || q->n_retry_delays == 0)
+        return 0;
+    snprintf(buf, len,
+             "%s:%d: queues.[%d].declare.quorum: false: queue '%s' is a classic queue, so are its "
+             "delay queues (%s.retry.%d ...), and the broker moves a retried message back from "
+             "them without confirms: it is lost if '%s' is full, deleted or unreachable when "
+             "the delay expires (an at-most-once hop). quorum = true makes the hop at-least-once",
+             conf->path, q->line, i, q->name, q->name, q->retry_delays_ms[0], q->name);
+    return 1;
+}
+
+/* ---------------------------------------------------------------------- */
+/* The sample configuration (conf/idemd.conf) */
+
+/* Example values for settings without a default; live ones are written as
+ * settings, the others as comments. */
+typedef struct conf_example {
+    const char *section, *name, *value;
+    bool live;
+} conf_example_t;
+
+static const conf_example_t conf_examples[] = {
+    {"broker", "password_file", "\"/etc/idemd/amqp.pw\"", false},
+    {"broker_tls", "ca_file", "\"/etc/idemd/tls/broker-ca.pem\"", false},
+    {"broker_tls", "cert_file", "\"/etc/idemd/tls/client.pem\"", false},
+    {"broker_tls", "key_file", "\"/etc/idemd/tls/client.key\"", false},
+    {"database", "socket", "\"/run/mysqld/mysqld.sock\"", false},
+    {"database", "password", "\"secret\"", false},
+    {"database", "password_file", "\"/etc/idemd/db.pw\"", false},
+    {"database", "database", "\"idemd\"", true},
+    {"database_tls", "ca_file", "\"/etc/idemd/tls/db-ca.pem\"", false},
+    {"database_tls", "cert_file", "\"/etc/idemd/tls/client.pem\"", false},
+    {"database_tls", "key_file", "\"/etc/idemd/tls/client.key\"", false},
+    {"queue", "name", "\"orders.pay\"", true},
+    {"queue", "handler", "\"/usr/local/lib/idemd/plugins/order_pay.so\"", true},
+    {"queue", "consumer", "\"orders.pay\"", false},
+    {"queue", "id_header", "\"x-msg-id\"", false},
+    {"queue", "settings", "{ table = \"orders\"; guard = true; }", true},
+    {"declare", "dead_letter_queue", "\"orders.pay.dlq\"", false},
+    {"declare", "arguments", "{ x-max-priority = 10; }", false},
+    {"declare", "bindings", "( { exchange = \"pay.topic\"; routing_key = \"pay.success\"; } )",
+     false},
+    {NULL, NULL, NULL, false},
+};
+
+/* The example of setting d, or NULL. */
+static const conf_example_t *conf_example(const conf_def_t *d)
+{
+    for (const conf_example_t *e = conf_examples; e->name; e++)
+        if (strcmp(e->section, d->section) == 0 && strcmp(e->name, d->name) == 0)
+            return e;
+    return NULL;
+}
+
+/* Write text as "# " comment lines at indent, wrapped before column 100, without backticks. */
+static void conf_sample_comment(FILE *out, int ind, const char *text)
+{
+    const int width = 100 - ind - 2;
+    char plain[1024];
+    size_t w = 0;
+    for (const char *c = text; *c && w < sizeof(plain) - 1; c++)
+        if (*c != '`')
+            plain[w++] = *c;
+    plain[w] = '\0';
+    const char *p = plain;
+    while (*p) {
+        int n = 0, cut = -1;
+        while (*p == ' ')
+            p++;
+        while (p[n] && n < width) {
+            if (p[n] == ' ')
+                cut = n;
+            n++;
+        }
+        if (p[n] && p[n] != ' ' && cut > 0)
+            n = cut;
+        fprintf(out, "%*s# %.*s\n", ind, "", n, p);
+        p += n;
+    }
+}
+
+static void conf_sample_section(FILE *out, const char *section, int depth);
+
+/*
+ * One setting of the sample at depth: its help, range and default as a
+ * comment, then the setting with its default (a group or the required list
+ * recursively), or its example, commented out unless it is required or live.
+ */
+static void conf_sample_setting(FILE *out, const conf_def_t *d, int depth)
+{
+    int ind = depth * 4;
+    const conf_example_t *ex = conf_example(d);
+    bool required = d->flags & CONF_F_REQUIRED;
+    char *help = NULL, *range = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&range, &len);
+
+    if (m) {
+        conf_doc_range(d, m);
+        fclose(m);
+    }
+    m = open_memstream(&help, &len);
+    if (m) {
+        fputs(d->help, m);
+        if (range && range[0])
+            fprintf(m, " [%s]", range);
+        if (required)
+            fputs(" (required)", m);
+        else if (!d->def && d->def_doc && strcmp(d->def_doc, "none") != 0)
+            fprintf(m, " (default: %s)", d->def_doc);
+        if (d->def && ex)
+            fprintf(m, "; e.g. %s = %s;", d->name, ex->value);
+        fclose(m);
+    }
+    conf_sample_comment(out, ind, help ? help : d->help);
+    free(help);
+    free(range);
+
+    switch (d->type) {
+    case CONF_T_GROUP:
+        fprintf(out, "%*s%s = {\n", ind, "", d->name);
+        conf_sample_section(out, d->sub, depth + 1);
+        fprintf(out, "%*s};\n", ind, "");
+        return;
+    case CONF_T_LIST:
+        if (!required)
+            break;
+        fprintf(out, "%*s%s = (\n%*s{\n", ind, "", d->name, ind + 4, "");
+        conf_sample_section(out, d->sub, depth + 2);
+        fprintf(out, "%*s}\n%*s);\n", ind + 4, "", ind, "");
+        return;
+    default:
+        break;
+    }
+    if (d->def && (d->type == CONF_T_STRING || d->type == CONF_T_ENUM)) {
+        fprintf(out, "%*s%s = ", ind, "", d->name);
+        conf_print_string(out, d->def);
+        fputs(";\n", out);
+    } else if (d->def) {
+        fprintf(out, "%*s%s = %s;\n", ind, "", d->name, d->def);
+    } else if (d->type == CONF_T_ARGS || d->type == CONF_T_LIST) {
+        if (ex)
+            fprintf(out, "%*s# %s = %s;\n", ind, "", d->name, ex->value);
+        fprintf(out, "%*s%s = %s;\n", ind, "", d->name, d->type == CONF_T_ARGS ? "{ }" : "( )");
+    } else if (ex) {
+        fprintf(out, "%*s%s%s = %s;\n", ind, "", ex->live || required ? "" : "# ", d->name,
+                ex->value);
+    }
+}
+
+/* Every setting of section; top-level groups are separated by a blank line. */
+static void conf_sample_section(FILE *out, const char *section, int depth)
+{
+    for (const conf_def_t *d = conf_defs; d->name; d++) {
+        if (strcmp(d->section, section) != 0)
+            continue;
+        if (depth == 0 && d != conf_defs)
+            fputc('\n', out);
+        conf_sample_setting(out, d, depth);
+    }
+}
+
+void conf_sample(FILE *out)
+{
+    fputs("# idemd.conf: a full sample configuration; every setting is shown with its default.\n"
+          "#\n"
+          "# Generated from the settings table in src/conf.c; do not edit by hand, run\n"
+          "#   build/tests/unit/test_conf --sample >conf/idemd.conf\n"
+          "# Syntax: libconfig (groups { }, lists ( ), arrays [ ], \"strings\", settings end with "
+          "';').\n"
+          "# Reference: docs/configuration.md. Check a file without starting: idemd -c FILE "
+          "--check-config\n"
+          "# Unknown settings are errors, so a typo cannot pass silently; only a queue's "
+          "\"settings\"\n"
+          "# group is left to its handler. A setting written as a comment has no default; the "
+          "value\n"
+          "# shown is an example. Ranges are in [ ].\n"
+          "\n",
+          out);
+    conf_sample_section(out, "root", 0);
 }

@@ -146,4 +146,20 @@ void conf_dump(const conf_t *conf, FILE *out);
  */
 void conf_reference(FILE *out);
 
+/*
+ * Print the sample configuration (conf/idemd.conf) generated from the
+ * settings table: every setting with its help, range and default, and an
+ * example value for settings without a default. tests/unit/test_conf.c
+ * checks that conf/idemd.conf is current.
+ */
+void conf_sample(FILE *out);
+
+/*
+ * What queue i of conf risks that its settings cannot rule out: with
+ * classic queues, the broker's unconfirmed dead-lettering from the delay
+ * queues back to the work queue. Returns 1 and writes "FILE:LINE: SETTING:
+ * PROBLEM" into buf, or 0 when there is nothing to say.
+ */
+int conf_queue_risk(const conf_t *conf, int i, char *buf, size_t len);
+
 #endif

@@ -46,6 +46,20 @@ static int main_check(conf_t *conf, bool print)
     return rc;
 }
 
+/* Say what each queue's settings leave at risk: on stderr for --check-config, else in the log. */
+static void main_risks(const conf_t *conf, bool check)
+{
+    char note[1024];
+    for (int i = 0; i < conf->n_queues; i++) {
+        if (!conf_queue_risk(conf, i, note, sizeof(note)))
+            continue;
+        if (check)
+            fprintf(stderr, "warning: %s\n", note);
+        else
+            log_warn("%s", note);
+    }
+}
+
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -98,8 +112,10 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < conf->n_warnings; i++)
         fprintf(stderr, "warning: %s\n", conf->warnings[i]);
-    if (check)
+    if (check) {
+        main_risks(conf, true);
         return main_check(conf, print);
+    }
     int override = -1;
     log_set_level((log_level_t)conf->log_level);
     if (level) {
@@ -118,6 +134,7 @@ int main(int argc, char **argv)
         return 1;
     }
     log_info("idemd %s starting with %s", IDEMD_VERSION, path);
+    main_risks(conf, false);
     int rc = supervisor_run(conf, override);
     mysql_library_end();
     return rc;

@@ -393,34 +393,62 @@ bool mq_round_ok(const mq_t *mq, int index)
     return index >= 0 && index < mq->round_n && mq->round[index].state == MQ_COPY_ACKED;
 }
 
-/* queue.declare with arguments; 0 or -1 (logged). */
-static int mq_declare_args(mq_t *mq, const char *name, bool durable, amqp_table_t args)
+/* queue.declare with arguments; 0 or -1 (logged). quorum: say how to move an older queue. */
+static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum, amqp_table_t args)
 {
     char what[300];
     amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name), 0, durable, 0, 0, args);
     amqp_rpc_reply_t r = amqp_get_rpc_reply(mq->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         snprintf(what, sizeof(what), "declaring queue '%s'", name);
-        return mq_fail(mq, what, r);
+        mq_fail(mq, what, r);
+        if (quorum && r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+            r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+            ((amqp_channel_close_t *)r.reply.decoded)->reply_code == AMQP_PRECONDITION_FAILED)
+            log_error("queue '%s' exists with other arguments, e.g. as a classic queue from before "
+                      "declare.quorum = true: drain and delete it (README: \"Moving to quorum "
+                      "queues\")",
+                      name);
+        return -1;
     }
     return 0;
 }
 
-int mq_declare_plain(mq_t *mq, const char *name, bool durable)
+/*
+ * The arguments that make one of idemd's own queues (delay tier, dead
+ * letters) a quorum queue whose dead-lettering is at-least-once: the broker
+ * keeps an expired message until the target confirmed it. That needs
+ * x-overflow = reject-publish; with drop-head it silently falls back to
+ * at-most-once. Fills e[0..2]; returns 3.
+ */
+static size_t mq_quorum_args(amqp_table_entry_t *e)
 {
-    return mq_declare_args(mq, name, durable, amqp_empty_table);
+    mq_entry_str(&e[0], "x-queue-type", "quorum");
+    mq_entry_str(&e[1], "x-dead-letter-strategy", "at-least-once");
+    mq_entry_str(&e[2], "x-overflow", "reject-publish");
+    return 3;
 }
 
-int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable)
+int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
 {
     amqp_table_entry_t e[3];
+    amqp_table_t args = {quorum ? (int)mq_quorum_args(e) : 0, e};
+    return mq_declare_args(mq, name, durable, quorum, args);
+}
+
+int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable,
+                     bool quorum)
+{
+    amqp_table_entry_t e[6];
     mq_entry_int(&e[0], "x-message-ttl", ttl_ms);
     e[0].value.kind = AMQP_FIELD_KIND_I32; /* as first declared: the broker compares types */
     e[0].value.value.i32 = ttl_ms;
     mq_entry_str(&e[1], "x-dead-letter-exchange", "");
     mq_entry_str(&e[2], "x-dead-letter-routing-key", target);
     amqp_table_t args = {3, e};
-    return mq_declare_args(mq, name, durable, args);
+    if (quorum)
+        args.num_entries += (int)mq_quorum_args(&e[3]);
+    return mq_declare_args(mq, name, durable, quorum, args);
 }
 
 void mq_close(mq_t *mq)
@@ -448,7 +476,8 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
 
     if (e == NULL)
         return -1;
-    if (q->dead_letter_queue && mq_declare_plain(mq, q->dead_letter_queue, q->durable) != 0)
+    if (q->dead_letter_queue &&
+        mq_declare_plain(mq, q->dead_letter_queue, q->durable, q->quorum) != 0)
         goto fail;
     if (q->quorum) {
         mq_entry_str(&e[args.num_entries++], "x-queue-type", "quorum");
@@ -459,14 +488,8 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
         else
             mq_entry_str(&e[args.num_entries++], q->args[i].key, q->args[i].sval);
     }
-    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name), 0, q->durable, 0, 0,
-                       args);
-    r = amqp_get_rpc_reply(mq->conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        snprintf(what, sizeof(what), "declaring queue '%s'", q->name);
-        mq_fail(mq, what, r);
+    if (mq_declare_args(mq, q->name, q->durable, q->quorum, args) != 0)
         goto fail;
-    }
     for (int i = 0; i < q->n_bindings; i++) {
         amqp_queue_bind(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name),
                         amqp_cstring_bytes(q->bindings[i].exchange),

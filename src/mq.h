@@ -72,12 +72,18 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms) __attribute__((warn_unused_result
 /* Whether copy index of the round was acked by the broker. */
 bool mq_round_ok(const mq_t *mq, int index);
 
-/* Declare a durable queue with a message TTL that dead-letters back to target. */
-int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable)
-    __attribute__((warn_unused_result));
+/*
+ * Declare a queue with a message TTL that dead-letters back to target (a
+ * delay tier). quorum: a quorum queue whose dead-lettering is at-least-once
+ * (RabbitMQ 3.10+); else a classic queue, whose dead-lettering is not
+ * confirmed. 0 or -1 (logged).
+ */
+int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable,
+                     bool quorum) __attribute__((warn_unused_result));
 
-/* Declare a plain durable queue (dead letters). 0 or -1 (logged). */
-int mq_declare_plain(mq_t *mq, const char *name, bool durable) __attribute__((warn_unused_result));
+/* Declare a queue for dead letters, quorum or classic as above. 0 or -1 (logged). */
+int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
+    __attribute__((warn_unused_result));
 
 /* Close channel and connection (unacked deliveries return to their queues) and free; NULL ok. */
 void mq_close(mq_t *mq);

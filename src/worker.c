@@ -147,13 +147,14 @@ static int worker_connect_db(worker_t *w)
 /* Declare the queues idemd owns (dead letters, delay tiers) on mq. 0, or -1 (logged). */
 static int worker_declare_own(worker_t *w, mq_t *mq)
 {
-    if (w->q->dead_letter_queue && mq_declare_plain(mq, w->q->dead_letter_queue, true) != 0)
+    if (w->q->dead_letter_queue &&
+        mq_declare_plain(mq, w->q->dead_letter_queue, true, w->q->quorum) != 0)
         return -1;
     for (int i = 0; i < w->q->n_retry_delays; i++) {
         char name[300];
         int ms;
         relay_delay_queue(w->q, (unsigned)i + 1, name, sizeof(name), &ms);
-        if (mq_declare_delay(mq, name, ms, w->q->name, true) != 0)
+        if (mq_declare_delay(mq, name, ms, w->q->name, true, w->q->quorum) != 0)
             return -1;
     }
     return 0;

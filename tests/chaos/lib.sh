@@ -216,7 +216,7 @@ c_dead_letter()
 # c_has_hdr LINE KEY: true if the line has header KEY.
 c_has_hdr()
 {
-    printf '%s\n' "$1" | cut -f3 | tr ';' '\n' | grep -q "^$2="
+    grep -q "^$2=" <<<"$(printf '%s\n' "$1" | cut -f3 | tr ';' '\n')"
 }
 
 # c_wait_consumed QUEUE TIMEOUT: poll until QUEUE exists and has a consumer.

@@ -64,6 +64,73 @@ queues = ( { name = "q1"; handler = "$counter";
 CONF
 check_bad workers.conf 4 "workers"
 
+# Declarations RabbitMQ refuses would restart every worker for ever: refused at load.
+cat >durable.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+queues = ( { name = "q1"; handler = "$counter";
+             declare = {
+               durable = false; }; } );
+CONF
+check_bad durable.conf 4 "declare.durable"
+grep -qF "dead letter queue" durable.conf.out || h_fail "durable.conf: the dead letter queue is not named"
+
+cat >quorum_transient.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+queues = ( { name = "q1"; handler = "$counter";
+             declare = { quorum = true; dead_letter_queue = "";
+               durable = false; }; } );
+CONF
+check_bad quorum_transient.conf 4 "declare.durable"
+
+long=$(printf 'n%.0s' $(seq 244))
+cat >retry_name.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+queues = ( { handler = "$counter"; consumer = "c";
+             name = "$long"; } );
+CONF
+check_bad retry_name.conf 3 "queues.[0].name"
+grep -qF "$long.retry.10000" retry_name.conf.out || h_fail "retry_name.conf: the delay queue is not named"
+
+cat >retry_tier.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+queues = ( { handler = "$counter"; consumer = "c"; name = "${long:0:241}";
+             declare = { dead_letter_queue = "q1.dlq"; };
+             retry_delays_ms = [ 5, 86400000 ]; } );
+CONF
+check_bad retry_tier.conf 4 "queues.[0].retry_delays_ms"
+
+long_dlq=$(printf 'n%.0s' $(seq 252))
+cat >dlq_name.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+queues = ( { handler = "$counter"; consumer = "c"; retry_delays_ms = [ ];
+             name = "$long_dlq"; } );
+CONF
+check_bad dlq_name.conf 2 "dead_letter_queue"
+
+# A length limit that loses messages: drop-head, or a classic delay hop into a full queue.
+cat >drop_head.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+queues = ( { name = "q1"; handler = "$counter";
+             declare = { arguments = {
+               x-max-length = 1000; }; }; } );
+CONF
+check_bad drop_head.conf 4 "x-max-length"
+cat >classic_full.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+queues = ( { name = "q1"; handler = "$counter";
+             declare = { arguments = { x-overflow = "reject-publish";
+               x-max-length-bytes = 1000000; }; }; } );
+CONF
+check_bad classic_full.conf 4 "declare.quorum = true"
+
+# Starting the daemon with such a file fails the same way, before connecting anywhere.
+rc=0
+timeout 30 "$IDEMD" -c durable.conf >durable.start.out 2>&1 || rc=$?
+cat durable.start.out
+((rc == 1)) || h_fail "idemd -c durable.conf exited $rc, expected 1"
+grep -qF "durable.conf:4: queues.[0].declare.durable" durable.start.out ||
+    h_fail "idemd -c durable.conf does not name durable.conf:4"
+
 # A good file (the servers need not be reachable: --check-config connects nowhere).
 {
     h_conf_common t_bad_config

@@ -14,7 +14,7 @@ queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; p
 CONF
 } >idemd.conf
 h_daemon_start idemd.conf run1.log
-h_rabbitmqctl list_queues name type | grep -qE "^${q}[[:space:]]+quorum" || h_fail "$q is not a quorum queue"
+grep -qE "^${q}[[:space:]]+quorum" <<<"$(h_rabbitmqctl list_queues name type)" || h_fail "$q is not a quorum queue"
 
 # 1. Exactly once, and a message that always asks to retry ends in the DLQ after 3 attempts.
 out=$({ h_gen a 1 500; printf 'r1\tretry\n'; h_gen a 501 1000; } | h_mq publish -r "$q")

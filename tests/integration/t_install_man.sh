@@ -46,7 +46,7 @@ while IFS=$'\t' read -r sec name; do
     if [[ -n "$sh" ]]; then
         grep -qxF "$sh"$'\t'"$name" bold.txt && continue
     else
-        cut -f2 bold.txt | grep -qxF "$name" && continue
+        grep -qxF "$name" <<<"$(cut -f2 bold.txt)" && continue
     fi
     echo "idemd.conf.5: $sec.$name is not documented${sh:+ in section $sh}"
     missing=$((missing + 1))

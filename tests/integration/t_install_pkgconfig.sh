@@ -35,14 +35,20 @@ grep -qxF 'ExecStart=/usr/sbin/idemd -c /etc/idemd/idemd.conf' "$root/usr/lib/sy
 grep -qxF 'ExecStart=/usr/sbin/idemd -c /etc/idemd/%i.conf' "$root/usr/lib/systemd/system/idemd@.service" ||
     h_fail "idemd@.service: ExecStart does not run /usr/sbin/idemd"
 [[ -x "$root/usr/sbin/idemd" ]] || h_fail "usr/sbin/idemd is not executable"
-"$root/usr/sbin/idemd" --version | grep -q '^idemd [0-9]' || h_fail "installed idemd --version"
+grep -q '^idemd [0-9]' <<<"$("$root/usr/sbin/idemd" --version)" || h_fail "installed idemd --version"
 
 # The sample config, pointed into the DESTDIR, is valid and loads the installed plugin.
 (umask 077 && sed "s|\"/usr/lib/idemd/plugins/|\"$root/usr/lib/idemd/plugins/|" \
     "$root/etc/idemd/idemd.conf.example" >example.conf) # it holds a password: keep it private
-out=$("$root/usr/sbin/idemd" --check-config -c example.conf 2>&1) || h_fail "example config: $out"
+out=$("$root/usr/sbin/idemd" --check-config -c example.conf 2>example.err) ||
+    h_fail "example config: $out $(cat example.err)"
 echo "$out"
+cat example.err
 [[ "$out" == "example.conf: configuration OK (1 queue)" ]] || h_fail "example config: $out"
+# Its classic queue's at-most-once delay hop is named on stderr, and nothing else is.
+h_assert_eq "$(grep -c . example.err)" 1 "lines --check-config wrote on stderr"
+grep -qF "example.conf:" example.err && grep -qF "queues.[0].declare.quorum: false:" example.err ||
+    h_fail "the at-most-once delay hop is not named: $(cat example.err)"
 
 # pkg-config, as a cross or staged build would use it.
 export PKG_CONFIG_SYSROOT_DIR=$root PKG_CONFIG_PATH=$root/usr/lib/pkgconfig
@@ -93,7 +99,8 @@ unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
 
 {
     h_conf_common t_install_pkgconfig
-    echo "queues = ( { name = \"t_install_pkgconfig.q\"; handler = \"$PWD/hello.so\"; } );"
+    # No delay tiers: a classic queue's at-most-once delay hop would be warned about on stderr.
+    echo "queues = ( { name = \"t_install_pkgconfig.q\"; handler = \"$PWD/hello.so\"; retry_delays_ms = [ ]; } );"
 } >hello.conf
 chmod 0600 hello.conf
 for bin in "$IDEMD" "$root/usr/sbin/idemd"; do

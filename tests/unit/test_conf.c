@@ -197,7 +197,7 @@ static void test_values(void)
         "    workers = 64; dedup = \"none\"; id_header = \"x-msg-id\";\n"
         "    batch_size = 1000; batch_wait_ms = 10000; max_attempts = 1000;\n"
         "    retry_delays_ms = [ 1000, 10000, 86400000 ]; handler_timeout = 3600;\n"
-        "    declare = { enabled = false; durable = false; quorum = true;\n"
+        "    declare = { enabled = false; durable = true; quorum = true;\n"
         "      dead_letter_queue = \"a.dlq\";\n"
         "      arguments = { x-max-length = 100000; x-overflow = \"reject-publish\";\n"
         "                    x-big = 5000000000L; };\n"
@@ -234,7 +234,7 @@ static void test_values(void)
     ok(a->n_retry_delays == 3 && a->retry_delays_ms[0] == 1000 && a->retry_delays_ms[1] == 10000 &&
            a->retry_delays_ms[2] == 86400000,
        "retry_delays_ms array read");
-    ok(!a->declare && !a->durable && a->quorum, "declare booleans read");
+    ok(!a->declare && a->durable && a->quorum, "declare booleans read");
     ok(strcmp(a->dead_letter_queue, "a.dlq") == 0, "dead_letter_queue read");
     ok(a->n_args == 3 && strcmp(a->args[0].key, "x-max-length") == 0 && a->args[0].is_int &&
            a->args[0].ival == 100000 && a->args[0].sval == NULL,
@@ -385,6 +385,123 @@ static void test_type_errors(void)
                  "broker: must be a group { ... } (got an integer)");
 }
 
+/* Settings RabbitMQ would refuse at every worker start, or that lose messages. */
+static void test_declare_rules(void)
+{
+    char text[2048], name[256];
+    expect_error("durable = false with the default dead letter queue",
+                 DB Q1("    declare = {\n      durable = false; };\n"), "durable",
+                 "queues.[0].declare.durable: false cannot be used with a dead letter queue "
+                 "(\"q1.dlq\"): idemd declares its dead letter queue durable, and RabbitMQ "
+                 "refuses to declare it again as transient; set durable = true, or "
+                 "dead_letter_queue = \"\" for none");
+    expect_error("durable = false with quorum = true",
+                 DB Q1("    declare = { quorum = true; dead_letter_queue = \"\";\n"
+                       "      durable = false; };\n"),
+                 "durable",
+                 "queues.[0].declare.durable: false cannot be used with quorum = true: RabbitMQ "
+                 "declares quorum queues durable only");
+    conf_t *c = must_load("durable = false without a dead letter queue",
+                          DB Q1("    declare = { durable = false; dead_letter_queue = \"\"; };\n"));
+    ok(c && !c->queues[0].durable, "durable = false read");
+    conf_free(c);
+
+    /* 236 bytes + ".retry.60000" = 248 is fine; 244 + ".retry.10000" = 256 is not. */
+    memset(name, 'n', sizeof(name));
+    snprintf(text, sizeof(text),
+             DB "queues = ( { handler = \"h\"; consumer = \"c\";\n"
+                "  name = \"%.236s\"; } );\n",
+             name);
+    c = must_load("a name whose delay queues are 248 bytes", text);
+    conf_free(c);
+    snprintf(text, sizeof(text),
+             DB "queues = ( { handler = \"h\"; consumer = \"c\";\n"
+                "  name = \"%.244s\"; } );\n",
+             name);
+    name[244] = '\0';
+    char want[1024];
+    snprintf(want, sizeof(want),
+             "queues.[0].name: the delay queue \"%s.retry.10000\" would be 256 bytes long, "
+             "more than RabbitMQ's 255: shorten the queue name or set retry_delays_ms = [ ]",
+             name);
+    expect_error("a name whose default delay queue passes 255 bytes", text, "name", want);
+    snprintf(text, sizeof(text),
+             DB "queues = ( { handler = \"h\"; consumer = \"c\";\n"
+                "  name = \"%s\";\n  retry_delays_ms = [ 5, 86400000 ]; } );\n",
+             name);
+    snprintf(want, sizeof(want),
+             "queues.[0].retry_delays_ms: the delay queue \"%s.retry.86400000\" would be 259 "
+             "bytes long, more than RabbitMQ's 255: shorten the queue name or set "
+             "retry_delays_ms = [ ]",
+             name);
+    expect_error("a delay tier whose queue name passes 255 bytes", text, "retry_delays_ms", want);
+    snprintf(text, sizeof(text),
+             DB "queues = ( { handler = \"h\"; consumer = \"c\";\n"
+                "  name = \"%s\"; retry_delays_ms = [ ];\n"
+                "  declare = { dead_letter_queue = \"\"; }; } );\n",
+             name);
+    c = must_load("a long name without delay tiers", text);
+    conf_free(c);
+
+    expect_error("a length limit with the default overflow",
+                 DB Q1("    declare = { arguments = {\n      x-max-length = 1000; }; };\n"),
+                 "x-max-length",
+                 "queues.[0].declare.arguments.x-max-length: a length limit with x-overflow "
+                 "\"drop-head\" (the default) makes the broker drop the oldest messages, "
+                 "unprocessed, when the queue is full: set x-overflow = \"reject-publish\"");
+    expect_error("a byte limit with drop-head, quorum",
+                 DB Q1("    declare = { quorum = true; arguments = { x-overflow = \"drop-head\";\n"
+                       "      x-max-length-bytes = 1000000; }; };\n"),
+                 "x-max-length-bytes",
+                 "queues.[0].declare.arguments.x-max-length-bytes: a length limit with "
+                 "x-overflow \"drop-head\" (the default) makes the broker drop the oldest "
+                 "messages, unprocessed, when the queue is full: set x-overflow = "
+                 "\"reject-publish\"");
+    expect_error("a length limit on a classic queue with delay tiers",
+                 DB Q1("    declare = { arguments = { x-overflow = \"reject-publish\";\n"
+                       "      x-max-length = 1000; }; };\n"),
+                 "x-max-length",
+                 "queues.[0].declare.arguments.x-max-length: with classic queues the delay "
+                 "queues dead-letter back to this queue without confirms, so a retried message "
+                 "whose delay expires while the queue is full is lost: set declare.quorum = true "
+                 "(an at-least-once hop) or retry_delays_ms = [ ]");
+    expect_error("reject-publish-dlx on a quorum queue",
+                 DB Q1("    declare = { quorum = true; arguments = {\n"
+                       "      x-overflow = \"reject-publish-dlx\"; }; };\n"),
+                 "x-overflow",
+                 "queues.[0].declare.arguments.x-overflow: quorum queues take only \"drop-head\" "
+                 "or \"reject-publish\"; use \"reject-publish\"");
+    expect_error("x-overflow as an integer",
+                 DB Q1("    declare = { arguments = {\n      x-overflow = 1; }; };\n"),
+                 "x-overflow",
+                 "queues.[0].declare.arguments.x-overflow: must be a string: \"reject-publish\" "
+                 "(or \"drop-head\", refused with a length limit)");
+    c = must_load("a length limit with reject-publish on a quorum queue",
+                  DB Q1("    declare = { quorum = true; arguments = { x-max-length = 1000;\n"
+                        "      x-overflow = \"reject-publish\"; }; };\n"));
+    conf_free(c);
+    c = must_load("a length limit with reject-publish, classic, no delay tiers",
+                  DB Q1("    retry_delays_ms = [ ];\n"
+                        "    declare = { arguments = { x-max-length-bytes = 1000;\n"
+                        "      x-overflow = \"reject-publish\"; }; };\n"));
+    conf_free(c);
+
+    /* What a classic queue risks is said, not refused. */
+    char note[1024];
+    c = must_load("classic queue with delay tiers", DB Q1(""));
+    ok(c && conf_queue_risk(c, 0, note, sizeof(note)) == 1 &&
+           strstr(note, ":3: queues.[0].declare.quorum: false: queue 'q1' is a classic queue") &&
+           strstr(note, "(an at-most-once hop)"),
+       "classic queue with delay tiers: the at-most-once hop is named");
+    conf_free(c);
+    c = must_load("quorum queue", DB Q1("    declare = { quorum = true; };\n"));
+    ok(c && conf_queue_risk(c, 0, note, sizeof(note)) == 0, "quorum queue: nothing to say");
+    conf_free(c);
+    c = must_load("classic queue without delay tiers", DB Q1("    retry_delays_ms = [ ];\n"));
+    ok(c && conf_queue_risk(c, 0, note, sizeof(note)) == 0, "no delay tiers: nothing to say");
+    conf_free(c);
+}
+
 static void test_required(void)
 {
     expect_error("database.database missing: line of the database group",
@@ -460,6 +577,7 @@ static void test_required(void)
         ok(c2 && c2->queues[0].n_retry_delays == 0, "retry_delays_ms [] has no tiers");
         conf_free(c2);
     }
+    test_declare_rules();
     conf_t *c = must_load("x-dead-letter-exchange without dead_letter_queue",
                           DB Q1("    declare = { arguments = { x-dead-letter-exchange = \"dlx\"; "
                                 "}; };\n"));
@@ -915,7 +1033,7 @@ static void test_dump(void)
         "database = { database = \"t\"; password_file = \"%s\"; };\n"
         "queues = ( { name = \"q\\\"1\"; handler = \"h.so\"; retry_delays_ms = [ 5, 6 ];\n"
         "  declare = { dead_letter_queue = \"q.dlq\";\n"
-        "    arguments = { x-max-length = 10; x-big = 5000000000L; x-mode = \"lazy\"; };\n"
+        "    arguments = { x-max-priority = 10; x-big = 5000000000L; x-mode = \"lazy\"; };\n"
         "    bindings = ( { exchange = \"e\"; routing_key = \"k\"; }, { exchange = \"f\"; } ); };\n"
         "  settings = { table = \"orders\"; db_password = \"plugin-secret\"; ratio = 0.25;\n"
         "    big = 1e300; list = ( 1, \"two\", { three = 3; } ); arr = [ true, false ]; };\n"
@@ -962,6 +1080,52 @@ static void root_path(char *buf, size_t len, const char *rel)
     snprintf(buf, len, "%s/%s", t_root, rel);
 }
 
+/* The dump without its first line (the path) and without the queues' "settings" group. */
+static char *dump_comparable(const conf_t *c)
+{
+    char *d = dump_to_string(c);
+    char *body = d ? strchr(d, '\n') : NULL;
+    char *out = body ? strdup(body + 1) : NULL;
+    free(d);
+    char *s = out ? strstr(out, "        settings = {\n") : NULL;
+    if (s) {
+        char *end = strstr(s, "\n        };\n");
+        if (end)
+            memmove(s, end + 12, strlen(end + 12) + 1);
+    } else if (out && (s = strstr(out, "        # settings: not set\n"))) {
+        memmove(s, s + 28, strlen(s + 28) + 1);
+    }
+    return out;
+}
+
+/*
+ * Independent of the generator: conf/idemd.conf loads to the same effective
+ * configuration as a file with only the required settings (same values), so
+ * every value it shows is the loader's default.
+ */
+static void test_sample_effective(void)
+{
+    char path[PATH_MAX + 64], err[1024];
+    conf_t *full = NULL, *bare = NULL;
+
+    root_path(path, sizeof(path), "conf/idemd.conf");
+    if (conf_load(path, &full, err, sizeof(err)) != 0) {
+        ok(false, "conf/idemd.conf loads: %s", err);
+        return;
+    }
+    bare = must_load("required settings only",
+                     "database = { database = \"idemd\"; };\n"
+                     "queues = ( { name = \"orders.pay\";\n"
+                     "  handler = \"/usr/local/lib/idemd/plugins/order_pay.so\"; } );\n");
+    char *a = dump_comparable(full), *b = bare ? dump_comparable(bare) : NULL;
+    if (!ok(a && b && strcmp(a, b) == 0, "every value conf/idemd.conf sets is the default"))
+        printf("# conf/idemd.conf:\n%s# defaults:\n%s", a ? a : "", b ? b : "");
+    free(a);
+    free(b);
+    conf_free(full);
+    conf_free(bare);
+}
+
 static void test_samples(void)
 {
     char path[PATH_MAX + 64], err[1024];
@@ -988,6 +1152,35 @@ static void test_samples(void)
     if (!ok(rc == 0, "conf/minimal.conf loads"))
         printf("# %s\n", err);
     conf_free(c);
+
+    /* conf/idemd.conf is generated from the table, so its values are the defaults. */
+    char *sample = NULL;
+    size_t slen = 0;
+    FILE *sm = open_memstream(&sample, &slen);
+    conf_sample(sm);
+    fclose(sm);
+    root_path(path, sizeof(path), "conf/idemd.conf");
+    char *file = read_all(path);
+    if (!ok(file && strcmp(file, sample) == 0, "conf/idemd.conf is the sample generated from the "
+                                               "settings table"))
+        printf("# regenerate with: build/tests/unit/test_conf --sample >conf/idemd.conf\n");
+    free(file);
+    free(sample);
+    test_sample_effective();
+
+    /* The README shows conf/minimal.conf as it is. */
+    root_path(path, sizeof(path), "conf/minimal.conf");
+    char *minimal = read_all(path);
+    root_path(path, sizeof(path), "README.md");
+    char *readme = read_all(path);
+    char *block = NULL;
+    if (minimal && asprintf(&block, "```\n%s```\n", minimal) < 0)
+        block = NULL;
+    ok(readme && block && strstr(readme, block),
+       "README.md shows conf/minimal.conf verbatim in a code block");
+    free(block);
+    free(readme);
+    free(minimal);
 
     /* docs/configuration.md embeds the reference generated from the table. */
     char *ref = NULL;
@@ -1031,6 +1224,10 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--reference") == 0) {
         conf_reference(stdout);
+        return 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "--sample") == 0) {
+        conf_sample(stdout);
         return 0;
     }
     find_root(argv[0]);
