@@ -349,11 +349,3 @@ db_status_t db_rollback(db_t *db)
 {
     return db_exec(db, "ROLLBACK");
 }
-
-bool db_in_transaction(const db_t *db)
-{
-    unsigned int status = 0;
-    if (mariadb_get_infov(db->my, MARIADB_CONNECTION_SERVER_STATUS, &status) != 0)
-        return false;
-    return (status & SERVER_STATUS_IN_TRANS) != 0;
-}

@@ -115,7 +115,5 @@ static inline unsigned db_last_errno(const db_t *db)
     return db->last_errno;
 }
 
-/* Whether the server says a transaction is open on this connection. */
-bool db_in_transaction(const db_t *db);
 
 #endif
