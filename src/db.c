@@ -282,6 +282,7 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
         }
         memcpy(db->consumer, consumer, n);
         db->consumer_len = (unsigned long)n;
+        snprintf(db->record_table, sizeof(db->record_table), "%s", cfg->record_table);
         if (record && db_prepare_record(db, cfg->record_table) != 0)
             goto fail;
     }
@@ -304,12 +305,107 @@ void db_close(db_t *db)
         mysql_stmt_close(db->clear_stmt);
     if (db->my)
         mysql_close(db->my);
+    free(db->sql);
     free(db);
 }
 
 db_status_t db_record(db_t *db, const char *id, size_t len)
 {
     return db_key_exec(db, db->record_stmt, "recording", id, len);
+}
+
+/*
+ * Start db->sql with head, then ids as hex literals joined by ", " and
+ * tail; the consumer is written where head holds "%C". 0, or -1 when out
+ * of memory (logged).
+ */
+static int db_key_list(db_t *db, const char *head, const char *const *ids, const size_t *lens,
+                       int k, const char *tail)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t need = strlen(head) + strlen(tail) + 2 * sizeof(db->consumer) + 64;
+    for (int j = 0; j < k; j++)
+        need += 2 * lens[j] + 2 * db->consumer_len + 32;
+    if (need > db->sql_size) {
+        char *p = realloc(db->sql, need);
+        if (p == NULL) {
+            log_error("database: out of memory for a statement of %zu bytes", need);
+            return -1;
+        }
+        db->sql = p;
+        db->sql_size = need;
+    }
+    char *o = db->sql;
+    char esc[2 * sizeof(db->consumer) + 1];
+    mysql_real_escape_string(db->my, esc, db->consumer, db->consumer_len);
+    for (const char *h = head; *h; h++) {
+        if (h[0] == '%' && h[1] == 'C') {
+            o += sprintf(o, "%s", esc);
+            h++;
+        } else {
+            *o++ = *h;
+        }
+    }
+    for (int j = 0; j < k; j++) {
+        if (strstr(head, "VALUES"))
+            o += sprintf(o, "%s('%s', X'", j ? ", " : "", esc);
+        else
+            o += sprintf(o, "%sX'", j ? ", " : "");
+        for (size_t b = 0; b < lens[j]; b++) {
+            *o++ = hex[(unsigned char)ids[j][b] >> 4];
+            *o++ = hex[(unsigned char)ids[j][b] & 15];
+        }
+        *o++ = '\'';
+        if (strstr(head, "VALUES"))
+            *o++ = ')';
+    }
+    strcpy(o, tail);
+    return 0;
+}
+
+db_status_t db_record_many(db_t *db, const char *const *ids, const size_t *lens, int k)
+{
+    char head[128];
+    snprintf(head, sizeof(head), "INSERT INTO `%s` (consumer, msg_id) VALUES ", db->record_table);
+    if (db_key_list(db, head, ids, lens, k, "") != 0)
+        return DB_ERR_OTHER;
+    if (mysql_real_query(db->my, db->sql, strlen(db->sql)) == 0)
+        return DB_OK;
+    db->last_errno = mysql_errno(db->my);
+    db_status_t st = db_classify(db->last_errno);
+    if (st != DB_DUPLICATE)
+        log_error("database: recording %d ids: error %u: %s", k, db->last_errno,
+                  mysql_error(db->my));
+    return st;
+}
+
+db_status_t db_find_records(db_t *db, const char *const *ids, const size_t *lens, int k,
+                            bool *found)
+{
+    char head[160];
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    snprintf(head, sizeof(head), "SELECT msg_id FROM `%s` WHERE consumer = '%%C' AND msg_id IN (",
+             db->record_table);
+    if (db_key_list(db, head, ids, lens, k, ")") != 0)
+        return DB_ERR_OTHER;
+    if (mysql_real_query(db->my, db->sql, strlen(db->sql)) != 0 ||
+        (res = mysql_store_result(db->my)) == NULL) {
+        db->last_errno = mysql_errno(db->my);
+        log_error("database: looking up %d records: error %u: %s", k, db->last_errno,
+                  mysql_error(db->my));
+        return db_classify(db->last_errno);
+    }
+    for (int j = 0; j < k; j++)
+        found[j] = false;
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        for (int j = 0; j < k; j++)
+            if (len && len[0] == lens[j] && memcmp(row[0], ids[j], lens[j]) == 0)
+                found[j] = true;
+    }
+    mysql_free_result(res);
+    return DB_OK;
 }
 
 long long db_purge(db_t *db, const char *table, const char *time_col, int days, int limit)

@@ -34,6 +34,9 @@ typedef struct db {
     char id_buf[256];
     unsigned long id_len;
     unsigned last_errno; /* of the last statement that failed */
+    char record_table[65];
+    char *sql; /* statement buffer of the set-based record calls, grown as needed */
+    size_t sql_size;
 } db_t;
 
 /*
@@ -86,6 +89,21 @@ static inline db_status_t db_classify(unsigned int err)
 db_status_t db_record(db_t *db, const char *id, size_t len);
 
 /*
+ * Set-based dedup: INSERT the records of ids[0..k-1] (lens: their lengths)
+ * in one statement. DB_OK: all inserted; DB_DUPLICATE: one was committed
+ * before, and the statement inserted nothing; errors classified (logged,
+ * except duplicates).
+ */
+db_status_t db_record_many(db_t *db, const char *const *ids, const size_t *lens, int k);
+
+/*
+ * Which of ids[0..k-1] have a committed record (one SELECT): sets found[j].
+ * Returns the classified status (logged).
+ */
+db_status_t db_find_records(db_t *db, const char *const *ids, const size_t *lens, int k,
+                            bool *found);
+
+/*
  * Count one more start of a redelivered message, committed at once and on
  * its own (call it with no transaction open). Returns the count after this
  * start (1 the first time), or -1 on error (logged).
@@ -114,6 +132,5 @@ static inline unsigned db_last_errno(const db_t *db)
 {
     return db->last_errno;
 }
-
 
 #endif

@@ -71,9 +71,10 @@ static void txn_why(txn_msg_t *m, const char *fmt, ...)
 
 /* What one pass of the transaction ended with. */
 typedef enum txn_pass {
-    TXN_PASS_DONE, /* committed or rolled back; every state final */
-    TXN_PASS_REDO, /* the transaction is gone: roll back, run the NEW ones again */
-    TXN_PASS_FATAL,
+    TXN_PASS_DONE,     /* committed or rolled back; every state final */
+    TXN_PASS_REDO,     /* the transaction is gone: roll back, run the NEW ones again */
+    TXN_PASS_FATAL,    /* the connection cannot be trusted */
+    TXN_PASS_FALLBACK, /* set-based pass: roll back, run the NEW ones message by message */
 } txn_pass_t;
 
 /* What an error number means for the open transaction. */
@@ -203,6 +204,131 @@ static txn_pass_t txn_pass(txn_t *t)
     return TXN_PASS_DONE;
 }
 
+/* Whether message i's id appeared on an earlier NEW message of the batch. */
+static bool txn_repeat(const txn_t *t, int i)
+{
+    const txn_msg_t *m = &t->m[i];
+    for (int j = 0; j < i; j++)
+        if (t->m[j].state == TXN_RECORDED && t->m[j].id_len == m->id_len &&
+            memcmp(t->m[j].id, m->id, m->id_len) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * The set-based pass: every NEW message recorded with one INSERT, handled
+ * without savepoints, one COMMIT. Any message that does not end ok makes it
+ * FALLBACK (that message keeps its verdict when the handler gave one).
+ */
+static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found)
+{
+    int k = 0;
+    unsigned err;
+    bool handled = false;
+
+    for (int i = 0; i < t->n; i++) {
+        if (t->m[i].state != TXN_NEW)
+            continue;
+        if (txn_repeat(t, i)) {
+            txn_move(&t->m[i], TXN_DUPLICATE); /* its first copy's record is ours */
+            continue;
+        }
+        txn_move(&t->m[i], TXN_RECORDED); /* provisional until the INSERT succeeds */
+        list[k++] = &t->m[i];
+    }
+    if ((err = t->ops->exec(t->ctx, "SAVEPOINT b")) != 0)
+        return txn_lost(t, err, "SAVEPOINT");
+    for (int tries = 0; k > 0; tries++) {
+        if ((err = t->ops->record_many(t->ctx, list, k)) == 0)
+            break;
+        if (db_classify(err) != DB_DUPLICATE)
+            return db_classify(err) == DB_ERR_LOCK_TIMEOUT ? TXN_PASS_FALLBACK
+                                                           : txn_lost(t, err, "record INSERT");
+        /* Some ids were committed before: leave them out and insert the rest. */
+        if (tries == 3 || (err = t->ops->find_records(t->ctx, list, k, found)) != 0)
+            return err ? txn_lost(t, err, "record SELECT") : TXN_PASS_FALLBACK;
+        int kept = 0;
+        for (int j = 0; j < k; j++) {
+            if (!found[j]) {
+                list[kept++] = list[j];
+                continue;
+            }
+            txn_move(list[j], TXN_NEW); /* then a duplicate: states only move one step */
+            txn_move(list[j], TXN_DUPLICATE);
+        }
+        if (kept == k)
+            return TXN_PASS_FALLBACK; /* the key that clashed is not committed: go one by one */
+        k = kept;
+    }
+    /* A repeat whose first copy turned out to be committed already is that one's duplicate
+     * too; it stays DUPLICATE either way. */
+    uint64_t start = t->ops->now_ms ? t->ops->now_ms(t->ctx) : 0;
+    for (int j = 0; j < k; j++) {
+        txn_msg_t *m = list[j];
+        int i = (int)(m - t->m);
+        /* Past the limit, the records of the rest cannot be committed without them: go the
+         * per-message way, which commits what it did and keeps the rest. */
+        if (j > 0 && t->limit_ms && t->ops->now_ms && t->ops->now_ms(t->ctx) - start >= t->limit_ms)
+            return TXN_PASS_FALLBACK;
+        err = 0;
+        idemd_result_t r = t->ops->handle(t->ctx, i, m, &err);
+        m->reason[sizeof(m->reason) - 1] = '\0';
+        db_status_t st = db_classify(err);
+        if (st == DB_ERR_CONNECTION)
+            return TXN_PASS_FATAL;
+        if (r == IDEMD_RESULT_OK) {
+            txn_move(m, TXN_HANDLED);
+            handled = true;
+            if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
+                return txn_lost(t, err, "clearing the attempts row");
+            continue;
+        }
+        if (st == DB_ERR_DEADLOCK) {
+            txn_move(m, TXN_NEW);
+            snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
+            return TXN_PASS_REDO;
+        }
+        if (r == IDEMD_RESULT_RETRY) {
+            txn_move(m, TXN_RETRY);
+            if (!m->reason[0])
+                txn_why(m, "handler asked to retry");
+        } else {
+            txn_move(m, TXN_REJECT);
+            if (r != IDEMD_RESULT_REJECT)
+                txn_why(m, "handler returned unknown result %d", (int)r);
+            else if (!m->reason[0])
+                txn_why(m, "handler rejected the message");
+        }
+        return TXN_PASS_FALLBACK;
+    }
+    if (!handled)
+        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
+    if ((err = t->ops->exec(t->ctx, "RELEASE SAVEPOINT b")) != 0)
+        return txn_lost(t, err, "RELEASE SAVEPOINT");
+    if ((err = t->ops->exec(t->ctx, "COMMIT")) != 0)
+        return db_classify(err) == DB_ERR_DEADLOCK ? txn_lost(t, err, "COMMIT") : TXN_PASS_FATAL;
+    t->committed = true;
+    for (int i = 0; i < t->n; i++)
+        if (t->m[i].state == TXN_HANDLED)
+            txn_move(&t->m[i], TXN_COMMITTED);
+    return TXN_PASS_DONE;
+}
+
+/* Undo a pass: ROLLBACK, and every message the pass had not settled is NEW again. */
+static txn_pass_t txn_restart(txn_t *t)
+{
+    unsigned err = t->ops->exec(t->ctx, "ROLLBACK"); /* may report the 1213 again */
+    if (err && db_classify(err) == DB_ERR_CONNECTION)
+        return TXN_PASS_FATAL;
+    t->cut_short = false;
+    for (int i = 0; i < t->n; i++) {
+        txn_msg_t *m = &t->m[i];
+        if (m->state == TXN_RECORDED || m->state == TXN_HANDLED || m->state == TXN_DUPLICATE)
+            txn_move(m, TXN_NEW);
+    }
+    return TXN_PASS_DONE;
+}
+
 txn_status_t txn_run(txn_t *t)
 {
     t->redos = 0;
@@ -210,23 +336,29 @@ txn_status_t txn_run(txn_t *t)
     t->committed = false;
     t->cut_short = false;
     t->lost_why[0] = '\0';
+    t->fell_back = false;
+    int fresh = 0;
+    for (int i = 0; i < t->n; i++)
+        fresh += t->m[i].state == TXN_NEW;
+    /* The set-based pass has no time limit: only for batches that are not cut short. */
+    bool bulk = t->bulk && t->record && fresh > 1 && t->ops->record_many && t->ops->find_records;
+    txn_msg_t *list[bulk ? t->n : 1];
+    bool found[bulk ? t->n : 1];
     for (;;) {
-        txn_pass_t p = txn_pass(t);
+        txn_pass_t p = bulk ? txn_bulk_pass(t, list, found) : txn_pass(t);
         if (p == TXN_PASS_DONE)
             return TXN_DONE;
         if (p == TXN_PASS_FATAL)
             return TXN_FATAL;
-        /* Lost: nothing of this pass survives. ROLLBACK may report the 1213 again. */
-        unsigned err = t->ops->exec(t->ctx, "ROLLBACK");
-        if (err && db_classify(err) == DB_ERR_CONNECTION)
+        /* Lost, or falling back: nothing of this pass survives. */
+        if (txn_restart(t) != TXN_PASS_DONE)
             return TXN_FATAL;
-        t->cut_short = false;
-        t->redos++;
-        for (int i = 0; i < t->n; i++) {
-            txn_msg_t *m = &t->m[i];
-            if (m->state == TXN_RECORDED || m->state == TXN_HANDLED || m->state == TXN_DUPLICATE)
-                txn_move(m, TXN_NEW);
+        if (p == TXN_PASS_FALLBACK) {
+            bulk = false;
+            t->fell_back = true;
+            continue;
         }
+        t->redos++;
         if (t->redos < TXN_REDO_MAX) {
             log_info("batch of %d: transaction lost (%s): redoing (pass %d)", t->n, t->lost_why,
                      t->redos + 1);

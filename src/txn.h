@@ -73,18 +73,24 @@ typedef struct txn_ops {
     idemd_result_t (*handle)(void *ctx, int i, txn_msg_t *m, unsigned *err);
     /* Milliseconds on a monotonic clock (NULL: batches are never cut short). */
     uint64_t (*now_ms)(void *ctx);
+    /* Set-based path (NULL: never taken). INSERT the records of ms[0..k-1] in one statement. */
+    unsigned (*record_many)(void *ctx, txn_msg_t *const *ms, int k);
+    /* Which of ms[0..k-1] have a committed record: sets found[j]. One SELECT. */
+    unsigned (*find_records)(void *ctx, txn_msg_t *const *ms, int k, bool *found);
 } txn_ops_t;
 
 typedef struct txn {
     const txn_ops_t *ops;
     void *ctx;
     bool record;       /* dedup = "table": insert a record for each message */
+    bool bulk;         /* try the set-based pass first (needs record_many and find_records) */
     uint64_t limit_ms; /* stop starting handlers after this long (0: no limit) */
     txn_msg_t *m;
     int n;
     /* What the last txn_run did (for logs and counters). */
     int redos;         /* transactions lost and redone */
     int lock_waits;    /* records that timed out waiting for another transaction */
+    bool fell_back;    /* the set-based pass gave way to the per-message one */
     bool committed;    /* a COMMIT succeeded */
     bool cut_short;    /* limit_ms passed: some messages are left TXN_NEW (route HOLD) */
     char lost_why[96]; /* what lost the transaction the last time */
@@ -97,7 +103,12 @@ typedef enum txn_status {
 
 /*
  * Run the batch t->m[0..n-1] in one transaction (messages already REJECT
- * are skipped): per message a SAVEPOINT, the record INSERT (when t->record),
+ * are skipped). With t->bulk, first the set-based way: one multi-row
+ * record INSERT (ids already committed are found with one SELECT and left
+ * out; an id repeated in the batch is its first copy's duplicate), the
+ * handlers without savepoints, one COMMIT. The first message that fails
+ * rolls that back; the batch then runs the per-message way without it:
+ * per message a SAVEPOINT, the record INSERT (when t->record),
  * the handler; a message that fails is rolled back to its savepoint; then
  * one COMMIT (or ROLLBACK when nothing was handled). A lost transaction
  * (1213, 1305, a savepoint gone) is rolled back and redone up to

@@ -49,7 +49,9 @@ typedef struct worker {
     void *state;
     bool state_live;
     worker_msg_t *batch;
-    txn_msg_t *tm; /* the protocol's half of each message of the batch */
+    txn_msg_t *tm;    /* the protocol's half of each message of the batch */
+    const char **ids; /* scratch for the set-based record calls */
+    size_t *id_lens;
     int n;
     worker_msg_t carry; /* a suspect delivery received while filling a batch */
     txn_msg_t carry_tm;
@@ -265,6 +267,29 @@ static unsigned worker_op_clear(void *ctx, const txn_msg_t *t)
     return db_attempt_clear(w->db, t->id, t->id_len) == DB_OK ? 0 : db_last_errno(w->db);
 }
 
+/* Gather the ids of ms[0..k-1] for db.c's set-based calls. */
+static void worker_op_ids(worker_t *w, txn_msg_t *const *ms, int k)
+{
+    for (int j = 0; j < k; j++) {
+        w->ids[j] = ms[j]->id;
+        w->id_lens[j] = ms[j]->id_len;
+    }
+}
+
+static unsigned worker_op_record_many(void *ctx, txn_msg_t *const *ms, int k)
+{
+    worker_t *w = ctx;
+    worker_op_ids(w, ms, k);
+    return db_record_many(w->db, w->ids, w->id_lens, k) == DB_OK ? 0 : db_last_errno(w->db);
+}
+
+static unsigned worker_op_find_records(void *ctx, txn_msg_t *const *ms, int k, bool *found)
+{
+    worker_t *w = ctx;
+    worker_op_ids(w, ms, k);
+    return db_find_records(w->db, w->ids, w->id_lens, k, found) == DB_OK ? 0 : db_last_errno(w->db);
+}
+
 static uint64_t worker_op_now(void *ctx)
 {
     (void)ctx;
@@ -272,7 +297,8 @@ static uint64_t worker_op_now(void *ctx)
 }
 
 static const txn_ops_t worker_txn_ops = {
-    worker_op_exec, worker_op_record, worker_op_clear, worker_op_handle, worker_op_now,
+    worker_op_exec, worker_op_record,      worker_op_clear,        worker_op_handle,
+    worker_op_now,  worker_op_record_many, worker_op_find_records,
 };
 
 /*
@@ -347,6 +373,7 @@ static int worker_transact(worker_t *w)
     t.ops = &worker_txn_ops;
     t.ctx = w;
     t.record = w->q->dedup == CONF_DEDUP_TABLE;
+    t.bulk = true; /* one record INSERT per batch; per-message savepoints only after a failure */
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
     t.m = w->tm;
@@ -921,10 +948,13 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
 
     w.batch = calloc((size_t)q->batch_size, sizeof(*w.batch));
     w.tm = calloc((size_t)q->batch_size, sizeof(*w.tm));
+    w.ids = calloc((size_t)q->batch_size, sizeof(*w.ids));
+    w.id_lens = calloc((size_t)q->batch_size, sizeof(*w.id_lens));
     w.max_held = q->prefetch / 2 > 0 ? q->prefetch / 2 : 1;
     w.held = calloc((size_t)w.max_held, sizeof(*w.held));
     w.held_tm = calloc((size_t)w.max_held, sizeof(*w.held_tm));
-    if (w.batch == NULL || w.tm == NULL || w.held == NULL || w.held_tm == NULL) {
+    if (w.batch == NULL || w.tm == NULL || w.held == NULL || w.held_tm == NULL || w.ids == NULL ||
+        w.id_lens == NULL) {
         log_error("out of memory");
         _exit(WORKER_EXIT_TEMPFAIL);
     }
@@ -950,6 +980,8 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.tm);
     free(w.held);
     free(w.held_tm);
+    free(w.ids);
+    free(w.id_lens);
     plugin_free(plugin);
     log_debug("worker exiting with code %d", code);
     exit(code);

@@ -30,13 +30,26 @@ static void t_check(int ok, const char *fmt, ...)
  * what the server does (see NOTES: 1062 and 1205 statement only, or all of
  * it for 1205 with innodb_rollback_on_timeout; 1213 all; 2006/2013 all and
  * the connection is gone). */
-enum { S_SAVEPOINT, S_RECORD, S_HANDLER, S_ROLLBACK_TO, S_RELEASE, S_COMMIT, S_ROLLBACK, S_N };
-static const char *step_names[S_N] = {"SAVEPOINT",   "record INSERT", "handler statement",
-                                      "ROLLBACK TO", "RELEASE",       "COMMIT",
-                                      "ROLLBACK"};
+enum {
+    S_SAVEPOINT,
+    S_RECORD,
+    S_HANDLER,
+    S_ROLLBACK_TO,
+    S_RELEASE,
+    S_COMMIT,
+    S_ROLLBACK,
+    S_BULK,
+    S_SELECT,
+    S_N
+};
+static const char *step_names[S_N] = {
+    "SAVEPOINT", "record INSERT", "handler statement", "ROLLBACK TO",       "RELEASE",
+    "COMMIT",    "ROLLBACK",      "multi-row INSERT",  "SELECT of records",
+};
 
 #define MAXW 256
 #define NIDS 16
+#define SP_BATCH (NIDS - 1) /* savepoint "b" of the set-based pass */
 
 typedef struct fdb {
     int rec_committed[NIDS], eff_committed[NIDS];
@@ -104,6 +117,10 @@ static unsigned f_exec(void *ctx, const char *sql)
     fdb_t *d = ctx;
     int i;
     unsigned e;
+    if (strcmp(sql, "SAVEPOINT b") == 0)
+        sql = "SAVEPOINT m15";
+    else if (strcmp(sql, "RELEASE SAVEPOINT b") == 0)
+        sql = "RELEASE SAVEPOINT m15";
     if (sscanf(sql, "SAVEPOINT m%d", &i) == 1) {
         if ((e = fdb_fault(d, S_SAVEPOINT)) != 0)
             return e;
@@ -177,6 +194,50 @@ static unsigned f_record(void *ctx, const txn_msg_t *m)
     return 0;
 }
 
+static bool f_has_record(const fdb_t *d, int id)
+{
+    if (d->rec_committed[id])
+        return true;
+    for (int i = 0; i < d->nw; i++)
+        if (d->w[i].kind == 0 && d->w[i].id == id)
+            return true;
+    return false;
+}
+
+static unsigned f_record_many(void *ctx, txn_msg_t *const *ms, int k)
+{
+    fdb_t *d = ctx;
+    unsigned e = fdb_fault(d, S_BULK);
+    if (e)
+        return e;
+    for (int j = 0; j < k; j++) {
+        int id = f_id(ms[j]);
+        if (d->held_by_other[id]) {
+            if (d->rollback_on_timeout)
+                fdb_reset_tx(d);
+            return 1205;
+        }
+        if (f_has_record(d, id))
+            return 1062; /* the whole statement is rolled back */
+    }
+    for (int j = 0; j < k; j++) {
+        d->w[d->nw].kind = 0;
+        d->w[d->nw++].id = f_id(ms[j]);
+    }
+    return 0;
+}
+
+static unsigned f_find_records(void *ctx, txn_msg_t *const *ms, int k, bool *found)
+{
+    fdb_t *d = ctx;
+    unsigned e = fdb_fault(d, S_SELECT);
+    if (e)
+        return e;
+    for (int j = 0; j < k; j++)
+        found[j] = d->rec_committed[f_id(ms[j])] > 0;
+    return 0;
+}
+
 static unsigned f_clear(void *ctx, const txn_msg_t *m)
 {
     (void)ctx;
@@ -222,7 +283,8 @@ static uint64_t f_now(void *ctx)
     return clock_ms + (uint64_t)d->handler_calls[0] * 0 + (uint64_t)d->seen[S_SAVEPOINT] * 100;
 }
 
-static const txn_ops_t f_ops = {f_exec, f_record, f_clear, f_handle, f_now};
+static const txn_ops_t f_ops = {f_exec, f_record,      f_clear,       f_handle,
+                                f_now,  f_record_many, f_find_records};
 
 static fdb_t db;
 static txn_msg_t msgs[NIDS];
@@ -449,44 +511,92 @@ int main(void)
                 db.handler_calls[4] == 0 && invariants(st, "cut short"),
             "limit passed: 3 committed, 3 held unstarted");
 
+    /* Issue 10: the set-based pass. */
+    setup(4, NULL);
+    tx.bulk = true;
+    st = txn_run(&tx);
+    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 4 && db.seen[S_BULK] == 1 &&
+                db.seen[S_RECORD] == 0 && db.seen[S_SAVEPOINT] == 1 && !tx.fell_back &&
+                invariants(st, "set-based"),
+            "set-based: one multi-row INSERT, one savepoint, all committed");
+    setup(4, NULL);
+    tx.bulk = true;
+    db.rec_committed[1] = db.eff_committed[1] = 1;
+    db.rec_committed[3] = db.eff_committed[3] = 1;
+    st = txn_run(&tx);
+    t_check(st == TXN_DONE && msgs[1].state == TXN_DUPLICATE && msgs[3].state == TXN_DUPLICATE &&
+                count_state(TXN_COMMITTED) == 2 && db.seen[S_BULK] == 2 && db.seen[S_SELECT] == 1 &&
+                db.handler_calls[1] == 0 && !tx.fell_back && invariants(st, "set-based dups"),
+            "set-based: committed ids found by one SELECT, the rest inserted");
+    setup(3, NULL);
+    tx.bulk = true;
+    strcpy(msgs[2].id, "m0");
+    st = txn_run(&tx);
+    t_check(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[2].state == TXN_DUPLICATE &&
+                db.eff_committed[0] == 1 && db.handler_calls[0] == 1 && !tx.fell_back,
+            "set-based: an id repeated in the batch is resolved in memory");
+    {
+        int beh[4] = {H_OK, H_RETRY, H_OK, H_REJECT};
+        setup(4, beh);
+        tx.bulk = true;
+        st = txn_run(&tx);
+        t_check(st == TXN_DONE && tx.fell_back && msgs[1].state == TXN_RETRY &&
+                    msgs[3].state == TXN_REJECT && count_state(TXN_COMMITTED) == 2 &&
+                    db.handler_calls[1] == 1 && db.eff_committed[1] == 0 &&
+                    db.eff_committed[3] == 0 && invariants(st, "set-based fallback"),
+                "set-based: a failing message falls back to savepoints, its effects never commit");
+    }
+    setup(3, NULL);
+    tx.bulk = true;
+    db.held_by_other[1] = true;
+    st = txn_run(&tx);
+    t_check(st == TXN_DONE && tx.fell_back && msgs[1].state == TXN_RETRY &&
+                count_state(TXN_COMMITTED) == 2 && invariants(st, "set-based lock wait"),
+            "set-based: a held key falls back; that message retried, the others committed");
+
     /* The error matrix: each error at each step, for every position of the batch, with
      * innodb_rollback_on_timeout off and on. */
     int matrix_bad = 0, matrix_runs = 0;
-    for (int on = 0; on <= 1; on++)
-        for (int s = S_SAVEPOINT; s <= S_COMMIT; s++)
-            for (size_t e = 0; e < sizeof(errs) / sizeof(errs[0]); e++)
-                for (int nth = 1; nth <= 3; nth++)
-                    for (int times = 1; times <= 2; times++) {
-                        if (s == S_RECORD && errs[e] == 1062)
-                            continue; /* a real duplicate, tested above */
-                        int beh[3] = {H_OK, H_RETRY, H_OK};
-                        setup(3, beh);
-                        db.rollback_on_timeout = on;
-                        fault(s, nth, errs[e], times);
-                        st = txn_run(&tx);
-                        snprintf(what, sizeof(what), "%u at %s #%d x%d, rollback_on_timeout=%d",
-                                 (unsigned)errs[e], step_names[s], nth, times, on);
-                        matrix_runs++;
-                        if (!invariants(st, what)) {
-                            matrix_bad++;
-                            continue;
+    for (int bulk = 0; bulk <= 1; bulk++)
+        for (int on = 0; on <= 1; on++)
+            for (int s = S_SAVEPOINT; s < S_N; s++)
+                for (size_t e = 0; e < sizeof(errs) / sizeof(errs[0]); e++)
+                    for (int nth = 1; nth <= 3; nth++)
+                        for (int times = 1; times <= 2; times++) {
+                            if ((s == S_RECORD || s == S_BULK) && errs[e] == 1062)
+                                continue; /* a real duplicate, tested above */
+                            if (s == S_ROLLBACK || (!bulk && s >= S_BULK))
+                                continue; /* not a step of that path */
+                            int beh[3] = {H_OK, H_RETRY, H_OK};
+                            setup(3, beh);
+                            tx.bulk = bulk;
+                            db.rollback_on_timeout = on;
+                            fault(s, nth, errs[e], times);
+                            st = txn_run(&tx);
+                            snprintf(what, sizeof(what),
+                                     "%u at %s #%d x%d, rollback_on_timeout=%d, set-based %d",
+                                     (unsigned)errs[e], step_names[s], nth, times, on, bulk);
+                            matrix_runs++;
+                            if (!invariants(st, what)) {
+                                matrix_bad++;
+                                continue;
+                            }
+                            /* A connection error is fatal; a lock wait or a deadlock never is
+                             * (COMMIT does not wait for locks); 1062 and 1305 where the server
+                             * never sends them are unknown errors: fatal is the safe answer. */
+                            bool hit = db.seen[s] >= nth;
+                            bool conn = errs[e] >= 2000 && hit;
+                            bool lock = (errs[e] == 1213 || (errs[e] == 1205 && s != S_COMMIT));
+                            if ((conn && st != TXN_FATAL) || (lock && st == TXN_FATAL)) {
+                                printf("# %s: status %d\n", what, st);
+                                matrix_bad++;
+                            }
+                            if (st == TXN_DONE && msgs[1].state != TXN_RETRY) {
+                                printf("# %s: the retrying message ended in state %d\n", what,
+                                       msgs[1].state);
+                                matrix_bad++;
+                            }
                         }
-                        /* A connection error is fatal; a lock wait or a deadlock never is
-                         * (COMMIT does not wait for locks); 1062 and 1305 where the server
-                         * never sends them are unknown errors: fatal is the safe answer. */
-                        bool hit = db.seen[s] >= nth;
-                        bool conn = errs[e] >= 2000 && hit;
-                        bool lock = (errs[e] == 1213 || (errs[e] == 1205 && s != S_COMMIT));
-                        if ((conn && st != TXN_FATAL) || (lock && st == TXN_FATAL)) {
-                            printf("# %s: status %d\n", what, st);
-                            matrix_bad++;
-                        }
-                        if (st == TXN_DONE && msgs[1].state != TXN_RETRY) {
-                            printf("# %s: the retrying message ended in state %d\n", what,
-                                   msgs[1].state);
-                            matrix_bad++;
-                        }
-                    }
     t_check(matrix_bad == 0, "error matrix: %d runs, every invariant holds (%d broken)",
             matrix_runs, matrix_bad);
 
