@@ -272,6 +272,9 @@ static const conf_def_t conf_defs[] = {
     CONF_INT("queue", "batch_wait_ms", conf_queue_t, batch_wait_ms, 0, "0", 0, 10000,
              "milliseconds to wait for more deliveries once one arrived; 0 = take what is "
              "already received (batches grow with load)"),
+    CONF_BOOL("queue", "batch_handler", conf_queue_t, batch_handler, 0, "true",
+              "call the handler's handle_batch (ABI 1.2) once per batch when it has one; false = "
+              "handle() per message"),
     CONF_INT("queue", "max_attempts", conf_queue_t, max_attempts, 0, "5", 1, 1000,
              "attempts at one message (handler retries and crashes) before it is dead-lettered"),
     CONF_INT_ARRAY("queue", "retry_delays_ms", conf_queue_t, retry_delays_ms, n_retry_delays, NR, 1,

@@ -34,6 +34,7 @@ typedef struct conf_queue {
     char *id_header;      /* NULL: AMQP message_id property; else header name */
     int batch_size;       /* messages per transaction; default 1 */
     int batch_wait_ms;    /* max wait to fill a batch; default 0 */
+    bool batch_handler;   /* use the plugin's handle_batch when it has one; default true */
     int max_attempts;     /* deliveries before dead-lettering; default 5 */
     int *retry_delays_ms; /* delay tiers; may be NULL */
     int n_retry_delays;

@@ -75,6 +75,7 @@ typedef enum txn_pass {
     TXN_PASS_REDO,     /* the transaction is gone: roll back, run the NEW ones again */
     TXN_PASS_FATAL,    /* the connection cannot be trusted */
     TXN_PASS_FALLBACK, /* set-based pass: roll back, run the NEW ones message by message */
+    TXN_PASS_AGAIN,    /* set-based pass: roll back, run it again without the failed ones */
 } txn_pass_t;
 
 /* What an error number means for the open transaction. */
@@ -88,6 +89,22 @@ static txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
         return TXN_PASS_REDO;
     default:
         return TXN_PASS_FATAL; /* connection lost, or nothing we know how to recover from */
+    }
+}
+
+/* Give message m the verdict r (not OK) with a default reason. */
+static void txn_verdict(txn_msg_t *m, idemd_result_t r)
+{
+    if (r == IDEMD_RESULT_RETRY) {
+        txn_move(m, TXN_RETRY);
+        if (!m->reason[0])
+            txn_why(m, "handler asked to retry");
+    } else {
+        txn_move(m, TXN_REJECT);
+        if (r != IDEMD_RESULT_REJECT)
+            txn_why(m, "handler returned unknown result %d", (int)r);
+        else if (!m->reason[0])
+            txn_why(m, "handler rejected the message");
     }
 }
 
@@ -149,17 +166,7 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
         snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
         return TXN_PASS_REDO;
     }
-    if (r == IDEMD_RESULT_RETRY) {
-        txn_move(m, TXN_RETRY);
-        if (!m->reason[0])
-            txn_why(m, "handler asked to retry");
-    } else {
-        txn_move(m, TXN_REJECT);
-        if (r != IDEMD_RESULT_REJECT)
-            txn_why(m, "handler returned unknown result %d", (int)r);
-        else if (!m->reason[0])
-            txn_why(m, "handler rejected the message");
-    }
+    txn_verdict(m, r);
     return txn_undo(t, i);
 }
 
@@ -220,7 +227,49 @@ static bool txn_repeat(const txn_t *t, int i)
  * without savepoints, one COMMIT. Any message that does not end ok makes it
  * FALLBACK (that message keeps its verdict when the handler gave one).
  */
-static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found)
+/* The batch handler on the recorded list[0..k-1]: HANDLED, or verdicts and AGAIN. */
+static txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
+{
+    unsigned err = 0;
+    bool failed = false;
+    t->batch_calls++;
+    for (int j = 0; j < k; j++)
+        list[j]->reason[0] = '\0';
+    int rc = t->ops->handle_many(t->ctx, list, k, r, &err);
+    db_status_t st = db_classify(err);
+    if (st == DB_ERR_CONNECTION)
+        return TXN_PASS_FATAL;
+    if (st == DB_ERR_DEADLOCK) {
+        snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the batch handler", err);
+        return TXN_PASS_REDO;
+    }
+    if (rc != 0) {
+        char why[sizeof(list[0]->reason)];
+        snprintf(why, sizeof(why), "%s", list[0]->reason[0] ? list[0]->reason : "batch failed");
+        for (int j = 0; j < k; j++) {
+            txn_move(list[j], TXN_RETRY);
+            txn_why(list[j], "batch handler failed: %.400s", why);
+        }
+        return TXN_PASS_AGAIN;
+    }
+    for (int j = 0; j < k; j++) {
+        list[j]->reason[sizeof(list[j]->reason) - 1] = '\0';
+        if (r[j] == IDEMD_RESULT_OK) {
+            txn_move(list[j], TXN_HANDLED);
+            continue;
+        }
+        txn_verdict(list[j], r[j]);
+        failed = true;
+    }
+    if (failed)
+        return TXN_PASS_AGAIN;
+    for (int j = 0; j < k; j++)
+        if (list[j]->counted && (err = t->ops->clear_attempts(t->ctx, list[j])) != 0)
+            return txn_lost(t, err, "clearing the attempts row");
+    return TXN_PASS_DONE;
+}
+
+static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_result_t *r)
 {
     int k = 0;
     unsigned err;
@@ -229,7 +278,7 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found)
     for (int i = 0; i < t->n; i++) {
         if (t->m[i].state != TXN_NEW)
             continue;
-        if (txn_repeat(t, i)) {
+        if (t->record && txn_repeat(t, i)) {
             txn_move(&t->m[i], TXN_DUPLICATE); /* its first copy's record is ours */
             continue;
         }
@@ -238,7 +287,7 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found)
     }
     if ((err = t->ops->exec(t->ctx, "SAVEPOINT b")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
-    for (int tries = 0; k > 0; tries++) {
+    for (int tries = 0; k > 0 && t->record; tries++) {
         if ((err = t->ops->record_many(t->ctx, list, k)) == 0)
             break;
         if (db_classify(err) != DB_DUPLICATE)
@@ -262,6 +311,13 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found)
     }
     /* A repeat whose first copy turned out to be committed already is that one's duplicate
      * too; it stays DUPLICATE either way. */
+    if (t->batch && t->ops->handle_many && k > 0) {
+        txn_pass_t p = txn_bulk_handle(t, list, k, r);
+        if (p != TXN_PASS_DONE)
+            return p;
+        handled = true;
+        k = 0; /* every message is handled */
+    }
     uint64_t start = t->ops->now_ms ? t->ops->now_ms(t->ctx) : 0;
     for (int j = 0; j < k; j++) {
         txn_msg_t *m = list[j];
@@ -271,12 +327,12 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found)
         if (j > 0 && t->limit_ms && t->ops->now_ms && t->ops->now_ms(t->ctx) - start >= t->limit_ms)
             return TXN_PASS_FALLBACK;
         err = 0;
-        idemd_result_t r = t->ops->handle(t->ctx, i, m, &err);
+        idemd_result_t res = t->ops->handle(t->ctx, i, m, &err);
         m->reason[sizeof(m->reason) - 1] = '\0';
         db_status_t st = db_classify(err);
         if (st == DB_ERR_CONNECTION)
             return TXN_PASS_FATAL;
-        if (r == IDEMD_RESULT_OK) {
+        if (res == IDEMD_RESULT_OK) {
             txn_move(m, TXN_HANDLED);
             handled = true;
             if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
@@ -288,17 +344,7 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found)
             snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
             return TXN_PASS_REDO;
         }
-        if (r == IDEMD_RESULT_RETRY) {
-            txn_move(m, TXN_RETRY);
-            if (!m->reason[0])
-                txn_why(m, "handler asked to retry");
-        } else {
-            txn_move(m, TXN_REJECT);
-            if (r != IDEMD_RESULT_REJECT)
-                txn_why(m, "handler returned unknown result %d", (int)r);
-            else if (!m->reason[0])
-                txn_why(m, "handler rejected the message");
-        }
+        txn_verdict(m, res);
         return TXN_PASS_FALLBACK;
     }
     if (!handled)
@@ -341,11 +387,14 @@ txn_status_t txn_run(txn_t *t)
     for (int i = 0; i < t->n; i++)
         fresh += t->m[i].state == TXN_NEW;
     /* The set-based pass has no time limit: only for batches that are not cut short. */
-    bool bulk = t->bulk && t->record && fresh > 1 && t->ops->record_many && t->ops->find_records;
+    bool bulk =
+        t->bulk && fresh > 1 && (!t->record || (t->ops->record_many && t->ops->find_records));
     txn_msg_t *list[bulk ? t->n : 1];
     bool found[bulk ? t->n : 1];
+    idemd_result_t verdicts[bulk ? t->n : 1];
+    t->batch_calls = 0;
     for (;;) {
-        txn_pass_t p = bulk ? txn_bulk_pass(t, list, found) : txn_pass(t);
+        txn_pass_t p = bulk ? txn_bulk_pass(t, list, found, verdicts) : txn_pass(t);
         if (p == TXN_PASS_DONE)
             return TXN_DONE;
         if (p == TXN_PASS_FATAL)
@@ -358,6 +407,8 @@ txn_status_t txn_run(txn_t *t)
             t->fell_back = true;
             continue;
         }
+        if (p == TXN_PASS_AGAIN)
+            continue; /* every round leaves out at least one message: bounded by n */
         t->redos++;
         if (t->redos < TXN_REDO_MAX) {
             log_info("batch of %d: transaction lost (%s): redoing (pass %d)", t->n, t->lost_why,

@@ -77,6 +77,13 @@ typedef struct txn_ops {
     unsigned (*record_many)(void *ctx, txn_msg_t *const *ms, int k);
     /* Which of ms[0..k-1] have a committed record: sets found[j]. One SELECT. */
     unsigned (*find_records)(void *ctx, txn_msg_t *const *ms, int k, bool *found);
+    /*
+     * The handler's handle_batch on ms[0..k-1] (set-based pass only): a
+     * verdict for each into r[j], a reason into ms[j]->reason when it is
+     * not OK; *err as for handle. Returns 0, or -1 when the call failed as
+     * a whole (reason in ms[0]->reason).
+     */
+    int (*handle_many)(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err);
 } txn_ops_t;
 
 typedef struct txn {
@@ -84,6 +91,7 @@ typedef struct txn {
     void *ctx;
     bool record;       /* dedup = "table": insert a record for each message */
     bool bulk;         /* try the set-based pass first (needs record_many and find_records) */
+    bool batch;        /* in that pass, call handle_many once instead of handle per message */
     uint64_t limit_ms; /* stop starting handlers after this long (0: no limit) */
     txn_msg_t *m;
     int n;
@@ -91,6 +99,7 @@ typedef struct txn {
     int redos;         /* transactions lost and redone */
     int lock_waits;    /* records that timed out waiting for another transaction */
     bool fell_back;    /* the set-based pass gave way to the per-message one */
+    int batch_calls;   /* handle_many calls (more than one: some verdicts were not OK) */
     bool committed;    /* a COMMIT succeeded */
     bool cut_short;    /* limit_ms passed: some messages are left TXN_NEW (route HOLD) */
     char lost_why[96]; /* what lost the transaction the last time */
@@ -106,8 +115,10 @@ typedef enum txn_status {
  * are skipped). With t->bulk, first the set-based way: one multi-row
  * record INSERT (ids already committed are found with one SELECT and left
  * out; an id repeated in the batch is its first copy's duplicate), the
- * handlers without savepoints, one COMMIT. The first message that fails
- * rolls that back; the batch then runs the per-message way without it:
+ * handlers without savepoints (or one handle_many call with t->batch), one
+ * COMMIT. The first message that fails rolls that back; the batch then
+ * runs the per-message way without it (with t->batch: the set-based way
+ * again, without the messages whose verdict was not OK):
  * per message a SAVEPOINT, the record INSERT (when t->record),
  * the handler; a message that fails is rolled back to its savepoint; then
  * one COMMIT (or ROLLBACK when nothing was handled). A lost transaction

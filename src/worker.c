@@ -20,8 +20,16 @@
 #include "txn.h"
 
 #define WORKER_MAX_HEADERS 64
-#define WORKER_CONFIRM_MS 15000  /* wait for the broker to confirm republished copies */
-#define WORKER_IDLE_PING_MS 1000 /* ping the database before a batch after this long unused */
+#define WORKER_CONFIRM_MS 15000   /* wait for the broker to confirm republished copies */
+#define WORKER_IDLE_PING_MS 1000  /* ping the database before a batch after this long unused */
+#define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
+
+/* One message as the handler sees it, with the buffers its strings point into. */
+typedef struct worker_hmsg {
+    idemd_message_t msg;
+    char exchange[256], rkey[256], ctype[256];
+    idemd_header_t headers[WORKER_MAX_HEADERS];
+} worker_hmsg_t;
 
 /* What the worker keeps of one delivery beside its protocol state (txn_msg_t). */
 typedef struct worker_msg {
@@ -64,8 +72,12 @@ typedef struct worker {
     int n_held, max_held;
     uint64_t held_next_ms;
     int held_streak;
-    idemd_header_t headers[WORKER_MAX_HEADERS];
+    worker_hmsg_t one; /* the message handle() runs on */
     char scratch[8192];
+    /* For handle_batch (only when the plugin has one and batch_handler is on). */
+    worker_hmsg_t *bmsg;
+    const idemd_message_t **bptr;
+    char *bscratch, *berr;
     chores_t chores; /* retention and reconcile, between batches */
 } worker_t;
 
@@ -204,34 +216,42 @@ static const char *worker_cstr(amqp_bytes_t b, char *buf, size_t len)
     return buf;
 }
 
+/*
+ * Fill hm for message i of the batch: everything in hm->msg points into
+ * the envelope, t or hm's own buffers (valid while both are).
+ */
+static void worker_fill_msg(worker_t *w, int i, const txn_msg_t *t, worker_hmsg_t *hm,
+                            char *scratch, size_t scratch_len)
+{
+    worker_msg_t *m = &w->batch[i];
+    const amqp_basic_properties_t *p = &m->env.message.properties;
+    idemd_message_t *msg = &hm->msg;
+
+    memset(msg, 0, sizeof(*msg));
+    msg->msg_id = m->no_id ? "" : t->id;
+    msg->msg_id_len = m->no_id ? 0 : t->id_len;
+    msg->body = m->env.message.body.bytes ? m->env.message.body.bytes : "";
+    msg->body_len = m->env.message.body.len;
+    msg->exchange = worker_cstr(m->env.exchange, hm->exchange, sizeof(hm->exchange));
+    msg->routing_key = worker_cstr(m->env.routing_key, hm->rkey, sizeof(hm->rkey));
+    msg->content_type = (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
+                            ? worker_cstr(p->content_type, hm->ctype, sizeof(hm->ctype))
+                            : "";
+    msg->redelivered = m->env.redelivered;
+    msg->attempt = t->attempt;
+    msg->headers = hm->headers;
+    msg->n_headers = delivery_headers(p, hm->headers, WORKER_MAX_HEADERS, scratch, scratch_len);
+    msg->queue = w->q->name;
+    msg->consumer = w->q->consumer;
+}
+
 /* Run the handler on message i (txn_ops_t.handle): the crash note in the slot brackets the call. */
 static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
 {
     worker_t *w = ctx;
-    worker_msg_t *m = &w->batch[i];
-    const amqp_basic_properties_t *p = &m->env.message.properties;
-    char exchange[256], rkey[256], ctype[256];
-    idemd_message_t msg;
     worker_slot_t *sl = w->slot;
 
-    memset(&msg, 0, sizeof(msg));
-    msg.msg_id = m->no_id ? "" : t->id;
-    msg.msg_id_len = m->no_id ? 0 : t->id_len;
-    msg.body = m->env.message.body.bytes ? m->env.message.body.bytes : "";
-    msg.body_len = m->env.message.body.len;
-    msg.exchange = worker_cstr(m->env.exchange, exchange, sizeof(exchange));
-    msg.routing_key = worker_cstr(m->env.routing_key, rkey, sizeof(rkey));
-    msg.content_type = (p->_flags & AMQP_BASIC_CONTENT_TYPE_FLAG)
-                           ? worker_cstr(p->content_type, ctype, sizeof(ctype))
-                           : "";
-    msg.redelivered = m->env.redelivered;
-    msg.attempt = t->attempt;
-    msg.headers = w->headers;
-    msg.n_headers =
-        delivery_headers(p, w->headers, WORKER_MAX_HEADERS, w->scratch, sizeof(w->scratch));
-    msg.queue = w->q->name;
-    msg.consumer = w->q->consumer;
-
+    worker_fill_msg(w, i, t, &w->one, w->scratch, sizeof(w->scratch));
     /* Should this process die inside the handler, its successor counts the start. */
     memcpy(sl->crash_id, t->id, t->id_len);
     sl->crash_id_len = (uint32_t)t->id_len;
@@ -240,13 +260,46 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     t->reason[0] = '\0';
     if (w->q->handler_timeout > 0)
         alarm((unsigned)w->q->handler_timeout); /* SIGALRM kills a hung handler */
-    idemd_result_t r = w->h->handle(w->state, w->db->my, &msg, t->reason, sizeof(t->reason));
+    idemd_result_t r = w->h->handle(w->state, w->db->my, &w->one.msg, t->reason, sizeof(t->reason));
     if (w->q->handler_timeout > 0)
         alarm(0);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
     *err = mysql_errno(w->db->my);
     worker_progress(w); /* per message: a long batch is not a wedged worker */
     return r;
+}
+
+/*
+ * Run the handler's handle_batch on ms[0..k-1] (txn_ops_t.handle_many).
+ * No crash note: should the worker die in it, every message comes back
+ * redelivered and runs alone through handle(), where the one at fault is
+ * counted. handler_timeout bounds the whole call.
+ */
+static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r,
+                                 unsigned *err)
+{
+    worker_t *w = ctx;
+    const size_t errlen = sizeof(ms[0]->reason);
+
+    for (int j = 0; j < k; j++) {
+        worker_fill_msg(w, (int)(ms[j] - w->tm), ms[j], &w->bmsg[j],
+                        w->bscratch + (size_t)j * WORKER_BATCH_SCRATCH, WORKER_BATCH_SCRATCH);
+        w->bptr[j] = &w->bmsg[j].msg;
+        r[j] = IDEMD_RESULT_OK;
+        w->berr[(size_t)j * errlen] = '\0';
+    }
+    if (w->q->handler_timeout > 0)
+        alarm((unsigned)w->q->handler_timeout);
+    int rc = w->h->handle_batch(w->state, w->db->my, w->bptr, (size_t)k, r, w->berr, errlen);
+    if (w->q->handler_timeout > 0)
+        alarm(0);
+    *err = mysql_errno(w->db->my);
+    for (int j = 0; j < k; j++) {
+        memcpy(ms[j]->reason, w->berr + (size_t)j * errlen, errlen);
+        ms[j]->reason[errlen - 1] = '\0';
+    }
+    worker_progress(w);
+    return rc == 0 ? 0 : -1;
 }
 
 static unsigned worker_op_exec(void *ctx, const char *sql)
@@ -298,7 +351,7 @@ static uint64_t worker_op_now(void *ctx)
 
 static const txn_ops_t worker_txn_ops = {
     worker_op_exec, worker_op_record,      worker_op_clear,        worker_op_handle,
-    worker_op_now,  worker_op_record_many, worker_op_find_records,
+    worker_op_now,  worker_op_record_many, worker_op_find_records, worker_op_handle_many,
 };
 
 /*
@@ -374,6 +427,7 @@ static int worker_transact(worker_t *w)
     t.ctx = w;
     t.record = w->q->dedup == CONF_DEDUP_TABLE;
     t.bulk = true; /* one record INSERT per batch; per-message savepoints only after a failure */
+    t.batch = w->bmsg != NULL;
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
     t.m = w->tm;
@@ -383,6 +437,9 @@ static int worker_transact(worker_t *w)
     w->db_used_ms = worker_now_ms();
     if (t.committed)
         worker_count(&w->slot->n_commits);
+    if (t.batch_calls || t.fell_back)
+        log_debug("batch of %d: handle_batch called %d time(s)%s", w->n, t.batch_calls,
+                  t.fell_back ? ", then message by message" : "");
     for (int i = 0; i < w->n; i++)
         held += w->tm[i].state == TXN_NEW;
     if (t.cut_short)
@@ -953,6 +1010,15 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     w.max_held = q->prefetch / 2 > 0 ? q->prefetch / 2 : 1;
     w.held = calloc((size_t)w.max_held, sizeof(*w.held));
     w.held_tm = calloc((size_t)w.max_held, sizeof(*w.held_tm));
+    if (w.h->abi_minor >= 2 && w.h->handle_batch && q->batch_handler && q->batch_size > 1) {
+        size_t n = (size_t)q->batch_size;
+        w.bmsg = calloc(n, sizeof(*w.bmsg));
+        w.bptr = calloc(n, sizeof(*w.bptr));
+        w.bscratch = malloc(n * WORKER_BATCH_SCRATCH);
+        w.berr = malloc(n * sizeof(w.tm[0].reason));
+        if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr)
+            w.ids = NULL; /* reported just below */
+    }
     if (w.batch == NULL || w.tm == NULL || w.held == NULL || w.held_tm == NULL || w.ids == NULL ||
         w.id_lens == NULL) {
         log_error("out of memory");
@@ -982,6 +1048,10 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.held_tm);
     free(w.ids);
     free(w.id_lens);
+    free(w.bmsg);
+    free(w.bptr);
+    free(w.bscratch);
+    free(w.berr);
     plugin_free(plugin);
     log_debug("worker exiting with code %d", code);
     exit(code);

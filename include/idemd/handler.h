@@ -19,7 +19,7 @@ extern "C" {
  * exist. A plugin built for 1.0 keeps loading on every 1.x host.
  */
 #define IDEMD_HANDLER_ABI_MAJOR 1
-#define IDEMD_HANDLER_ABI_MINOR 0
+#define IDEMD_HANDLER_ABI_MINOR 2
 #define IDEMD_HANDLER_SYMBOL "idemd_handler"
 
 /* The MySQL/MariaDB connection type (MYSQL in <mysql.h>). */
@@ -105,6 +105,21 @@ typedef struct idemd_host {
  * one worker of all idemd instances on the database at a time; past
  * reconcile_timeout seconds its worker is killed and the transaction rolled
  * back.
+ *
+ * handle_batch() (ABI 1.2, optional; read only when abi_minor >= 2) handles
+ * msgs[0..n-1] at once, inside the same open transaction, after idemd has
+ * recorded all their ids: set-based SQL (one UPDATE ... WHERE id IN (...))
+ * instead of one statement per message. It writes a verdict for every
+ * message into verdicts[i] and, for a verdict other than OK, a reason into
+ * errors + i * errlen (NUL-terminated). It returns 0, or -1 when the call
+ * as a whole failed (then every message is retried with the reason in
+ * errors[0 .. errlen-1]). When any verdict is not OK, idemd rolls the
+ * transaction back and calls handle_batch again without those messages, so
+ * the effects of a failing message are never committed. Rules: no effects
+ * outside db; verdicts must depend only on the messages and the database.
+ * handle() stays required: idemd calls it for a batch of one, for
+ * redelivered messages (they run alone), after a failed set-based pass, and
+ * when the queue sets batch_handler = false.
  */
 typedef struct idemd_handler {
     unsigned abi_major; /* IDEMD_HANDLER_ABI_MAJOR */
@@ -116,7 +131,10 @@ typedef struct idemd_handler {
                              char *err, size_t errlen);
     void (*fini)(void *state);
     int (*reconcile)(void *state, struct st_mysql *db, char *err, size_t errlen);
-    void *reserved[8]; /* zero: room to grow */
+    /* ABI 1.2: */
+    int (*handle_batch)(void *state, struct st_mysql *db, const idemd_message_t *const *msgs,
+                        size_t n, idemd_result_t *verdicts, char *errors, size_t errlen);
+    void *reserved[7]; /* zero: room to grow */
 } idemd_handler_t;
 
 #ifdef __cplusplus

@@ -53,6 +53,11 @@ typedef struct order_pay_state {
     int order_status;   /* the result of the SELECT */
     my_bool status_null;
     char table[ORDER_PAY_TABLE_MAX + 1];
+    int guard; /* settings.guard */
+    char *sql; /* handle_batch's statements, grown as needed */
+    size_t sql_size;
+    long long *ids; /* handle_batch: each message's orderId (0: rejected), then the distinct ones */
+    size_t ids_size;
 } order_pay_state_t;
 
 static int order_pay_valid_table(const char *t)
@@ -77,6 +82,8 @@ static void order_pay_fini(void *state)
         mysql_stmt_close(st->status);
     if (st->tok != NULL)
         json_tokener_free(st->tok);
+    free(st->sql);
+    free(st->ids);
     free(st);
 }
 
@@ -128,6 +135,7 @@ static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *sett
     }
     st->host = host;
     st->db = db;
+    st->guard = guard;
     snprintf(st->table, sizeof(st->table), "%s", table);
 
     snprintf(sql, sizeof(sql),
@@ -324,6 +332,157 @@ static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_messa
     return order_pay_explain(st, err, errlen);
 }
 
+static int order_pay_cmp(const void *a, const void *b)
+{
+    long long x = *(const long long *)a, y = *(const long long *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Room for n orderIds twice and a statement about them: 0, or -1. */
+static int order_pay_room(order_pay_state_t *st, size_t n)
+{
+    size_t sql = 256 + n * 96; /* " WHEN id THEN count" and ", id" per order */
+    if (2 * n > st->ids_size) {
+        long long *p = realloc(st->ids, 2 * n * sizeof(*p));
+        if (p == NULL)
+            return -1;
+        st->ids = p;
+        st->ids_size = 2 * n;
+    }
+    if (sql > st->sql_size) {
+        char *p = realloc(st->sql, sql);
+        if (p == NULL)
+            return -1;
+        st->sql = p;
+        st->sql_size = sql;
+    }
+    return 0;
+}
+
+/* Append " (a, b, ...)" of the k distinct ids to the statement at o. Returns the new end. */
+static char *order_pay_in_list(char *o, const long long *d, size_t k)
+{
+    *o++ = '(';
+    for (size_t j = 0; j < k; j++)
+        o += sprintf(o, "%s%lld", j ? ", " : "", d[j]);
+    *o++ = ')';
+    *o = '\0';
+    return o;
+}
+
+/*
+ * Verdicts from the orders' statuses after the UPDATE (as order_pay_explain
+ * does for one): paid -> OK; missing or another status -> REJECT. 0, or -1
+ * on a MySQL error (reason in errors).
+ */
+static int order_pay_statuses(order_pay_state_t *st, MYSQL *db, const long long *d, size_t k,
+                              size_t n, idemd_result_t *verdicts, char *errors, size_t errlen)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    char *o = st->sql + sprintf(st->sql, "SELECT id, status FROM `%s` WHERE id IN ", st->table);
+    order_pay_in_list(o, d, k);
+    if (mysql_query(db, st->sql) != 0 || (res = mysql_store_result(db)) == NULL) {
+        snprintf(errors, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (st->ids[i] > 0)
+            verdicts[i] = IDEMD_RESULT_REJECT; /* until its row says otherwise */
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        long long id = strtoll(row[0], NULL, 10);
+        int status = row[1] ? atoi(row[1]) : -1;
+        for (size_t i = 0; i < n; i++) {
+            if (st->ids[i] != id)
+                continue;
+            char *e = errors + i * errlen;
+            if (status == ORDER_STATUS_PAID) {
+                verdicts[i] = IDEMD_RESULT_OK;
+            } else if (status == ORDER_STATUS_UNPAID) {
+                verdicts[i] = IDEMD_RESULT_RETRY;
+                snprintf(e, errlen, "order %lld is unpaid but the UPDATE changed nothing", id);
+            } else {
+                snprintf(e, errlen, "order %lld has status %d (expected %d unpaid or %d paid)", id,
+                         status, ORDER_STATUS_UNPAID, ORDER_STATUS_PAID);
+            }
+        }
+    }
+    mysql_free_result(res);
+    for (size_t i = 0; i < n; i++)
+        if (st->ids[i] > 0 && verdicts[i] == IDEMD_RESULT_REJECT && !errors[i * errlen])
+            snprintf(errors + i * errlen, errlen, "order %lld does not exist in `%s`", st->ids[i],
+                     st->table);
+    return 0;
+}
+
+/*
+ * The set-based payment (ABI 1.2): one UPDATE ... WHERE id IN (...) for the
+ * whole batch. When it changed fewer rows than there are orders, one SELECT
+ * of their statuses gives each message its verdict. With guard = false each
+ * order's pay_count grows by the number of its messages in the batch, as
+ * handle() would do one by one.
+ */
+static int order_pay_handle_batch(void *state, MYSQL *db, const idemd_message_t *const *msgs,
+                                  size_t n, idemd_result_t *verdicts, char *errors, size_t errlen)
+{
+    order_pay_state_t *st = state;
+    size_t k = 0;
+
+    if (db != st->db) {
+        snprintf(errors, errlen, "handler state was prepared on another connection");
+        return -1;
+    }
+    if (order_pay_room(st, n) != 0) {
+        snprintf(errors, errlen, "out of memory");
+        return -1;
+    }
+    long long *d = st->ids + n; /* the distinct orderIds, sorted */
+    for (size_t i = 0; i < n; i++) {
+        verdicts[i] = IDEMD_RESULT_OK;
+        if (order_pay_parse(st, msgs[i], &st->ids[i], errors + i * errlen, errlen) != 0) {
+            verdicts[i] = IDEMD_RESULT_REJECT;
+            st->ids[i] = 0;
+            continue;
+        }
+        d[k++] = st->ids[i];
+    }
+    if (k == 0)
+        return 0;
+    qsort(d, k, sizeof(*d), order_pay_cmp);
+    size_t u = 0;
+    for (size_t j = 0; j < k; j++)
+        if (u == 0 || d[j] != d[u - 1])
+            d[u++] = d[j];
+    char *o = st->sql + sprintf(st->sql,
+                                "UPDATE `%s` SET status = %d, pay_time = NOW(), pay_count = "
+                                "pay_count + ",
+                                st->table, ORDER_STATUS_PAID);
+    if (st->guard || u == k) {
+        o += sprintf(o, "1");
+    } else {
+        o += sprintf(o, "CASE id");
+        for (size_t j = 0; j < u; j++) {
+            long long c = 0;
+            for (size_t i = 0; i < n; i++)
+                c += st->ids[i] == d[j];
+            o += sprintf(o, " WHEN %lld THEN %lld", d[j], c);
+        }
+        o += sprintf(o, " END");
+    }
+    o += sprintf(o, " WHERE id IN ");
+    o = order_pay_in_list(o, d, u);
+    if (st->guard)
+        sprintf(o, " AND status = %d", ORDER_STATUS_UNPAID);
+    if (mysql_query(db, st->sql) != 0) {
+        snprintf(errors, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+        return -1;
+    }
+    my_ulonglong changed = mysql_affected_rows(db);
+    if (changed == (my_ulonglong)u)
+        return 0;
+    return order_pay_statuses(st, db, d, u, n, verdicts, errors, errlen);
+}
+
 const idemd_handler_t idemd_handler = {
     .abi_major = IDEMD_HANDLER_ABI_MAJOR,
     .abi_minor = IDEMD_HANDLER_ABI_MINOR,
@@ -331,4 +490,5 @@ const idemd_handler_t idemd_handler = {
     .init = order_pay_init,
     .handle = order_pay_handle,
     .fini = order_pay_fini,
+    .handle_batch = order_pay_handle_batch,
 };

@@ -276,6 +276,30 @@ static idemd_result_t f_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
     }
 }
 
+/* The batch handler: every message's statement and verdict as f_handle, in one call. */
+static bool batch_fails;
+static bool f_dead(void *ctx)
+{
+    return ((fdb_t *)ctx)->dead;
+}
+
+static int f_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err)
+{
+    if (batch_fails) {
+        snprintf(ms[0]->reason, sizeof(ms[0]->reason), "test batch failure");
+        return -1;
+    }
+    for (int j = 0; j < k; j++) {
+        unsigned e = 0;
+        r[j] = f_handle(ctx, 0, ms[j], &e);
+        if (e && !*err)
+            *err = e;
+        if (f_dead(ctx))
+            return -1;
+    }
+    return 0;
+}
+
 static uint64_t clock_ms;
 static uint64_t f_now(void *ctx)
 {
@@ -283,8 +307,8 @@ static uint64_t f_now(void *ctx)
     return clock_ms + (uint64_t)d->handler_calls[0] * 0 + (uint64_t)d->seen[S_SAVEPOINT] * 100;
 }
 
-static const txn_ops_t f_ops = {f_exec, f_record,      f_clear,       f_handle,
-                                f_now,  f_record_many, f_find_records};
+static const txn_ops_t f_ops = {f_exec, f_record,      f_clear,        f_handle,
+                                f_now,  f_record_many, f_find_records, f_handle_many};
 
 static fdb_t db;
 static txn_msg_t msgs[NIDS];
@@ -303,6 +327,7 @@ static void setup(int n, const int *beh)
         behaviour[i] = beh ? beh[i] : H_OK;
     }
     memset(&tx, 0, sizeof(tx));
+    batch_fails = false;
     tx.ops = &f_ops;
     tx.ctx = &db;
     tx.record = true;
@@ -554,10 +579,46 @@ int main(void)
                 count_state(TXN_COMMITTED) == 2 && invariants(st, "set-based lock wait"),
             "set-based: a held key falls back; that message retried, the others committed");
 
+    /* Issue 10: the batch handler (handle_batch) with per-message verdicts. */
+    setup(5, NULL);
+    tx.bulk = tx.batch = true;
+    st = txn_run(&tx);
+    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 5 && tx.batch_calls == 1 &&
+                db.seen[S_BULK] == 1 && invariants(st, "batch handler"),
+            "batch handler: one call, one INSERT, all committed");
+    {
+        int beh[5] = {H_OK, H_REJECT, H_OK, H_RETRY, H_OK};
+        setup(5, beh);
+        tx.bulk = tx.batch = true;
+        st = txn_run(&tx);
+        t_check(st == TXN_DONE && tx.batch_calls == 2 && msgs[1].state == TXN_REJECT &&
+                    msgs[3].state == TXN_RETRY && count_state(TXN_COMMITTED) == 3 &&
+                    db.eff_committed[1] == 0 && db.eff_committed[3] == 0 &&
+                    db.handler_calls[1] == 1 && db.handler_calls[0] == 2 && !tx.fell_back &&
+                    invariants(st, "batch verdicts"),
+                "batch handler: failed verdicts rolled back, called again without them");
+    }
+    setup(3, NULL);
+    tx.bulk = tx.batch = true;
+    batch_fails = true;
+    st = txn_run(&tx);
+    t_check(st == TXN_DONE && count_state(TXN_RETRY) == 3 && db.seen[S_COMMIT] == 0 &&
+                strstr(msgs[2].reason, "test batch failure") != NULL &&
+                invariants(st, "batch failure"),
+            "batch handler failing as a whole: every message retried, nothing committed");
+
+    setup(3, NULL);
+    tx.record = false;
+    tx.bulk = tx.batch = true;
+    st = txn_run(&tx);
+    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.batch_calls == 1 &&
+                db.seen[S_BULK] == 0 && db.eff_committed[2] == 1,
+            "dedup none: the batch handler runs without any record statement");
+
     /* The error matrix: each error at each step, for every position of the batch, with
      * innodb_rollback_on_timeout off and on. */
     int matrix_bad = 0, matrix_runs = 0;
-    for (int bulk = 0; bulk <= 1; bulk++)
+    for (int bulk = 0; bulk <= 2; bulk++) /* per message, set-based, with a batch handler */
         for (int on = 0; on <= 1; on++)
             for (int s = S_SAVEPOINT; s < S_N; s++)
                 for (size_t e = 0; e < sizeof(errs) / sizeof(errs[0]); e++)
@@ -569,7 +630,8 @@ int main(void)
                                 continue; /* not a step of that path */
                             int beh[3] = {H_OK, H_RETRY, H_OK};
                             setup(3, beh);
-                            tx.bulk = bulk;
+                            tx.bulk = bulk > 0;
+                            tx.batch = bulk == 2;
                             db.rollback_on_timeout = on;
                             fault(s, nth, errs[e], times);
                             st = txn_run(&tx);
