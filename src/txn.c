@@ -324,8 +324,11 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
         int i = (int)(m - t->m);
         /* Past the limit, the records of the rest cannot be committed without them: go the
          * per-message way, which commits what it did and keeps the rest. */
-        if (j > 0 && t->limit_ms && t->ops->now_ms && t->ops->now_ms(t->ctx) - start >= t->limit_ms)
+        if (j > 0 && t->limit_ms && t->ops->now_ms &&
+            t->ops->now_ms(t->ctx) - start >= t->limit_ms) {
+            t->too_slow = true;
             return TXN_PASS_FALLBACK;
+        }
         err = 0;
         idemd_result_t res = t->ops->handle(t->ctx, i, m, &err);
         m->reason[sizeof(m->reason) - 1] = '\0';
@@ -383,6 +386,7 @@ txn_status_t txn_run(txn_t *t)
     t->cut_short = false;
     t->lost_why[0] = '\0';
     t->fell_back = false;
+    t->too_slow = false;
     int fresh = 0;
     for (int i = 0; i < t->n; i++)
         fresh += t->m[i].state == TXN_NEW;

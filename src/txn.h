@@ -99,6 +99,7 @@ typedef struct txn {
     int redos;         /* transactions lost and redone */
     int lock_waits;    /* records that timed out waiting for another transaction */
     bool fell_back;    /* the set-based pass gave way to the per-message one */
+    bool too_slow;     /* ... because the handlers ran past limit_ms: skip it for a while */
     int batch_calls;   /* handle_many calls (more than one: some verdicts were not OK) */
     bool committed;    /* a COMMIT succeeded */
     bool cut_short;    /* limit_ms passed: some messages are left TXN_NEW (route HOLD) */

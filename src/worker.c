@@ -64,7 +64,8 @@ typedef struct worker {
     worker_msg_t carry; /* a suspect delivery received while filling a batch */
     txn_msg_t carry_tm;
     bool has_carry;
-    uint64_t db_used_ms; /* when the database connection last ran a batch */
+    uint64_t db_used_ms;        /* when the database connection last ran a batch */
+    uint64_t bulk_off_until_ms; /* no set-based pass before this (slow handlers) */
     /* Messages whose copy the broker refused (a full dead letter queue, say): kept
      * unacked and published again on a timer while other batches go on. */
     worker_msg_t *held;
@@ -426,7 +427,9 @@ static int worker_transact(worker_t *w)
     t.ops = &worker_txn_ops;
     t.ctx = w;
     t.record = w->q->dedup == CONF_DEDUP_TABLE;
-    t.bulk = true; /* one record INSERT per batch; per-message savepoints only after a failure */
+    /* One record INSERT per batch; per-message savepoints only after a failure, and for a
+     * minute after handlers were too slow to finish a batch within the limit that way. */
+    t.bulk = worker_now_ms() >= w->bulk_off_until_ms;
     t.batch = w->bmsg != NULL;
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
@@ -437,6 +440,12 @@ static int worker_transact(worker_t *w)
     w->db_used_ms = worker_now_ms();
     if (t.committed)
         worker_count(&w->slot->n_commits);
+    if (t.too_slow) {
+        w->bulk_off_until_ms = worker_now_ms() + 60000;
+        log_info("handlers ran past %llu ms in a set-based batch: message by message for a "
+                 "minute",
+                 (unsigned long long)t.limit_ms);
+    }
     if (t.batch_calls || t.fell_back)
         log_debug("batch of %d: handle_batch called %d time(s)%s", w->n, t.batch_calls,
                   t.fell_back ? ", then message by message" : "");
