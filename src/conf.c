@@ -171,6 +171,9 @@ static const conf_def_t conf_defs[] = {
              "seconds between calls of a handler's `reconcile()`; 0 = never"),
     CONF_INT("daemon", "reconcile_timeout", conf_t, reconcile_timeout, 0, "30", 1, 3600,
              "seconds one `reconcile()` call may take before its worker is killed"),
+    CONF_INT("daemon", "outbox_grace", conf_t, outbox_grace, 0, "30", 1, 3600,
+             "seconds an outbox row is left to the worker that wrote it before the sweeper "
+             "sends it"),
 
     CONF_STRING("broker", "host", conf_broker_t, host, NR, "127.0.0.1", 1, 255, NULL,
                 "host name or address of RabbitMQ"),

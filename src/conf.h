@@ -101,6 +101,7 @@ typedef struct conf {
     int shutdown_timeout;   /* seconds; daemon.shutdown_timeout, default 30 */
     int reconcile_interval; /* seconds; daemon.reconcile_interval, default 0 = off */
     int reconcile_timeout;  /* seconds; daemon.reconcile_timeout, default 30 */
+    int outbox_grace;       /* seconds; daemon.outbox_grace, default 30 */
     conf_broker_t broker;
     conf_database_t database;
     conf_queue_t *queues;

@@ -60,6 +60,10 @@ void mq_round_begin(mq_t *mq);
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
                amqp_bytes_t body) __attribute__((warn_unused_result));
 
+/* The same through exchange ("" = the default exchange). */
+int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
+                  const amqp_basic_properties_t *props, amqp_bytes_t body);
+
 /*
  * Wait up to timeout_ms per frame until the broker settled every copy of
  * the round: acked, or refused (nack, or returned as unroutable). Returns 0

@@ -182,6 +182,25 @@ static int plugin_setting_bool(const idemd_settings_t *s, const char *name, int 
     return 0;
 }
 
+static plugin_publish_fn plugin_publisher;
+static void *plugin_publisher_ctx;
+
+void plugin_set_publisher(plugin_publish_fn fn, void *ctx)
+{
+    plugin_publisher = fn;
+    plugin_publisher_ctx = ctx;
+}
+
+static int plugin_publish(struct st_mysql *db, const idemd_message_t *source,
+                          const idemd_publish_t *p, char *err, size_t errlen)
+{
+    if (plugin_publisher == NULL || source == NULL || p == NULL) {
+        snprintf(err, errlen, "publish: only from handle() or handle_batch(), with its message");
+        return -1;
+    }
+    return plugin_publisher(plugin_publisher_ctx, db, source, p, err, errlen);
+}
+
 static const idemd_host_t plugin_host_table = {
     .abi_major = IDEMD_HANDLER_ABI_MAJOR,
     .abi_minor = IDEMD_HANDLER_ABI_MINOR,
@@ -189,6 +208,7 @@ static const idemd_host_t plugin_host_table = {
     .setting_string = plugin_setting_string,
     .setting_int = plugin_setting_int,
     .setting_bool = plugin_setting_bool,
+    .publish = plugin_publish,
 };
 
 const idemd_host_t *plugin_host(void)

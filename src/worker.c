@@ -16,6 +16,7 @@
 #include "delivery.h"
 #include "log.h"
 #include "mq.h"
+#include "outbox.h"
 #include "relay.h"
 #include "txn.h"
 
@@ -39,6 +40,7 @@ typedef struct worker_msg {
     txn_route_t route; /* where it goes once the transaction is over */
     bool copy_ok;      /* its copy was confirmed by the broker */
     bool moved;        /* handed to the held list: the batch no longer owns it */
+    unsigned pub_seq;  /* onward messages it sent in the current handler call */
     int copy_index;    /* its copy's place in the publishing round, or -1 */
 } worker_msg_t;
 
@@ -66,6 +68,12 @@ typedef struct worker {
     bool has_carry;
     uint64_t db_used_ms;        /* when the database connection last ran a batch */
     uint64_t bulk_off_until_ms; /* no set-based pass before this (slow handlers) */
+    outbox_t *outbox;           /* onward messages (host->publish) */
+    bool outbox_used;           /* a handler published during this batch */
+    int cur;                    /* the message handle() runs on */
+    int *bidx;                  /* the batch index of each handle_batch message */
+    int crash_before_relay;     /* test only: IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the
+                                 * Nth relay, twice per worker slot */
     /* Messages whose copy the broker refused (a full dead letter queue, say): kept
      * unacked and published again on a timer while other batches go on. */
     worker_msg_t *held;
@@ -83,6 +91,8 @@ typedef struct worker {
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
+
+static int worker_open_publisher(worker_t *w);
 
 static void worker_on_signal(int sig)
 {
@@ -149,6 +159,10 @@ static int worker_connect_db(worker_t *w)
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
+    if (w->outbox)
+        outbox_rebind(w->outbox, w->db);
+    else if ((w->outbox = outbox_new(w->db)) == NULL)
+        return WORKER_EXIT_TEMPFAIL;
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
         log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
@@ -253,6 +267,8 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     worker_slot_t *sl = w->slot;
 
     worker_fill_msg(w, i, t, &w->one, w->scratch, sizeof(w->scratch));
+    w->cur = i;
+    w->batch[i].pub_seq = 0; /* a redone call sends the same onward ids again */
     /* Should this process die inside the handler, its successor counts the start. */
     memcpy(sl->crash_id, t->id, t->id_len);
     sl->crash_id_len = (uint32_t)t->id_len;
@@ -286,6 +302,8 @@ static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_r
         worker_fill_msg(w, (int)(ms[j] - w->tm), ms[j], &w->bmsg[j],
                         w->bscratch + (size_t)j * WORKER_BATCH_SCRATCH, WORKER_BATCH_SCRATCH);
         w->bptr[j] = &w->bmsg[j].msg;
+        w->bidx[j] = (int)(ms[j] - w->tm);
+        w->batch[w->bidx[j]].pub_seq = 0;
         r[j] = IDEMD_RESULT_OK;
         w->berr[(size_t)j * errlen] = '\0';
     }
@@ -411,6 +429,101 @@ static int worker_count_crash(worker_t *w)
 }
 
 /*
+ * host->publish for the message being handled (plugin_set_publisher): an
+ * outbox row in the open transaction, with the id derived from the source
+ * message's id and this call's index. 0, or -1 with the reason in err.
+ */
+static int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src,
+                          const idemd_publish_t *p, char *err, size_t errlen)
+{
+    worker_t *w = ctx;
+    int i = -1;
+
+    if (w->db == NULL || db != w->db->my) {
+        snprintf(err, errlen, "publish: db is not the connection handle() was given");
+        return -1;
+    }
+    if (src == &w->one.msg) {
+        i = w->cur;
+    } else if (w->bmsg != NULL) {
+        for (int j = 0; j < w->q->batch_size && i < 0; j++)
+            if (src == &w->bmsg[j].msg)
+                i = w->bidx[j];
+    }
+    if (i < 0 || i >= w->n) {
+        snprintf(err, errlen, "publish: source is not a message being handled");
+        return -1;
+    }
+    if (w->batch[i].no_id && p->msg_id == NULL) {
+        snprintf(err, errlen,
+                 "publish: the source message has no id, so the onward message "
+                 "needs its own msg_id");
+        return -1;
+    }
+    w->outbox_used = true;
+    return outbox_add(w->outbox, w->tm[i].id, w->tm[i].id_len, w->batch[i].pub_seq++, p, err,
+                      errlen);
+}
+
+/*
+ * Right after COMMIT: publish the onward messages of the batch's committed
+ * messages, with confirms, and delete their rows. A failure leaves them to
+ * the sweeper (worker_sweep); the batch is settled either way.
+ */
+static void worker_relay(worker_t *w)
+{
+    int k = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (w->tm[i].state != TXN_COMMITTED)
+            continue;
+        w->ids[k] = w->tm[i].id;
+        w->id_lens[k++] = w->tm[i].id_len;
+    }
+    if (k == 0)
+        return;
+    if (w->crash_before_relay > 0 && --w->crash_before_relay == 0 &&
+        __atomic_add_fetch(&w->slot->test_crashes, 1, __ATOMIC_RELAXED) <= 2) {
+        log_warn("test: IDEMD_TEST_CRASH_BEFORE_RELAY: killing this worker after COMMIT");
+        raise(SIGKILL);
+    }
+    if (w->pub == NULL && worker_open_publisher(w) != 0) {
+        log_warn("outbox: no republishing connection: onward messages wait for the sweeper");
+        return;
+    }
+    int n = outbox_relay(w->outbox, w->pub, w->ids, w->id_lens, k, 0, 1000000);
+    if (n >= 0) {
+        log_debug("outbox: sent %d onward message(s)", n);
+        return;
+    }
+    log_warn("outbox: onward messages not all sent (%s): the sweeper sends them later",
+             n == -1 ? "database" : "broker");
+    if (n == -2) {
+        mq_close(w->pub);
+        w->pub = NULL;
+        w->pub_failed = true;
+    }
+}
+
+/* The outbox sweeper (a chore, one runner at a time): rows a dead worker left behind. */
+static int worker_sweep(void *arg)
+{
+    worker_t *w = arg;
+    if (w->pub == NULL && worker_open_publisher(w) != 0)
+        return 0;
+    int n = outbox_relay(w->outbox, w->pub, NULL, NULL, -1, w->conf->outbox_grace, 500);
+    if (n == -1)
+        return -1;
+    if (n == -2) {
+        mq_close(w->pub);
+        w->pub = NULL;
+        w->pub_failed = true;
+    } else if (n > 0) {
+        log_info("outbox: sweeper sent %d onward message(s) left behind", n);
+    }
+    return 0;
+}
+
+/*
  * Run the batch's transaction (txn.c) after the crash guard. 0 when every
  * message that ran has its outcome; -1 when the database cannot be
  * trusted (nothing may be acked: the broker redelivers, the record decides).
@@ -435,8 +548,11 @@ static int worker_transact(worker_t *w)
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
     t.m = w->tm;
     t.n = w->n;
+    w->outbox_used = false;
     if (txn_run(&t) != TXN_DONE)
         return -1;
+    if (t.committed && w->outbox_used)
+        worker_relay(w);
     w->db_used_ms = worker_now_ms();
     if (t.committed)
         worker_count(&w->slot->n_commits);
@@ -931,6 +1047,8 @@ static int worker_check_db(worker_t *w)
     if (worker_connect_db(w) != 0)
         return -1;
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
+    if (w->h->abi_minor >= 3)
+        chores_set_sweep(&w->chores, worker_sweep, w);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     return 0;
 }
@@ -939,6 +1057,8 @@ static int worker_check_db(worker_t *w)
 static int worker_loop(worker_t *w)
 {
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
+    if (w->h->abi_minor >= 3)
+        chores_set_sweep(&w->chores, worker_sweep, w);
     while (!worker_stop) {
         worker_progress(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
@@ -993,6 +1113,9 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         exit(WORKER_EXIT_CONFIG);
     }
     w.h = plugin->handler;
+    plugin_set_publisher(worker_publish, &w);
+    const char *crash = getenv("IDEMD_TEST_CRASH_BEFORE_RELAY"); /* fault injection for tests */
+    w.crash_before_relay = crash ? atoi(crash) : 0;
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
 
     memset(&sa, 0, sizeof(sa));
@@ -1023,9 +1146,10 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         size_t n = (size_t)q->batch_size;
         w.bmsg = calloc(n, sizeof(*w.bmsg));
         w.bptr = calloc(n, sizeof(*w.bptr));
+        w.bidx = calloc(n, sizeof(*w.bidx));
         w.bscratch = malloc(n * WORKER_BATCH_SCRATCH);
         w.berr = malloc(n * sizeof(w.tm[0].reason));
-        if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr)
+        if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr || !w.bidx)
             w.ids = NULL; /* reported just below */
     }
     if (w.batch == NULL || w.tm == NULL || w.held == NULL || w.held_tm == NULL || w.ids == NULL ||
@@ -1059,6 +1183,8 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.id_lens);
     free(w.bmsg);
     free(w.bptr);
+    free(w.bidx);
+    outbox_close(w.outbox);
     free(w.bscratch);
     free(w.berr);
     plugin_free(plugin);
