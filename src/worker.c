@@ -384,8 +384,21 @@ static const txn_ops_t worker_txn_ops = {
 static int worker_guard(worker_t *w, int i)
 {
     txn_msg_t *t = &w->tm[i];
+    const char *id = t->id;
+    size_t len = t->id_len;
+    bool found = false;
     if (!w->batch[i].suspect || t->state != TXN_NEW)
         return 0;
+    /* A copy of a message committed before (its ack was lost, then redelivered again and
+     * again) is a duplicate, not a crash: it must not use up attempts. */
+    if (w->q->dedup == CONF_DEDUP_TABLE) {
+        if (db_find_records(w->db, &id, &len, 1, &found) != DB_OK)
+            return -1;
+        if (found) {
+            txn_move(t, TXN_DUPLICATE);
+            return 0;
+        }
+    }
     long long starts = db_attempt_bump(w->db, t->id, t->id_len);
     if (starts < 0)
         return -1;
