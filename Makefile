@@ -33,12 +33,13 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard 
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit integration bench chaos memcheck demo install uninstall clean format format-check \
+.PHONY: all check-build test unit integration bench chaos chaos-high chaos-matrix memcheck demo install uninstall clean format format-check \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
 all: $(B)/idemd $(PLUGINS)
 
-check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS)
+# bench/pace paces the chaos runs' publishers (tests/chaos/run).
+check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace
 
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
@@ -84,8 +85,15 @@ $(B)/bench:
 bench: check-build $(BENCH_TOOLS)
 	bash bench/run
 
+# The chaos runs (tests/chaos/run --help); more flags through CHAOS_ARGS, e.g. CHAOS_ARGS=--short.
 chaos: check-build
-	bash tests/chaos/run
+	H_BUILD=$(abspath $(B)) bash tests/chaos/run $(CHAOS_ARGS)
+
+chaos-high: check-build
+	H_BUILD=$(abspath $(B)) bash tests/chaos/run --high-load $(CHAOS_ARGS)
+
+chaos-matrix: check-build
+	H_BUILD=$(abspath $(B)) bash tests/chaos/run --matrix $(CHAOS_ARGS)
 
 memcheck: check-build
 	bash tests/memcheck
