@@ -242,6 +242,9 @@ static void sup_reap(supervisor_t *s)
                 continue;
             uint64_t now = sup_now_ms();
             w->pid = 0;
+            /* For the successor's crash-loop guard: did the handler kill it, or someone else? */
+            __atomic_store_n(&w->slot->exit_signal, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+                             __ATOMIC_RELAXED);
             sup_describe_exit(status, w, why, sizeof(why));
             if (s->stopping || w->retiring) {
                 log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid, why);

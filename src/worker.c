@@ -429,8 +429,16 @@ static int worker_count_crash(worker_t *w)
     if (!__atomic_load_n(&sl->in_handler, __ATOMIC_ACQUIRE))
         return 0;
     size_t len = sl->crash_id_len < sizeof(sl->crash_id) ? sl->crash_id_len : 0;
+    int sig = __atomic_load_n(&sl->exit_signal, __ATOMIC_RELAXED);
     delivery_id_printable(sl->crash_id, len, pid, sizeof(pid));
-    if (strcmp(sl->crash_consumer, w->q->consumer) == 0 && !sl->crash_counted) {
+    /* Killed from outside (kill -9, SIGTERM past shutdown_timeout) while in the handler: not
+     * the message's fault. A handler that takes all memory and is OOM-killed is still
+     * stopped: its redelivered runs are counted before they start. */
+    if (sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+        log_info("the previous worker was killed (signal %d) in the handler on message id=%s: "
+                 "not counted as a crash",
+                 sig, pid);
+    } else if (strcmp(sl->crash_consumer, w->q->consumer) == 0 && !sl->crash_counted) {
         long long n = db_attempt_bump(w->db, sl->crash_id, len);
         if (n < 0)
             return -1;

@@ -49,6 +49,8 @@ typedef struct worker_slot {
     char crash_id[256];
     char crash_consumer[129];
     int test_crashes; /* IDEMD_TEST_CRASH_BEFORE_RELAY deaths of this slot so far (tests only) */
+    int exit_signal;  /* set by the supervisor at reap: the signal that ended the last worker, or 0
+                       */
     int log_level;    /* set by the supervisor: log_level_t in effect */
     int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
     /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
