@@ -532,7 +532,8 @@ static int worker_republish(worker_t *w)
                                                  &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
-        if (relay_copy_init(&c, &m->env, w->q->name, m->attempt, m->reason, now_ms) != 0)
+        if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, m->attempt, m->reason,
+                            now_ms) != 0)
             goto fail;
         m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
         relay_copy_free(&c);
