@@ -19,7 +19,7 @@
 
 #define WORKER_MAX_HEADERS 64
 #define WORKER_REDO_MAX 5       /* deadlocked batches are redone this many times */
-#define WORKER_CONFIRM_MS 15000 /* wait for the broker to confirm republished copies */
+#define WORKER_CONFIRM_MS 15000 /* a round's wait for the broker to confirm its copies, in all */
 
 typedef enum worker_outcome {
     WORKER_OUT_PENDING = 0,
@@ -76,6 +76,7 @@ typedef struct worker {
     char scratch[8192];
     uint64_t next_reconcile_ms;
     uint64_t next_purge_ms;
+    uint64_t next_pub_service_ms;
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -482,6 +483,18 @@ static void worker_route(worker_t *w, worker_msg_t *m)
 }
 
 /*
+ * While the republishing connection waits: show progress to the supervisor,
+ * and keep the consuming connection's heartbeat going (its deliveries are
+ * not read meanwhile).
+ */
+static void worker_tick(void *arg)
+{
+    worker_t *w = arg;
+    worker_progress(w);
+    mq_keepalive(w->mq);
+}
+
+/*
  * Open the republishing connection. After a failed round the queues we
  * publish to are declared again first: someone may have deleted them, and
  * a copy to a missing queue is returned, which would requeue its message
@@ -489,7 +502,7 @@ static void worker_route(worker_t *w, worker_msg_t *m)
  */
 static int worker_open_publisher(worker_t *w)
 {
-    if (mq_open_publisher(&w->conf->broker, w->name, &w->pub) != 0)
+    if (mq_open_publisher(&w->conf->broker, w->name, worker_tick, w, &w->pub) != 0)
         return -1;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);
@@ -523,8 +536,20 @@ static int worker_republish(worker_t *w)
         m->copy_index = -1;
         if (m->route != WORKER_ROUTE_DELAY && m->route != WORKER_ROUTE_DLQ)
             continue;
+        if (published == 0 && w->pub && mq_service(w->pub) != 0) {
+            mq_close(w->pub); /* lost while idle: open a new one */
+            w->pub = NULL;
+        }
         if (w->pub == NULL && worker_open_publisher(w) != 0)
             goto fail;
+        if (published == 0 && mq_blocked(w->pub)) {
+            /* Publish nothing: the copies would wait unconfirmed in the broker. The
+             * connection stays open to hear connection.unblocked. */
+            log_warn("queue %s: the broker blocks publishing (resource alarm): not "
+                     "republishing this round",
+                     w->q->name);
+            return -1;
+        }
         if (published == 0)
             mq_round_begin(w->pub);
         const char *target = m->route == WORKER_ROUTE_DLQ ? w->q->dead_letter_queue
@@ -737,6 +762,22 @@ static int worker_collect(worker_t *w)
     return 0;
 }
 
+/*
+ * Once a second, let the republishing connection (if open) answer
+ * heartbeats and hear connection.blocked / unblocked; drop it when lost.
+ */
+static void worker_service_pub(worker_t *w)
+{
+    uint64_t now = worker_now_ms();
+    if (w->pub == NULL || now < w->next_pub_service_ms)
+        return;
+    w->next_pub_service_ms = now + 1000;
+    if (mq_service(w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+    }
+}
+
 /* Free the batch's envelopes (and the carried one when all is true). */
 static void worker_release(worker_t *w, bool all)
 {
@@ -754,6 +795,7 @@ static int worker_loop(worker_t *w)
 {
     while (!worker_stop) {
         worker_progress(w);
+        worker_service_pub(w);
         if (worker_collect(w) != 0) {
             worker_release(w, true);
             return WORKER_EXIT_TEMPFAIL;
