@@ -461,6 +461,7 @@ static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *rol
         log_error("broker %s: %sconnection closed by broker: %u %.*s", mq->where, role,
                   m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
         amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        mq->broken = true; /* closed: nothing more to say to it */
     }
     mq->channel_open = false;
 }
