@@ -64,6 +64,7 @@ static int mq_abort_init(void)
         return 0;
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = mq_on_abort;
+    sa.sa_flags = SA_RESTART; /* a late signal must not fail an unrelated call with EINTR */
     sigemptyset(&sa.sa_mask);
     memset(&sev, 0, sizeof(sev));
     sev.sigev_notify = SIGEV_SIGNAL;
