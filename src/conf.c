@@ -185,8 +185,9 @@ static const conf_def_t conf_defs[] = {
                 "password; prefer `password_file`"),
     CONF_FILE("broker", "password_file", conf_broker_t, password, NR | SE, "password",
               "file holding the password (trailing newlines removed); excludes `password`"),
-    CONF_INT("broker", "heartbeat", conf_broker_t, heartbeat, NR, "30", 0, 3600,
-             "AMQP heartbeat in seconds; 0 = off"),
+    CONF_INT(
+        "broker", "heartbeat", conf_broker_t, heartbeat, NR, "30", 0, 3600,
+        "AMQP heartbeat in seconds, for the consuming and the republishing connections; 0 = off"),
     CONF_GROUP("broker", "tls", offsetof(conf_broker_t, tls), "broker_tls",
                "TLS to the broker (docs/tls.md)"),
 

@@ -21,7 +21,7 @@
 #include "txn.h"
 
 #define WORKER_MAX_HEADERS 64
-#define WORKER_CONFIRM_MS 15000   /* wait for the broker to confirm republished copies */
+#define WORKER_CONFIRM_MS 15000   /* a round's wait for the broker to confirm its copies, in all */
 #define WORKER_IDLE_PING_MS 1000  /* ping the database before a batch after this long unused */
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
 
@@ -88,11 +88,27 @@ typedef struct worker {
     const idemd_message_t **bptr;
     char *bscratch, *berr;
     chores_t chores; /* retention and reconcile, between batches */
+    uint64_t next_pub_service_ms;
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
 
 static int worker_open_publisher(worker_t *w);
+
+/*
+ * The republishing connection, ready for the outbox: a connection lost while
+ * idle is replaced; a blocked one (resource alarm) is not used. 0, or -1.
+ */
+static int worker_ready_publisher(worker_t *w)
+{
+    if (w->pub && mq_service(w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+    }
+    if (w->pub == NULL && worker_open_publisher(w) != 0)
+        return -1;
+    return mq_blocked(w->pub) ? -1 : 0;
+}
 
 static void worker_on_signal(int sig)
 {
@@ -507,8 +523,9 @@ static void worker_relay(worker_t *w)
         log_warn("test: IDEMD_TEST_CRASH_BEFORE_RELAY: killing this worker after COMMIT");
         raise(SIGKILL);
     }
-    if (w->pub == NULL && worker_open_publisher(w) != 0) {
-        log_warn("outbox: no republishing connection: onward messages wait for the sweeper");
+    if (worker_ready_publisher(w) != 0) {
+        log_warn("outbox: no usable republishing connection: onward messages wait for the "
+                 "sweeper");
         return;
     }
     int n = outbox_relay(w->outbox, w->pub, w->ids, w->id_lens, k, 0, 1000000);
@@ -529,7 +546,7 @@ static void worker_relay(worker_t *w)
 static int worker_sweep(void *arg)
 {
     worker_t *w = arg;
-    if (w->pub == NULL && worker_open_publisher(w) != 0)
+    if (worker_ready_publisher(w) != 0)
         return 0;
     int n = outbox_relay(w->outbox, w->pub, NULL, NULL, -1, w->conf->outbox_grace, 500);
     if (n == -1)
@@ -694,6 +711,18 @@ static void worker_route(worker_t *w, int i)
 }
 
 /*
+ * While the republishing connection waits: show progress to the supervisor,
+ * and keep the consuming connection's heartbeat going (its deliveries are
+ * not read meanwhile).
+ */
+static void worker_tick(void *arg)
+{
+    worker_t *w = arg;
+    worker_progress(w);
+    mq_keepalive(w->mq);
+}
+
+/*
  * Open the republishing connection. After a failed round the queues we
  * publish to are declared again first: someone may have deleted them, and
  * a copy to a missing queue is returned, which would requeue its message
@@ -701,7 +730,7 @@ static void worker_route(worker_t *w, int i)
  */
 static int worker_open_publisher(worker_t *w)
 {
-    if (mq_open_publisher(&w->conf->broker, w->name, &w->pub) != 0)
+    if (mq_open_publisher(&w->conf->broker, w->name, worker_tick, w, &w->pub) != 0)
         return -1;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);
@@ -738,8 +767,20 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
         m->copy_ok = false;
         if (m->route != TXN_ROUTE_DELAY && m->route != TXN_ROUTE_DLQ)
             continue;
+        if (published == 0 && w->pub && mq_service(w->pub) != 0) {
+            mq_close(w->pub); /* lost while idle: open a new one */
+            w->pub = NULL;
+        }
         if (w->pub == NULL && worker_open_publisher(w) != 0)
             goto fail;
+        if (published == 0 && mq_blocked(w->pub)) {
+            /* Publish nothing: the copies would wait unconfirmed in the broker. The
+             * connection stays open to hear connection.unblocked. */
+            log_warn("queue %s: the broker blocks publishing (resource alarm): not "
+                     "republishing this round",
+                     w->q->name);
+            return -1;
+        }
         if (published == 0)
             mq_round_begin(w->pub);
         const char *target = m->route == TXN_ROUTE_DLQ ? w->q->dead_letter_queue
@@ -747,7 +788,8 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
                                                  &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
-        if (relay_copy_init(&c, &m->env, w->q->name, t->attempt, t->reason, now_ms) != 0)
+        if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, t->attempt, t->reason,
+                            now_ms) != 0)
             goto fail;
         m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
         relay_copy_free(&c);
@@ -1006,6 +1048,22 @@ static int worker_collect(worker_t *w)
     return 0;
 }
 
+/*
+ * Once a second, let the republishing connection (if open) answer
+ * heartbeats and hear connection.blocked / unblocked; drop it when lost.
+ */
+static void worker_service_pub(worker_t *w)
+{
+    uint64_t now = worker_now_ms();
+    if (w->pub == NULL || now < w->next_pub_service_ms)
+        return;
+    w->next_pub_service_ms = now + 1000;
+    if (mq_service(w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+    }
+}
+
 /* Free the batch's envelopes (and the carried one when all is true). */
 static void worker_release(worker_t *w, bool all)
 {
@@ -1082,6 +1140,7 @@ static int worker_loop(worker_t *w)
         chores_set_sweep(&w->chores, worker_sweep, w);
     while (!worker_stop) {
         worker_progress(w);
+        worker_service_pub(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
         if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0 || worker_retry_held(w) != 0) {
             worker_release(w, true);
