@@ -256,6 +256,12 @@ void mq_round_begin(mq_t *mq)
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
                amqp_bytes_t body)
 {
+    return mq_publish_to(mq, "", routing_key, props, body);
+}
+
+int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
+                  const amqp_basic_properties_t *props, amqp_bytes_t body)
+{
     if (mq->round_n == mq->round_cap) {
         int cap = mq->round_cap ? mq->round_cap * 2 : 16;
         mq_copy_t *r = realloc(mq->round, sizeof(*r) * (size_t)cap);
@@ -267,11 +273,11 @@ int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t 
     mq_copy_t *c = &mq->round[mq->round_n];
     if ((c->routing_key = strdup(routing_key)) == NULL)
         return -1;
-    int st = amqp_basic_publish(mq->conn, MQ_CHANNEL, amqp_empty_bytes,
+    int st = amqp_basic_publish(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(exchange),
                                 amqp_cstring_bytes(routing_key), 1, 0, props, body);
     if (st != AMQP_STATUS_OK) {
-        log_error("broker %s: publishing to '%s': %s", mq->where, routing_key,
-                  amqp_error_string2(st));
+        log_error("broker %s: publishing to '%s' (exchange '%s'): %s", mq->where, routing_key,
+                  exchange, amqp_error_string2(st));
         free(c->routing_key);
         return -1;
     }

@@ -61,6 +61,14 @@ int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t 
                amqp_bytes_t body) __attribute__((warn_unused_result));
 
 /*
+ * The same through exchange ("" is the default exchange). A copy the
+ * exchange routes nowhere comes back as returned (refused).
+ */
+int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
+                  const amqp_basic_properties_t *props, amqp_bytes_t body)
+    __attribute__((warn_unused_result));
+
+/*
  * Wait up to timeout_ms per frame until the broker settled every copy of
  * the round: acked, or refused (nack, or returned as unroutable). Returns 0
  * when all were acked; -1 when any was refused, or on a timeout or a broken
