@@ -262,7 +262,7 @@ static int ctl_lookup(ctl_t *ctl, char **ids, int n_ids)
     }
     for (int i = 0; i < n_ids; i++) {
         size_t id_len = strlen(ids[i]);
-        bool found = false;
+        bool found = false, printed = false;
         if (id_len == 0 || id_len > DELIVERY_ID_MAX) {
             fprintf(stderr, "idemctl: id '%s': ids are 1 to %d bytes\n", ids[i], DELIVERY_ID_MAX);
             rc = CTL_EXIT_USAGE;
@@ -297,11 +297,12 @@ static int ctl_lookup(ctl_t *ctl, char **ids, int n_ids)
                 rc = CTL_EXIT_PARTIAL;
                 goto out;
             }
-            /* One line per consumer that knows the id; "not processed" lines only when
-             * no consumer does (or for the one asked with --consumer). */
-            if (got == 0 && got_a == 0 && !(ctl->consumer || (c == n_cons - 1 && !found)))
+            /* One line per consumer that knows the id (a record or an attempts row); one
+             * "not processed" line when none does (or for the one asked with --consumer). */
+            if (got == 0 && got_a == 0 && !(ctl->consumer || (c == n_cons - 1 && !printed)))
                 continue;
             found |= got == 1;
+            printed = true;
             if (ctl->json) {
                 json_object *o = json_object_new_object();
                 ctl_json_str(o, "id", ids[i], id_len);
