@@ -30,6 +30,7 @@
 #define CTL_EXIT_PARTIAL 4 /* stopped part way: what was done is done, the rest is untouched */
 
 #define CTL_CONFIRM_MS 30000
+#define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_dlq */
 #define CTL_DEFAULT_CONF "/etc/idemd/idemd.conf"
 
 typedef enum ctl_mode { CTL_LIST, CTL_COUNT, CTL_REPLAY, CTL_PURGE } ctl_mode_t;
@@ -724,12 +725,52 @@ out:
 }
 
 /*
+ * Requeue the kept deliveries tags[0..n-1] (ascending) in their order.
+ * Closing the channel would requeue them too, but a quorum queue (3.10)
+ * then returns them out of order; and it reorders returns that pile up
+ * past 32 in its client on the broker side. So: basic.nack (multiple,
+ * requeue) CTL_NACK_CHUNK tags at a time, and before the next chunk wait
+ * (up to 5 s, then go on) until the queue's ready count shows this one
+ * back. Logs failures; the channel's close requeues what is left.
+ */
+static void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
+{
+    unsigned base = 0, ready = 0, consumers;
+    long back = 0;
+
+    if (ctl_queue_peek(rd, queue, &base, &consumers) != 0)
+        return;
+    for (long i = 0; i < n; i++) {
+        if ((i + 1) % CTL_NACK_CHUNK != 0 && i != n - 1)
+            continue;
+        if (amqp_basic_nack(rd->conn, MQ_CHANNEL, tags[i], 1, 1) != AMQP_STATUS_OK) {
+            log_warn("broker %s: nack of the kept messages failed; closing the channel "
+                     "requeues them",
+                     rd->where);
+            return;
+        }
+        back = i + 1;
+        for (int waited = 0; waited < 1000; waited++) {
+            if (ctl_queue_peek(rd, queue, &ready, &consumers) != 0)
+                return;
+            if ((long)ready >= (long)base + back)
+                break;
+            struct timespec ts = {0, 5000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/*
  * dlq list / replay / purge (and the count that purge without --yes
  * prints): take the queue's messages one by one with basic.get, without
- * acking, at most as many as it held at the start. Selected ones are
- * printed (list, kept), replayed or purged (acked); every message not
- * acked is requeued at the end with one basic.nack (multiple, requeue),
- * which puts them back in their original order.
+ * acking, as many as it held at the start. Selected ones are printed
+ * (list, kept), replayed or purged (acked); every message not acked is
+ * requeued at the end in its order (ctl_requeue). A classic queue puts
+ * them back at their positions; a quorum queue (3.10) appends returned
+ * messages behind the rest, so the pass always takes the whole queue.
+ * Dead letters that arrive during a pass end up ahead of the returned
+ * ones on a quorum queue.
  */
 static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
 {
@@ -738,7 +779,8 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     db_t *db = NULL;
     json_object *arr = NULL;
     unsigned depth = 0, consumers = 0;
-    uint64_t last_unacked = 0;
+    uint64_t *kept = NULL; /* tags not acked, ascending */
+    long n_kept = 0;
     long scanned = 0, matched = 0, done = 0;
     int rc = CTL_EXIT_OK;
     char why[400];
@@ -769,6 +811,11 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     }
     if (ctl->json && mode == CTL_LIST)
         arr = json_object_new_array();
+    if ((kept = calloc((size_t)depth + 1, sizeof(*kept))) == NULL) {
+        log_error("out of memory for %u delivery tags", depth);
+        rc = CTL_EXIT_PARTIAL;
+        goto out;
+    }
     while (scanned < (long)depth) {
         ctl_letter_t l;
         amqp_rpc_reply_t r = amqp_basic_get(rd->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), 0);
@@ -791,7 +838,10 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         scanned++;
         ctl_letter_fields(ctl, &l);
         bool acked = false, stop = false;
-        if (ctl_selected(ctl, &l)) {
+        /* Past --limit the pass still takes every message: a quorum queue puts returned
+         * messages behind the ones never taken, so only a whole pass keeps the order. */
+        bool wanted = !(mode == CTL_LIST && ctl->limit > 0 && matched >= ctl->limit);
+        if (wanted && ctl_selected(ctl, &l)) {
             matched++;
             switch (mode) {
             case CTL_LIST:
@@ -811,22 +861,16 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             done += acked;
         }
         if (!acked)
-            last_unacked = l.tag;
+            kept[n_kept++] = l.tag;
         amqp_destroy_message(&l.msg);
         amqp_maybe_release_buffers(rd->conn);
         if (stop) {
             rc = CTL_EXIT_PARTIAL;
             break;
         }
-        if (mode == CTL_LIST && ctl->limit > 0 && matched >= ctl->limit)
-            break;
     }
-    /* Closing the channel would requeue them too; say it explicitly while it is open. */
-    if (last_unacked && rd->channel_open &&
-        amqp_basic_nack(rd->conn, MQ_CHANNEL, last_unacked, 1, 1) != AMQP_STATUS_OK)
-        log_warn("broker %s: nack of the kept messages failed; closing the channel requeues "
-                 "them",
-                 rd->where);
+    if (n_kept > 0 && rd->channel_open)
+        ctl_requeue(rd, queue, kept, n_kept);
     if (rc == CTL_EXIT_OK && matched == 0)
         rc = CTL_EXIT_NOMATCH;
     if (ctl->json) {
@@ -851,6 +895,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
         rc = CTL_EXIT_USAGE;
 out:
+    free(kept);
     json_object_put(arr);
     ctl_json_flush(ctl);
     db_close(db);

@@ -1,7 +1,8 @@
-# t_idemctl_dlq: idemctl dlq list (filters, --limit, --json) leaves the dead letter queue as it was, same depth and order; dlq purge needs --yes and takes only what --reason selects.
+# t_idemctl_dlq: idemctl dlq list (filters, --limit, --json) leaves the dead letter queue as it was, same depth and order, classic and quorum; dlq purge needs --yes and takes only what --reason selects.
 db=t_ictl_dlq
 q=t_ictl_dlq.q
 dlq=t_ictl_dlq.dlq
+qq=t_ictl_dlq.qq # a quorum queue, with a quorum dead letter queue
 IDEMCTL=$H_BUILD/idemctl
 h_new_db "$db"
 {
@@ -9,7 +10,9 @@ h_new_db "$db"
     cat <<CONF
 queues = (
   { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 1; workers = 1;
-    declare = { dead_letter_queue = "$dlq"; }; }
+    declare = { dead_letter_queue = "$dlq"; }; },
+  { name = "$qq"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 1; workers = 1;
+    declare = { quorum = true; }; }
 );
 CONF
 } >idemd.conf
@@ -71,6 +74,25 @@ h_wait_depth "$dlq" 0 10
 rc=0
 ctl dlq list "$dlq" >/dev/null || rc=$?
 h_assert_eq "$rc" 1 "list of an empty queue: exit status"
+
+# The same on a quorum dead letter queue: 40 dead letters, every second one until-fixed.
+for i in $(seq 1 40); do
+    if ((i % 2)); then printf 'q%d\treject\n' "$i"; else printf 'q%d\treject-until-fixed\n' "$i"; fi
+done >qpub.txt
+h_assert_eq "$(h_mq publish -r "$qq" <qpub.txt)" "published 40 confirmed 40" "publish to $qq"
+h_wait_depth "$qq.dlq" 40 60
+grep -qE "^$qq.dlq[[:space:]]+quorum" <<<"$(h_rabbitmqctl list_queues name type)" ||
+    h_fail "$qq.dlq is not a quorum queue"
+qall=$(ctl dlq list "$qq.dlq")
+h_assert_eq "$(ids "$qall")" "$(cut -f1 qpub.txt | tr '\n' ' ')" "quorum: full listing in publish order"
+out=$(ctl dlq list "$qq.dlq" --reason until-fixed --limit 5)
+h_assert_eq "$(ids "$out")" "q2 q4 q6 q8 q10 " "quorum: --reason --limit 5"
+h_wait_depth "$qq.dlq" 40 10
+h_assert_eq "$(ctl dlq list "$qq.dlq")" "$qall" "quorum: listing after a filtered listing (order kept)"
+h_assert_eq "$(ctl dlq purge "$qq.dlq" --reason '^test reject$' --yes)" \
+    "purged 20 of 40 dead letters in $qq.dlq (20 matched)" "quorum: purge"
+h_wait_depth "$qq.dlq" 20 10
+h_assert_eq "$(ids "$(ctl dlq list "$qq.dlq")")" "$(seq -f 'q%g' 2 2 40 | tr '\n' ' ')" "quorum: left after the purge, in order"
 
 # Nothing was processed at all: the effects of the rejects were rolled back.
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects")" 0 "effects"
