@@ -52,6 +52,13 @@ out=$(ctl --json status)
 h_assert_eq "$(jq -r '.[0] | [.queue, .consumers, .workers_configured, .records_last_60s, .attempt_rows] | @tsv' <<<"$out")" \
     "$q"$'\t2\t2\t30\t1' "status --json"
 
+# A queue that is not there is shown as absent (its delay tiers and dead letter queue too).
+sed "s/name = \"$q\"/name = \"t_ictl_lookup.absent\"/" idemd.conf >absent.conf
+chmod go= absent.conf
+out=$("$IDEMCTL" -c absent.conf status)
+grep -qE "^t_ictl_lookup.absent${t}absent${t}consumers=0/2${t}ready=0${t}dead_letters=0${t}delayed=0${t}" <<<"$out" ||
+    h_fail "status of an absent queue: $out"
+
 # records purge: nothing is older than an hour; then 20 of 30 rows made old are deleted in
 # batches of 7 (3 batches), the 10 new ones stay.
 h_assert_eq "$(ctl records purge --older-than 1h)" "deleted 0 records older than 3600 s" "records purge 1h"
