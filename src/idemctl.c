@@ -67,6 +67,7 @@ typedef struct ctl_letter {
     char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
 } ctl_letter_t;
 
+/* The usage summary (also idemctl(8), SYNOPSIS). */
 static void ctl_usage(FILE *out)
 {
     fputs("usage: idemctl [-c FILE] [--json] [-v] COMMAND ...\n"
@@ -144,6 +145,7 @@ static void ctl_put(FILE *f, const char *s, size_t len)
     }
 }
 
+/* ctl_put of a C string. */
 static void ctl_puts(FILE *f, const char *s)
 {
     ctl_put(f, s, strlen(s));
@@ -906,6 +908,7 @@ out:
 
 /* ---------- command line ---------- */
 
+/* A usage error: print fmt (one %s: arg) and the usage; returns CTL_EXIT_USAGE. */
 static int ctl_bad(const char *fmt, const char *arg)
 {
     fputs("idemctl: ", stderr);
@@ -924,6 +927,7 @@ static long ctl_number(const char *s)
     return (errno || end == s || *end || n < 0) ? -1 : n;
 }
 
+/* Parse the command line, load the configuration, run one command; exit codes CTL_EXIT_*. */
 int main(int argc, char **argv)
 {
     static const struct option opts[] = {
