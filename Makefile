@@ -27,7 +27,10 @@ endif
 LDLIBS += $(PKG_LIBS) -ldl -lm
 
 SRCS := $(wildcard src/*.c)
-OBJS := $(SRCS:src/%.c=$(B)/obj/%.o)
+# idemctl is a second program: its main and the modules it shares with the daemon.
+CTL_MODULES := idemctl conf db delivery log mq relay
+OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out src/idemctl.c,$(SRCS)))
+CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
 TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard tests/plugins/*.c))
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
@@ -36,7 +39,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/
 .PHONY: all check-build test unit integration bench chaos chaos-high chaos-matrix memcheck demo install uninstall clean format format-check \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
-all: $(B)/idemd $(PLUGINS)
+all: $(B)/idemd $(B)/idemctl $(PLUGINS)
 
 # bench/pace paces the chaos runs' publishers (tests/chaos/run).
 check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace
@@ -46,6 +49,9 @@ $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
 
 $(B)/idemd: $(OBJS)
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
+
+$(B)/idemctl: $(CTL_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/plugins/%.so: src/plugins/%.c include/idemd/handler.h | $(B)/plugins
 	$(CC) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
@@ -111,6 +117,7 @@ INSTALL_SED = -e 's|/usr/local/lib/idemd/plugins|$(PLUGINDIR)|g' \
 	-e 's|/usr/local/lib/systemd/system|$(UNITDIR)|g' \
 	-e 's|/usr/local/sbin|$(BINDIR)|g' \
 	-e 's|/etc/idemd|$(SYSCONFDIR)/idemd|g'
+$(B)/obj/idemctl.o: CFLAGS += -DIDEMCTL_VERSION='"$(VERSION)"'
 # pkg-config: directories under PREFIX are written relative to ${prefix}.
 PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
@@ -119,25 +126,26 @@ PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@VERSION@|$(VERSION)|g' \
 	-e 's|@ABI@|$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MAJOR //p' include/idemd/handler.h).$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MINOR //p' include/idemd/handler.h)|g'
 UNITS := idemd.service idemd@.service
-MANPAGES := docs/idemd.8 docs/idemd.conf.5
+MANPAGES := docs/idemd.8 docs/idemctl.8 docs/idemd.conf.5
 
 # Everything install puts down, without DESTDIR; uninstall removes exactly these, then the
 # directories that only idemd uses if they are empty.
-INSTALLED_FILES = $(BINDIR)/idemd \
+INSTALLED_FILES = $(BINDIR)/idemd $(BINDIR)/idemctl \
 	$(patsubst $(B)/plugins/%,$(PLUGINDIR)/%,$(PLUGINS)) \
 	$(INCLUDEDIR)/idemd/handler.h $(PKGCONFIGDIR)/idemd.pc \
 	$(addprefix $(UNITDIR)/,$(UNITS)) \
 	$(SYSCONFDIR)/idemd/idemd.conf.example \
 	$(patsubst sql/%,$(DATADIR)/sql/%,$(wildcard sql/*.sql)) \
-	$(MANDIR)/man8/idemd.8 $(MANDIR)/man5/idemd.conf.5
+	$(MANDIR)/man8/idemd.8 $(MANDIR)/man8/idemctl.8 $(MANDIR)/man5/idemd.conf.5
 INSTALLED_DIRS = $(PLUGINDIR) $(LIBDIR)/idemd $(INCLUDEDIR)/idemd $(DATADIR)/sql $(DATADIR) \
 	$(SYSCONFDIR)/idemd
 
 install: all install-bin install-plugins install-dev install-units install-data install-man
 
-install-bin: $(B)/idemd
+install-bin: $(B)/idemd $(B)/idemctl
 	install -d $(DESTDIR)$(BINDIR)
 	install -m 0755 $(B)/idemd $(DESTDIR)$(BINDIR)/idemd
+	install -m 0755 $(B)/idemctl $(DESTDIR)$(BINDIR)/idemctl
 
 install-plugins: $(PLUGINS)
 	install -d $(DESTDIR)$(PLUGINDIR)
@@ -165,8 +173,10 @@ install-data: conf/idemd.conf $(wildcard sql/*.sql)
 install-man: $(MANPAGES)
 	install -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man5
 	sed $(INSTALL_SED) docs/idemd.8 >$(DESTDIR)$(MANDIR)/man8/idemd.8
+	sed $(INSTALL_SED) docs/idemctl.8 >$(DESTDIR)$(MANDIR)/man8/idemctl.8
 	sed $(INSTALL_SED) docs/idemd.conf.5 >$(DESTDIR)$(MANDIR)/man5/idemd.conf.5
-	chmod 0644 $(DESTDIR)$(MANDIR)/man8/idemd.8 $(DESTDIR)$(MANDIR)/man5/idemd.conf.5
+	chmod 0644 $(DESTDIR)$(MANDIR)/man8/idemd.8 $(DESTDIR)$(MANDIR)/man8/idemctl.8 \
+		$(DESTDIR)$(MANDIR)/man5/idemd.conf.5
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))

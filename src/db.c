@@ -293,6 +293,19 @@ fail:
     return -1;
 }
 
+int db_set_consumer(db_t *db, const char *consumer)
+{
+    size_t n = strlen(consumer);
+    if (n >= sizeof(db->consumer)) {
+        log_error("database: consumer name '%s' is longer than %zu bytes", consumer,
+                  sizeof(db->consumer) - 1);
+        return -1;
+    }
+    memcpy(db->consumer, consumer, n);
+    db->consumer_len = (unsigned long)n;
+    return 0;
+}
+
 void db_close(db_t *db)
 {
     if (db == NULL)

@@ -48,6 +48,12 @@ typedef struct db {
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
     __attribute__((warn_unused_result));
 
+/*
+ * Write later keys (records, attempts) for another consumer; the prepared
+ * statements follow. consumer is copied. 0, or -1 when too long (logged).
+ */
+int db_set_consumer(db_t *db, const char *consumer) __attribute__((warn_unused_result));
+
 /* Close the connection and free db; NULL is fine. */
 void db_close(db_t *db);
 

@@ -415,8 +415,8 @@ int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
                       "(blocked by a resource alarm, or the network stalled): giving up",
                       mq->where, routing_key, MQ_SEND_MS);
         else
-            log_error("broker %s: publishing to '%s': %s", mq->where, routing_key,
-                      amqp_error_string2(st));
+            log_error("broker %s: publishing to '%s' (exchange '%s'): %s", mq->where, routing_key,
+                      exchange, amqp_error_string2(st));
         mq->broken = true;
         free(c->routing_key);
         return -1;

@@ -97,9 +97,13 @@ void mq_round_begin(mq_t *mq);
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
                amqp_bytes_t body) __attribute__((warn_unused_result));
 
-/* The same through exchange ("" = the default exchange). */
+/*
+ * The same through exchange ("" is the default exchange). A copy the
+ * exchange routes nowhere comes back as returned (refused).
+ */
 int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
-                  const amqp_basic_properties_t *props, amqp_bytes_t body);
+                  const amqp_basic_properties_t *props, amqp_bytes_t body)
+    __attribute__((warn_unused_result));
 
 /*
  * Wait until the broker settled every copy of the round: acked, or refused

@@ -12,7 +12,10 @@
  * RETRY on the first attempt only (attempt 1 and not redelivered; attempt
  * counts retries that come back through delay queues, where the broker's
  * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
- * "hang" -> never returns; "skip" -> OK without any SQL (no effect). Anything else -> OK.
+ * "hang" -> never returns; "skip" -> OK without any SQL (no effect);
+ * "reject-until-fixed" -> REJECT until a row named 'fixed' is in counter_flags
+ * (tests/schema.sql: a test "fixes the handler" by inserting it), then OK.
+ * Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
@@ -124,6 +127,23 @@ static int counter_body_is(const idemd_message_t *msg, const char *word)
     return msg->body_len == n && memcmp(msg->body, word, n) == 0;
 }
 
+/* Whether the test has "fixed the handler": a row 'fixed' in counter_flags. Errors count as
+ * not fixed. */
+static int counter_fixed(MYSQL *db)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int fixed = 0;
+
+    if (mysql_query(db, "SELECT COUNT(*) FROM counter_flags WHERE name = 'fixed'") != 0 ||
+        (res = mysql_store_result(db)) == NULL)
+        return 0;
+    if ((row = mysql_fetch_row(res)) != NULL && row[0] != NULL)
+        fixed = atoi(row[0]) > 0;
+    mysql_free_result(res);
+    return fixed;
+}
+
 static void counter_sleep_ms(long long ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
@@ -167,6 +187,10 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
 
     if (counter_body_is(msg, "reject")) {
         snprintf(err, errlen, "test reject");
+        return IDEMD_RESULT_REJECT;
+    }
+    if (counter_body_is(msg, "reject-until-fixed") && !counter_fixed(db)) {
+        snprintf(err, errlen, "test reject-until-fixed");
         return IDEMD_RESULT_REJECT;
     }
     if (counter_body_is(msg, "retry")) {
