@@ -66,6 +66,10 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
+# outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c); the broker side is stubbed.
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/delivery.c src/log.c $(LDLIBS)
+
 # test_log's module is log.c itself: the pattern above would link it twice.
 $(B)/tests/unit/test_log: tests/unit/test_log.c src/log.c src/log.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)

@@ -327,16 +327,31 @@ db_status_t db_record(db_t *db, const char *id, size_t len)
     return db_key_exec(db, db->record_stmt, "recording", id, len);
 }
 
+char *db_hex_literal(char *s, const void *b, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    *s++ = 'X';
+    *s++ = '\'';
+    for (size_t i = 0; i < len; i++) {
+        *s++ = hex[((const unsigned char *)b)[i] >> 4];
+        *s++ = hex[((const unsigned char *)b)[i] & 15];
+    }
+    *s++ = '\'';
+    *s = '\0';
+    return s;
+}
+
 /*
- * Start db->sql with head, then ids as hex literals joined by ", " and
+ * Start db->sql with head, then the ids as rows (head ends in "VALUES ":
+ * "(consumer, X'..')") or as a list of hex literals, joined by ", ", then
  * tail; the consumer is written where head holds "%C". 0, or -1 when out
  * of memory (logged).
  */
 static int db_key_list(db_t *db, const char *head, const char *const *ids, const size_t *lens,
                        int k, const char *tail)
 {
-    static const char hex[] = "0123456789abcdef";
     size_t need = strlen(head) + strlen(tail) + 2 * sizeof(db->consumer) + 64;
+    bool rows = strstr(head, "VALUES") != NULL;
     for (int j = 0; j < k; j++)
         need += 2 * lens[j] + 2 * db->consumer_len + 32;
     if (need > db->sql_size) {
@@ -360,16 +375,9 @@ static int db_key_list(db_t *db, const char *head, const char *const *ids, const
         }
     }
     for (int j = 0; j < k; j++) {
-        if (strstr(head, "VALUES"))
-            o += sprintf(o, "%s('%s', X'", j ? ", " : "", esc);
-        else
-            o += sprintf(o, "%sX'", j ? ", " : "");
-        for (size_t b = 0; b < lens[j]; b++) {
-            *o++ = hex[(unsigned char)ids[j][b] >> 4];
-            *o++ = hex[(unsigned char)ids[j][b] & 15];
-        }
-        *o++ = '\'';
-        if (strstr(head, "VALUES"))
+        o += rows ? sprintf(o, "%s('%s', ", j ? ", " : "", esc) : sprintf(o, "%s", j ? ", " : "");
+        o = db_hex_literal(o, ids[j], lens[j]);
+        if (rows)
             *o++ = ')';
     }
     strcpy(o, tail);
