@@ -44,7 +44,7 @@ $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(B)/idemd: $(OBJS)
-	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/plugins/%.so: src/plugins/%.c include/idemd/handler.h | $(B)/plugins
 	$(CC) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
