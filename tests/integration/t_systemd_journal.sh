@@ -30,7 +30,7 @@ JOURNAL_STREAM=$(stat -c '%d:%i' stderr.log)
 export JOURNAL_STREAM
 unset IDEMD_LOG_TARGET
 rc=0
-"$IDEMD" -c idemd.conf 2>>stderr.log &
+"$IDEMD" "${H_ALLOW_ROOT[@]}" -c idemd.conf 2>>stderr.log &
 echo $! >daemon.pid
 wait $! || rc=$?
 echo "$rc" >daemon.rc
