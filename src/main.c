@@ -64,12 +64,19 @@ static void main_risks(const conf_t *conf, bool check)
 
 int main(int argc, char **argv)
 {
+    /* One option a line: tests/integration/t_install_man.sh reads them from here. */
+    /* clang-format off */
     static const struct option opts[] = {
-        {"config", required_argument, NULL, 'c'},    {"check-config", no_argument, NULL, 't'},
-        {"log-level", required_argument, NULL, 'l'}, {"print-config", no_argument, NULL, 'p'},
-        {"version", no_argument, NULL, 'V'},         {"help", no_argument, NULL, 'h'},
-        {"allow-root", no_argument, NULL, 'R'},      {NULL, 0, NULL, 0},
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", no_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"print-config", no_argument, NULL, 'p'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {"allow-root", no_argument, NULL, 'R'},
+        {NULL, 0, NULL, 0},
     };
+    /* clang-format on */
     const char *path = NULL, *level = NULL;
     bool check = false, print = false, allow_root = false;
     char err[1024];
