@@ -37,6 +37,7 @@ TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/too
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
 .PHONY: all check-build test unit integration bench chaos chaos-high chaos-matrix memcheck demo install uninstall clean format format-check \
+	fuzz fuzz-build fuzz-short \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
 all: $(B)/idemd $(B)/idemctl $(PLUGINS)
@@ -48,7 +49,7 @@ $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
 	$(CC) $(CFLAGS) -c -o $@ $<
 
 $(B)/idemd: $(OBJS)
-	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/idemctl: $(CTL_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
@@ -110,6 +111,38 @@ memcheck: check-build
 
 demo: all $(TEST_TOOLS)
 	bash tests/demo
+
+# ---------- fuzzing ----------
+# libFuzzer targets under ASan + UBSan (clang; Debian: clang, libclang-rt-14-dev). Each links
+# only the module it tests; order_pay's target includes the plugin's source.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+F := build-fuzz
+FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SRC_conf := src/conf.c src/log.c
+FUZZ_SRC_delivery := src/delivery.c
+FUZZ_SRC_printable := src/delivery.c
+FUZZ_SRC_order_pay :=
+
+.SECONDEXPANSION:
+$(F)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(wildcard src/*.h) $(wildcard src/plugins/*.c) \
+		include/idemd/handler.h | $(F)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC_$*) $(LDLIBS)
+
+$(F):
+	mkdir -p $@
+
+fuzz-build: $(FUZZ_BINS)
+
+# Each target for FUZZ_SECONDS (default 60); TAP lines and "N passed, N failed".
+fuzz: fuzz-build
+	FUZZ_BUILD=$(F) bash tests/fuzz/run $(FUZZ_SECONDS)
+
+# The short run CI does: 10 s each.
+fuzz-short: fuzz-build
+	FUZZ_BUILD=$(F) bash tests/fuzz/run 10
 
 # ---------- install ----------
 # Shipped files (units, man pages, sample config) are written for PREFIX=/usr/local and
@@ -198,9 +231,9 @@ man-check: $(MANPAGES)
 	done; echo "man pages OK: $(MANPAGES)"
 
 clean:
-	rm -rf $(B)
+	rm -rf $(B) $(F)
 
-FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/plugins/*.c tests/tools/*.c)
+FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 

@@ -257,8 +257,8 @@ static const conf_def_t conf_defs[] = {
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),
     CONF_STRING("queue", "handler", conf_queue_t, handler, NR | RQ, NULL, 1, PATH_MAX - 1, NULL,
-                "path of the handler plugin (.so); a relative path is kept as written and "
-                "resolved against idemd's current directory"),
+                "path of the handler plugin (.so); a relative path is taken from the directory "
+                "of the config file that holds it"),
     CONF_STRING("queue", "consumer", conf_queue_t, consumer, NR, NULL, 1, 128, "the queue name",
                 "dedup namespace: the `consumer` column of the record table"),
     CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "200", 1, 65535,
@@ -972,6 +972,48 @@ static int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *b
     return 0;
 }
 
+/*
+ * A relative handler path is taken from the directory of the file that
+ * holds the setting, made absolute (the working directory of a service is
+ * nobody's choice), so that logs and checks name the file that is loaded.
+ */
+static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                 conf_queue_t *q)
+{
+    const config_setting_t *at = config_setting_get_member(grp, "handler");
+    char sp[CONF_PATH_MAX], file[PATH_MAX + 8], cwd[PATH_MAX], full[3 * PATH_MAX];
+    int line;
+
+    if (q->handler == NULL || q->handler[0] == '/')
+        return 0;
+    conf_path(sp, path, "handler");
+    conf_source(ctx, at, file, sizeof(file), &line);
+    char *slash = strrchr(file, '/');
+    const char *dir = ".";
+    if (slash == file)
+        dir = "/";
+    else if (slash) {
+        *slash = '\0';
+        dir = file;
+    }
+    if (dir[0] == '/')
+        snprintf(full, sizeof(full), "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", q->handler);
+    else if (getcwd(cwd, sizeof(cwd)) == NULL)
+        return conf_error(ctx, at, sp, "cannot resolve the relative path \"%s\": getcwd: %s",
+                          q->handler, strerror(errno));
+    else if (strcmp(dir, ".") == 0)
+        snprintf(full, sizeof(full), "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", q->handler);
+    else
+        snprintf(full, sizeof(full), "%s%s%s/%s", cwd, strcmp(cwd, "/") ? "/" : "", dir,
+                 q->handler);
+    if (strlen(full) >= PATH_MAX)
+        return conf_error(ctx, at, sp,
+                          "\"%s\" taken from the config file's directory is %zu "
+                          "bytes long, more than %d",
+                          q->handler, strlen(full), PATH_MAX - 1);
+    return conf_set_string(ctx, at, sp, &q->handler, full);
+}
+
 static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                             const char *path)
 {
@@ -979,6 +1021,8 @@ static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *
     char sp[CONF_PATH_MAX];
 
     q->line = (int)config_setting_source_line(grp);
+    if (conf_absolute_handler(ctx, grp, path, q) != 0)
+        return -1;
     /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
     for (int i = 0; i < q->n_retry_delays; i++) {
         char tier[300];

@@ -5,7 +5,7 @@ counter=$H_TEST_PLUGINS/counter.so
 check_bad()
 {
     local f=$1 line=$2 word=$3 rc=0
-    "$IDEMD" --check-config -c "$f" >"$f.out" 2>&1 || rc=$?
+    "$IDEMD" "${H_ALLOW_ROOT[@]}" --check-config -c "$f" >"$f.out" 2>&1 || rc=$?
     echo "--- $f (status $rc):"
     cat "$f.out"
     ((rc != 0)) || h_fail "$f: --check-config exited 0"
@@ -125,7 +125,7 @@ check_bad classic_full.conf 4 "declare.quorum = true"
 
 # Starting the daemon with such a file fails the same way, before connecting anywhere.
 rc=0
-timeout 30 "$IDEMD" -c durable.conf >durable.start.out 2>&1 || rc=$?
+timeout 30 "$IDEMD" "${H_ALLOW_ROOT[@]}" -c durable.conf >durable.start.out 2>&1 || rc=$?
 cat durable.start.out
 ((rc == 1)) || h_fail "idemd -c durable.conf exited $rc, expected 1"
 grep -qF "durable.conf:4: queues.[0].declare.durable" durable.start.out ||
@@ -144,7 +144,7 @@ queues = (
 CONF
 } >good.conf
 rc=0
-"$IDEMD" --check-config -c good.conf >good.out 2>&1 || rc=$?
+"$IDEMD" "${H_ALLOW_ROOT[@]}" --check-config -c good.conf >good.out 2>&1 || rc=$?
 cat good.out
 ((rc == 0)) || h_fail "good.conf: --check-config exited $rc"
 echo "t_bad_config: ok"

@@ -30,7 +30,8 @@ JOURNAL_STREAM=$(stat -c '%d:%i' stderr.log)
 export JOURNAL_STREAM
 unset IDEMD_LOG_TARGET
 rc=0
-"$IDEMD" -c idemd.conf 2>>stderr.log &
+# The namespace needs root: idemd refuses it without --allow-root (a no-op for others).
+"$IDEMD" --allow-root -c idemd.conf 2>>stderr.log &
 echo $! >daemon.pid
 wait $! || rc=$?
 echo "$rc" >daemon.rc

@@ -148,7 +148,7 @@ EOF
 # Start idemd without waiting for "ready:" (it must not get there): like h_daemon_start.
 t_daemon_bg()
 {
-    setsid "$IDEMD" -c "$1" </dev/null >>"$2" 2>&1 &
+    setsid "$IDEMD" "${H_ALLOW_ROOT[@]}" -c "$1" </dev/null >>"$2" 2>&1 &
     H_DAEMON_PID=$!
     mkdir -p "$H_DIR/daemons"
     : >"$H_DIR/daemons/$H_DAEMON_PID"
