@@ -12,7 +12,9 @@
  * RETRY on the first attempt only (attempt 1 and not redelivered; attempt
  * counts retries that come back through delay queues, where the broker's
  * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
- * "hang" -> never returns; "skip" -> OK without any SQL (no effect). Anything else -> OK.
+ * "hang" -> never returns; "skip" -> OK without any SQL (no effect);
+ * "reject-echo:TEXT" -> REJECT with TEXT (any bytes, up to a NUL) as the reason,
+ * to test that a handler's reason cannot forge a log line. Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
@@ -167,6 +169,10 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
 
     if (counter_body_is(msg, "reject")) {
         snprintf(err, errlen, "test reject");
+        return IDEMD_RESULT_REJECT;
+    }
+    if (msg->body_len >= 12 && memcmp(msg->body, "reject-echo:", 12) == 0) {
+        snprintf(err, errlen, "%.*s", (int)(msg->body_len - 12), (const char *)msg->body + 12);
         return IDEMD_RESULT_REJECT;
     }
     if (counter_body_is(msg, "retry")) {
