@@ -682,6 +682,13 @@ static int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const ch
     }
     buf[len] = '\0';
     rc = conf_set_string(ctx, s, sp, field, buf);
+    /* A group may be how the service account reads it (root:idemd 0640); others never. */
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) == 0 && (st.st_mode & S_IROTH))
+        rc = conf_warn(ctx, s, sp,
+                       "\"%s\" holds a password and is readable by every user (mode %04o): "
+                       "chmod o= it",
+                       file, (unsigned)(st.st_mode & 07777));
 fail:
     explicit_bzero(buf, sizeof(buf));
     close(fd);
@@ -1340,6 +1347,8 @@ static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void
 /* ---------------------------------------------------------------------- */
 /* Public API */
 
+static void conf_drop_connections(conf_t *conf);
+
 int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
 {
     conf_ctx_t ctx = {.path = path, .err = err, .errlen = errlen};
@@ -1390,6 +1399,7 @@ int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
     }
     if (conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
         goto fail;
+    conf_drop_connections(conf);
     free(dir);
     *out = conf;
     return 0;
@@ -1468,6 +1478,24 @@ static void conf_wipe_tree(config_setting_t *s)
         return;
     for (int i = 0; i < config_setting_length(s); i++)
         conf_wipe_tree(config_setting_get_elem(s, (unsigned)i));
+}
+
+/*
+ * The parsed tree is kept only for the handlers' settings groups: the
+ * broker and database groups (passwords) are wiped and removed from it as
+ * soon as conf holds their values.
+ */
+static void conf_drop_connections(conf_t *conf)
+{
+    config_setting_t *root = config_root_setting(&conf->lc);
+    static const char *const groups[] = {"broker", "database"};
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+        config_setting_t *g = config_setting_get_member(root, groups[i]);
+        if (g == NULL)
+            continue;
+        conf_wipe_tree(g);
+        config_setting_remove(root, groups[i]);
+    }
 }
 
 void conf_free(conf_t *conf)

@@ -269,6 +269,10 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
                       log_quote_str(mysql_error(db->my), qe, sizeof(qe)));
         goto fail;
     }
+    /* Connector/C keeps a copy of the password in the handle (for a reconnect we
+     * never let it do): wipe it. */
+    if (db->my->passwd)
+        explicit_bzero(db->my->passwd, strlen(db->my->passwd));
     if (db_check_tls(db, cfg, where) != 0)
         goto fail;
     if (mysql_autocommit(db->my, 0) != 0) {

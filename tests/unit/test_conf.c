@@ -1044,6 +1044,34 @@ static void test_password_permissions(void)
     path = write_file_mode("perm.conf", text2, 0644);
     expect_warnings("password_file in a 0644 file: no warning", path, (const char *const[]){NULL});
 
+    /* A password_file readable by every user warns at its line; a group may read it
+     * (root:idemd 0640 is how a service account reads its file). */
+    chmod(pw, 0644);
+    path = write_file_mode("perm.conf", text2, 0600);
+    snprintf(w1, sizeof(w1),
+             "%s:1: database.password_file: \"%s\" holds a password and is readable by every "
+             "user (mode 0644): chmod o= it",
+             path, pw);
+    expect_warnings("world-readable password_file", path, (const char *const[]){w1, NULL});
+    chmod(pw, 0640);
+    expect_warnings("group-readable password_file: no warning", path, (const char *const[]){NULL});
+    chmod(pw, 0600);
+
+    /* The parsed tree keeps only what handlers read: no password stays in it. */
+    conf_t *c = must_load("inline passwords, for the tree",
+                          "broker = { password = \"amqp-secret\"; };\n"
+                          "database = { database = \"t\"; password = \"db-secret\"; };\n" Q1(
+                              "settings = { table = \"x\"; };"));
+    if (c) {
+        ok(config_lookup(&c->lc, "broker") == NULL && config_lookup(&c->lc, "database") == NULL &&
+               strcmp(c->broker.password, "amqp-secret") == 0 &&
+               strcmp(c->database.password, "db-secret") == 0 && c->queues[0].settings != NULL &&
+               config_setting_get_member(c->queues[0].settings, "table") != NULL,
+           "broker and database groups leave the parsed tree; conf keeps the passwords and the "
+           "handler settings stay");
+        conf_free(c);
+    }
+
     /* The warning names the included file that holds the password. */
     const char *inc =
         write_file_mode("perm-inc.conf", "broker = {\n  password = \"p\"; };\n", 0644);
