@@ -242,8 +242,10 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
     mysql_options(db->my, MYSQL_OPT_WRITE_TIMEOUT, &t);
     /* A silent reconnect mid-transaction would run the rest in autocommit. */
     mysql_options(db->my, MYSQL_OPT_RECONNECT, &off);
-    /* LOAD DATA LOCAL would let a hostile server read our files. */
-    mysql_options(db->my, MYSQL_OPT_LOCAL_INFILE, &off);
+    /* LOAD DATA LOCAL would let a hostile server read our files. (Connector/C reads
+     * this option as an unsigned int, not a my_bool.) */
+    unsigned int no_local = 0;
+    mysql_options(db->my, MYSQL_OPT_LOCAL_INFILE, &no_local);
     mysql_options(db->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(db->my, MYSQL_INIT_COMMAND,
                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
