@@ -37,8 +37,9 @@ static MYSQL_STMT *db_prepare_key_stmt(db_t *db, const char *sql)
         goto fail;
     return stmt;
 fail:
+    char qe[600];
     log_error("database: cannot prepare '%s': %s", sql,
-              stmt ? mysql_stmt_error(stmt) : mysql_error(db->my));
+              log_quote_str(stmt ? mysql_stmt_error(stmt) : mysql_error(db->my), qe, sizeof(qe)));
     if (stmt)
         mysql_stmt_close(stmt);
     return NULL;
@@ -57,7 +58,7 @@ static int db_prepare_record(db_t *db, const char *table)
 static db_status_t db_key_exec(db_t *db, MYSQL_STMT *stmt, const char *what, const char *id,
                                size_t len)
 {
-    char pid[96];
+    char pid[96], qe[600];
     memcpy(db->id_buf, id, len);
     db->id_len = (unsigned long)len;
     if (mysql_stmt_execute(stmt) == 0)
@@ -66,8 +67,9 @@ static db_status_t db_key_exec(db_t *db, MYSQL_STMT *stmt, const char *what, con
     db_status_t st = db_classify(err);
     db->last_errno = err;
     if (st != DB_DUPLICATE)
-        log_error("database: %s id '%s': error %u: %s", what,
-                  delivery_id_printable(id, len, pid, sizeof(pid)), err, mysql_stmt_error(stmt));
+        log_error("database: %s id=%s: error %u: %s", what,
+                  delivery_id_printable(id, len, pid, sizeof(pid)), err,
+                  log_quote_str(mysql_stmt_error(stmt), qe, sizeof(qe)));
     return st;
 }
 
@@ -222,7 +224,7 @@ fail:
 
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
 {
-    char where[300];
+    char where[300], qe[600];
     db_t *db = calloc(1, sizeof(*db));
     unsigned int t;
     my_bool off = 0;
@@ -240,6 +242,10 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
     mysql_options(db->my, MYSQL_OPT_WRITE_TIMEOUT, &t);
     /* A silent reconnect mid-transaction would run the rest in autocommit. */
     mysql_options(db->my, MYSQL_OPT_RECONNECT, &off);
+    /* LOAD DATA LOCAL would let a hostile server read our files. (Connector/C reads
+     * this option as an unsigned int, not a my_bool.) */
+    unsigned int no_local = 0;
+    mysql_options(db->my, MYSQL_OPT_LOCAL_INFILE, &no_local);
     mysql_options(db->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(db->my, MYSQL_INIT_COMMAND,
                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
@@ -257,14 +263,18 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
         if (cfg->tls.enabled && mysql_errno(db->my) == CR_SSL_CONNECTION_ERROR)
             log_error("database %s: TLS: cannot connect as %s: %s (tls.ca_file %s, "
                       "tls.verify_server_cert %s)",
-                      where, cfg->user, mysql_error(db->my),
+                      where, cfg->user, log_quote_str(mysql_error(db->my), qe, sizeof(qe)),
                       cfg->tls.ca_file ? cfg->tls.ca_file : "none: the system's CA store",
                       cfg->tls.verify_server_cert ? "true" : "false");
         else
             log_error("database %s: cannot connect as %s: %s", where, cfg->user,
-                      mysql_error(db->my));
+                      log_quote_str(mysql_error(db->my), qe, sizeof(qe)));
         goto fail;
     }
+    /* Connector/C keeps a copy of the password in the handle (for a reconnect we
+     * never let it do): wipe it. */
+    if (db->my->passwd)
+        explicit_bzero(db->my->passwd, strlen(db->my->passwd));
     if (db_check_tls(db, cfg, where) != 0)
         goto fail;
     if (mysql_autocommit(db->my, 0) != 0) {
@@ -453,7 +463,9 @@ db_status_t db_exec(db_t *db, const char *sql)
     unsigned int err = mysql_errno(db->my);
     db_status_t st = db_classify(err);
     db->last_errno = err;
-    log_error("database: '%s': error %u: %s", sql, err, mysql_error(db->my));
+    char qe[600];
+    log_error("database: '%s': error %u: %s", sql, err,
+              log_quote_str(mysql_error(db->my), qe, sizeof(qe)));
     return st;
 }
 

@@ -1,10 +1,12 @@
 /* main.c: command line of idemd: check a configuration, or run the supervisor. */
+#include <errno.h>
 #include <getopt.h>
 #include <mysql.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 
 #include "conf.h"
 #include "log.h"
@@ -122,6 +124,10 @@ int main(int argc, char **argv)
                         "FILE), or pass --allow-root\n");
         return 1;
     }
+    /* Before the passwords are read: no core dump, and no ptrace or /proc/PID/mem by
+     * other processes of the same user. Workers inherit it (and set it again). */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0)
+        fprintf(stderr, "idemd: prctl(PR_SET_DUMPABLE, 0): %s\n", strerror(errno));
     if (conf_load(path, &conf, err, sizeof(err)) != 0) {
         fprintf(stderr, "%s\n", err);
         return 1;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -146,6 +147,9 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     }
     if (pid == 0) {
         close(s->sigfd);
+        /* Inherited from the supervisor already; a worker holds the passwords and the
+         * messages, so it makes sure. */
+        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         worker_main(w->conf, w->q, w->index, w->slot);
     }
     w->pid = pid;

@@ -92,7 +92,7 @@ nl='\n' # notifysock writes a newline inside a datagram as backslash-n
 (($(count "MESSAGE=main: signal 15: stopping") == 1)) || h_fail "no stopping entry"
 
 # Structured outcome fields, once src/worker.c logs outcomes with log_fields().
-if grep -q 'log_fields(' "$H_ROOT/src/worker.c"; then
+if grep -q 'log_fields' "$H_ROOT/src/worker.c"; then
     (($(count "outcome=ok" "${nl}IDEMD_QUEUE=$q${nl}" "${nl}IDEMD_CONSUMER=$q${nl}" \
         "${nl}IDEMD_HANDLER=counter${nl}" "${nl}IDEMD_OUTCOME=ok${nl}" "${nl}IDEMD_MSG_ID=j") == 10)) ||
         h_fail "outcome=ok entries lack IDEMD_QUEUE/CONSUMER/HANDLER/OUTCOME/MSG_ID"

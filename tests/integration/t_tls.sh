@@ -241,7 +241,7 @@ t_refused broker-wrong-name "broker 127\.0\.0\.2:[0-9]+ \(TLS\) vhost /: TLS: th
     BHOST=127.0.0.2
 t_refused broker-plain-port "broker 127\.0\.0\.1:[0-9]+ \(TLS\) vhost /: TLS handshake failed" \
     BPORT="$H_AMQP_PLAIN"
-t_refused db-wrong-ca "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: TLS/SSL error: .*certificate" \
+t_refused db-wrong-ca "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"?TLS/SSL error: .*certificate" \
     DCA="$T_DIR/other-ca.pem"
 t_refused db-wrong-name "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: .*[Vv]alidation of SSL server certificate failed" \
     DHOST=127.0.0.2
