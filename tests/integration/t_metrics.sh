@@ -105,9 +105,16 @@ for pid in $(h_daemon_pids); do
     ((n == 0)) || h_fail "worker $pid holds $n epoll descriptors"
 done
 
-# A real Prometheus scrapes it; PromQL sees the count.
+# The alert rules of docs/monitoring.md are valid.
+awk '/^<!-- alert rules:/ { f = 1; next } f && /^```yaml/ { p = 1; next } p && /^```/ { exit } p' \
+    "$H_ROOT/docs/monitoring.md" >rules.yml
+grep -q 'alert: IdemdDeadLettersGrowing' rules.yml || h_fail "no alert rules found in docs/monitoring.md"
+promtool check rules rules.yml >promtool.log 2>&1 || { cat promtool.log; h_fail "promtool check rules"; }
+
+# A real Prometheus scrapes it, with those rules; PromQL sees the count.
 cat >prom.yml <<YML
 global: { scrape_interval: 1s, evaluation_interval: 1s }
+rule_files: [ "$PWD/rules.yml" ]
 scrape_configs:
   - job_name: idemd
     static_configs: [ { targets: [ "127.0.0.1:$mport" ] } ]
@@ -142,6 +149,8 @@ m_wait "idemd_worker_restarts_total{queue=\"$q\",outcome=\"crash\"}" 2 10
 m_wait "idemd_dead_letter_copies_total{queue=\"$q\",outcome=\"published\"}" 6 10
 m_wait "idemd_workers_consuming{queue=\"$q\"}" 1 30
 m_prom_wait "sum(idemd_worker_restarts_total{queue=\"$q\",outcome=\"crash\"})" 2 30
+# The dead letter it added fires the documented alert.
+m_prom_wait "count(ALERTS{alertname=\"IdemdDeadLettersGrowing\",alertstate=\"firing\",queue=\"$q\"})" 1 30
 
 # A reload that changes the queue (its worker drains, a new one starts in another slot)
 # and the metrics address: counters go on from where they were, on the new address.
