@@ -21,7 +21,7 @@ m_conf()
     cat <<CONF
 metrics = { listen = "127.0.0.1:$1"; };
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = $2;
-             batch_size = 50; max_attempts = 2; retry_delays_ms = [ 100 ]; } );
+             batch_size = 50; max_attempts = 2; retry_delays_ms = [ 100 ]; handler_timeout = 1; } );
 CONF
 }
 
@@ -151,6 +151,27 @@ m_wait "idemd_workers_consuming{queue=\"$q\"}" 1 30
 m_prom_wait "sum(idemd_worker_restarts_total{queue=\"$q\",outcome=\"crash\"})" 2 30
 # The dead letter it added fires the documented alert.
 m_prom_wait "count(ALERTS{alertname=\"IdemdDeadLettersGrowing\",alertstate=\"firing\",queue=\"$q\"})" 1 30
+
+# A handler that hangs: killed at handler_timeout twice (restarts by timeout), then dead-lettered.
+out=$(printf 'h1\thang\n' | h_mq publish -r "$q")
+h_assert_eq "$out" "published 1 confirmed 1" "publisher (hang)"
+h_wait_depth "$dlq" 7 60
+m_wait "idemd_worker_restarts_total{queue=\"$q\",outcome=\"timeout\"}" 2 10
+m_wait "idemd_workers_consuming{queue=\"$q\"}" 1 30
+
+# The server closes the worker's idle database session: reopened in place, one reconnect.
+ids=$(h_sql "SELECT GROUP_CONCAT(id) FROM information_schema.processlist WHERE db = '$db' AND id <> CONNECTION_ID()")
+[[ -n "$ids" && "$ids" != NULL ]] || h_fail "no idemd session in the processlist"
+for id in ${ids//,/ }; do h_sql "KILL $id"; done
+m_wait "idemd_database_reconnects_total{queue=\"$q\"}" 1 20
+h_assert_eq "$(m_value "idemd_worker_restarts_total{queue=\"$q\",outcome=\"database\"}")" 0 \
+    "restarts after the database session was killed"
+
+# The broker closes the consuming connection: the worker exits, is restarted, reconnects.
+c_close_named_conn "idemd $q#0 consumer"
+m_wait "idemd_worker_restarts_total{queue=\"$q\",outcome=\"broker\"}" 1 20
+m_wait "idemd_broker_reconnects_total{queue=\"$q\"}" 1 20
+m_wait "idemd_workers_consuming{queue=\"$q\"}" 1 30
 
 # A reload that changes the queue (its worker drains, a new one starts in another slot)
 # and the metrics address: counters go on from where they were, on the new address.
