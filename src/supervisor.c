@@ -156,7 +156,7 @@ static sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
 /*
  * Worker entry w is given up (its process is gone): move its slot's
  * counters to its queue's stats, so that the slot starts from zero for
- * whichever queue uses it next.
+ * whichever queue uses it next. (lat[] stays: only the exit totals read it.)
  */
 static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
 {
@@ -164,6 +164,7 @@ static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
     if (qs)
         metrics_counters_add(&qs->c, &w->slot->c);
     memset(&w->slot->c, 0, sizeof(w->slot->c));
+    w->slot->lost = WORKER_LOST_NONE; /* not a reconnect for the slot's next worker */
     w->used = false;
 }
 
