@@ -17,11 +17,13 @@ trap m_cleanup EXIT
 
 m_conf()
 {
-    h_conf_common "$db"
+    # shellcheck disable=SC2001 # one substitution in a heredoc's output
+    sed 's/shutdown_timeout = 30;/shutdown_timeout = 30; reconcile_interval = 1;/' <<<"$(h_conf_common "$db")"
     cat <<CONF
 metrics = { listen = "127.0.0.1:$1"; };
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = $2;
-             batch_size = 50; max_attempts = 2; retry_delays_ms = [ 100 ]; handler_timeout = 1; } );
+             batch_size = 50; max_attempts = 2; retry_delays_ms = [ 100 ]; handler_timeout = 1;
+             record_retention_days = 5; } );
 CONF
 }
 
@@ -50,8 +52,14 @@ m_query()
         sed -n 's/.*"value":\[[^,]*,"\([^"]*\)"\].*/\1/p'
 }
 
+# Retention deletes these at startup: three records and one crash count.
+h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time) VALUES ('$q', 'old1', NOW() - INTERVAL 10 DAY),
+       ('$q', 'old2', NOW() - INTERVAL 10 DAY), ('$q', 'old3', NOW() - INTERVAL 10 DAY)"
+h_sql "INSERT INTO idemd_attempt (consumer, msg_id, attempts, updated_at) VALUES
+       ('$q', 'old1', 2, NOW() - INTERVAL 10 DAY)"
 m_conf "$mport" 200 >idemd.conf
 h_daemon_start idemd.conf idemd.log
+m_wait "idemd_retention_deleted_rows_total{queue=\"$q\"}" 4 30
 
 # 500 distinct ids, 10 of them twice, 3 rejects, 2 that always retry.
 {
@@ -83,6 +91,14 @@ h_assert_eq "$(m_value "idemd_publish_to_commit_seconds_bucket{queue=\"$q\",le=\
     "latency +Inf bucket"
 h_assert_eq "$(m_value "idemd_handler_duration_seconds_count{queue=\"$q\"}" | awk '{ print ($1 >= 507) }')" \
     1 "handler calls"
+# reconcile() runs every second (counter.so logs each committed run).
+deadline=$((SECONDS + 20))
+until (($(m_value "idemd_reconcile_runs_total{queue=\"$q\"}") >= 2)); do
+    ((SECONDS < deadline)) || h_fail "no reconcile runs counted"
+    sleep 0.2
+done
+h_assert_eq "$(m_value "idemd_reconcile_failures_total{queue=\"$q\"}")" 0 "reconcile failures"
+(($(h_sql "SELECT COUNT(*) FROM reconcile_runs") >= 2)) || h_fail "reconcile_runs has fewer than 2 rows"
 commits=$(m_value "idemd_commits_total{queue=\"$q\"}")
 ((commits >= 10 && commits <= 517)) || h_fail "commits: $commits"
 grep -qE '^idemd_build_info\{version="[0-9.]+",abi="1\.[0-9]+"\} 1$' <<<"$(m_scrape)" ||
