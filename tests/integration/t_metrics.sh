@@ -135,6 +135,7 @@ scrape_configs:
   - job_name: idemd
     static_configs: [ { targets: [ "127.0.0.1:$mport" ] } ]
 YML
+rm -rf prom-data # a fresh database: no series from an earlier run of this case
 prometheus --config.file=prom.yml --storage.tsdb.path="$PWD/prom-data" \
     --web.listen-address="127.0.0.1:$pport" >prom.log 2>&1 &
 prom_pid=$!
@@ -155,7 +156,7 @@ m_prom_wait()
     done
 }
 m_prom_wait "sum(idemd_messages_total{queue=\"$q\",outcome=\"ok\"})" 500 60
-m_prom_wait "up{job=\"idemd\"}" 1 10
+m_prom_wait "up{job=\"idemd\",instance=\"127.0.0.1:$mport\"}" 1 10
 
 # A message that kills its worker: two crashes, then the crash guard dead-letters it.
 out=$(printf 's1\tsegv\n' | h_mq publish -r "$q")
