@@ -73,7 +73,7 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 
 # A unit test links only the module under test (and logging).
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
 # outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c); the broker side is stubbed.
 $(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit

@@ -30,8 +30,11 @@
 
 #include "log.h"
 
-#define TP "build/tests/plugins/"
-#define ORDER_PAY "build/plugins/order_pay.so"
+#ifndef IDEMD_TEST_BUILD
+#define IDEMD_TEST_BUILD "build"
+#endif
+#define TP IDEMD_TEST_BUILD "/tests/plugins/" /* build-asan under SANITIZE=1 */
+#define ORDER_PAY IDEMD_TEST_BUILD "/plugins/order_pay.so"
 
 static int t_n, t_failed;
 
