@@ -40,7 +40,7 @@ done
 rss100=$(rss_kb)
 h_log "supervisor VmRSS: ${rss10} kB after reload 10, ${rss100} kB after reload 100"
 # Under ASan (SANITIZE=1) freed memory sits in its quarantine: the RSS says nothing there.
-if nm -D --undefined-only "$IDEMD" 2>/dev/null | grep -qE ' __asan_init'; then
+if grep -qE ' __asan_init' <<<"$(nm -D --undefined-only "$IDEMD" 2>/dev/null)"; then
     h_log "an ASan build: the RSS bound is checked by the normal build only"
 else
     ((rss100 - rss10 < 2048)) ||
