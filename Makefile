@@ -45,7 +45,7 @@ all: $(B)/idemd $(B)/idemctl $(PLUGINS)
 check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace
 
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
 
 $(B)/idemd: $(OBJS)
 	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
@@ -54,21 +54,21 @@ $(B)/idemctl: $(CTL_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/plugins/%.so: src/plugins/%.c include/idemd/handler.h | $(B)/plugins
-	$(CC) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
 
 $(B)/tests/plugins/%.so: tests/plugins/%.c include/idemd/handler.h | $(B)/tests/plugins
-	$(CC) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
 
 $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
 # A unit test links only the module under test (and logging).
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
 # test_log's module is log.c itself: the pattern above would link it twice.
 $(B)/tests/unit/test_log: tests/unit/test_log.c src/log.c src/log.h | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
 
 $(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit:
 	mkdir -p $@
@@ -83,7 +83,7 @@ unit: check-build
 BENCH_TOOLS := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
 
 $(B)/bench/%: bench/%.c | $(B)/bench
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS) -lpthread
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS) -lpthread
 
 $(B)/bench:
 	mkdir -p $@
