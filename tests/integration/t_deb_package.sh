@@ -12,11 +12,11 @@ skip_or_fail()
     h_skip "$*"
 }
 missing=()
-for t in dpkg-buildpackage dh fakeroot lintian apt-get systemd-analyze pkg-config cc; do
+for t in dpkg-buildpackage dh lintian apt-get systemd-analyze pkg-config cc; do
     command -v "$t" >/dev/null || missing+=("$t")
 done
 ((${#missing[@]} == 0)) ||
-    skip_or_fail "missing ${missing[*]} (Debian packages dpkg-dev debhelper fakeroot lintian: .ci/packages)"
+    skip_or_fail "missing ${missing[*]} (Debian packages dpkg-dev debhelper lintian: .ci/packages)"
 (($(id -u) == 0)) || skip_or_fail "apt-get install needs root"
 for p in idemd idemd-dev; do
     st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) || st=
