@@ -1,6 +1,7 @@
 /* conf.c: idemd's settings table and the one loader, validator, printer and freer that walk it. */
 #include "conf.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -257,8 +258,8 @@ static const conf_def_t conf_defs[] = {
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),
     CONF_STRING("queue", "handler", conf_queue_t, handler, NR | RQ, NULL, 1, PATH_MAX - 1, NULL,
-                "path of the handler plugin (.so); a relative path is kept as written and "
-                "resolved against idemd's current directory"),
+                "path of the handler plugin (.so); a relative path is taken from the directory "
+                "of the config file that holds it"),
     CONF_STRING("queue", "consumer", conf_queue_t, consumer, NR, NULL, 1, 128, "the queue name",
                 "dedup namespace: the `consumer` column of the record table"),
     CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "200", 1, 65535,
@@ -688,6 +689,13 @@ static int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const ch
     }
     buf[len] = '\0';
     rc = conf_set_string(ctx, s, sp, field, buf);
+    /* A group may be how the service account reads it (root:idemd 0640); others never. */
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) == 0 && (st.st_mode & S_IROTH))
+        rc = conf_warn(ctx, s, sp,
+                       "\"%s\" holds a password and is readable by every user (mode %04o): "
+                       "chmod o= it",
+                       file, (unsigned)(st.st_mode & 07777));
 fail:
     explicit_bzero(buf, sizeof(buf));
     close(fd);
@@ -972,6 +980,48 @@ static int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *b
     return 0;
 }
 
+/*
+ * A relative handler path is taken from the directory of the file that
+ * holds the setting, made absolute (the working directory of a service is
+ * nobody's choice), so that logs and checks name the file that is loaded.
+ */
+static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                 conf_queue_t *q)
+{
+    const config_setting_t *at = config_setting_get_member(grp, "handler");
+    char sp[CONF_PATH_MAX], file[PATH_MAX + 8], cwd[PATH_MAX], full[3 * PATH_MAX];
+    int line;
+
+    if (q->handler == NULL || q->handler[0] == '/')
+        return 0;
+    conf_path(sp, path, "handler");
+    conf_source(ctx, at, file, sizeof(file), &line);
+    char *slash = strrchr(file, '/');
+    const char *dir = ".";
+    if (slash == file)
+        dir = "/";
+    else if (slash) {
+        *slash = '\0';
+        dir = file;
+    }
+    if (dir[0] == '/')
+        snprintf(full, sizeof(full), "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", q->handler);
+    else if (getcwd(cwd, sizeof(cwd)) == NULL)
+        return conf_error(ctx, at, sp, "cannot resolve the relative path \"%s\": getcwd: %s",
+                          q->handler, strerror(errno));
+    else if (strcmp(dir, ".") == 0)
+        snprintf(full, sizeof(full), "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", q->handler);
+    else
+        snprintf(full, sizeof(full), "%s%s%s/%s", cwd, strcmp(cwd, "/") ? "/" : "", dir,
+                 q->handler);
+    if (strlen(full) >= PATH_MAX)
+        return conf_error(ctx, at, sp,
+                          "\"%s\" taken from the config file's directory is %zu "
+                          "bytes long, more than %d",
+                          q->handler, strlen(full), PATH_MAX - 1);
+    return conf_set_string(ctx, at, sp, &q->handler, full);
+}
+
 static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                             const char *path)
 {
@@ -979,6 +1029,8 @@ static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *
     char sp[CONF_PATH_MAX];
 
     q->line = (int)config_setting_source_line(grp);
+    if (conf_absolute_handler(ctx, grp, path, q) != 0)
+        return -1;
     /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
     for (int i = 0; i < q->n_retry_delays; i++) {
         char tier[300];
@@ -1075,6 +1127,70 @@ static const config_setting_t *conf_own_group(const config_setting_t *grp, const
     return gname && strcmp(gname, name) == 0 ? grp : NULL;
 }
 
+/*
+ * True for a host that never leaves this machine: "localhost" (and names
+ * under .localhost), 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. Names are
+ * not resolved: any other name counts as remote.
+ */
+static bool conf_host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    size_t n = host ? strlen(host) : 0;
+    if (n == 0)
+        return false;
+    if (strcasecmp(host, "localhost") == 0 ||
+        (n > 10 && strcasecmp(host + n - 10, ".localhost") == 0))
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return false;
+}
+
+/* Warn that a connection to a remote host would be plain text (at host's line, or the group's). */
+static int conf_warn_plain(conf_ctx_t *ctx, const config_setting_t *own, const char *path,
+                           const char *host, const char *what)
+{
+    char sp[CONF_PATH_MAX];
+    const config_setting_t *at = own ? config_setting_get_member(own, "host") : NULL;
+    if (conf_host_is_loopback(host))
+        return 0;
+    conf_path(sp, path, "host");
+    return conf_warn(ctx, at ? at : own, sp,
+                     "\"%s\" is not a loopback address and tls.enabled is false: %s cross the "
+                     "network in plain text",
+                     host, what);
+}
+
+/*
+ * TLS is never off by accident: with tls.enabled false (or absent), a tls
+ * setting that only means something with TLS on - a file, or a check turned
+ * off - is an error at its line. Settings left at their defaults (the
+ * sample config's verify_* = true) are fine.
+ */
+static int conf_check_tls_off(conf_ctx_t *ctx, const config_setting_t *own, const char *path)
+{
+    char sp[CONF_PATH_MAX];
+    const config_setting_t *en = own ? config_setting_get_member(own, "enabled") : NULL;
+    int n = own ? config_setting_length(own) : 0;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *m = config_setting_get_elem(own, (unsigned)i);
+        const char *name = config_setting_name(m);
+        if (!name || strcmp(name, "enabled") == 0)
+            continue;
+        if (config_setting_type(m) == CONFIG_TYPE_BOOL && config_setting_get_bool(m))
+            continue;
+        conf_path(sp, path, name);
+        return conf_error(ctx, m, sp,
+                          "set, but tls.enabled is %s: the connection would be plain text; set "
+                          "tls.enabled = true, or remove the setting",
+                          en ? "false" : "not set (default false)");
+    }
+    return 0;
+}
+
 static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                              const char *path)
 {
@@ -1090,6 +1206,9 @@ static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void 
                          "5672 is the plain AMQP port but tls.enabled is true; a broker's TLS "
                          "listener is usually on 5671");
     }
+    if (!b->tls.enabled)
+        return conf_warn_plain(ctx, conf_own_group(grp, "broker"), path, b->host,
+                               "the broker password and every message");
     return 0;
 }
 
@@ -1103,7 +1222,7 @@ static int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, v
     if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
         return -1;
     if (!t->enabled)
-        return 0;
+        return conf_check_tls_off(ctx, own, path);
     if (t->verify_peer && !t->ca_file) {
         conf_path(sp, path, "ca_file");
         return conf_error(ctx, grp, sp,
@@ -1142,6 +1261,9 @@ static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, voi
             "cannot be used with socket (line %d): TLS runs over TCP to host:port",
             (int)config_setting_source_line(config_setting_get_member(own, "socket")));
     }
+    if (!db->socket && !db->tls.enabled)
+        return conf_warn_plain(ctx, own, path, db->host,
+                               "the database password, the handlers' statements and their data");
     return 0;
 }
 
@@ -1154,7 +1276,7 @@ static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp,
     if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
         return -1;
     if (!t->enabled)
-        return 0;
+        return conf_check_tls_off(ctx, own, path);
     if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
         return -1;
     if (!t->verify_server_cert)
@@ -1276,6 +1398,8 @@ static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void
 /* ---------------------------------------------------------------------- */
 /* Public API */
 
+static void conf_drop_connections(conf_t *conf);
+
 int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
 {
     conf_ctx_t ctx = {.path = path, .err = err, .errlen = errlen};
@@ -1326,6 +1450,7 @@ int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
     }
     if (conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
         goto fail;
+    conf_drop_connections(conf);
     free(dir);
     *out = conf;
     return 0;
@@ -1404,6 +1529,24 @@ static void conf_wipe_tree(config_setting_t *s)
         return;
     for (int i = 0; i < config_setting_length(s); i++)
         conf_wipe_tree(config_setting_get_elem(s, (unsigned)i));
+}
+
+/*
+ * The parsed tree is kept only for the handlers' settings groups: the
+ * broker and database groups (passwords) are wiped and removed from it as
+ * soon as conf holds their values.
+ */
+static void conf_drop_connections(conf_t *conf)
+{
+    config_setting_t *root = config_root_setting(&conf->lc);
+    static const char *const groups[] = {"broker", "database"};
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+        config_setting_t *g = config_setting_get_member(root, groups[i]);
+        if (g == NULL)
+            continue;
+        conf_wipe_tree(g);
+        config_setting_remove(root, groups[i]);
+    }
 }
 
 void conf_free(conf_t *conf)

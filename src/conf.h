@@ -106,7 +106,7 @@ typedef struct conf {
     conf_database_t database;
     conf_queue_t *queues;
     int n_queues;
-    config_t lc; /* the parsed tree, kept for handler settings */
+    config_t lc; /* the parsed tree, kept for handler settings (broker and database removed) */
     /* Problems that do not stop loading (e.g. a password in a file others
      * can read), "FILE:LINE: SETTING: PROBLEM" each; owned by conf. conf_load
      * logs nothing: the caller prints them (log_warn) once logging is set up. */

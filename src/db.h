@@ -94,6 +94,9 @@ static inline db_status_t db_classify(unsigned int err)
  */
 db_status_t db_record(db_t *db, const char *id, size_t len);
 
+/* Write b as an SQL hex literal X'..' at s (2 * len + 4 bytes with the NUL); returns its end. */
+char *db_hex_literal(char *s, const void *b, size_t len);
+
 /*
  * Set-based dedup: INSERT the records of ids[0..k-1] (lens: their lengths)
  * in one statement. DB_OK: all inserted; DB_DUPLICATE: one was committed

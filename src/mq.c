@@ -124,6 +124,7 @@ static void mq_entry_bool(amqp_table_entry_t *e, const char *key, bool value)
 
 const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {
+    char q[600]; /* the broker's text, quoted: it must not forge a field or a line */
     switch (r.reply_type) {
     case AMQP_RESPONSE_NORMAL:
         snprintf(buf, len, "ok");
@@ -137,12 +138,12 @@ const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
     case AMQP_RESPONSE_SERVER_EXCEPTION:
         if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
             amqp_connection_close_t *m = r.reply.decoded;
-            snprintf(buf, len, "connection closed by broker: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
+            snprintf(buf, len, "connection closed by broker: %u %s", m->reply_code,
+                     log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
             amqp_channel_close_t *m = r.reply.decoded;
-            snprintf(buf, len, "channel closed by broker: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
+            snprintf(buf, len, "channel closed by broker: %u %s", m->reply_code,
+                     log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         } else {
             snprintf(buf, len, "unexpected server method 0x%08x", r.reply.id);
         }
@@ -457,17 +458,18 @@ static int mq_round_pending(const mq_t *mq)
  */
 static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *role)
 {
+    char q[600];
     if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
         amqp_channel_close_t *m = f->payload.method.decoded;
         amqp_channel_close_ok_t ok;
-        log_error("broker %s: %schannel closed by broker: %u %.*s", mq->where, role, m->reply_code,
-                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        log_error("broker %s: %schannel closed by broker: %u %s", mq->where, role, m->reply_code,
+                  log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
     } else {
         amqp_connection_close_t *m = f->payload.method.decoded;
         amqp_connection_close_ok_t ok;
-        log_error("broker %s: %sconnection closed by broker: %u %.*s", mq->where, role,
-                  m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        log_error("broker %s: %sconnection closed by broker: %u %s", mq->where, role, m->reply_code,
+                  log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
         mq->broken = true; /* closed: nothing more to say to it */
     }

@@ -250,21 +250,6 @@ static int outbox_room(outbox_t *o, size_t need)
     return 0;
 }
 
-/* Append X'hex' of b to s; returns the new end. */
-static char *outbox_hex(char *s, const void *b, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    *s++ = 'X';
-    *s++ = '\'';
-    for (size_t i = 0; i < len; i++) {
-        *s++ = hex[((const unsigned char *)b)[i] >> 4];
-        *s++ = hex[((const unsigned char *)b)[i] & 15];
-    }
-    *s++ = '\'';
-    *s = '\0';
-    return s;
-}
-
 /* The SELECT of the rows to send (see outbox_relay). 0, or -1. */
 static int outbox_select_sql(outbox_t *o, const char *const *src, const size_t *src_len, int k,
                              int grace_s, int limit)
@@ -277,13 +262,13 @@ static int outbox_select_sql(outbox_t *o, const char *const *src, const size_t *
     char *s =
         o->sql + sprintf(o->sql, "SELECT id, msg_id, exchange, routing_key, content_type, headers, "
                                  "body FROM " OUTBOX_TABLE " WHERE consumer = ");
-    s = outbox_hex(s, o->db->consumer, o->db->consumer_len);
+    s = db_hex_literal(s, o->db->consumer, o->db->consumer_len);
     if (k >= 0) {
         s += sprintf(s, " AND source_id IN (");
         for (int j = 0; j < k; j++) {
             if (j)
                 s += sprintf(s, ", ");
-            s = outbox_hex(s, src[j], src_len[j]);
+            s = db_hex_literal(s, src[j], src_len[j]);
         }
         s += sprintf(s, ")");
     } else {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -73,9 +74,10 @@ static uint64_t sup_now_ms(void)
 }
 
 /*
- * Check every queue's handler (dlopen, ABI) and note each file's identity
- * into a new array in *ids (caller frees). The plugins are closed again:
- * each worker loads its own after fork, so a replaced file is picked up.
+ * Check every queue's handler (ownership, dlopen, ABI) in a child process,
+ * so that no plugin code runs in the supervisor, and note each file's
+ * identity into a new array in *ids (caller frees). Each worker loads its
+ * own after fork, so a replaced file is picked up.
  * 0, or -1 (logged, naming the file).
  */
 static int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
@@ -87,13 +89,12 @@ static int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
         return -1;
     for (int i = 0; i < conf->n_queues; i++) {
         const conf_queue_t *q = &conf->queues[i];
-        plugin_t *p = NULL;
-        if (plugin_load(q->handler, &p, err, sizeof(err)) != 0) {
+        char name[256];
+        if (plugin_check(q->handler, name, sizeof(name), err, sizeof(err)) != 0) {
             log_error("queue '%s': %s", q->name, err);
             goto fail;
         }
-        log_info("queue '%s': handler '%s' from %s", q->name, p->handler->name, q->handler);
-        plugin_free(p);
+        log_info("queue '%s': handler '%s' from %s", q->name, name, q->handler);
         if (stat(q->handler, &st) == 0) {
             (*ids)[i].dev = st.st_dev;
             (*ids)[i].ino = st.st_ino;
@@ -146,6 +147,9 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     }
     if (pid == 0) {
         close(s->sigfd);
+        /* Inherited from the supervisor already; a worker holds the passwords and the
+         * messages, so it makes sure. */
+        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
         worker_main(w->conf, w->q, w->index, w->slot);
     }
     w->pid = pid;

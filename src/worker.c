@@ -181,8 +181,9 @@ static int worker_connect_db(worker_t *w)
         return WORKER_EXIT_TEMPFAIL;
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
+        char qe[800];
         log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
-                  err[0] ? err : "(no reason given)");
+                  err[0] ? log_quote_str(err, qe, sizeof(qe)) : "(no reason given)");
         return WORKER_EXIT_CONFIG;
     }
     w->state_live = true;
@@ -668,11 +669,17 @@ static void worker_report(worker_t *w, int i)
     }
     if (settled && !log_enabled(LOG_LEVEL_DEBUG))
         return; /* the common case: no formatting at all */
-    delivery_id_printable(t->id, m->no_id ? 0 : t->id_len, pid, sizeof(pid));
+    /* Every value from the message, the handler or the config is quoted (log_quote): an id
+     * or a reason can never forge a field or a line. The journal gets the raw id. */
+    const char *id = m->no_id ? NULL : t->id;
+    size_t id_len = m->no_id ? 0 : t->id_len;
+    char qq[300], qh[200], qw[500], qr[1200];
+    delivery_id_printable(t->id, id_len, pid, sizeof(pid));
+    log_quote_str(w->q->name, qq, sizeof(qq));
     if (settled) {
-        log_fields(LOG_LEVEL_DEBUG, w->q->name, w->q->consumer, pid, w->h->name, name,
-                   "outcome=%s queue=%s id=%s tag=%llu", name, w->q->name, pid,
-                   (unsigned long long)m->env.delivery_tag);
+        log_fields_id(LOG_LEVEL_DEBUG, w->q->name, w->q->consumer, id, id_len, w->h->name, name,
+                      "outcome=%s queue=%s id=%s tag=%llu", name, qq, pid,
+                      (unsigned long long)m->env.delivery_tag);
         return;
     }
     switch (m->route) {
@@ -691,11 +698,12 @@ static void worker_report(worker_t *w, int i)
         snprintf(where, sizeof(where), "-");
         break;
     }
-    log_fields(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
-               w->q->consumer, pid, w->h->name, name,
-               "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
-               name, w->q->name, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
-               w->q->max_attempts, w->h->name, where, t->reason);
+    log_fields_id(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
+                  w->q->consumer, id, id_len, w->h->name, name,
+                  "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
+                  name, qq, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
+                  w->q->max_attempts, log_quote_str(w->h->name, qh, sizeof(qh)),
+                  log_quote_str(where, qw, sizeof(qw)), log_quote_str(t->reason, qr, sizeof(qr)));
 }
 
 /* Decide where message i goes (txn_route), saying so in the reason of a last retry. */

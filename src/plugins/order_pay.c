@@ -201,42 +201,45 @@ static int order_pay_parse_digits(const char *s, size_t len, long long *id)
     return 0;
 }
 
-/* The orderId of one body, or -1 with the reason in err (the message is rejected). */
-static int order_pay_parse(order_pay_state_t *st, const idemd_message_t *msg, long long *id,
-                           char *err, size_t errlen)
+/*
+ * The orderId of one body (len bytes, not NUL-terminated), or -1 with the
+ * reason in err (the message is rejected). Needs no database: the fuzz
+ * target tests/fuzz/fuzz_order_pay.c calls it with its own tokener.
+ */
+static int order_pay_parse_body(json_tokener *tok, const char *body, size_t len, long long *id,
+                                char *err, size_t errlen)
 {
-    const char *body = msg->body;
     json_object *root = NULL, *v;
     enum json_tokener_error jerr;
     size_t end;
     int rc = -1;
 
-    if (msg->body_len == 0) {
+    if (len == 0) {
         snprintf(err, errlen, "empty body (expected {\"orderId\": N})");
         return -1;
     }
-    if (msg->body_len > INT32_MAX) {
-        snprintf(err, errlen, "body of %zu bytes is too large to be a payment", msg->body_len);
+    if (len > INT32_MAX) {
+        snprintf(err, errlen, "body of %zu bytes is too large to be a payment", len);
         return -1;
     }
-    json_tokener_reset(st->tok);
-    root = json_tokener_parse_ex(st->tok, body, (int)msg->body_len);
-    jerr = json_tokener_get_error(st->tok);
-    end = json_tokener_get_parse_end(st->tok);
+    json_tokener_reset(tok);
+    root = json_tokener_parse_ex(tok, body, (int)len);
+    jerr = json_tokener_get_error(tok);
+    end = json_tokener_get_parse_end(tok);
     if (root == NULL && jerr == json_tokener_continue) {
         /* The body is not NUL-terminated: a bare number ends only at the terminator. */
-        root = json_tokener_parse_ex(st->tok, "", 1);
-        jerr = json_tokener_get_error(st->tok);
-        end = msg->body_len;
+        root = json_tokener_parse_ex(tok, "", 1);
+        jerr = json_tokener_get_error(tok);
+        end = len;
     }
     if (root == NULL) {
         snprintf(err, errlen, "body is not JSON: %s at byte %zu", json_tokener_error_desc(jerr),
                  end);
         goto done;
     }
-    while (end < msg->body_len && isspace((unsigned char)body[end]))
+    while (end < len && isspace((unsigned char)body[end]))
         end++;
-    if (end < msg->body_len) {
+    if (end < len) {
         snprintf(err, errlen, "body is not JSON: unexpected data after the value at byte %zu", end);
         goto done;
     }
@@ -349,7 +352,7 @@ static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_messa
         snprintf(err, errlen, "handler state was prepared on another connection");
         return IDEMD_RESULT_RETRY;
     }
-    if (order_pay_parse(st, msg, &id, err, errlen) != 0)
+    if (order_pay_parse_body(st->tok, msg->body, msg->body_len, &id, err, errlen) != 0)
         return IDEMD_RESULT_REJECT;
     st->order_id = id;
     if (mysql_stmt_execute(st->update) != 0) {
@@ -511,7 +514,8 @@ static int order_pay_handle_batch(void *state, MYSQL *db, const idemd_message_t 
     long long *d = st->ids + n; /* the distinct orderIds, sorted */
     for (size_t i = 0; i < n; i++) {
         verdicts[i] = IDEMD_RESULT_OK;
-        if (order_pay_parse(st, msgs[i], &st->ids[i], errors + i * errlen, errlen) != 0) {
+        if (order_pay_parse_body(st->tok, msgs[i]->body, msgs[i]->body_len, &st->ids[i],
+                                 errors + i * errlen, errlen) != 0) {
             verdicts[i] = IDEMD_RESULT_REJECT;
             st->ids[i] = 0;
             continue;

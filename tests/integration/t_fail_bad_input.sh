@@ -141,7 +141,7 @@ for id in bigrej uidrej; do
 done
 c_soft_eq "$(h_count_log idemd.log "outcome=reject queue=$qm id=xdc ")" 0 "rejects of xdc"
 for id in deepretry bigretry; do
-    c_soft_eq "$(h_count_log idemd.log "outcome=retry queue=$qh id=$id .*then=retry scheduled")" 1 \
+    c_soft_eq "$(h_count_log idemd.log "outcome=retry queue=$qh id=$id .*then=\"retry scheduled")" 1 \
         "retries of $id (its copy's headers trimmed)"
 done
 

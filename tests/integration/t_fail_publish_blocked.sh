@@ -83,7 +83,7 @@ h_wait_log idemd.log "queue $q: the broker blocks publishing \(resource alarm\):
 # retry-once and rejected ones are held unacked: their copies cannot be published.
 h_wait_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects WHERE msg_id LIKE 'g%' OR msg_id LIKE 'o%'" \
     $'150\t150\t1' 30 || h_fail "good messages were not processed during the alarm"
-h_wait_log idemd.log "outcome=reject queue=$q id=x1 .*then=held" 1 30 ||
+h_wait_log idemd.log "outcome=reject queue=$q id=x1 .*then=\"held" 1 30 ||
     h_fail "x1 was not held while blocked"
 h_wait_log idemd.log "message\(s\) held: their copies were refused again" 1 30 ||
     h_fail "the held copies were not tried again while blocked"

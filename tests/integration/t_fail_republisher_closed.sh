@@ -26,7 +26,7 @@ c_close_named_conn "idemd $q#0 republisher" || h_fail "could not close the repub
 out=$(printf 'a2\tretry-once\n' | h_mq publish -r "$q")
 h_assert_eq "$out" "published 1 confirmed 1" "second publisher"
 h_wait_log idemd.log "publishing connection closed by broker" 1 30 || h_fail "the close was not noticed"
-h_wait_log idemd.log "outcome=retry queue=$q id=a2 .*then=retry scheduled" 1 30 ||
+h_wait_log idemd.log "outcome=retry queue=$q id=a2 .*then=\"retry scheduled" 1 30 ||
     h_fail "a2's copy did not go out on a new connection"
 out=$(h_gen g 1 $n | h_mq publish -r "$q")
 h_assert_eq "$out" "published $n confirmed $n" "third publisher"

@@ -43,7 +43,7 @@ grep -q '^idemctl [0-9]' <<<"$("$root/usr/sbin/idemctl" --version)" || h_fail "i
 # The sample config, pointed into the DESTDIR, is valid and loads the installed plugin.
 (umask 077 && sed "s|\"/usr/lib/idemd/plugins/|\"$root/usr/lib/idemd/plugins/|" \
     "$root/etc/idemd/idemd.conf.example" >example.conf) # it holds a password: keep it private
-out=$("$root/usr/sbin/idemd" --check-config -c example.conf 2>example.err) ||
+out=$("$root/usr/sbin/idemd" "${H_ALLOW_ROOT[@]}" --check-config -c example.conf 2>example.err) ||
     h_fail "example config: $out $(cat example.err)"
 echo "$out"
 cat example.err
@@ -107,7 +107,7 @@ unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
 } >hello.conf
 chmod 0600 hello.conf
 for bin in "$IDEMD" "$root/usr/sbin/idemd"; do
-    out=$("$bin" --check-config -c hello.conf 2>&1) || h_fail "$bin --check-config: $out"
+    out=$("$bin" "${H_ALLOW_ROOT[@]}" --check-config -c hello.conf 2>&1) || h_fail "$bin --check-config: $out"
     echo "$bin: $out"
     h_assert_eq "$out" "hello.conf: configuration OK (1 queue)" "$bin --check-config"
 done

@@ -14,8 +14,11 @@
  * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
  * "hang" -> never returns; "skip" -> OK without any SQL (no effect);
  * "reject-until-fixed" -> REJECT until a row named 'fixed' is in counter_flags
- * (tests/schema.sql: a test "fixes the handler" by inserting it), then OK.
- * Anything else -> OK.
+ * (tests/schema.sql: a test "fixes the handler" by inserting it), then OK;
+ * "reject-echo:TEXT" -> REJECT with TEXT (any bytes, up to a NUL) as the reason,
+ * to test that a handler's reason cannot forge a log line; "load-local" -> LOAD DATA
+ * LOCAL INFILE '/etc/hostname' INTO TABLE load_local: OK if the client sent the file,
+ * REJECT with the error if it refused. Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
@@ -192,6 +195,17 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
     if (counter_body_is(msg, "reject-until-fixed") && !counter_fixed(db)) {
         snprintf(err, errlen, "test reject-until-fixed");
         return IDEMD_RESULT_REJECT;
+    }
+    if (msg->body_len >= 12 && memcmp(msg->body, "reject-echo:", 12) == 0) {
+        snprintf(err, errlen, "%.*s", (int)(msg->body_len - 12), (const char *)msg->body + 12);
+        return IDEMD_RESULT_REJECT;
+    }
+    if (counter_body_is(msg, "load-local")) {
+        if (mysql_query(db, "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE load_local") != 0) {
+            snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+            return IDEMD_RESULT_REJECT;
+        }
+        return IDEMD_RESULT_OK;
     }
     if (counter_body_is(msg, "retry")) {
         snprintf(err, errlen, "test retry");
