@@ -17,7 +17,8 @@ for t in dpkg-buildpackage dh lintian apt-get systemd-analyze pkg-config cc; do
 done
 ((${#missing[@]} == 0)) ||
     skip_or_fail "missing ${missing[*]} (Debian packages dpkg-dev debhelper lintian: .ci/packages)"
-# Root, or passwordless sudo (as on a CI runner), for apt-get, userdel and the root-only example config.
+# Root, or passwordless sudo (as on a CI runner), for apt-get, userdel, runuser and the root-only
+# example config.
 sudo=()
 if (($(id -u) != 0)); then
     sudo -n true 2>/dev/null || skip_or_fail "apt-get install needs root or passwordless sudo"
@@ -107,9 +108,11 @@ getent passwd idemd >/dev/null && had_user=1
 
 apt_get() { "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=120 -y "$@"; }
 installed=0
+made_conf=0
 cleanup()
 {
     h_daemon_kill9
+    if ((made_conf)); then "${sudo[@]}" rm -f /etc/idemd/idemd.conf; fi
     if ((installed)); then
         apt_get purge idemd idemd-dev >cleanup.log 2>&1 || cat cleanup.log >&2
     fi
@@ -151,9 +154,17 @@ h_assert_eq "$shell" /usr/sbin/nologin "idemd's shell"
 grep -q '^ /etc/idemd/idemd.conf.example ' <<<"$(dpkg-query -W -f='${Conffiles}\n' idemd)" ||
     h_fail "/etc/idemd/idemd.conf.example is not a conffile"
 h_assert_eq "$(stat -c '%a %U:%G' /etc/idemd/idemd.conf.example)" "640 root:root" "example config mode"
-out=$("${sudo[@]}" /usr/sbin/idemd --check-config -c /etc/idemd/idemd.conf.example 2>example.err) ||
-    h_fail "example config: $out $(cat example.err)"
+out=$("${sudo[@]}" /usr/sbin/idemd --allow-root --check-config -c /etc/idemd/idemd.conf.example \
+    2>example.err) || h_fail "example config: $out $(cat example.err)"
 h_assert_eq "$out" "/etc/idemd/idemd.conf.example: configuration OK (1 queue)" "example config"
+# As docs/deploying.md says (step 4): a copy root:idemd 0640, checked as the service user.
+made_conf=1
+"${sudo[@]}" install -m 0640 -o root -g idemd /etc/idemd/idemd.conf.example /etc/idemd/idemd.conf
+out=$("${sudo[@]}" runuser -u idemd -- /usr/sbin/idemd --check-config -c /etc/idemd/idemd.conf \
+    2>idemd-user.err) || h_fail "as user idemd: $out $(cat idemd-user.err)"
+h_assert_eq "$out" "/etc/idemd/idemd.conf: configuration OK (1 queue)" "the config checked as user idemd"
+"${sudo[@]}" rm /etc/idemd/idemd.conf
+made_conf=0
 
 # The units: in place, naming the installed binary, clean under systemd-analyze verify
 # (any output line is a finding), and not enabled.
@@ -218,7 +229,7 @@ H_SQL_DIR=/usr/share/idemd/sql h_new_db "$db"
     h_conf_common "$db"
     echo "queues = ( { name = \"$q\"; handler = \"$PWD/hello.so\"; retry_delays_ms = [ ]; } );"
 } >hello.conf
-out=$(/usr/sbin/idemd --check-config -c hello.conf 2>&1) || h_fail "hello.conf: $out"
+out=$(/usr/sbin/idemd "${H_ALLOW_ROOT[@]}" --check-config -c hello.conf 2>&1) || h_fail "hello.conf: $out"
 IDEMD=/usr/sbin/idemd h_daemon_start hello.conf idemd.log
 out=$(h_gen d 1 20 | h_mq publish -r "$q")
 h_assert_eq "$out" "published 20 confirmed 20" "publish"
