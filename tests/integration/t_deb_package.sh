@@ -3,7 +3,8 @@
 # The packages are installed system-wide (on CI a throwaway machine) and purged at the end,
 # also when the case fails; a user idemd the case created is deleted again. Outside CI the
 # case is skipped when the packaging tools are missing or it has neither root nor sudo. It
-# refuses to run where an idemd package or a file of the packages is already installed.
+# refuses to run where an idemd package or a file of the packages is already installed, and
+# takes a lock so that overlapping test runs on one machine install one after the other.
 # The build runs in a copy of the work tree, so build/ and /usr/local stay untouched.
 
 skip_or_fail()
@@ -24,10 +25,6 @@ if (($(id -u) != 0)); then
     sudo -n true 2>/dev/null || skip_or_fail "apt-get install needs root or passwordless sudo"
     sudo=(sudo -n)
 fi
-for p in idemd idemd-dev; do
-    st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) || st=
-    [[ -z "$st" || $st == not-installed ]] || h_fail "package $p is on this machine already ($st)"
-done
 
 ver=$(sed -n 's/^#define IDEMD_VERSION "\(.*\)"$/\1/p' "$H_ROOT/src/main.c")
 [[ -n "$ver" ]] || h_fail "no IDEMD_VERSION in src/main.c"
@@ -86,6 +83,15 @@ h_assert_eq "$(grep -c '^/usr/include/\|^/usr/share/pkgconfig/' paths.idemd || t
     "dev files in the idemd package"
 
 # ---------- install ----------
+# One run at a time installs on this machine (test runs of several work trees may overlap).
+lockdir=/run/lock
+[[ -d $lockdir && -w $lockdir ]] || lockdir=/tmp
+exec {lock_fd}>>"$lockdir/idemd-t_deb_package.lock"
+flock -w 150 "$lock_fd" || h_fail "another t_deb_package held $lockdir/idemd-t_deb_package.lock for 150 s"
+for p in idemd idemd-dev; do
+    st=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null) || st=
+    [[ -z "$st" || $st == not-installed ]] || h_fail "package $p is on this machine already ($st)"
+done
 # What the packages would overwrite, and which of their directories exist already.
 : >preexisting.txt
 while read -r p; do
