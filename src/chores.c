@@ -33,6 +33,12 @@ static void chores_progress(chores_t *c)
     __atomic_store_n(&c->slot->progress_ms, chores_now_ms(CLOCK_MONOTONIC), __ATOMIC_RELAXED);
 }
 
+/* A reconcile run failed (for idemd_reconcile_failures_total). */
+static void chores_failed(chores_t *c)
+{
+    __atomic_add_fetch(&c->slot->c.n_reconcile_failures, 1, __ATOMIC_RELAXED);
+}
+
 static void chores_lease_init(chores_t *c, chores_lease_t *l, const char *kind, const char *what)
 {
     snprintf(l->name, sizeof(l->name), "%s:%s", kind, what);
@@ -202,6 +208,7 @@ static int chores_retention(chores_t *c, uint64_t now)
         }
         slice += n;
         c->run_rows += n;
+        __atomic_add_fetch(&c->slot->c.n_retention_rows, (uint64_t)n, __ATOMIC_RELAXED);
         if (n < CHORES_PURGE_ROWS)
             c->run_phase++;
     }
@@ -259,9 +266,11 @@ static int chores_reconcile(chores_t *c, uint64_t now)
     alarm(0);
     __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELAXED);
     chores_progress(c);
+    __atomic_add_fetch(&c->slot->c.n_reconcile_runs, 1, __ATOMIC_RELAXED);
     uint64_t took = chores_now_ms(CLOCK_MONOTONIC) - t0;
     err[sizeof(err) - 1] = '\0';
     if (hr != 0) {
+        chores_failed(c);
         log_warn("handler %s: reconcile failed after %llu ms: %s", c->h->name,
                  (unsigned long long)took, err[0] ? err : "(no reason)");
         /* Its next turn comes after the interval too, not at the next poll. */
@@ -281,6 +290,7 @@ static int chores_reconcile(chores_t *c, uint64_t now)
         log_info("reconcile: handler %s done in %llu ms", c->h->name, (unsigned long long)took);
         return 0;
     }
+    chores_failed(c);
     return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;
 }
 

@@ -3,8 +3,10 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -155,12 +157,14 @@ static const conf_enum_t conf_dedups[] = {
 #define SE CONF_F_SECRET
 
 static const conf_def_t conf_defs[] = {
-    /* The top level: the four groups and nothing else. */
+    /* The top level: the five groups and nothing else. */
     CONF_GROUP("root", "daemon", 0, "daemon", "process-wide settings"),
     CONF_GROUP("root", "broker", offsetof(conf_t, broker), "broker",
                "the RabbitMQ connection (each worker opens its own)"),
     CONF_GROUP("root", "database", offsetof(conf_t, database), "database",
                "the MySQL/MariaDB connection (each worker opens its own)"),
+    CONF_GROUP("root", "metrics", offsetof(conf_t, metrics), "metrics",
+               "the Prometheus endpoint (docs/monitoring.md); off unless `listen` is set"),
     CONF_LIST("root", "queues", conf_t, queues, n_queues, conf_queue_t, "queue", RQ, 1, NULL,
               "the queues to consume: a list `( { ... }, { ... } )`, at least one"),
 
@@ -255,6 +259,11 @@ static const conf_def_t conf_defs[] = {
               "refuse a server certificate that does not match `host` (DNS name or IP address) "
               "or, without `ca_file`, does not chain to the system's CA store"),
 
+    CONF_STRING("metrics", "listen", conf_metrics_t, listen, 0, NULL, 1, 64, "none (off)",
+                "`\"ADDR:PORT\"` (IPv6: `\"[ADDR]:PORT\"`, numeric) where the supervisor serves "
+                "`/metrics` over HTTP without authentication: keep it on loopback or a trusted "
+                "network"),
+
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),
     CONF_STRING("queue", "handler", conf_queue_t, handler, NR | RQ, NULL, 1, PATH_MAX - 1, NULL,
@@ -342,13 +351,15 @@ static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, voi
                                const char *path);
 static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                                    const char *path);
+static int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                              const char *path);
 static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                             const char *path);
 static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                               const char *path);
 
 static const conf_section_t conf_sections[] = {
-    {"root", "Top level", "The file holds these four settings and nothing else.", conf_check_root},
+    {"root", "Top level", "The file holds these five settings and nothing else.", conf_check_root},
     {"daemon", "daemon", "Optional.", NULL},
     {"broker", "broker", "Optional: every setting has a default.", conf_check_broker},
     {"broker_tls", "broker.tls",
@@ -357,6 +368,7 @@ static const conf_section_t conf_sections[] = {
      conf_check_broker_tls},
     {"database", "database", "Required: `database` has no default.", conf_check_database},
     {"database_tls", "database.tls", "Optional; off by default.", conf_check_database_tls},
+    {"metrics", "metrics", "Optional; off by default.", conf_check_metrics},
     {"queue", "queues.[N]", "One group per queue; queue names must be unique.", conf_check_queue},
     {"declare", "queues.[N].declare", "Optional.", conf_check_declare},
     {"binding", "queues.[N].declare.bindings.[N]", "One group per binding.", NULL},
@@ -1020,6 +1032,54 @@ static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, c
                           "bytes long, more than %d",
                           q->handler, strlen(full), PATH_MAX - 1);
     return conf_set_string(ctx, at, sp, &q->handler, full);
+}
+
+/* metrics.listen: a numeric address and a port, parsed for the supervisor. */
+static int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                              const char *path)
+{
+    conf_metrics_t *m = base;
+    char host[70], sp[CONF_PATH_MAX];
+    const char *colon, *h = m->listen;
+    size_t hlen;
+    char *end;
+
+    if (m->listen == NULL)
+        return 0;
+    conf_path(sp, path, "listen");
+    const config_setting_t *at = config_setting_get_member(grp, "listen");
+    colon = strrchr(m->listen, ':');
+    if (colon == NULL)
+        return conf_error(ctx, at, sp, "\"%s\" has no port: write \"ADDR:PORT\"", m->listen);
+    hlen = (size_t)(colon - m->listen);
+    if (h[0] == '[') {
+        if (hlen < 2 || h[hlen - 1] != ']')
+            return conf_error(ctx, at, sp, "\"%s\": an IPv6 address is written \"[ADDR]:PORT\"",
+                              m->listen);
+        h++;
+        hlen -= 2;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)hlen, h);
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end || errno || port < 1 || port > 65535)
+        return conf_error(ctx, at, sp, "\"%s\": the port must be a number in 1..65535", m->listen);
+    memset(&m->addr, 0, sizeof(m->addr));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)(void *)&m->addr;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)(void *)&m->addr;
+    if (m->listen[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+    } else if (m->listen[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+    } else {
+        return conf_error(ctx, at, sp,
+                          "\"%s\": the address must be numeric, e.g. \"127.0.0.1:9187\" or "
+                          "\"[::1]:9187\"",
+                          m->listen);
+    }
+    return 0;
 }
 
 static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
@@ -2047,6 +2107,7 @@ static const conf_example_t conf_examples[] = {
     {"database_tls", "ca_file", "\"/etc/idemd/tls/db-ca.pem\"", false},
     {"database_tls", "cert_file", "\"/etc/idemd/tls/client.pem\"", false},
     {"database_tls", "key_file", "\"/etc/idemd/tls/client.key\"", false},
+    {"metrics", "listen", "\"127.0.0.1:9187\"", false},
     {"queue", "name", "\"orders.pay\"", true},
     {"queue", "handler", "\"/usr/local/lib/idemd/plugins/order_pay.so\"", true},
     {"queue", "consumer", "\"orders.pay\"", false},

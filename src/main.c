@@ -157,7 +157,7 @@ int main(int argc, char **argv)
     }
     log_info("idemd %s starting with %s", IDEMD_VERSION, path);
     main_risks(conf, false);
-    int rc = supervisor_run(conf, override);
+    int rc = supervisor_run(conf, override, IDEMD_VERSION);
     mysql_library_end();
     return rc;
 }

@@ -143,6 +143,42 @@ static void worker_count(uint64_t *counter)
     __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
 }
 
+static uint64_t worker_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* A handler call that started at t0 (worker_now_us) ended: one observation of its duration. */
+static void worker_handler_time(worker_t *w, uint64_t t0)
+{
+    static const uint64_t bounds[] = METRICS_HANDLER_BOUNDS;
+    metrics_observe(w->slot->c.handler, &w->slot->c.handler_sum_us, bounds, METRICS_HANDLER_N,
+                    worker_now_us() - t0);
+}
+
+/*
+ * The worker exits because it lost the broker or the database: say which
+ * (the supervisor counts the restart by it; the next run counts its
+ * reconnect). Returns WORKER_EXIT_TEMPFAIL.
+ */
+static int worker_lose(worker_t *w, worker_lost_t what)
+{
+    __atomic_store_n(&w->slot->lost, (int)what, __ATOMIC_RELAXED);
+    return WORKER_EXIT_TEMPFAIL;
+}
+
+/* Connected to what; counts a reconnect when the slot says the last run lost it. */
+static void worker_connected(worker_t *w, worker_lost_t what)
+{
+    if (__atomic_load_n(&w->slot->lost, __ATOMIC_RELAXED) != (int)what)
+        return;
+    worker_count(what == WORKER_LOST_BROKER ? &w->slot->c.n_mq_reconnects
+                                            : &w->slot->c.n_db_reconnects);
+    __atomic_store_n(&w->slot->lost, WORKER_LOST_NONE, __ATOMIC_RELAXED);
+}
+
 /* Sleep up to ms, waking early on stop; keeps showing progress while it waits. */
 static void worker_pause(worker_t *w, int ms)
 {
@@ -179,6 +215,7 @@ static int worker_connect_db(worker_t *w)
         outbox_rebind(w->outbox, w->db);
     else if ((w->outbox = outbox_new(w->db)) == NULL)
         return WORKER_EXIT_TEMPFAIL;
+    worker_connected(w, WORKER_LOST_DATABASE);
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
         char qe[800];
@@ -222,7 +259,8 @@ static int worker_connect_mq(worker_t *w)
 {
     worker_set_state(w, WORKER_STATE_CONNECTING);
     if (mq_open(&w->conf->broker, w->name, &w->mq) != 0)
-        return WORKER_EXIT_TEMPFAIL;
+        return worker_lose(w, WORKER_LOST_BROKER);
+    worker_connected(w, WORKER_LOST_BROKER);
     w->mq->quiet = true; /* declaration failures: reported by the supervisor, once */
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
         return worker_declare_failed(w);
@@ -231,7 +269,7 @@ static int worker_connect_mq(worker_t *w)
         return worker_declare_failed(w);
     w->mq->quiet = false;
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
-        return WORKER_EXIT_TEMPFAIL;
+        return worker_lose(w, WORKER_LOST_BROKER);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     log_info("consuming queue '%s' (consumer '%s', prefetch %d, batch %d)", w->q->name,
              w->q->consumer, w->q->prefetch, w->q->batch_size);
@@ -294,7 +332,9 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     t->reason[0] = '\0';
     if (w->q->handler_timeout > 0)
         alarm((unsigned)w->q->handler_timeout); /* SIGALRM kills a hung handler */
+    uint64_t t0 = worker_now_us();
     idemd_result_t r = w->h->handle(w->state, w->db->my, &w->one.msg, t->reason, sizeof(t->reason));
+    worker_handler_time(w, t0);
     if (w->q->handler_timeout > 0)
         alarm(0);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
@@ -326,7 +366,9 @@ static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_r
     }
     if (w->q->handler_timeout > 0)
         alarm((unsigned)w->q->handler_timeout);
+    uint64_t t0 = worker_now_us();
     int rc = w->h->handle_batch(w->state, w->db->my, w->bptr, (size_t)k, r, w->berr, errlen);
+    worker_handler_time(w, t0);
     if (w->q->handler_timeout > 0)
         alarm(0);
     *err = mysql_errno(w->db->my);
@@ -588,13 +630,16 @@ static int worker_transact(worker_t *w)
     t.m = w->tm;
     t.n = w->n;
     w->outbox_used = false;
-    if (txn_run(&t) != TXN_DONE)
+    txn_status_t st = txn_run(&t);
+    __atomic_add_fetch(&w->slot->c.n_redos, (uint64_t)t.redos, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&w->slot->c.n_lock_waits, (uint64_t)t.lock_waits, __ATOMIC_RELAXED);
+    if (st != TXN_DONE)
         return -1;
     if (t.committed && w->outbox_used)
         worker_relay(w);
     w->db_used_ms = worker_now_ms();
     if (t.committed)
-        worker_count(&w->slot->n_commits);
+        worker_count(&w->slot->c.n_commits);
     if (t.too_slow) {
         w->bulk_off_until_ms = worker_now_ms() + 60000;
         log_info("handlers ran past %llu ms in a set-based batch: message by message for a "
@@ -637,10 +682,13 @@ uint64_t worker_lat_bucket_floor(int bucket)
 static void worker_latency(worker_t *w, const worker_msg_t *m, uint64_t now_us)
 {
     long long pub = delivery_header_int(&m->env.message.properties, "idemd-pub-us");
+    static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
     if (pub <= 0 || (uint64_t)pub > now_us)
         return;
     __atomic_add_fetch(&w->slot->lat[worker_lat_bucket(now_us - (uint64_t)pub)], 1,
                        __ATOMIC_RELAXED);
+    metrics_observe(w->slot->c.latency, &w->slot->c.latency_sum_us, bounds, METRICS_LATENCY_N,
+                    now_us - (uint64_t)pub);
 }
 
 /* Log message i's outcome (and where it went) and count it. */
@@ -653,16 +701,16 @@ static void worker_report(worker_t *w, int i)
     bool settled = m->route == TXN_ROUTE_ACK;
     switch (t->state) {
     case TXN_COMMITTED:
-        worker_count(&w->slot->n_ok);
+        worker_count(&w->slot->c.n_ok);
         break;
     case TXN_DUPLICATE:
-        worker_count(&w->slot->n_duplicate);
+        worker_count(&w->slot->c.n_duplicate);
         break;
     case TXN_RETRY:
-        worker_count(&w->slot->n_retry);
+        worker_count(&w->slot->c.n_retry);
         break;
     case TXN_REJECT:
-        worker_count(&w->slot->n_reject);
+        worker_count(&w->slot->c.n_reject);
         break;
     default:
         return; /* held for the next batch: nothing happened to it yet */
@@ -749,6 +797,18 @@ static int worker_open_publisher(worker_t *w)
     return 0;
 }
 
+/* Count the copies ms[0..n-1] needed: confirmed by the broker, or not. */
+static void worker_count_copies(worker_t *w, const worker_msg_t *ms, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (ms[i].route != TXN_ROUTE_DELAY && ms[i].route != TXN_ROUTE_DLQ)
+            continue;
+        int kind = ms[i].route == TXN_ROUTE_DLQ ? METRICS_COPY_DEAD_LETTER : METRICS_COPY_RETRY;
+        worker_count(&w->slot->c.n_copies[kind][ms[i].copy_ok ? METRICS_COPY_PUBLISHED
+                                                              : METRICS_COPY_REFUSED]);
+    }
+}
+
 /*
  * Publish the copies of the retried and dead-lettered messages among
  * ms[0..n-1] (ts_: their protocol halves) on the republishing connection
@@ -810,9 +870,13 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
     int rc = mq_wait_confirms(w->pub, WORKER_CONFIRM_MS);
     for (int i = 0; i < n; i++)
         ms[i].copy_ok = ms[i].copy_index >= 0 && mq_round_ok(w->pub, ms[i].copy_index);
+    worker_count_copies(w, ms, n);
     if (rc == 0)
         return 1;
+    goto close;
 fail:
+    worker_count_copies(w, ms, n);
+close:
     /* What the broker confirmed stays confirmed; the rest are held or requeued. */
     mq_close(w->pub);
     w->pub = NULL;
@@ -1125,6 +1189,7 @@ static int worker_check_db(worker_t *w)
     if (mysql_ping(w->db->my) == 0)
         return 0;
     log_info("database connection lost while idle (%s): reconnecting", mysql_error(w->db->my));
+    (void)worker_lose(w, WORKER_LOST_DATABASE); /* counted as a reconnect once it is back */
     if (w->state_live && w->h->fini)
         w->h->fini(w->state);
     w->state_live = false;
@@ -1140,6 +1205,8 @@ static int worker_check_db(worker_t *w)
     return 0;
 }
 
+static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
+
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
@@ -1150,29 +1217,31 @@ static int worker_loop(worker_t *w)
         worker_progress(w);
         worker_service_pub(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
-        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0 || worker_retry_held(w) != 0) {
+        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_DATABASE);
         }
-        if (worker_collect(w) != 0) {
+        if (worker_retry_held(w) != 0 || worker_collect(w) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_BROKER);
         }
         if (w->n == 0)
             continue;
-        worker_count(&w->slot->n_batches);
+        worker_count(&w->slot->c.n_batches);
+        metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds,
+                        METRICS_BATCH_N, (uint64_t)w->n);
         if (worker_check_db(w) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_DATABASE);
         }
         if (worker_transact(w) != 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_DATABASE);
         }
         if (worker_settle(w) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_BROKER);
         }
         worker_release_settled(w);
     }
@@ -1247,7 +1316,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     }
     code = worker_connect_db(&w);
     if (code == 0 && worker_count_crash(&w) != 0)
-        code = WORKER_EXIT_TEMPFAIL;
+        code = worker_lose(&w, WORKER_LOST_DATABASE);
     if (code == 0) {
         snprintf(slot->crash_consumer, sizeof(slot->crash_consumer), "%s", q->consumer);
         w.db_used_ms = worker_now_ms();

@@ -1,4 +1,6 @@
 /* test_conf.c: unit test of conf.c: defaults, every validation message with its FILE:LINE, dump. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -1005,6 +1007,47 @@ static void test_plain_remote(void)
 }
 
 /* A password written in the config file, by the file's mode. */
+/* metrics.listen: off by default; a numeric address and port, parsed; bad ones name the line. */
+static void test_metrics(void)
+{
+    conf_t *c = must_load("no metrics group", DB Q1(""));
+    if (c) {
+        ok(c->metrics.listen == NULL, "metrics are off by default");
+        conf_free(c);
+    }
+    c = must_load("metrics on loopback", DB "metrics = { listen = \"127.0.0.1:9187\"; };\n" Q1(""));
+    if (c) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)&c->metrics.addr;
+        ok(a->sin_family == AF_INET && ntohs(a->sin_port) == 9187 &&
+               ntohl(a->sin_addr.s_addr) == 0x7f000001,
+           "metrics.listen \"127.0.0.1:9187\" is parsed");
+        conf_free(c);
+    }
+    c = must_load("metrics on IPv6 loopback",
+                  DB "metrics = { listen = \"[::1]:9187\"; };\n" Q1(""));
+    if (c) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)&c->metrics.addr;
+        ok(a->sin6_family == AF_INET6 && ntohs(a->sin6_port) == 9187 &&
+               IN6_IS_ADDR_LOOPBACK(&a->sin6_addr),
+           "metrics.listen \"[::1]:9187\" is parsed");
+        conf_free(c);
+    }
+    const char *no_port = DB "metrics = {\n  listen = \"127.0.0.1\";\n};\n" Q1("");
+    expect_error("metrics.listen without a port", no_port,
+                 "listen =", "metrics.listen: \"127.0.0.1\" has no port: write \"ADDR:PORT\"");
+    const char *bad_port = DB "metrics = {\n  listen = \"127.0.0.1:70000\";\n};\n" Q1("");
+    expect_error("metrics.listen with a port out of range", bad_port, "listen =",
+                 "metrics.listen: \"127.0.0.1:70000\": the port must be a number in 1..65535");
+    const char *name = DB "metrics = {\n  listen = \"localhost:9187\";\n};\n" Q1("");
+    expect_error("metrics.listen with a host name", name, "listen =",
+                 "metrics.listen: \"localhost:9187\": the address must be numeric, e.g. "
+                 "\"127.0.0.1:9187\" or \"[::1]:9187\"");
+    const char *v6 = DB "metrics = {\n  listen = \"::1:9187\";\n};\n" Q1("");
+    expect_error("metrics.listen with IPv6 unbracketed", v6, "listen =",
+                 "metrics.listen: \"::1:9187\": the address must be numeric, e.g. "
+                 "\"127.0.0.1:9187\" or \"[::1]:9187\"");
+}
+
 static void test_password_permissions(void)
 {
     const char *text = "broker = {\n  password = \"amqp\"; };\n"
@@ -1362,6 +1405,7 @@ int main(int argc, char **argv)
     test_passwords();
     test_tls();
     test_plain_remote();
+    test_metrics();
     test_password_permissions();
     test_file_errors();
     test_dump();
