@@ -220,7 +220,31 @@ void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *ver
     metrics_counter(out, qs, n, "idemd_reconcile_failures_total", METRICS_C(n_reconcile_failures),
                     "Runs of reconcile() that failed, lost their lease or ran past "
                     "reconcile_timeout.");
-    /* No outbox yet: idemd_outbox_depth{queue} comes with it (docs/monitoring.md). */
+    /* Only queues whose handler can publish (ABI 1.3) have an outbox sweeper. */
+    int known = 0;
+    for (int i = 0; i < n; i++)
+        known += qs[i].outbox_known;
+    if (known == 0)
+        return;
+    metrics_head(out, "idemd_outbox_depth", "gauge",
+                 "Onward messages waiting in idemd_outbox for the queue's consumer, as the "
+                 "newest outbox sweep (every 5 s) saw them.");
+    for (int i = 0; i < n; i++) {
+        if (!qs[i].outbox_known)
+            continue;
+        fputs("idemd_outbox_depth{queue=\"", out);
+        metrics_label(out, qs[i].name);
+        fprintf(out, "\"} %lld\n", qs[i].outbox_rows);
+    }
+    metrics_head(out, "idemd_outbox_oldest_age_seconds", "gauge",
+                 "Age of the oldest row in idemd_outbox for the queue's consumer (0 when none).");
+    for (int i = 0; i < n; i++) {
+        if (!qs[i].outbox_known)
+            continue;
+        fputs("idemd_outbox_oldest_age_seconds{queue=\"", out);
+        metrics_label(out, qs[i].name);
+        fprintf(out, "\"} %.3f\n", qs[i].outbox_oldest_s);
+    }
 }
 
 /* ---------------------------------------------------------------------- */

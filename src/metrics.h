@@ -4,6 +4,7 @@
 #define IDEMD_METRICS_H
 
 #include <stdint.h>
+#include <stdbool.h>
 #include <stdio.h>
 
 #include <sys/socket.h>
@@ -93,6 +94,9 @@ typedef struct metrics_queue {
     int restarting;        /* not running: waiting out the restart backoff */
     int draining;          /* retired by a reload, finishing */
     double progress_age_s; /* longest time a current worker has gone without progress */
+    bool outbox_known;     /* a worker of the queue swept the outbox (handlers that publish) */
+    long long outbox_rows; /* as the newest sweep saw it */
+    double outbox_oldest_s;
 } metrics_queue_t;
 
 /*

@@ -314,6 +314,29 @@ static int outbox_send(mq_t *pub, MYSQL_ROW row, const unsigned long *len)
     return mq_publish_to(pub, exchange, rkey, &props, body);
 }
 
+int outbox_depth(outbox_t *o, long long *rows, double *oldest_s)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    if (outbox_room(o, 256 + 2 * o->db->consumer_len) != 0)
+        return -1;
+    char *s = o->sql + sprintf(o->sql, "SELECT COUNT(*), COALESCE(TIMESTAMPDIFF(MICROSECOND, "
+                                       "MIN(created_at), NOW(3)), 0) FROM " OUTBOX_TABLE
+                                       " WHERE consumer = ");
+    db_hex_literal(s, o->db->consumer, o->db->consumer_len);
+    if (mysql_query(o->db->my, o->sql) != 0 || (res = mysql_store_result(o->db->my)) == NULL) {
+        log_error("outbox: counting rows: error %u: %s", mysql_errno(o->db->my),
+                  mysql_error(o->db->my));
+        return -1;
+    }
+    row = mysql_fetch_row(res);
+    *rows = row && row[0] ? atoll(row[0]) : 0;
+    *oldest_s = row && row[1] ? (double)atoll(row[1]) / 1e6 : 0.0;
+    mysql_free_result(res);
+    (void)mysql_rollback(o->db->my); /* end the read transaction */
+    return 0;
+}
+
 int outbox_relay(outbox_t *o, mq_t *pub, const char *const *src, const size_t *src_len, int k,
                  int grace_s, int limit)
 {

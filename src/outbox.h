@@ -52,6 +52,12 @@ int outbox_relay(outbox_t *o, mq_t *pub, const char *const *src, const size_t *s
                  int grace_s, int limit);
 
 /*
+ * How many rows the consumer has in the outbox and the age in seconds of
+ * the oldest (0 when none), for the metrics. 0, or -1 (logged).
+ */
+int outbox_depth(outbox_t *o, long long *rows, double *oldest_s);
+
+/*
  * The default id of a source's seq-th onward message: "<consumer>:<source
  * id>:<seq>" when that is printable and fits, else "idemd-ob-" and a hash.
  * The same inputs give the same id, so a redelivered or replayed source

@@ -575,6 +575,7 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
         memcpy(q->restarts, qs->restarts, sizeof(q->restarts));
         const conf_queue_t *cq = sup_find_queue(s->conf, qs->name);
         q->workers = cq ? cq->workers : 0;
+        uint64_t outbox_seen = 0;
         for (int i = 0; i < SUP_MAX_SLOTS; i++) {
             const sup_worker_t *w = &s->workers[i];
             if (!w->used || strcmp(w->q->name, qs->name) != 0)
@@ -598,6 +599,14 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
             double age = now > last ? (double)(now - last) / 1000.0 : 0.0;
             if (age > q->progress_age_s)
                 q->progress_age_s = age;
+            uint64_t seen = __atomic_load_n(&w->slot->outbox_seen_ms, __ATOMIC_RELAXED);
+            if (seen && seen >= outbox_seen) { /* the newest sweep of the queue's workers */
+                outbox_seen = seen;
+                q->outbox_known = true;
+                q->outbox_rows = __atomic_load_n(&w->slot->outbox_rows, __ATOMIC_RELAXED);
+                q->outbox_oldest_s =
+                    (double)__atomic_load_n(&w->slot->outbox_oldest_us, __ATOMIC_RELAXED) / 1e6;
+            }
         }
     }
     *out = v;

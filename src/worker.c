@@ -601,6 +601,13 @@ static int worker_sweep(void *arg)
     } else if (n > 0) {
         log_info("outbox: sweeper sent %d onward message(s) left behind", n);
     }
+    long long rows;
+    double oldest;
+    if (outbox_depth(w->outbox, &rows, &oldest) == 0) {
+        __atomic_store_n(&w->slot->outbox_rows, (int64_t)rows, __ATOMIC_RELAXED);
+        __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(oldest * 1e6), __ATOMIC_RELAXED);
+        __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
+    }
     return 0;
 }
 

@@ -50,9 +50,13 @@ typedef struct worker_slot {
     char crash_id[256];
     char crash_consumer[129];
     int test_crashes; /* IDEMD_TEST_CRASH_BEFORE_RELAY deaths of this slot so far (tests only) */
-    int exit_signal;  /* set by the supervisor at reap: the signal that ended the last worker, or 0
-                       */
-    int log_level;    /* set by the supervisor: log_level_t in effect */
+    /* The outbox as the last sweep saw it (metrics): rows, age of the oldest in
+     * microseconds, and when (CLOCK_MONOTONIC ms; 0 = never swept here). */
+    int64_t outbox_rows, outbox_oldest_us;
+    uint64_t outbox_seen_ms;
+    int exit_signal; /* set by the supervisor at reap: the signal that ended the last worker, or 0
+                      */
+    int log_level;   /* set by the supervisor: log_level_t in effect */
     int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
     /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
      * declaration (the broker's reason); the supervisor logs it once. */

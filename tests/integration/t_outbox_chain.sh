@@ -5,6 +5,7 @@ qp=t_chain.pay
 qt=t_chain.trade
 x=t_chain.events
 n=3000
+mport=$(h_free_port 35000 2000)
 h_new_db "$db"
 c_fresh_queues "$qp" "$qp.dlq" "$qt" "$qt.dlq"
 h_mq exchange "$x" -t direct
@@ -13,6 +14,7 @@ h_sql "INSERT INTO orders(id) SELECT seq FROM seq_1_to_$n"
     # outbox_grace = 2: rows left by a dead worker are swept after 2 s, not 30.
     h_conf_common "$db" | sed 's/shutdown_timeout = 30;/shutdown_timeout = 30; outbox_grace = 2;/'
     cat <<CONF
+metrics = { listen = "127.0.0.1:$mport"; };
 queues = (
   { name = "$qp"; handler = "$H_PLUGINS/order_pay.so"; workers = 2; batch_size = 50;
     settings = { table = "orders"; paid_exchange = "$x"; }; },
@@ -42,6 +44,12 @@ h_wait_sql "SELECT COUNT(*), SUM(pay_count), MAX(pay_count) FROM orders WHERE st
     "$n"$'\t'"$n"$'\t1' 180
 h_wait_sql "SELECT COUNT(*), SUM(settle_count), MAX(settle_count) FROM trades" "$n"$'\t'"$n"$'\t1' 180
 h_wait_sql "SELECT COUNT(*) FROM idemd_outbox" 0 60
+# The metrics show the outbox drained (the sweeper measures it every 5 s).
+deadline=$((SECONDS + 30))
+until [[ "$(curl -sS --max-time 5 "http://127.0.0.1:$mport/metrics" 2>/dev/null)" == *"idemd_outbox_depth{queue=\"$qp\"} 0"* ]]; do
+    ((SECONDS < deadline)) || h_fail "idemd_outbox_depth of $qp did not come down to 0"
+    sleep 0.5
+done
 h_wait_depth "$qp" 0 30
 h_wait_depth "$qt" 0 30
 h_assert_eq "$(h_depth "$qp.dlq")" 0 "dead letters of $qp"

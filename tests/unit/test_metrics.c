@@ -6,7 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../include/idemd/handler.h"
 #include "metrics.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
 
 static int t_n, t_failed;
 
@@ -68,7 +72,8 @@ static void test_counters(void)
     q.consuming = 1;
     q.progress_age_s = 1.5;
     char *text = render(&q, 1);
-    expect_line(text, "idemd_build_info{version=\"9.8.7\",abi=\"1.2\"} 1");
+    expect_line(text, "idemd_build_info{version=\"9.8.7\",abi=\"" STR(
+                          IDEMD_HANDLER_ABI_MAJOR) "." STR(IDEMD_HANDLER_ABI_MINOR) "\"} 1");
     expect_line(text, "# TYPE idemd_messages_total counter");
     expect_line(text, "idemd_messages_total{queue=\"orders\",outcome=\"ok\"} 7");
     expect_line(text, "idemd_messages_total{queue=\"orders\",outcome=\"duplicate\"} 2");
