@@ -46,6 +46,13 @@ h_fail()
     exit 1
 }
 
+# h_skip REASON: end the case as skipped (exit 77); tests/run reports "ok N - CASE # SKIP REASON".
+h_skip()
+{
+    echo "SKIP: $*" >&2
+    exit 77
+}
+
 h_assert_eq()
 {
     [[ "$1" == "$2" ]] || h_fail "$3: got '$1', expected '$2'"
