@@ -115,5 +115,4 @@ static inline unsigned db_last_errno(const db_t *db)
     return db->last_errno;
 }
 
-
 #endif
