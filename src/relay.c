@@ -27,7 +27,8 @@ static int relay_dropped(amqp_bytes_t key)
     return relay_key_is(key, "x-death") || relay_key_starts(key, "x-first-death-") ||
            relay_key_starts(key, "x-last-death-") || relay_key_is(key, "x-delivery-count") ||
            relay_key_is(key, RELAY_H_ATTEMPTS) || relay_key_is(key, RELAY_H_ERROR) ||
-           relay_key_is(key, RELAY_H_LAST_FAILURE) || relay_key_is(key, RELAY_H_QUEUE);
+           relay_key_is(key, RELAY_H_LAST_FAILURE) || relay_key_is(key, RELAY_H_QUEUE) ||
+           relay_key_is(key, RELAY_H_BODY_DROPPED);
 }
 
 /* Find a string header of the original; NULL when absent. */
@@ -115,7 +116,7 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     time_t secs = (time_t)(now_ms / 1000);
 
     memset(c, 0, sizeof(*c));
-    c->entries = calloc((size_t)n_orig + 9, sizeof(*c->entries));
+    c->entries = calloc((size_t)n_orig + 10, sizeof(*c->entries));
     if (c->entries == NULL)
         return -1;
     bool keep_headers = relay_headers_fit(p);
@@ -155,6 +156,14 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     c->props.headers.num_entries = n;
     c->props.headers.entries = c->entries;
     return 0;
+}
+
+void relay_copy_body_dropped(relay_copy_t *c, uint64_t size)
+{
+    amqp_table_entry_t *e = &c->entries[c->props.headers.num_entries++];
+    e->key = amqp_cstring_bytes(RELAY_H_BODY_DROPPED);
+    e->value.kind = AMQP_FIELD_KIND_I64;
+    e->value.value.i64 = (int64_t)size;
 }
 
 void relay_copy_free(relay_copy_t *c)

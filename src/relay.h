@@ -16,7 +16,8 @@
 #define RELAY_H_LAST_FAILURE "idemd-last-failure"   /* ISO 8601 UTC */
 #define RELAY_H_EXCHANGE "idemd-original-exchange"
 #define RELAY_H_ROUTING_KEY "idemd-original-routing-key"
-#define RELAY_H_QUEUE "idemd-queue" /* the queue whose handler failed */
+#define RELAY_H_QUEUE "idemd-queue"               /* the queue whose handler failed */
+#define RELAY_H_BODY_DROPPED "idemd-body-dropped" /* int: size of a body over max_body_bytes */
 
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072
@@ -46,6 +47,13 @@ typedef struct relay_copy {
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
                     unsigned attempts, const char *error, uint64_t now_ms)
     __attribute__((warn_unused_result));
+
+/*
+ * Mark c as the copy of a message whose body (size bytes, over
+ * max_body_bytes) was not kept: the copy goes out with an empty body and
+ * the header idemd-body-dropped = size. Call once, after relay_copy_init.
+ */
+void relay_copy_body_dropped(relay_copy_t *c, uint64_t size);
 
 void relay_copy_free(relay_copy_t *c);
 

@@ -32,6 +32,7 @@ typedef struct worker_msg {
     bool copy_ok;      /* its copy was confirmed by the broker */
     bool moved;        /* handed to the held list: the batch no longer owns it */
     int copy_index;    /* its copy's place in the publishing round, or -1 */
+    uint64_t dropped;  /* its body was over max_body_bytes: its size (the body was not kept) */
 } worker_msg_t;
 
 typedef struct worker {
@@ -519,6 +520,8 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
         relay_copy_t c;
         if (relay_copy_init(&c, &m->env, w->q->name, t->attempt, t->reason, now_ms) != 0)
             goto fail;
+        if (m->dropped)
+            relay_copy_body_dropped(&c, m->dropped);
         m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
         relay_copy_free(&c);
         if (m->copy_index < 0)
@@ -722,6 +725,20 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
      * it also grows when a dying worker returns deliveries it never started.
      */
     m->suspect = m->env.redelivered || dcount > 0;
+    /* Over max_body_bytes: mq_next kept no body; never handled, never retried. */
+    if (m->dropped) {
+        if (t->state == TXN_NEW)
+            txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "body of %llu bytes is over max_body_bytes (%d): dropped, not handled",
+                 (unsigned long long)m->dropped, w->q->max_body_bytes);
+    }
+}
+
+/* Receive one delivery into m (body bounded by max_body_bytes). */
+static mq_status_t worker_next(worker_t *w, struct timeval *tv, worker_msg_t *m)
+{
+    return mq_next(w->mq, tv, (size_t)w->q->max_body_bytes, &m->env, &m->dropped);
 }
 
 /*
@@ -735,6 +752,7 @@ static int worker_collect(worker_t *w)
     struct timeval tv = {1, 0};
     uint64_t deadline;
     mq_status_t st;
+    uint64_t bytes = 0;
 
     if (w->n > 0) {
         tv.tv_sec = 0; /* messages held from a batch cut short: do not wait for more */
@@ -743,7 +761,7 @@ static int worker_collect(worker_t *w)
         w->tm[w->n++] = w->carry_tm;
         w->has_carry = false;
     } else {
-        st = mq_next(w->mq, &tv, &w->batch[0].env);
+        st = worker_next(w, &tv, &w->batch[0]);
         if (st == MQ_TIMEOUT)
             return 0;
         if (st != MQ_OK)
@@ -753,24 +771,33 @@ static int worker_collect(worker_t *w)
     }
     if (w->batch[0].suspect)
         return 0;
+    for (int i = 0; i < w->n; i++)
+        bytes += w->batch[i].env.message.body.len;
     deadline = worker_now_ms() + (uint64_t)w->q->batch_wait_ms;
     while (w->n < w->q->batch_size) {
         uint64_t now = worker_now_ms();
         uint64_t left = deadline > now ? deadline - now : 0;
         tv.tv_sec = (time_t)(left / 1000);
         tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
-        st = mq_next(w->mq, &tv, &w->batch[w->n].env);
+        st = worker_next(w, &tv, &w->batch[w->n]);
         if (st == MQ_TIMEOUT)
             break;
         if (st != MQ_OK)
             return -1; /* what we hold goes back to the queue with the connection */
         worker_accept(w, &w->batch[w->n], &w->tm[w->n]);
-        if (w->batch[w->n].suspect) {
+        size_t len = w->batch[w->n].env.message.body.len;
+        /* A suspect runs alone; a body that would pass max_batch_bytes starts the next batch. */
+        if (w->batch[w->n].suspect || bytes + len > (uint64_t)w->q->max_batch_bytes) {
+            if (!w->batch[w->n].suspect)
+                log_debug("queue %s: batch stops at %d message(s), %llu bytes: the next (%zu "
+                          "bytes) would pass max_batch_bytes",
+                          w->q->name, w->n, (unsigned long long)bytes, len);
             w->carry = w->batch[w->n];
             w->carry_tm = w->tm[w->n];
             w->has_carry = true;
             break;
         }
+        bytes += len;
         w->n++;
     }
     return 0;

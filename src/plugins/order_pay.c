@@ -14,7 +14,8 @@
  *   nothing to do. No such order, or a status other than 1 or 2: REJECT, so
  *   the payment waits in the dead-letter queue for a person instead of being
  *   acked and forgotten.
- * - the body is not {"orderId": <positive integer>}: REJECT with the reason.
+ * - the body is not {"orderId": <positive integer>}, or is over 64 KiB:
+ *   REJECT with the reason.
  *   The body is parsed with json-c's default, lenient rules (it takes 'single
  *   quotes' and trailing commas), but anything after the object but
  *   whitespace is refused: two objects in one body are not one payment.
@@ -35,6 +36,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ORDER_PAY_MAX_BODY 65536 /* bytes: a larger body is refused unparsed */
 
 #define ORDER_PAY_TABLE_MAX 64
 #define ORDER_STATUS_UNPAID 1
@@ -194,8 +197,10 @@ static int order_pay_parse(order_pay_state_t *st, const idemd_message_t *msg, lo
         snprintf(err, errlen, "empty body (expected {\"orderId\": N})");
         return -1;
     }
-    if (msg->body_len > INT32_MAX) {
-        snprintf(err, errlen, "body of %zu bytes is too large to be a payment", msg->body_len);
+    /* A payment is a few dozen bytes; json-c would take ~40x a large body in memory. */
+    if (msg->body_len > ORDER_PAY_MAX_BODY) {
+        snprintf(err, errlen, "body of %zu bytes is over %d bytes: too large to be a payment",
+                 msg->body_len, ORDER_PAY_MAX_BODY);
         return -1;
     }
     json_tokener_reset(st->tok);
