@@ -180,7 +180,7 @@ dl dlq_p.txt 1 p1 "body is not JSON"
 dl dlq_p.txt 1 p3 "body is not JSON"
 dl dlq_p.txt 1 p4 "body is not JSON"
 dl dlq_p.txt 1 p5 "empty body"
-dl dlq_p.txt 1 p6 "body is not JSON"
+dl dlq_p.txt 1 p6 "body of 10485760 bytes is over max_body_bytes (1048576)"
 c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "6 12 5" "dead letters per queue"
 c_soft_done
 echo "t_fail_bad_input: ok"
