@@ -2,10 +2,15 @@
  */
 #include "relay.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "delivery.h"
 
 /* Whether a header key equals name. */
 static int relay_key_is(amqp_bytes_t key, const char *name)
@@ -28,7 +33,9 @@ static int relay_dropped(amqp_bytes_t key)
            relay_key_starts(key, "x-last-death-") || relay_key_is(key, "x-delivery-count") ||
            relay_key_is(key, RELAY_H_ATTEMPTS) || relay_key_is(key, RELAY_H_ERROR) ||
            relay_key_is(key, RELAY_H_LAST_FAILURE) || relay_key_is(key, RELAY_H_QUEUE) ||
-           relay_key_is(key, RELAY_H_BODY_DROPPED);
+           relay_key_is(key, RELAY_H_BODY_DROPPED) || relay_key_is(key, RELAY_H_FIRST_FAILURE) ||
+           relay_key_is(key, RELAY_H_EXCHANGE) || relay_key_is(key, RELAY_H_ROUTING_KEY) ||
+           relay_key_is(key, RELAY_H_SIG);
 }
 
 /* Find a string header of the original; NULL when absent. */
@@ -40,6 +47,81 @@ static const amqp_field_value_t *relay_find(const amqp_basic_properties_t *p, co
         if (relay_key_is(p->headers.entries[i].key, name))
             return &p->headers.entries[i].value;
     return NULL;
+}
+
+/* A string header of the original into *out; false when absent or not a string. */
+static bool relay_str(const amqp_basic_properties_t *p, const char *name, amqp_bytes_t *out)
+{
+    const amqp_field_value_t *v = relay_find(p, name);
+    if (v == NULL || (v->kind != AMQP_FIELD_KIND_UTF8 && v->kind != AMQP_FIELD_KIND_BYTES))
+        return false;
+    *out = v->value.bytes;
+    return true;
+}
+
+/* Append one length-prefixed field at buf + *off, so that fields cannot run into each other. */
+static void relay_mac_field(unsigned char *buf, size_t *off, const void *data, size_t len)
+{
+    for (int i = 0; i < 8; i++)
+        buf[(*off)++] = (unsigned char)((uint64_t)len >> (8 * i));
+    if (len)
+        memcpy(buf + *off, data, len);
+    *off += len;
+}
+
+/*
+ * The signature of idemd's headers on a copy: hex HMAC-SHA256 under key of
+ * the queue, the message id, attempts, first failure and original route.
+ * Writes RELAY_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
+ */
+static int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
+                      uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange,
+                      amqp_bytes_t rkey, char *out)
+{
+    static const char tag[] = "idemd-sig-v1";
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int mac_len = 0;
+    char num[24];
+    size_t off = 0;
+    int n = snprintf(num, sizeof(num), "%llu", (unsigned long long)attempts);
+    size_t total = 7 * 8 + sizeof(tag) + strlen(queue) + id_len + (size_t)n + first.len +
+                   exchange.len + rkey.len;
+    unsigned char *buf = malloc(total);
+
+    if (buf == NULL)
+        return -1;
+    relay_mac_field(buf, &off, tag, sizeof(tag) - 1);
+    relay_mac_field(buf, &off, queue, strlen(queue));
+    relay_mac_field(buf, &off, id, id_len);
+    relay_mac_field(buf, &off, num, (size_t)n);
+    relay_mac_field(buf, &off, first.bytes, first.len);
+    relay_mac_field(buf, &off, exchange.bytes, exchange.len);
+    relay_mac_field(buf, &off, rkey.bytes, rkey.len);
+    unsigned char *r = HMAC(EVP_sha256(), key, RELAY_KEY_LEN, buf, off, mac, &mac_len);
+    free(buf);
+    if (r == NULL || mac_len * 2 != RELAY_SIG_HEX)
+        return -1;
+    for (unsigned i = 0; i < mac_len; i++)
+        snprintf(out + 2 * i, 3, "%02x", mac[i]);
+    return 0;
+}
+
+bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, const char *queue,
+                   const char *id, size_t id_len, unsigned *attempts)
+{
+    amqp_bytes_t first, exchange, rkey, sig;
+    char want[RELAY_SIG_HEX + 1];
+    long long n = delivery_header_int(p, RELAY_H_ATTEMPTS);
+
+    if (n < 1 || n > RELAY_MAX_ATTEMPTS || !relay_str(p, RELAY_H_SIG, &sig) ||
+        sig.len != RELAY_SIG_HEX || !relay_str(p, RELAY_H_FIRST_FAILURE, &first) ||
+        !relay_str(p, RELAY_H_EXCHANGE, &exchange) || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
+        return false;
+    if (relay_sign(key, queue, id, id_len, (uint64_t)n, first, exchange, rkey, want) != 0 ||
+        CRYPTO_memcmp(want, sig.bytes, RELAY_SIG_HEX) != 0)
+        return false;
+    *attempts = (unsigned)n;
+    return true;
 }
 
 static void relay_set_str(amqp_table_entry_t *e, const char *key, amqp_bytes_t value)
@@ -106,9 +188,11 @@ static bool relay_headers_fit(const amqp_basic_properties_t *p)
     return n != SIZE_MAX && n + RELAY_RESERVE <= RELAY_FRAME_MAX;
 }
 
-int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
-                    unsigned attempts, const char *error, uint64_t now_ms)
+int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue, const char *id,
+                    size_t id_len, bool trusted, const unsigned char *key, unsigned attempts,
+                    const char *error, uint64_t now_ms)
 {
+    amqp_bytes_t first, exchange, rkey;
     const amqp_basic_properties_t *p = &env->message.properties;
     int n_orig = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? p->headers.num_entries : 0;
     int n = 0;
@@ -116,7 +200,7 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     time_t secs = (time_t)(now_ms / 1000);
 
     memset(c, 0, sizeof(*c));
-    c->entries = calloc((size_t)n_orig + 10, sizeof(*c->entries));
+    c->entries = calloc((size_t)n_orig + 11, sizeof(*c->entries));
     if (c->entries == NULL)
         return -1;
     bool keep_headers = relay_headers_fit(p);
@@ -146,13 +230,22 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     relay_set_str(&c->entries[n++], RELAY_H_ERROR, amqp_cstring_bytes(c->error));
     relay_set_str(&c->entries[n++], RELAY_H_LAST_FAILURE, amqp_cstring_bytes(c->now));
     relay_set_str(&c->entries[n++], RELAY_H_QUEUE, amqp_cstring_bytes(queue));
-    /* First failure and the original route survive every later copy. */
-    if (!relay_find(p, RELAY_H_FIRST_FAILURE))
-        relay_set_str(&c->entries[n++], RELAY_H_FIRST_FAILURE, amqp_cstring_bytes(c->now));
-    if (!relay_find(p, RELAY_H_EXCHANGE))
-        relay_set_str(&c->entries[n++], RELAY_H_EXCHANGE, env->exchange);
-    if (!relay_find(p, RELAY_H_ROUTING_KEY))
-        relay_set_str(&c->entries[n++], RELAY_H_ROUTING_KEY, env->routing_key);
+    /* First failure and the original route survive every later copy, when they are ours. */
+    if (!trusted || !relay_str(p, RELAY_H_FIRST_FAILURE, &first))
+        first = amqp_cstring_bytes(c->now);
+    if (!trusted || !relay_str(p, RELAY_H_EXCHANGE, &exchange))
+        exchange = env->exchange;
+    if (!trusted || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
+        rkey = env->routing_key;
+    relay_set_str(&c->entries[n++], RELAY_H_FIRST_FAILURE, first);
+    relay_set_str(&c->entries[n++], RELAY_H_EXCHANGE, exchange);
+    relay_set_str(&c->entries[n++], RELAY_H_ROUTING_KEY, rkey);
+    if (relay_sign(key, queue, id, id_len, attempts, first, exchange, rkey, c->sig) != 0) {
+        free(c->entries);
+        c->entries = NULL;
+        return -1;
+    }
+    relay_set_str(&c->entries[n++], RELAY_H_SIG, amqp_cstring_bytes(c->sig));
     c->props.headers.num_entries = n;
     c->props.headers.entries = c->entries;
     return 0;

@@ -16,12 +16,17 @@
 #define RELAY_H_LAST_FAILURE "idemd-last-failure"   /* ISO 8601 UTC */
 #define RELAY_H_EXCHANGE "idemd-original-exchange"
 #define RELAY_H_ROUTING_KEY "idemd-original-routing-key"
-#define RELAY_H_QUEUE "idemd-queue"               /* the queue whose handler failed */
+#define RELAY_H_QUEUE "idemd-queue" /* the queue whose handler failed */
+#define RELAY_H_SIG "idemd-sig"     /* hex HMAC-SHA256 of the headers above (relay_trusted) */
 #define RELAY_H_BODY_DROPPED "idemd-body-dropped" /* int: size of a body over max_body_bytes */
 
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072
 #define RELAY_RESERVE 4096
+
+#define RELAY_KEY_LEN 32        /* bytes of the installation's key (db_relay_key) */
+#define RELAY_SIG_HEX 64        /* hex digits of a signature */
+#define RELAY_MAX_ATTEMPTS 1000 /* the most max_attempts allows */
 
 /* A copy of a delivery, ready for mq_publish. Borrows from the envelope. */
 typedef struct relay_copy {
@@ -29,6 +34,7 @@ typedef struct relay_copy {
     amqp_table_entry_t *entries; /* owned */
     char now[64];
     char error[512];
+    char sig[RELAY_SIG_HEX + 1];
 } relay_copy_t;
 
 /*
@@ -36,17 +42,31 @@ typedef struct relay_copy {
  * death and delivery-count headers dropped (a copy that carried x-death
  * through the same delay queue twice would be dropped by the broker as a
  * cycle); idemd's headers set: attempts, error, first failure (kept from an
- * earlier copy), last failure = now_ms (CLOCK_REALTIME), original exchange
- * and routing key (kept from an earlier copy), queue. Original headers that
+ * earlier copy when trusted), last failure = now_ms (CLOCK_REALTIME),
+ * original exchange and routing key (kept from an earlier copy when
+ * trusted), queue, and idemd-sig: their signature under key (RELAY_KEY_LEN
+ * bytes) bound to queue and the message id. trusted says the original's
+ * headers passed relay_trusted; otherwise a publisher's idemd-* headers are
+ * replaced. Original headers that
  * would not fit in one frame beside ours are left out, and
  * idemd-headers-dropped is set. The expiration and user_id properties are
  * dropped. c borrows env, which
  * must outlive it. Returns 0, or -1 when out of memory. Free with
  * relay_copy_free.
  */
-int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
-                    unsigned attempts, const char *error, uint64_t now_ms)
-    __attribute__((warn_unused_result));
+int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue, const char *id,
+                    size_t id_len, bool trusted, const unsigned char *key, unsigned attempts,
+                    const char *error, uint64_t now_ms) __attribute__((warn_unused_result));
+
+/*
+ * Whether the idemd headers of a delivery (attempts, first failure,
+ * original route) were put there by idemd: they carry a signature made by
+ * relay_copy_init under key for this queue and message id. When true,
+ * *attempts is the attempts made so far (1..RELAY_MAX_ATTEMPTS). A
+ * publisher's own idemd-* headers are not believed.
+ */
+bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, const char *queue,
+                   const char *id, size_t id_len, unsigned *attempts);
 
 /*
  * Mark c as the copy of a message whose body (size bytes, over

@@ -33,6 +33,7 @@ typedef struct worker_msg {
     bool moved;        /* handed to the held list: the batch no longer owns it */
     int copy_index;    /* its copy's place in the publishing round, or -1 */
     uint64_t dropped;  /* its body was over max_body_bytes: its size (the body was not kept) */
+    bool trusted;      /* its idemd-* headers carry our signature (relay_trusted) */
 } worker_msg_t;
 
 typedef struct worker {
@@ -65,7 +66,8 @@ typedef struct worker {
     int held_streak;
     idemd_header_t headers[WORKER_MAX_HEADERS];
     char scratch[8192];
-    chores_t chores; /* retention and reconcile, between batches */
+    chores_t chores;                        /* retention and reconcile, between batches */
+    unsigned char relay_key[RELAY_KEY_LEN]; /* signs and checks our own headers */
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -135,6 +137,12 @@ static int worker_connect_db(worker_t *w)
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
+    if (db_relay_key(w->db, w->relay_key, sizeof(w->relay_key)) != 0) {
+        snprintf(w->slot->error, sizeof(w->slot->error),
+                 "cannot read the relay key from table " DB_KEY_TABLE
+                 " (apply sql/005_idemd_key.sql)");
+        return WORKER_EXIT_CONFIG;
+    }
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
         log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
@@ -209,7 +217,7 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     worker_t *w = ctx;
     worker_msg_t *m = &w->batch[i];
     const amqp_basic_properties_t *p = &m->env.message.properties;
-    char exchange[256], rkey[256], ctype[256];
+    char exchange[256], rkey[256], ctype[256], uid[256], appid[256];
     idemd_message_t msg;
     worker_slot_t *sl = w->slot;
 
@@ -230,6 +238,10 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
         delivery_headers(p, w->headers, WORKER_MAX_HEADERS, w->scratch, sizeof(w->scratch));
     msg.queue = w->q->name;
     msg.consumer = w->q->consumer;
+    msg.user_id =
+        (p->_flags & AMQP_BASIC_USER_ID_FLAG) ? worker_cstr(p->user_id, uid, sizeof(uid)) : "";
+    msg.app_id =
+        (p->_flags & AMQP_BASIC_APP_ID_FLAG) ? worker_cstr(p->app_id, appid, sizeof(appid)) : "";
 
     /* Should this process die inside the handler, its successor counts the start. */
     memcpy(sl->crash_id, t->id, t->id_len);
@@ -518,7 +530,8 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
                                                  &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
-        if (relay_copy_init(&c, &m->env, w->q->name, t->attempt, t->reason, now_ms) != 0)
+        if (relay_copy_init(&c, &m->env, w->q->name, t->id, t->id_len, m->trusted, w->relay_key,
+                            t->attempt, t->reason, now_ms) != 0)
             goto fail;
         if (m->dropped)
             relay_copy_body_dropped(&c, m->dropped);
@@ -700,7 +713,7 @@ static void worker_body_key(const amqp_bytes_t *body, txn_msg_t *t)
 static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
 {
     const amqp_basic_properties_t *p = &m->env.message.properties;
-    long long attempts = delivery_header_int(p, RELAY_H_ATTEMPTS);
+    unsigned attempts = 0;
     long long dcount = delivery_header_int(p, "x-delivery-count");
 
     memset(t, 0, sizeof(*t));
@@ -709,7 +722,6 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
     m->moved = false;
     m->copy_ok = false;
     m->route = TXN_ROUTE_HOLD;
-    t->attempt = attempts > 0 ? (unsigned)attempts + 1 : 1;
     if (delivery_id(p, w->q->id_header, t->id, &t->id_len, t->reason, sizeof(t->reason)) != 0) {
         if (w->q->dedup == CONF_DEDUP_NONE) {
             m->no_id = true; /* ids only matter for the record; the guard still needs a key */
@@ -725,6 +737,10 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
      * it also grows when a dying worker returns deliveries it never started.
      */
     m->suspect = m->env.redelivered || dcount > 0;
+    /* Only attempts idemd counted itself: a publisher's idemd-attempts is not believed. */
+    m->trusted =
+        t->id_len > 0 && relay_trusted(p, w->relay_key, w->q->name, t->id, t->id_len, &attempts);
+    t->attempt = m->trusted ? attempts + 1 : 1;
     /* Over max_body_bytes: mq_next kept no body; never handled, never retried. */
     if (m->dropped) {
         if (t->state == TXN_NEW)

@@ -12,7 +12,8 @@
  * RETRY on the first attempt only (attempt 1 and not redelivered; attempt
  * counts retries that come back through delay queues, where the broker's
  * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
- * "hang" -> never returns; "skip" -> OK without any SQL (no effect). Anything else -> OK.
+ * "hang" -> never returns; "skip" -> OK without any SQL (no effect); "whoami" -> REJECT
+ * with "whoami user_id=U app_id=A" (ABI 1.1 fields). Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
@@ -165,6 +166,10 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
         return IDEMD_RESULT_RETRY;
     }
 
+    if (counter_body_is(msg, "whoami")) { /* ABI 1.1: who published, in the reason */
+        snprintf(err, errlen, "whoami user_id=%s app_id=%s", msg->user_id, msg->app_id);
+        return IDEMD_RESULT_REJECT;
+    }
     if (counter_body_is(msg, "reject")) {
         snprintf(err, errlen, "test reject");
         return IDEMD_RESULT_REJECT;
