@@ -10,8 +10,6 @@
 #include <string.h>
 #include <time.h>
 
-#include "delivery.h"
-
 /* Whether a header key equals name. */
 static int relay_key_is(amqp_bytes_t key, const char *name)
 {
@@ -57,6 +55,34 @@ static bool relay_str(const amqp_basic_properties_t *p, const char *name, amqp_b
         return false;
     *out = v->value.bytes;
     return true;
+}
+
+/* An integer header of the original; -1 when absent or not an integer. */
+static long long relay_int(const amqp_basic_properties_t *p, const char *name)
+{
+    const amqp_field_value_t *v = relay_find(p, name);
+    if (v == NULL)
+        return -1;
+    switch (v->kind) {
+    case AMQP_FIELD_KIND_I8:
+        return v->value.i8;
+    case AMQP_FIELD_KIND_U8:
+        return v->value.u8;
+    case AMQP_FIELD_KIND_I16:
+        return v->value.i16;
+    case AMQP_FIELD_KIND_U16:
+        return v->value.u16;
+    case AMQP_FIELD_KIND_I32:
+        return v->value.i32;
+    case AMQP_FIELD_KIND_U32:
+        return v->value.u32;
+    case AMQP_FIELD_KIND_I64:
+        return v->value.i64;
+    case AMQP_FIELD_KIND_U64:
+        return v->value.u64 > (uint64_t)INT64_MAX ? -1 : (long long)v->value.u64;
+    default:
+        return -1;
+    }
 }
 
 /* Append one length-prefixed field at buf + *off, so that fields cannot run into each other. */
@@ -111,7 +137,7 @@ bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, c
 {
     amqp_bytes_t first, exchange, rkey, sig;
     char want[RELAY_SIG_HEX + 1];
-    long long n = delivery_header_int(p, RELAY_H_ATTEMPTS);
+    long long n = relay_int(p, RELAY_H_ATTEMPTS);
 
     if (n < 1 || n > RELAY_MAX_ATTEMPTS || !relay_str(p, RELAY_H_SIG, &sig) ||
         sig.len != RELAY_SIG_HEX || !relay_str(p, RELAY_H_FIRST_FAILURE, &first) ||
