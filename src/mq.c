@@ -606,7 +606,13 @@ static int mq_props_clone(const amqp_basic_properties_t *in, amqp_basic_properti
 /* Wait for the next frame on MQ_CHANNEL of a delivery under way. 0, or -1 (logged). */
 static int mq_content_frame(mq_t *mq, amqp_frame_t *f, uint8_t type)
 {
-    int st = amqp_simple_wait_frame(mq->conn, f);
+    int st;
+    /* connection.blocked/unblocked may come between a delivery's frames: note them, go on. */
+    while ((st = amqp_simple_wait_frame(mq->conn, f)) == AMQP_STATUS_OK &&
+           f->frame_type == AMQP_FRAME_METHOD && f->channel == 0 &&
+           (f->payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD ||
+            f->payload.method.id == AMQP_CONNECTION_UNBLOCKED_METHOD))
+        (void)mq_dispatch_frame(mq, f);
     if (st != AMQP_STATUS_OK) {
         log_error("broker %s: reading a delivery: %s", mq->where, amqp_error_string2(st));
         return -1;
