@@ -40,7 +40,11 @@ bp -r "$qp" --id pay-ok --body '{"orderId": 1}'
 h_wait_sql "SELECT status FROM orders WHERE id = 1" 2 30 || h_fail "pay-ok was not processed"
 h_wait_depth "$qp.dlq" 1 30 || h_fail "$qp.dlq does not hold pay-big"
 
-# Peak RSS of each worker (the supervisor forks them; every other pid of the group).
+# Peak RSS of each worker (the supervisor forks them; every other pid of the group). A worker
+# that died and was replaced would hide its peak: there must be no restart.
+h_assert_eq "$(h_count_log idemd.log "started worker ")" 3 "workers started"
+h_assert_eq "$(h_count_log idemd.log "exited with code")" 0 "worker exits"
+
 for pid in $(h_daemon_pids); do
     [[ "$pid" == "$H_DAEMON_PID" ]] && continue
     hwm=$(awk '/^VmHWM:/ { print $2 }' "/proc/$pid/status")
