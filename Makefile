@@ -12,7 +12,7 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 UNITDIR ?= $(LIBDIR)/systemd/system
 
 CC ?= cc
-PKGS := librabbitmq libmariadb libconfig libsystemd json-c libmicrohttpd
+PKGS := librabbitmq libmariadb libconfig libsystemd json-c libmicrohttpd libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 
@@ -78,6 +78,10 @@ $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h
 # outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c); the broker side is stubbed.
 $(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/delivery.c src/log.c $(LDLIBS)
+
+# test_relay_sig tests relay.c too (its signatures), beside test_relay (its headers).
+$(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/relay.c src/log.c $(LDLIBS)
 
 # test_log's module is log.c itself: the pattern above would link it twice.
 $(B)/tests/unit/test_log: tests/unit/test_log.c src/log.c src/log.h | $(B)/tests/unit

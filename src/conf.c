@@ -289,6 +289,14 @@ static const conf_def_t conf_defs[] = {
     CONF_BOOL("queue", "batch_handler", conf_queue_t, batch_handler, 0, "true",
               "call the handler's handle_batch (ABI 1.2) once per batch when it has one; false = "
               "handle() per message"),
+    CONF_INT("queue", "max_body_bytes", conf_queue_t, max_body_bytes, 0, "1048576", 1, 1073741824,
+             "largest message body the handler is given; a larger one is read off the "
+             "connection and discarded without being held, then dead-lettered without its body "
+             "(header `idemd-body-dropped` = its size) and never retried"),
+    CONF_INT("queue", "max_batch_bytes", conf_queue_t, max_batch_bytes, 0, "16777216", 1,
+             2147483647,
+             "most body bytes in one batch: a batch stops growing before the next message "
+             "would pass it (that message starts the next batch); one message always runs"),
     CONF_INT("queue", "max_attempts", conf_queue_t, max_attempts, 0, "5", 1, 1000,
              "attempts at one message (handler retries and crashes) before it is dead-lettered"),
     CONF_INT_ARRAY("queue", "retry_delays_ms", conf_queue_t, retry_delays_ms, n_retry_delays, NR, 1,

@@ -36,6 +36,8 @@ typedef struct conf_queue {
     int batch_size;       /* messages per transaction; default 1 */
     int batch_wait_ms;    /* max wait to fill a batch; default 0 */
     bool batch_handler;   /* use the plugin's handle_batch when it has one; default true */
+    int max_body_bytes;   /* larger bodies are dropped and dead-lettered; default 1 MiB */
+    int max_batch_bytes;  /* body bytes per batch; default 16 MiB */
     int max_attempts;     /* deliveries before dead-lettering; default 5 */
     int *retry_delays_ms; /* delay tiers; may be NULL */
     int n_retry_delays;

@@ -89,6 +89,40 @@ long long db_attempt_bump(db_t *db, const char *id, size_t len)
     return n == 0 ? 1 : (long long)n;
 }
 
+int db_relay_key(db_t *db, unsigned char *key, size_t len)
+{
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    unsigned long *lens;
+    int rc = -1;
+
+    /* The first connection anywhere makes the key; certification or the key picks one row. */
+    if (db_exec(db, "INSERT IGNORE INTO " DB_KEY_TABLE " (id, k) VALUES (1, RANDOM_BYTES(32))") !=
+            DB_OK ||
+        db_commit(db) != DB_OK)
+        goto fail;
+    if (mysql_query(db->my, "SELECT k FROM " DB_KEY_TABLE " WHERE id = 1") != 0 ||
+        (res = mysql_store_result(db->my)) == NULL) {
+        log_error("database: reading the relay key from " DB_KEY_TABLE ": error %u: %s",
+                  mysql_errno(db->my), mysql_error(db->my));
+        goto fail;
+    }
+    row = mysql_fetch_row(res);
+    lens = row ? mysql_fetch_lengths(res) : NULL;
+    if (row == NULL || lens == NULL || lens[0] < 16) {
+        log_error("database: " DB_KEY_TABLE " holds no usable key (row id 1, at least 16 bytes)");
+        goto fail;
+    }
+    memset(key, 0, len);
+    memcpy(key, row[0], lens[0] < len ? lens[0] : len);
+    rc = 0;
+fail:
+    mysql_free_result(res);
+    if (db_commit(db) != DB_OK) /* end the read's transaction (autocommit is off) */
+        rc = -1;
+    return rc;
+}
+
 db_status_t db_attempt_clear(db_t *db, const char *id, size_t len)
 {
     if (db->clear_stmt == NULL &&

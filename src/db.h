@@ -23,6 +23,7 @@ typedef enum db_status {
 } db_status_t;
 
 #define DB_ATTEMPT_TABLE "idemd_attempt"
+#define DB_KEY_TABLE "idemd_key" /* sql/007_idemd_key.sql */
 
 typedef struct db {
     MYSQL *my;
@@ -118,6 +119,13 @@ db_status_t db_find_records(db_t *db, const char *const *ids, const size_t *lens
  * start (1 the first time), or -1 on error (logged).
  */
 long long db_attempt_bump(db_t *db, const char *id, size_t len);
+
+/*
+ * Read the installation's relay key (sql/007_idemd_key.sql) into key (len
+ * bytes, zero-padded), creating it first when no instance has yet.
+ * 0, or -1 (logged; the table may be missing).
+ */
+int db_relay_key(db_t *db, unsigned char *key, size_t len) __attribute__((warn_unused_result));
 
 /* Delete the message's attempts row inside the current transaction. */
 db_status_t db_attempt_clear(db_t *db, const char *id, size_t len);

@@ -784,25 +784,19 @@ int mq_consume(mq_t *mq, const char *queue, int prefetch)
     return 0;
 }
 
-/* Read the non-delivery frame waiting in the connection and act on it. */
-static mq_status_t mq_dispatch_frame(mq_t *mq)
+/* Act on a non-delivery frame f read from the consuming connection. */
+static mq_status_t mq_dispatch_frame(mq_t *mq, const amqp_frame_t *f)
 {
-    amqp_frame_t f;
     char buf[256];
-    int st = amqp_simple_wait_frame(mq->conn, &f);
-    if (st != AMQP_STATUS_OK) {
-        log_error("broker %s: reading frame: %s", mq->where, amqp_error_string2(st));
-        return MQ_ERR_CLOSED;
-    }
-    if (f.frame_type != AMQP_FRAME_METHOD)
+    if (f->frame_type != AMQP_FRAME_METHOD)
         return MQ_TIMEOUT; /* stray header/body: ignore */
-    switch (f.payload.method.id) {
+    switch (f->payload.method.id) {
     case AMQP_BASIC_CANCEL_METHOD:
         log_warn("broker %s: consumer cancelled by the broker (queue deleted?)", mq->where);
         return MQ_CANCELLED;
     case AMQP_CHANNEL_CLOSE_METHOD:
     case AMQP_CONNECTION_CLOSE_METHOD:
-        mq_closed_by_broker(mq, &f, "");
+        mq_closed_by_broker(mq, f, "");
         return MQ_ERR_CLOSED;
     case AMQP_CONNECTION_BLOCKED_METHOD:
         log_warn("broker %s: connection blocked by a resource alarm", mq->where);
@@ -811,27 +805,177 @@ static mq_status_t mq_dispatch_frame(mq_t *mq)
         log_info("broker %s: connection unblocked", mq->where);
         return MQ_TIMEOUT;
     default:
-        snprintf(buf, sizeof(buf), "%s", amqp_method_name(f.payload.method.id));
+        snprintf(buf, sizeof(buf), "%s", amqp_method_name(f->payload.method.id));
         log_debug("broker %s: ignoring %s", mq->where, buf);
         return MQ_TIMEOUT;
     }
 }
 
-mq_status_t mq_next(mq_t *mq, const struct timeval *timeout, amqp_envelope_t *env)
+/* Copy bytes b into pool when flag is among flags (empty stays empty). 0, or -1. */
+static int mq_pool_dup(amqp_pool_t *pool, amqp_flags_t flags, amqp_flags_t flag, amqp_bytes_t *b)
 {
-    char buf[256];
-    amqp_maybe_release_buffers(mq->conn);
-    amqp_rpc_reply_t r = amqp_consume_message(mq->conn, env, timeout, 0);
-    if (r.reply_type == AMQP_RESPONSE_NORMAL)
-        return MQ_OK;
-    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
-        if (r.library_error == AMQP_STATUS_TIMEOUT)
-            return MQ_TIMEOUT;
-        if (r.library_error == AMQP_STATUS_UNEXPECTED_STATE)
-            return mq_dispatch_frame(mq);
+    amqp_bytes_t out;
+    if (!(flags & flag)) {
+        *b = amqp_empty_bytes; /* unset fields are not initialised by the decoder */
+        return 0;
     }
-    log_error("broker %s: waiting for deliveries: %s", mq->where,
-              mq_reply_text(r, buf, sizeof(buf)));
+    if (b->len == 0)
+        return 0;
+    amqp_pool_alloc_bytes(pool, b->len, &out);
+    if (out.bytes == NULL)
+        return -1;
+    memcpy(out.bytes, b->bytes, b->len);
+    *b = out;
+    return 0;
+}
+
+/*
+ * Copy decoded properties (which live in the connection's frame pool) into
+ * the message's own pool, as amqp_read_message does. 0, or -1.
+ */
+static int mq_props_clone(const amqp_basic_properties_t *in, amqp_basic_properties_t *out,
+                          amqp_pool_t *pool)
+{
+    amqp_table_t headers;
+    amqp_flags_t f = in->_flags;
+    *out = *in;
+    if (mq_pool_dup(pool, f, AMQP_BASIC_CONTENT_TYPE_FLAG, &out->content_type) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_CONTENT_ENCODING_FLAG, &out->content_encoding) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_CORRELATION_ID_FLAG, &out->correlation_id) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_REPLY_TO_FLAG, &out->reply_to) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_EXPIRATION_FLAG, &out->expiration) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_MESSAGE_ID_FLAG, &out->message_id) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_TYPE_FLAG, &out->type) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_USER_ID_FLAG, &out->user_id) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_APP_ID_FLAG, &out->app_id) != 0 ||
+        mq_pool_dup(pool, f, AMQP_BASIC_CLUSTER_ID_FLAG, &out->cluster_id) != 0)
+        return -1;
+    out->headers.num_entries = 0;
+    out->headers.entries = NULL;
+    if (f & AMQP_BASIC_HEADERS_FLAG) {
+        if (amqp_table_clone(&in->headers, &headers, pool) != AMQP_STATUS_OK)
+            return -1;
+        out->headers = headers;
+    }
+    return 0;
+}
+
+/* Wait for the next frame on MQ_CHANNEL of a delivery under way. 0, or -1 (logged). */
+static int mq_content_frame(mq_t *mq, amqp_frame_t *f, uint8_t type)
+{
+    int st;
+    /* connection.blocked/unblocked may come between a delivery's frames: note them, go on. */
+    while ((st = amqp_simple_wait_frame(mq->conn, f)) == AMQP_STATUS_OK &&
+           f->frame_type == AMQP_FRAME_METHOD && f->channel == 0 &&
+           (f->payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD ||
+            f->payload.method.id == AMQP_CONNECTION_UNBLOCKED_METHOD))
+        (void)mq_dispatch_frame(mq, f);
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: reading a delivery: %s", mq->where, amqp_error_string2(st));
+        return -1;
+    }
+    if (f->frame_type == AMQP_FRAME_METHOD) {
+        (void)mq_dispatch_frame(mq, f);
+        log_error("broker %s: a delivery was cut short by a %s", mq->where,
+                  amqp_method_name(f->payload.method.id));
+        return -1;
+    }
+    if (f->frame_type != type || f->channel != MQ_CHANNEL) {
+        log_error("broker %s: unexpected frame type %u on channel %u in a delivery", mq->where,
+                  (unsigned)f->frame_type, (unsigned)f->channel);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Read the header and body frames of the delivery whose basic.deliver was
+ * just read, into env->message. A body larger than max_body is read frame
+ * by frame and thrown away (never held whole): env->message.body stays
+ * empty and *dropped holds its size. The connection's frames are released
+ * after each one, so memory stays at one frame. 0, or -1 (logged).
+ */
+static int mq_read_content(mq_t *mq, amqp_envelope_t *env, size_t max_body, uint64_t *dropped)
+{
+    amqp_frame_t f;
+    amqp_message_t *m = &env->message;
+    size_t got = 0;
+
+    init_amqp_pool(&m->pool, 4096);
+    if (mq_content_frame(mq, &f, AMQP_FRAME_HEADER) != 0)
+        return -1;
+    uint64_t size = f.payload.properties.body_size;
+    if (mq_props_clone(f.payload.properties.decoded, &m->properties, &m->pool) != 0) {
+        log_error("broker %s: out of memory copying a delivery's properties", mq->where);
+        return -1;
+    }
+    if (size > max_body)
+        *dropped = size;
+    else if (size > 0) {
+        m->body = amqp_bytes_malloc((size_t)size);
+        if (m->body.bytes == NULL) {
+            log_error("broker %s: out of memory for a body of %llu bytes", mq->where,
+                      (unsigned long long)size);
+            return -1;
+        }
+    }
+    while (got < size) {
+        amqp_maybe_release_buffers_on_channel(mq->conn, MQ_CHANNEL);
+        if (mq_content_frame(mq, &f, AMQP_FRAME_BODY) != 0)
+            return -1;
+        size_t len = f.payload.body_fragment.len;
+        if (len > size - got) {
+            log_error("broker %s: a delivery's body is longer than its header said", mq->where);
+            return -1;
+        }
+        if (*dropped == 0)
+            memcpy((char *)m->body.bytes + got, f.payload.body_fragment.bytes, len);
+        got += len;
+    }
+    return 0;
+}
+
+mq_status_t mq_next(mq_t *mq, const struct timeval *timeout, size_t max_body, amqp_envelope_t *env,
+                    uint64_t *dropped)
+{
+    amqp_frame_t f;
+    struct timeval tv, *tvp = NULL;
+
+    *dropped = 0;
+    memset(env, 0, sizeof(*env));
+    amqp_maybe_release_buffers(mq->conn);
+    if (timeout) {
+        tv = *timeout;
+        tvp = &tv;
+    }
+    int st = amqp_simple_wait_frame_noblock(mq->conn, &f, tvp);
+    if (st == AMQP_STATUS_TIMEOUT)
+        return MQ_TIMEOUT;
+    if (st != AMQP_STATUS_OK) {
+        log_error("broker %s: waiting for deliveries: %s", mq->where, amqp_error_string2(st));
+        mq->channel_open = false;
+        return MQ_ERR_CLOSED;
+    }
+    if (f.frame_type != AMQP_FRAME_METHOD || f.payload.method.id != AMQP_BASIC_DELIVER_METHOD)
+        return mq_dispatch_frame(mq, &f);
+    const amqp_basic_deliver_t *d = f.payload.method.decoded;
+    env->channel = f.channel;
+    env->delivery_tag = d->delivery_tag;
+    env->redelivered = d->redelivered;
+    env->consumer_tag = amqp_bytes_malloc_dup(d->consumer_tag);
+    env->exchange = amqp_bytes_malloc_dup(d->exchange);
+    env->routing_key = amqp_bytes_malloc_dup(d->routing_key);
+    if ((d->consumer_tag.len && env->consumer_tag.bytes == NULL) ||
+        (d->exchange.len && env->exchange.bytes == NULL) ||
+        (d->routing_key.len && env->routing_key.bytes == NULL)) {
+        log_error("broker %s: out of memory reading a delivery", mq->where);
+        goto fail;
+    }
+    if (mq_read_content(mq, env, max_body, dropped) != 0)
+        goto fail;
+    return MQ_OK;
+fail:
+    amqp_destroy_envelope(env);
     mq->channel_open = false;
     return MQ_ERR_CLOSED;
 }

@@ -146,10 +146,13 @@ int mq_consume(mq_t *mq, const char *queue, int prefetch) __attribute__((warn_un
 
 /*
  * Wait up to timeout for the next delivery (NULL timeout: block). On MQ_OK
- * *env holds it (the caller destroys it with amqp_destroy_envelope). Other
+ * *env holds it (the caller destroys it with amqp_destroy_envelope). A body
+ * over max_body bytes is read and discarded frame by frame, never held
+ * whole: env's body is then empty and *dropped its size (else 0). Other
  * frames (cancel, close, heartbeats) are handled here; errors are logged.
  */
-mq_status_t mq_next(mq_t *mq, const struct timeval *timeout, amqp_envelope_t *env);
+mq_status_t mq_next(mq_t *mq, const struct timeval *timeout, size_t max_body, amqp_envelope_t *env,
+                    uint64_t *dropped);
 
 /* Frame-level acknowledgements: 0 or -1 (logged; the channel is then unusable). */
 int mq_ack(mq_t *mq, uint64_t tag, bool multiple) __attribute__((warn_unused_result));

@@ -2,6 +2,9 @@
  */
 #include "relay.h"
 
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,16 +30,124 @@ static int relay_dropped(amqp_bytes_t key)
     return relay_key_is(key, "x-death") || relay_key_starts(key, "x-first-death-") ||
            relay_key_starts(key, "x-last-death-") || relay_key_is(key, "x-delivery-count") ||
            relay_key_is(key, RELAY_H_ATTEMPTS) || relay_key_is(key, RELAY_H_ERROR) ||
-           relay_key_is(key, RELAY_H_LAST_FAILURE) || relay_key_is(key, RELAY_H_QUEUE);
+           relay_key_is(key, RELAY_H_LAST_FAILURE) || relay_key_is(key, RELAY_H_QUEUE) ||
+           relay_key_is(key, RELAY_H_BODY_DROPPED) || relay_key_is(key, RELAY_H_FIRST_FAILURE) ||
+           relay_key_is(key, RELAY_H_EXCHANGE) || relay_key_is(key, RELAY_H_ROUTING_KEY) ||
+           relay_key_is(key, RELAY_H_SIG);
 }
 
-/* Whether the first n entries hold a header called name. */
-static bool relay_find(const amqp_table_entry_t *e, int n, const char *name)
+/* A header of the original, or NULL. */
+static const amqp_field_value_t *relay_find(const amqp_basic_properties_t *p, const char *name)
 {
-    for (int i = 0; i < n; i++)
-        if (relay_key_is(e[i].key, name))
-            return true;
-    return false;
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return NULL;
+    for (int i = 0; i < p->headers.num_entries; i++)
+        if (relay_key_is(p->headers.entries[i].key, name))
+            return &p->headers.entries[i].value;
+    return NULL;
+}
+
+/* A string header of the original into *out; false when absent or not a string. */
+static bool relay_str(const amqp_basic_properties_t *p, const char *name, amqp_bytes_t *out)
+{
+    const amqp_field_value_t *v = relay_find(p, name);
+    if (v == NULL || (v->kind != AMQP_FIELD_KIND_UTF8 && v->kind != AMQP_FIELD_KIND_BYTES))
+        return false;
+    *out = v->value.bytes;
+    return true;
+}
+
+/* An integer header of the original; -1 when absent or not an integer. */
+static long long relay_int(const amqp_basic_properties_t *p, const char *name)
+{
+    const amqp_field_value_t *v = relay_find(p, name);
+    if (v == NULL)
+        return -1;
+    switch (v->kind) {
+    case AMQP_FIELD_KIND_I8:
+        return v->value.i8;
+    case AMQP_FIELD_KIND_U8:
+        return v->value.u8;
+    case AMQP_FIELD_KIND_I16:
+        return v->value.i16;
+    case AMQP_FIELD_KIND_U16:
+        return v->value.u16;
+    case AMQP_FIELD_KIND_I32:
+        return v->value.i32;
+    case AMQP_FIELD_KIND_U32:
+        return v->value.u32;
+    case AMQP_FIELD_KIND_I64:
+        return v->value.i64;
+    case AMQP_FIELD_KIND_U64:
+        return v->value.u64 > (uint64_t)INT64_MAX ? -1 : (long long)v->value.u64;
+    default:
+        return -1;
+    }
+}
+
+/* Append one length-prefixed field at buf + *off, so that fields cannot run into each other. */
+static void relay_mac_field(unsigned char *buf, size_t *off, const void *data, size_t len)
+{
+    for (int i = 0; i < 8; i++)
+        buf[(*off)++] = (unsigned char)((uint64_t)len >> (8 * i));
+    if (len)
+        memcpy(buf + *off, data, len);
+    *off += len;
+}
+
+/*
+ * The signature of idemd's headers on a copy: hex HMAC-SHA256 under key of
+ * the queue, the message id, attempts, first failure and original route.
+ * Writes RELAY_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
+ */
+static int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
+                      uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange,
+                      amqp_bytes_t rkey, char *out)
+{
+    static const char tag[] = "idemd-sig-v1";
+    unsigned char mac[EVP_MAX_MD_SIZE];
+    unsigned int mac_len = 0;
+    char num[24];
+    size_t off = 0;
+    int n = snprintf(num, sizeof(num), "%llu", (unsigned long long)attempts);
+    size_t total = 7 * 8 + sizeof(tag) + strlen(queue) + id_len + (size_t)n + first.len +
+                   exchange.len + rkey.len;
+    unsigned char *buf = malloc(total);
+
+    if (buf == NULL)
+        return -1;
+    relay_mac_field(buf, &off, tag, sizeof(tag) - 1);
+    relay_mac_field(buf, &off, queue, strlen(queue));
+    relay_mac_field(buf, &off, id, id_len);
+    relay_mac_field(buf, &off, num, (size_t)n);
+    relay_mac_field(buf, &off, first.bytes, first.len);
+    relay_mac_field(buf, &off, exchange.bytes, exchange.len);
+    relay_mac_field(buf, &off, rkey.bytes, rkey.len);
+    unsigned char *r = HMAC(EVP_sha256(), key, RELAY_KEY_LEN, buf, off, mac, &mac_len);
+    free(buf);
+    if (r == NULL || mac_len * 2 != RELAY_SIG_HEX)
+        return -1;
+    for (unsigned i = 0; i < mac_len; i++)
+        snprintf(out + 2 * i, 3, "%02x", mac[i]);
+    return 0;
+}
+
+bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, const char *queue,
+                   const char *id, size_t id_len, unsigned *attempts)
+{
+    amqp_bytes_t first, exchange, rkey, sig;
+    char want[RELAY_SIG_HEX + 1];
+    long long n = relay_int(p, RELAY_H_ATTEMPTS);
+
+    if (n < 1 || n > RELAY_MAX_ATTEMPTS || !relay_str(p, RELAY_H_SIG, &sig) ||
+        sig.len != RELAY_SIG_HEX || !relay_str(p, RELAY_H_FIRST_FAILURE, &first) ||
+        !relay_str(p, RELAY_H_EXCHANGE, &exchange) || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
+        return false;
+    if (relay_sign(key, queue, id, id_len, (uint64_t)n, first, exchange, rkey, want) != 0 ||
+        CRYPTO_memcmp(want, sig.bytes, RELAY_SIG_HEX) != 0)
+        return false;
+    *attempts = (unsigned)n;
+    return true;
 }
 
 static void relay_set_str(amqp_table_entry_t *e, const char *key, amqp_bytes_t value)
@@ -141,8 +252,10 @@ static int relay_keep_headers(const amqp_basic_properties_t *p, const char *id_h
 }
 
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
-                    const char *id_header, unsigned attempts, const char *error, uint64_t now_ms)
+                    const char *id_header, const char *id, size_t id_len, bool trusted,
+                    const unsigned char *key, unsigned attempts, const char *error, uint64_t now_ms)
 {
+    amqp_bytes_t first, exchange, rkey;
     const amqp_basic_properties_t *p = &env->message.properties;
     int n_orig = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? p->headers.num_entries : 0;
     int n;
@@ -151,7 +264,7 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     time_t secs = (time_t)(now_ms / 1000);
 
     memset(c, 0, sizeof(*c));
-    c->entries = calloc((size_t)n_orig + 9, sizeof(*c->entries));
+    c->entries = calloc((size_t)n_orig + 11, sizeof(*c->entries));
     if (c->entries == NULL)
         return -1;
     c->props = *p;
@@ -178,16 +291,33 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     relay_set_str(&c->entries[n++], RELAY_H_ERROR, amqp_cstring_bytes(c->error));
     relay_set_str(&c->entries[n++], RELAY_H_LAST_FAILURE, amqp_cstring_bytes(c->now));
     relay_set_str(&c->entries[n++], RELAY_H_QUEUE, amqp_cstring_bytes(queue));
-    /* First failure and the original route survive every later copy (unless dropped above). */
-    if (!relay_find(c->entries, n, RELAY_H_FIRST_FAILURE))
-        relay_set_str(&c->entries[n++], RELAY_H_FIRST_FAILURE, amqp_cstring_bytes(c->now));
-    if (!relay_find(c->entries, n, RELAY_H_EXCHANGE))
-        relay_set_str(&c->entries[n++], RELAY_H_EXCHANGE, env->exchange);
-    if (!relay_find(c->entries, n, RELAY_H_ROUTING_KEY))
-        relay_set_str(&c->entries[n++], RELAY_H_ROUTING_KEY, env->routing_key);
+    /* First failure and the original route survive every later copy, when they are ours. */
+    if (!trusted || !relay_str(p, RELAY_H_FIRST_FAILURE, &first))
+        first = amqp_cstring_bytes(c->now);
+    if (!trusted || !relay_str(p, RELAY_H_EXCHANGE, &exchange))
+        exchange = env->exchange;
+    if (!trusted || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
+        rkey = env->routing_key;
+    relay_set_str(&c->entries[n++], RELAY_H_FIRST_FAILURE, first);
+    relay_set_str(&c->entries[n++], RELAY_H_EXCHANGE, exchange);
+    relay_set_str(&c->entries[n++], RELAY_H_ROUTING_KEY, rkey);
+    if (relay_sign(key, queue, id, id_len, attempts, first, exchange, rkey, c->sig) != 0) {
+        free(c->entries);
+        c->entries = NULL;
+        return -1;
+    }
+    relay_set_str(&c->entries[n++], RELAY_H_SIG, amqp_cstring_bytes(c->sig));
     c->props.headers.num_entries = n;
     c->props.headers.entries = c->entries;
     return 0;
+}
+
+void relay_copy_body_dropped(relay_copy_t *c, uint64_t size)
+{
+    amqp_table_entry_t *e = &c->entries[c->props.headers.num_entries++];
+    e->key = amqp_cstring_bytes(RELAY_H_BODY_DROPPED);
+    e->value.kind = AMQP_FIELD_KIND_I64;
+    e->value.value.i64 = (int64_t)size;
 }
 
 void relay_copy_free(relay_copy_t *c)

@@ -17,6 +17,8 @@
 #define RELAY_H_EXCHANGE "idemd-original-exchange"
 #define RELAY_H_ROUTING_KEY "idemd-original-routing-key"
 #define RELAY_H_QUEUE "idemd-queue" /* the queue whose handler failed */
+#define RELAY_H_SIG "idemd-sig"     /* hex HMAC-SHA256 of the headers above (relay_trusted) */
+#define RELAY_H_BODY_DROPPED "idemd-body-dropped" /* int: size of a body over max_body_bytes */
 
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072
@@ -28,12 +30,17 @@
  */
 #define RELAY_DEPTH_MAX 100
 
+#define RELAY_KEY_LEN 32        /* bytes of the installation's key (db_relay_key) */
+#define RELAY_SIG_HEX 64        /* hex digits of a signature */
+#define RELAY_MAX_ATTEMPTS 1000 /* the most max_attempts allows */
+
 /* A copy of a delivery, ready for mq_publish. Borrows from the envelope. */
 typedef struct relay_copy {
     amqp_basic_properties_t props;
     amqp_table_entry_t *entries; /* owned */
     char now[64];
     char error[512];
+    char sig[RELAY_SIG_HEX + 1];
 } relay_copy_t;
 
 /*
@@ -41,18 +48,40 @@ typedef struct relay_copy {
  * death and delivery-count headers dropped (a copy that carried x-death
  * through the same delay queue twice would be dropped by the broker as a
  * cycle); idemd's headers set: attempts, error, first failure (kept from an
- * earlier copy), last failure = now_ms (CLOCK_REALTIME), original exchange
- * and routing key (kept from an earlier copy), queue. The id header
- * (id_header; NULL when the id is the message_id property) is kept first;
- * every other original header is kept in order while it nests no deeper
- * than RELAY_DEPTH_MAX and fits in one frame beside ours. When any was left
- * out, idemd-headers-dropped is set. The expiration and user_id properties
- * are dropped. c borrows env, which must outlive it. Returns 0, or -1 when
- * out of memory. Free with relay_copy_free.
+ * earlier copy when trusted), last failure = now_ms (CLOCK_REALTIME),
+ * original exchange and routing key (kept from an earlier copy when
+ * trusted), queue, and idemd-sig: their signature under key (RELAY_KEY_LEN
+ * bytes) bound to queue and the message id. trusted says the original's
+ * headers passed relay_trusted; otherwise a publisher's idemd-* headers are
+ * replaced. The id header (id_header; NULL when the id is the message_id
+ * property) is kept first; every other original header is kept in order
+ * while it nests no deeper than RELAY_DEPTH_MAX and fits in one frame
+ * beside ours. When any was left out, idemd-headers-dropped is set. The
+ * expiration and user_id properties are dropped. c borrows env, which must
+ * outlive it. Returns 0, or -1 when out of memory. Free with
+ * relay_copy_free.
  */
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
-                    const char *id_header, unsigned attempts, const char *error, uint64_t now_ms)
+                    const char *id_header, const char *id, size_t id_len, bool trusted,
+                    const unsigned char *key, unsigned attempts, const char *error, uint64_t now_ms)
     __attribute__((warn_unused_result));
+
+/*
+ * Whether the idemd headers of a delivery (attempts, first failure,
+ * original route) were put there by idemd: they carry a signature made by
+ * relay_copy_init under key for this queue and message id. When true,
+ * *attempts is the attempts made so far (1..RELAY_MAX_ATTEMPTS). A
+ * publisher's own idemd-* headers are not believed.
+ */
+bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, const char *queue,
+                   const char *id, size_t id_len, unsigned *attempts);
+
+/*
+ * Mark c as the copy of a message whose body (size bytes, over
+ * max_body_bytes) was not kept: the copy goes out with an empty body and
+ * the header idemd-body-dropped = size. Call once, after relay_copy_init.
+ */
+void relay_copy_body_dropped(relay_copy_t *c, uint64_t size);
 
 void relay_copy_free(relay_copy_t *c);
 

@@ -28,7 +28,7 @@
 /* One message as the handler sees it, with the buffers its strings point into. */
 typedef struct worker_hmsg {
     idemd_message_t msg;
-    char exchange[256], rkey[256], ctype[256];
+    char exchange[256], rkey[256], ctype[256], uid[256], appid[256];
     idemd_header_t headers[WORKER_MAX_HEADERS];
 } worker_hmsg_t;
 
@@ -42,6 +42,8 @@ typedef struct worker_msg {
     bool moved;        /* handed to the held list: the batch no longer owns it */
     unsigned pub_seq;  /* onward messages it sent in the current handler call */
     int copy_index;    /* its copy's place in the publishing round, or -1 */
+    uint64_t dropped;  /* its body was over max_body_bytes: its size (the body was not kept) */
+    bool trusted;      /* its idemd-* headers carry our signature (relay_trusted) */
 } worker_msg_t;
 
 typedef struct worker {
@@ -89,6 +91,7 @@ typedef struct worker {
     char *bscratch, *berr;
     chores_t chores; /* retention and reconcile, between batches */
     uint64_t next_pub_service_ms;
+    unsigned char relay_key[RELAY_KEY_LEN]; /* signs and checks our own headers */
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -216,6 +219,12 @@ static int worker_connect_db(worker_t *w)
     else if ((w->outbox = outbox_new(w->db)) == NULL)
         return WORKER_EXIT_TEMPFAIL;
     worker_connected(w, WORKER_LOST_DATABASE);
+    if (db_relay_key(w->db, w->relay_key, sizeof(w->relay_key)) != 0) {
+        snprintf(w->slot->error, sizeof(w->slot->error),
+                 "cannot read the relay key from table " DB_KEY_TABLE
+                 " (apply sql/007_idemd_key.sql)");
+        return WORKER_EXIT_CONFIG;
+    }
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
         char qe[800];
@@ -313,6 +322,12 @@ static void worker_fill_msg(worker_t *w, int i, const txn_msg_t *t, worker_hmsg_
     msg->n_headers = delivery_headers(p, hm->headers, WORKER_MAX_HEADERS, scratch, scratch_len);
     msg->queue = w->q->name;
     msg->consumer = w->q->consumer;
+    msg->user_id = (p->_flags & AMQP_BASIC_USER_ID_FLAG)
+                       ? worker_cstr(p->user_id, hm->uid, sizeof(hm->uid))
+                       : "";
+    msg->app_id = (p->_flags & AMQP_BASIC_APP_ID_FLAG)
+                      ? worker_cstr(p->app_id, hm->appid, sizeof(hm->appid))
+                      : "";
 }
 
 /* Run the handler on message i (txn_ops_t.handle): the crash note in the slot brackets the call. */
@@ -863,9 +878,11 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
                                                  &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
-        if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, t->attempt, t->reason,
-                            now_ms) != 0)
+        if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, t->id, t->id_len, m->trusted,
+                            w->relay_key, t->attempt, t->reason, now_ms) != 0)
             goto fail;
+        if (m->dropped)
+            relay_copy_body_dropped(&c, m->dropped);
         m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
         relay_copy_free(&c);
         if (m->copy_index < 0)
@@ -1048,7 +1065,7 @@ static void worker_body_key(const amqp_bytes_t *body, txn_msg_t *t)
 static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
 {
     const amqp_basic_properties_t *p = &m->env.message.properties;
-    long long attempts = delivery_header_int(p, RELAY_H_ATTEMPTS);
+    unsigned attempts = 0;
     long long dcount = delivery_header_int(p, "x-delivery-count");
 
     memset(t, 0, sizeof(*t));
@@ -1057,7 +1074,6 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
     m->moved = false;
     m->copy_ok = false;
     m->route = TXN_ROUTE_HOLD;
-    t->attempt = attempts > 0 ? (unsigned)attempts + 1 : 1;
     if (delivery_id(p, w->q->id_header, t->id, &t->id_len, t->reason, sizeof(t->reason)) != 0) {
         if (w->q->dedup == CONF_DEDUP_NONE) {
             m->no_id = true; /* ids only matter for the record; the guard still needs a key */
@@ -1073,6 +1089,24 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
      * it also grows when a dying worker returns deliveries it never started.
      */
     m->suspect = m->env.redelivered || dcount > 0;
+    /* Only attempts idemd counted itself: a publisher's idemd-attempts is not believed. */
+    m->trusted =
+        t->id_len > 0 && relay_trusted(p, w->relay_key, w->q->name, t->id, t->id_len, &attempts);
+    t->attempt = m->trusted ? attempts + 1 : 1;
+    /* Over max_body_bytes: mq_next kept no body; never handled, never retried. */
+    if (m->dropped) {
+        if (t->state == TXN_NEW)
+            txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "body of %llu bytes is over max_body_bytes (%d): dropped, not handled",
+                 (unsigned long long)m->dropped, w->q->max_body_bytes);
+    }
+}
+
+/* Receive one delivery into m (body bounded by max_body_bytes). */
+static mq_status_t worker_next(worker_t *w, struct timeval *tv, worker_msg_t *m)
+{
+    return mq_next(w->mq, tv, (size_t)w->q->max_body_bytes, &m->env, &m->dropped);
 }
 
 /*
@@ -1086,6 +1120,7 @@ static int worker_collect(worker_t *w)
     struct timeval tv = {1, 0};
     uint64_t deadline;
     mq_status_t st;
+    uint64_t bytes = 0;
 
     if (w->n > 0) {
         tv.tv_sec = 0; /* messages held from a batch cut short: do not wait for more */
@@ -1094,7 +1129,7 @@ static int worker_collect(worker_t *w)
         w->tm[w->n++] = w->carry_tm;
         w->has_carry = false;
     } else {
-        st = mq_next(w->mq, &tv, &w->batch[0].env);
+        st = worker_next(w, &tv, &w->batch[0]);
         if (st == MQ_TIMEOUT)
             return 0;
         if (st != MQ_OK)
@@ -1104,24 +1139,33 @@ static int worker_collect(worker_t *w)
     }
     if (w->batch[0].suspect)
         return 0;
+    for (int i = 0; i < w->n; i++)
+        bytes += w->batch[i].env.message.body.len;
     deadline = worker_now_ms() + (uint64_t)w->q->batch_wait_ms;
     while (w->n < w->q->batch_size) {
         uint64_t now = worker_now_ms();
         uint64_t left = deadline > now ? deadline - now : 0;
         tv.tv_sec = (time_t)(left / 1000);
         tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
-        st = mq_next(w->mq, &tv, &w->batch[w->n].env);
+        st = worker_next(w, &tv, &w->batch[w->n]);
         if (st == MQ_TIMEOUT)
             break;
         if (st != MQ_OK)
             return -1; /* what we hold goes back to the queue with the connection */
         worker_accept(w, &w->batch[w->n], &w->tm[w->n]);
-        if (w->batch[w->n].suspect) {
+        size_t len = w->batch[w->n].env.message.body.len;
+        /* A suspect runs alone; a body that would pass max_batch_bytes starts the next batch. */
+        if (w->batch[w->n].suspect || bytes + len > (uint64_t)w->q->max_batch_bytes) {
+            if (!w->batch[w->n].suspect)
+                log_debug("queue %s: batch stops at %d message(s), %llu bytes: the next (%zu "
+                          "bytes) would pass max_batch_bytes",
+                          w->q->name, w->n, (unsigned long long)bytes, len);
             w->carry = w->batch[w->n];
             w->carry_tm = w->tm[w->n];
             w->has_carry = true;
             break;
         }
+        bytes += len;
         w->n++;
     }
     return 0;

@@ -17,6 +17,12 @@ extern "C" {
  * Compatibility rules: within one major version, structs only grow at the
  * end and new fields are read only when the other side's minor says they
  * exist. A plugin built for 1.0 keeps loading on every 1.x host.
+ *
+ * Minor versions: 1.1 appended user_id and app_id to idemd_message_t (the
+ * host allocates the message and always fills them; a 1.0 plugin never
+ * reads them); 1.2 appended handle_batch to idemd_handler_t (read only
+ * from plugins that say abi_minor >= 2); 1.3 appended publish to
+ * idemd_host_t (the transactional outbox; check host->abi_minor >= 3).
  */
 #define IDEMD_HANDLER_ABI_MAJOR 1
 #define IDEMD_HANDLER_ABI_MINOR 3
@@ -73,6 +79,12 @@ typedef struct idemd_message {
     size_t n_headers;
     const char *queue;    /* queue name */
     const char *consumer; /* dedup namespace of the queue */
+    /* ABI 1.1: the user_id and app_id properties, "" when absent. RabbitMQ
+     * checks user_id against the publishing connection's user (a message
+     * with another user_id is refused), so it names who published; app_id
+     * is whatever the publisher says. */
+    const char *user_id;
+    const char *app_id;
 } idemd_message_t;
 
 /* The handler's settings group from the queue's "settings" in the config. */

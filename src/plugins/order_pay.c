@@ -14,7 +14,8 @@
  *   nothing to do. No such order, or a status other than 1 or 2: REJECT, so
  *   the payment waits in the dead-letter queue for a person instead of being
  *   acked and forgotten.
- * - the body is not {"orderId": <positive integer>}: REJECT with the reason.
+ * - the body is not {"orderId": <positive integer>}, or is over 64 KiB:
+ *   REJECT with the reason.
  *   The body is parsed with json-c's default, lenient rules (it takes 'single
  *   quotes' and trailing commas), but anything after the object but
  *   whitespace is refused: two objects in one body are not one payment.
@@ -39,6 +40,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define ORDER_PAY_MAX_BODY 65536 /* bytes: a larger body is refused unparsed */
 
 #define ORDER_PAY_TABLE_MAX 64
 #define ORDER_STATUS_UNPAID 1
@@ -218,8 +221,10 @@ static int order_pay_parse_body(json_tokener *tok, const char *body, size_t len,
         snprintf(err, errlen, "empty body (expected {\"orderId\": N})");
         return -1;
     }
-    if (len > INT32_MAX) {
-        snprintf(err, errlen, "body of %zu bytes is too large to be a payment", len);
+    /* A payment is a few dozen bytes; json-c would take ~40x a large body in memory. */
+    if (len > ORDER_PAY_MAX_BODY) {
+        snprintf(err, errlen, "body of %zu bytes is over %d bytes: too large to be a payment", len,
+                 ORDER_PAY_MAX_BODY);
         return -1;
     }
     json_tokener_reset(tok);

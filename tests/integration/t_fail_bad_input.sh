@@ -12,7 +12,8 @@ h_sql "CREATE TABLE x (v INT)"
     h_conf_common "$db"
     cat <<CONF
 queues = (
-  { name = "$qm"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3; retry_delays_ms = [ 100 ]; },
+  { name = "$qm"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3; retry_delays_ms = [ 100 ];
+    max_body_bytes = 16777216; },
   { name = "$qh"; handler = "$H_TEST_PLUGINS/counter.so"; id_header = "x-id"; max_attempts = 3;
     retry_delays_ms = [ 100 ]; },
   { name = "$qp"; handler = "$H_PLUGINS/order_pay.so"; max_attempts = 3; retry_delays_ms = [ 100 ]; }
@@ -194,7 +195,7 @@ dl dlq_p.txt 1 p1 "body is not JSON"
 dl dlq_p.txt 1 p3 "body is not JSON"
 dl dlq_p.txt 1 p4 "body is not JSON"
 dl dlq_p.txt 1 p5 "empty body"
-dl dlq_p.txt 1 p6 "body is not JSON"
+dl dlq_p.txt 1 p6 "body of 10485760 bytes is over max_body_bytes (1048576)"
 c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "7 12 5" "dead letters per queue"
 c_soft_done
 echo "t_fail_bad_input: ok"

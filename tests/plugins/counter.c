@@ -18,7 +18,8 @@
  * "reject-echo:TEXT" -> REJECT with TEXT (any bytes, up to a NUL) as the reason,
  * to test that a handler's reason cannot forge a log line; "load-local" -> LOAD DATA
  * LOCAL INFILE '/etc/hostname' INTO TABLE load_local: OK if the client sent the file,
- * REJECT with the error if it refused. Anything else -> OK.
+ * REJECT with the error if it refused; "whoami" -> REJECT with "whoami user_id=U
+ * app_id=A" (ABI 1.1 fields). Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
@@ -188,6 +189,10 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
         return IDEMD_RESULT_RETRY;
     }
 
+    if (counter_body_is(msg, "whoami")) { /* ABI 1.1: who published, in the reason */
+        snprintf(err, errlen, "whoami user_id=%s app_id=%s", msg->user_id, msg->app_id);
+        return IDEMD_RESULT_REJECT;
+    }
     if (counter_body_is(msg, "reject")) {
         snprintf(err, errlen, "test reject");
         return IDEMD_RESULT_REJECT;

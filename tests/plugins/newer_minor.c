@@ -1,5 +1,5 @@
-/* newer_minor.c: a test plugin built for a newer minor ABI than idemd's, which idemd must refuse.
- */
+/* newer_minor.c: a test plugin built for a newer minor ABI than idemd's (host minor + 1), which
+ * idemd must refuse. */
 #include <idemd/handler.h>
 
 static idemd_result_t newer_minor_handle(void *state, struct st_mysql *db,

@@ -4,7 +4,7 @@
  * usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]
  *               -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]
  *               [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]
- *               [--user-id USER] [--expiration MS] [--repeat N]
+ *               [--user-id USER] [--app-id APP] [--expiration MS] [--repeat N]
  *
  * Publishes one persistent message (or N copies) with the mandatory flag and
  * publisher confirms, prints "published N confirmed N" and exits 1 unless every
@@ -18,7 +18,7 @@
  * --nested NAME=DEPTH adds header NAME holding a table nested DEPTH levels deep
  * (innermost: {"leaf": "bottom"}). --big NAME=BYTES adds a string header of BYTES
  * bytes ("yyy..."), to bring the content header close to the frame size (131072).
- * --user-id and --expiration set those properties (RabbitMQ checks user_id against the
+ * --user-id, --app-id and --expiration set those properties (RabbitMQ checks user_id against the
  * user logged in; expiration is a per-message TTL in milliseconds).
  */
 #include <amqp.h>
@@ -55,7 +55,7 @@ static void bp_usage(void)
     fputs("usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]\n"
           "              -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]\n"
           "              [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]\n"
-          "              [--user-id USER] [--expiration MS] [--repeat N]\n"
+          "              [--user-id USER] [--app-id APP] [--expiration MS] [--repeat N]\n"
           "  KIND: str bytes bool i8 u8 i16 u16 i32 u32 i64 u64 f32 f64 decimal timestamp void\n"
           "        array table; ID, TEXT and strings take \\xNN escapes\n",
           stderr);
@@ -237,6 +237,7 @@ int main(int argc, char **argv)
 {
     const char *host = "127.0.0.1", *user = "guest", *password = "guest", *vhost = "/";
     const char *exchange = "", *rkey = NULL, *user_id = NULL, *expiration = NULL;
+    const char *app_id = NULL;
     int port = 5672;
     long repeat = 1, body_size = -1;
     amqp_bytes_t id = {0, NULL}, body = amqp_cstring_bytes("badpub");
@@ -273,6 +274,8 @@ int main(int argc, char **argv)
             body_size = (long)bp_int(v, a);
         else if (!strcmp(a, "--user-id"))
             user_id = v;
+        else if (!strcmp(a, "--app-id"))
+            app_id = v;
         else if (!strcmp(a, "--expiration"))
             expiration = v;
         else if (!strcmp(a, "--repeat"))
@@ -347,6 +350,10 @@ int main(int argc, char **argv)
     if (user_id) {
         props._flags |= AMQP_BASIC_USER_ID_FLAG;
         props.user_id = amqp_cstring_bytes(user_id);
+    }
+    if (app_id) {
+        props._flags |= AMQP_BASIC_APP_ID_FLAG;
+        props.app_id = amqp_cstring_bytes(app_id);
     }
     if (expiration) {
         props._flags |= AMQP_BASIC_EXPIRATION_FLAG;

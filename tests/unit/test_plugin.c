@@ -22,6 +22,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -113,6 +114,24 @@ static void test_loader(void)
              "freeing one of two loads leaves the other usable");
         plugin_free(p);
     }
+
+    /* A plugin built for 1.0 loads on a 1.1 host; the host fills fields it never reads. */
+    err[0] = '\0';
+    p = NULL;
+    t_ok(plugin_load(TP "minor0.so", &p, err, sizeof(err)) == 0 && p != NULL &&
+             p->handler->abi_minor == 0,
+         err, "minor0.so (built for 1.0) loads on a %d.%d host", IDEMD_HANDLER_ABI_MAJOR,
+         IDEMD_HANDLER_ABI_MINOR);
+    if (p != NULL) {
+        idemd_message_t msg = {.msg_id = "m", .queue = "q", .user_id = "u", .app_id = "a"};
+        char why[64] = "";
+        t_ok(p->handler->handle(NULL, NULL, &msg, why, sizeof(why)) == IDEMD_RESULT_OK, why,
+             "minor0.so handles a 1.1 message");
+        plugin_free(p);
+    }
+    t_ok(IDEMD_HANDLER_ABI_MINOR >= 1 &&
+             offsetof(idemd_message_t, app_id) > offsetof(idemd_message_t, consumer),
+         NULL, "ABI 1.1: user_id and app_id are appended after the 1.0 fields");
 
     snprintf(ours, sizeof(ours), "(idemd speaks %d.%d)", IDEMD_HANDLER_ABI_MAJOR,
              IDEMD_HANDLER_ABI_MINOR);

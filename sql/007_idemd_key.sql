@@ -1,0 +1,14 @@
+-- 007_idemd_key.sql: the installation's key for signing idemd's own retry headers.
+--
+-- idemd signs the headers it puts on its retry and dead-letter copies
+-- (idemd-attempts, idemd-first-failure, idemd-original-*) with HMAC-SHA256
+-- under this key, and believes them on a delivery only when the signature
+-- checks out: a publisher cannot set idemd-attempts to skip retries. The
+-- first worker to connect creates the one row with RANDOM_BYTES(32) (MariaDB
+-- 10.10+, MySQL 5.6.17+); every instance on the database shares it. Keep the
+-- row secret like the data. Deleting it makes a new key: copies in flight
+-- then count their attempts from 1 again. Safe to apply more than once.
+CREATE TABLE IF NOT EXISTS idemd_key (
+    id TINYINT UNSIGNED NOT NULL PRIMARY KEY,
+    k VARBINARY(64) NOT NULL
+) ENGINE=InnoDB;

@@ -1,0 +1,127 @@
+/* test_relay_sig.c: unit tests of the copies idemd republishes: signed headers, forged ones,
+ * dropped bodies. */
+#include <stdio.h>
+#include <string.h>
+
+#include "relay.h"
+
+static int t_n, t_failed;
+
+static void t_ok(int cond, const char *what)
+{
+    t_n++;
+    if (!cond)
+        t_failed++;
+    printf("%s %d - %s\n", cond ? "ok" : "not ok", t_n, what);
+}
+
+/* The value of string header name in p, or "" (into buf). */
+static const char *t_str(const amqp_basic_properties_t *p, const char *name, char *buf, size_t len)
+{
+    buf[0] = '\0';
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len == strlen(name) && memcmp(e->key.bytes, name, e->key.len) == 0 &&
+            e->value.kind == AMQP_FIELD_KIND_UTF8) {
+            snprintf(buf, len, "%.*s", (int)e->value.value.bytes.len,
+                     (const char *)e->value.value.bytes.bytes);
+        }
+    }
+    return buf;
+}
+
+/* An envelope as a publisher sends it, with forged idemd headers. */
+static void t_forged_env(amqp_envelope_t *env, amqp_table_entry_t *h)
+{
+    memset(env, 0, sizeof(*env));
+    env->exchange = amqp_cstring_bytes("ex");
+    env->routing_key = amqp_cstring_bytes("rk");
+    h[0].key = amqp_cstring_bytes(RELAY_H_ATTEMPTS);
+    h[0].value.kind = AMQP_FIELD_KIND_U32;
+    h[0].value.value.u32 = 4294967295u;
+    h[1].key = amqp_cstring_bytes(RELAY_H_FIRST_FAILURE);
+    h[1].value.kind = AMQP_FIELD_KIND_UTF8;
+    h[1].value.value.bytes = amqp_cstring_bytes("1999-01-01T00:00:00.000Z");
+    h[2].key = amqp_cstring_bytes(RELAY_H_SIG);
+    h[2].value.kind = AMQP_FIELD_KIND_UTF8;
+    h[2].value.value.bytes =
+        amqp_cstring_bytes("0000000000000000000000000000000000000000000000000000000000000000");
+    env->message.properties._flags = AMQP_BASIC_HEADERS_FLAG;
+    env->message.properties.headers.entries = h;
+    env->message.properties.headers.num_entries = 3;
+}
+
+int main(void)
+{
+    unsigned char key[RELAY_KEY_LEN], other[RELAY_KEY_LEN];
+    amqp_table_entry_t h[3];
+    amqp_envelope_t env, env2;
+    relay_copy_t c, c2;
+    unsigned attempts = 0;
+    char buf[128];
+
+    memset(key, 7, sizeof(key));
+    memset(other, 8, sizeof(other));
+    t_forged_env(&env, h);
+    t_ok(!relay_trusted(&env.message.properties, key, "q", "m1", 2, &attempts),
+         "a publisher's idemd-attempts with a made-up signature is not believed");
+
+    t_ok(relay_copy_init(&c, &env, "q", NULL, "m1", 2, false, key, 1, "test", 1700000000000ULL) ==
+             0,
+         "copy of an untrusted delivery");
+    t_ok(strcmp(t_str(&c.props, RELAY_H_FIRST_FAILURE, buf, sizeof(buf)),
+                "2023-11-14T22:13:20.000Z") == 0,
+         "untrusted: the forged first failure is replaced by now");
+    t_ok(strcmp(t_str(&c.props, RELAY_H_EXCHANGE, buf, sizeof(buf)), "ex") == 0 &&
+             strcmp(t_str(&c.props, RELAY_H_ROUTING_KEY, buf, sizeof(buf)), "rk") == 0,
+         "untrusted: the original route is the delivery's own");
+    int sigs = 0;
+    for (int i = 0; i < c.props.headers.num_entries; i++)
+        sigs += c.props.headers.entries[i].key.len == strlen(RELAY_H_SIG) &&
+                memcmp(c.props.headers.entries[i].key.bytes, RELAY_H_SIG, 9) == 0;
+    t_ok(sigs == 1, "the copy carries one signature (the forged one is dropped)");
+
+    attempts = 0;
+    t_ok(relay_trusted(&c.props, key, "q", "m1", 2, &attempts) && attempts == 1,
+         "idemd's own copy verifies, attempts 1");
+    t_ok(!relay_trusted(&c.props, key, "q", "m2", 2, &attempts),
+         "the signature is bound to the message id");
+    t_ok(!relay_trusted(&c.props, key, "q2", "m1", 2, &attempts),
+         "the signature is bound to the queue");
+    t_ok(!relay_trusted(&c.props, other, "q", "m1", 2, &attempts),
+         "another installation's key does not verify");
+
+    /* The next hop keeps the first failure and route of a trusted copy. */
+    memset(&env2, 0, sizeof(env2));
+    env2.exchange = amqp_cstring_bytes("");
+    env2.routing_key = amqp_cstring_bytes("q");
+    env2.message.properties = c.props;
+    t_ok(relay_copy_init(&c2, &env2, "q", NULL, "m1", 2, true, key, 2, "again", 1800000000000ULL) ==
+                 0 &&
+             strcmp(t_str(&c2.props, RELAY_H_FIRST_FAILURE, buf, sizeof(buf)),
+                    "2023-11-14T22:13:20.000Z") == 0 &&
+             strcmp(t_str(&c2.props, RELAY_H_EXCHANGE, buf, sizeof(buf)), "ex") == 0,
+         "trusted: first failure and original route survive the next copy");
+    t_ok(relay_trusted(&c2.props, key, "q", "m1", 2, &attempts) && attempts == 2,
+         "the second copy verifies, attempts 2");
+
+    /* Tampering with the count breaks the signature. */
+    for (int i = 0; i < c2.props.headers.num_entries; i++)
+        if (c2.props.headers.entries[i].key.len == strlen(RELAY_H_ATTEMPTS) &&
+            memcmp(c2.props.headers.entries[i].key.bytes, RELAY_H_ATTEMPTS, 14) == 0)
+            c2.props.headers.entries[i].value.value.i64 = 999;
+    t_ok(!relay_trusted(&c2.props, key, "q", "m1", 2, &attempts),
+         "a changed idemd-attempts does not verify");
+    relay_copy_free(&c2);
+
+    int before = c.props.headers.num_entries;
+    relay_copy_body_dropped(&c, 104857600);
+    const amqp_table_entry_t *e = &c.props.headers.entries[before];
+    t_ok(c.props.headers.num_entries == before + 1 && e->value.kind == AMQP_FIELD_KIND_I64 &&
+             e->value.value.i64 == 104857600 &&
+             memcmp(e->key.bytes, RELAY_H_BODY_DROPPED, e->key.len) == 0,
+         "a dropped body is marked with idemd-body-dropped = its size");
+    relay_copy_free(&c);
+    printf("%d passed, %d failed\n", t_n - t_failed, t_failed);
+    return t_failed ? 1 : 0;
+}
