@@ -68,7 +68,7 @@ for id in big16 big100; do
     h_assert_eq "$(c_hdr "$line" idemd-attempts)" 1 "idemd-attempts of $id"
     grep -F "$want bytes is over max_body_bytes (1048576)" <<<"$(c_hdr "$line" idemd-error)" \
         >/dev/null || h_fail "no reason on the dead letter of $id: $line"
-    grep -E "outcome=reject queue=$q id=$id .*reason=body of $want bytes is over max_body_bytes" \
+    grep -E "outcome=reject queue=$q id=$id .*reason=\"body of $want bytes is over max_body_bytes" \
         idemd.log >/dev/null || h_fail "no reject line with the reason for $id"
 done
 h_mq get "$qp.dlq" >dlq_p.txt

@@ -25,19 +25,19 @@ bp -r "$qs" --id f2 --body retry "${forged[@]}"
 bp -r "$q" --id who --body whoami --user-id guest --app-id billing-app
 h_wait_depth "$q.dlq" 2 30 || h_fail "$q.dlq does not hold f1 and who"
 h_wait_depth "$qs.dlq" 1 30 || h_fail "$qs.dlq does not hold f2"
-h_wait_log idemd.log "outcome=retry queue=$qs id=f2 .*then=dead-lettered" 1 10
+h_wait_log idemd.log "outcome=retry queue=$qs id=f2 .*then=\"dead-lettered" 1 10
 
 for x in "$q f1" "$qs f2"; do
     read -r qq id <<<"$x"
     for a in 1 2; do
-        h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$qq id=$id .*attempt=$a/3 .*then=retry scheduled")" 1 \
+        h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$qq id=$id .*attempt=$a/3 .*then=\"retry scheduled")" 1 \
             "$id: attempt $a scheduled for retry"
     done
-    h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$qq id=$id .*attempt=3/3 .*then=dead-lettered")" 1 \
+    h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$qq id=$id .*attempt=3/3 .*then=\"dead-lettered")" 1 \
         "$id: attempt 3 dead-lettered"
     h_assert_eq "$(h_count_log idemd.log "outcome=[a-z]+ queue=$qq id=$id ")" 3 "outcome lines of $id"
 done
-h_assert_eq "$(h_count_log idemd.log "outcome=reject queue=$q id=who .*reason=whoami user_id=guest app_id=billing-app")" 1 \
+h_assert_eq "$(h_count_log idemd.log "outcome=reject queue=$q id=who .*reason=\"whoami user_id=guest app_id=billing-app")" 1 \
     "the handler saw user_id and app_id"
 h_assert_eq "$(h_sql "SELECT COUNT(*), MIN(LENGTH(k)) FROM idemd_key")" $'1\t32' "one 32-byte key"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
