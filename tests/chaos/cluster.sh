@@ -192,7 +192,8 @@ cl_galera_wait()
               VARIABLE_NAME IN ('wsrep_local_state_comment', 'wsrep_cluster_size')
               ORDER BY VARIABLE_NAME" 2>/dev/null | paste -sd' ') || st=
         [[ $st == "3 Synced" ]] && return 0
-        [[ -f "$CL_DIR/g$n.pgid" ]] && pgrep -g "$(cat "$CL_DIR/g$n.pgid")" >/dev/null || break
+        [[ -f "$CL_DIR/g$n.pgid" ]] || break
+        pgrep -g "$(cat "$CL_DIR/g$n.pgid")" >/dev/null || break
         sleep 0.5
     done
     tail -n 30 "$CL_DIR/g$n/err.log" >&2
@@ -271,15 +272,14 @@ cl_start()
     cl_galera_launch 3
     for n in 1 2 3; do cl_rabbit_wait "$n" || return 1; done
     for n in 2 3; do
-        cl_ctl "$n" stop_app >/dev/null &&
-            cl_ctl "$n" join_cluster "${CL_NODE[1]}" >/dev/null &&
-            cl_ctl "$n" start_app >/dev/null || {
+        if ! { cl_ctl "$n" stop_app >/dev/null && cl_ctl "$n" join_cluster "${CL_NODE[1]}" >/dev/null &&
+            cl_ctl "$n" start_app >/dev/null; }; then
             cl_log "RabbitMQ node $n did not join ${CL_NODE[1]}"
             return 1
-        }
+        fi
     done
     local running
-    running=$(cl_ctl 1 eval 'length(rabbit_nodes:all_running()).' 2>/dev/null) || running=?
+    running=$(cl_ctl 1 eval 'length(rabbit_nodes:all_running()).' 2>/dev/null) || running='?'
     [[ $running == 3 ]] || {
         cl_log "RabbitMQ cluster has $running running nodes, not 3"
         return 1
