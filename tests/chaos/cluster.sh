@@ -272,8 +272,10 @@ cl_start()
     cl_galera_launch 3
     for n in 1 2 3; do cl_rabbit_wait "$n" || return 1; done
     for n in 2 3; do
-        if ! { cl_ctl "$n" stop_app >/dev/null && cl_ctl "$n" join_cluster "${CL_NODE[1]}" >/dev/null &&
-            cl_ctl "$n" start_app >/dev/null; }; then
+        # (start_app logs harmless "tracked connection table" errors while the nodes meet)
+        if ! { cl_ctl "$n" stop_app && cl_ctl "$n" join_cluster "${CL_NODE[1]}" &&
+            cl_ctl "$n" start_app; } >>"$CL_DIR/join.log" 2>&1; then
+            cat "$CL_DIR/join.log" >&2
             cl_log "RabbitMQ node $n did not join ${CL_NODE[1]}"
             return 1
         fi
