@@ -32,6 +32,7 @@ typedef enum conf_type {
     CONF_T_BOOL,      /* bool */
     CONF_T_ENUM,      /* int, the value of one of enums[] */
     CONF_T_INT_ARRAY, /* int * at off, count at off_n; each element in min..max */
+    CONF_T_STR_ARRAY, /* char ** at off, count at off_n; each element min..max bytes */
     CONF_T_FILE,      /* char * at off, read from the named file; excludes setting "peer" */
     CONF_T_ARGS,      /* conf_arg_t * at off, count at off_n: a group of strings and integers */
     CONF_T_GROUP,     /* a group whose settings are section "sub", stored at base + off */
@@ -44,6 +45,7 @@ typedef enum conf_type {
 #define CONF_F_NO_RELOAD 0x04 /* a change needs a restart */
 #define CONF_F_IDENT 0x08     /* [A-Za-z0-9_]+ only: the value is interpolated into SQL */
 #define CONF_F_READABLE 0x10  /* STRING: names a file that must be readable at load time */
+#define CONF_F_BY_HOSTS 0x20  /* not used when the section's "hosts" list is not empty */
 
 #define CONF_PATH_MAX 512
 #define CONF_SECRET_MAX 4096
@@ -126,6 +128,11 @@ static const conf_enum_t conf_dedups[] = {
         .section = sec, .name = nm, .type = CONF_T_INT_ARRAY, .off = offsetof(st, fld),            \
         .off_n = offsetof(st, nfld), .flags = fl, .def = d, .min = lo, .max = hi, .help = h        \
     }
+#define CONF_STR_ARRAY(sec, nm, st, fld, nfld, fl, lo, hi, dd, h)                                  \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_STR_ARRAY, .off = offsetof(st, fld),            \
+        .off_n = offsetof(st, nfld), .flags = fl, .min = lo, .max = hi, .def_doc = dd, .help = h   \
+    }
 #define CONF_FILE(sec, nm, st, fld, fl, peer, h)                                                   \
     {                                                                                              \
         .section = sec, .name = nm, .type = CONF_T_FILE, .off = offsetof(st, fld), .flags = fl,    \
@@ -180,10 +187,14 @@ static const conf_def_t conf_defs[] = {
              "seconds an outbox row is left to the worker that wrote it before the sweeper "
              "sends it"),
 
-    CONF_STRING("broker", "host", conf_broker_t, host, NR, "127.0.0.1", 1, 255, NULL,
-                "host name or address of RabbitMQ"),
+    CONF_STRING("broker", "host", conf_broker_t, host, NR | CONF_F_BY_HOSTS, "127.0.0.1", 1, 255,
+                NULL, "host name or address of RabbitMQ"),
     CONF_INT("broker", "port", conf_broker_t, port, NR, "5672", 1, 65535,
              "AMQP port; a TLS listener (`tls.enabled`) is usually on 5671"),
+    CONF_STR_ARRAY("broker", "hosts", conf_broker_t, hosts, n_hosts, NR, 1, 300, "none (`host`)",
+                   "cluster nodes `[ \"host:port\", ... ]` (`port` when a node names none); each "
+                   "worker tries them in its own rotated order and moves to the next on failure; "
+                   "excludes `host`"),
     CONF_STRING("broker", "vhost", conf_broker_t, vhost, NR, "/", 1, 255, NULL, "virtual host"),
     CONF_STRING("broker", "user", conf_broker_t, user, NR, "guest", 1, 0, NULL, "user name"),
     CONF_STRING("broker", "password", conf_broker_t, password, NR | SE, "guest", 0, 0, NULL,
@@ -217,10 +228,15 @@ static const conf_def_t conf_defs[] = {
               "refuse a broker certificate whose DNS names (or, without any, its CN) do not "
               "match `host`"),
 
-    CONF_STRING("database", "host", conf_database_t, host, NR, "127.0.0.1", 1, 255, NULL,
-                "server host name or address; not used when `socket` is set"),
+    CONF_STRING("database", "host", conf_database_t, host, NR | CONF_F_BY_HOSTS, "127.0.0.1", 1,
+                255, NULL, "server host name or address; not used when `socket` is set"),
     CONF_INT("database", "port", conf_database_t, port, NR, "3306", 1, 65535,
              "server TCP port; not used when `socket` is set"),
+    CONF_STR_ARRAY("database", "hosts", conf_database_t, hosts, n_hosts, NR, 1, 300,
+                   "none (`host`)",
+                   "cluster nodes (e.g. Galera) `[ \"host:port\", ... ]` (`port` when a node "
+                   "names none); each worker tries them in its own rotated order and moves to the "
+                   "next on failure; excludes `host` and `socket`"),
     CONF_STRING("database", "socket", conf_database_t, socket, NR, NULL, 1, 107, "none (TCP)",
                 "unix socket path; when set, host and port are ignored"),
     CONF_STRING("database", "user", conf_database_t, user, NR, "idemd", 1, 0, NULL, "user name"),
@@ -771,10 +787,11 @@ static int conf_load_default(conf_ctx_t *ctx, const conf_def_t *d, const config_
         return conf_load_section(ctx, d->sub, NULL, anchor, CONF_AT(base, d->off, char), sp);
     case CONF_T_INT_ARRAY:
         return conf_default_int_array(ctx, d, anchor, base, sp);
-    case CONF_T_FILE: /* the peer's default stands */
-    case CONF_T_ARGS: /* empty */
-    case CONF_T_LIST: /* empty */
-    case CONF_T_RAW:  /* NULL */
+    case CONF_T_FILE:      /* the peer's default stands */
+    case CONF_T_STR_ARRAY: /* empty */
+    case CONF_T_ARGS:      /* empty */
+    case CONF_T_LIST:      /* empty */
+    case CONF_T_RAW:       /* NULL */
         return 0;
     }
     return 0;
@@ -799,6 +816,33 @@ static int conf_load_int_array(conf_ctx_t *ctx, const conf_def_t *d, const confi
         conf_path_index(ep, sp, i);
         if (conf_get_int(ctx, config_setting_get_elem(s, (unsigned)i), ep, d->min, d->max,
                          &(*arr)[i]) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int conf_load_str_array(conf_ctx_t *ctx, const conf_def_t *d, const config_setting_t *s,
+                               void *base, const char *sp)
+{
+    int t = config_setting_type(s);
+    if (t != CONFIG_TYPE_ARRAY && t != CONFIG_TYPE_LIST)
+        return conf_error(ctx, s, sp, "must be an array of strings like [ \"a\", \"b\" ] (got %s)",
+                          conf_type_name(s));
+    int n = config_setting_length(s);
+    char ***arr = CONF_AT(base, d->off, char **);
+    if (n == 0)
+        return 0;
+    if (!(*arr = calloc((size_t)n, sizeof(char *))))
+        return conf_error(ctx, s, sp, "out of memory");
+    *CONF_AT(base, d->off_n, int) = n;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *e = config_setting_get_elem(s, (unsigned)i);
+        char ep[CONF_PATH_MAX];
+        conf_path_index(ep, sp, i);
+        if (config_setting_type(e) != CONFIG_TYPE_STRING)
+            return conf_error(ctx, e, ep, "must be a string (got %s)", conf_type_name(e));
+        if (conf_check_string(ctx, d, e, ep, config_setting_get_string(e)) < 0 ||
+            conf_set_string(ctx, e, ep, &(*arr)[i], config_setting_get_string(e)) < 0)
             return -1;
     }
     return 0;
@@ -908,6 +952,8 @@ static int conf_load_one(conf_ctx_t *ctx, const conf_def_t *d, const config_sett
         return 0;
     case CONF_T_INT_ARRAY:
         return conf_load_int_array(ctx, d, s, base, sp);
+    case CONF_T_STR_ARRAY:
+        return conf_load_str_array(ctx, d, s, base, sp);
     case CONF_T_FILE: {
         const config_setting_t *peer = config_setting_get_member(parent, d->sub);
         if (peer)
@@ -1217,11 +1263,31 @@ static bool conf_host_is_loopback(const char *host)
     return false;
 }
 
-/* Warn that a connection to a remote host would be plain text (at host's line, or the group's). */
+/*
+ * Warn that a connection to a remote host would be plain text (at host's
+ * line, or the group's): host, or each entry of hosts[0..n-1] when set.
+ */
 static int conf_warn_plain(conf_ctx_t *ctx, const config_setting_t *own, const char *path,
-                           const char *host, const char *what)
+                           const char *host, char *const *hosts, int n, const char *what)
 {
-    char sp[CONF_PATH_MAX];
+    char sp[CONF_PATH_MAX], hp[CONF_PATH_MAX], name[256];
+    int port;
+    if (n > 0) {
+        const config_setting_t *list = own ? config_setting_get_member(own, "hosts") : NULL;
+        for (int i = 0; i < n; i++) {
+            if (conf_endpoint(hosts[i], 1, name, sizeof(name), &port) != 0 ||
+                conf_host_is_loopback(name))
+                continue;
+            conf_path(hp, path, "hosts");
+            conf_path_index(sp, hp, i);
+            if (conf_warn(ctx, list ? config_setting_get_elem(list, (unsigned)i) : own, sp,
+                          "\"%s\" is not a loopback address and tls.enabled is false: %s cross "
+                          "the network in plain text",
+                          name, what) < 0)
+                return -1;
+        }
+        return 0;
+    }
     const config_setting_t *at = own ? config_setting_get_member(own, "host") : NULL;
     if (conf_host_is_loopback(host))
         return 0;
@@ -1259,13 +1325,83 @@ static int conf_check_tls_off(conf_ctx_t *ctx, const config_setting_t *own, cons
     return 0;
 }
 
+int conf_endpoint(const char *spec, int def_port, char *host, size_t hostlen, int *port)
+{
+    const char *h = spec, *colon, *end;
+    size_t n;
+
+    if (spec[0] == '[') { /* "[::1]:5672" */
+        h = spec + 1;
+        if ((end = strchr(h, ']')) == NULL || (end[1] != '\0' && end[1] != ':'))
+            return -1;
+        colon = end[1] == ':' ? end + 1 : NULL;
+    } else {
+        colon = strchr(spec, ':');
+        if (colon && strchr(colon + 1, ':'))
+            return -1; /* a bare IPv6 address: brackets tell its port apart */
+        end = colon ? colon : spec + strlen(spec);
+    }
+    n = (size_t)(end - h);
+    if (n == 0 || n >= hostlen)
+        return -1;
+    *port = def_port;
+    if (colon) {
+        char *ep;
+        errno = 0;
+        long v = strtol(colon + 1, &ep, 10);
+        if (colon[1] < '0' || colon[1] > '9' || *ep || errno || v < 1 || v > 65535)
+            return -1;
+        *port = (int)v;
+    }
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return 0;
+}
+
+/*
+ * Rules for a hosts list in group own (NULL: absent): each element an
+ * endpoint, and none of the settings it excludes (excl, NULL-terminated)
+ * beside it. 0, or -1 with the error set.
+ */
+static int conf_check_hosts(conf_ctx_t *ctx, const config_setting_t *own, const char *path,
+                            char *const *hosts, int n, const char *const *excl)
+{
+    const config_setting_t *list = own ? config_setting_get_member(own, "hosts") : NULL;
+    char hp[CONF_PATH_MAX], sp[CONF_PATH_MAX], host[256];
+    int port;
+
+    if (!list || n == 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        if (conf_endpoint(hosts[i], 1, host, sizeof(host), &port) == 0)
+            continue;
+        conf_path(hp, path, "hosts");
+        conf_path_index(sp, hp, i);
+        return conf_error(ctx, config_setting_get_elem(list, (unsigned)i), sp,
+                          "must be \"host\" or \"host:port\" (IPv6: \"[addr]:port\"), port "
+                          "1..65535 (got \"%s\")",
+                          hosts[i]);
+    }
+    for (; *excl; excl++) {
+        const config_setting_t *x = config_setting_get_member(own, *excl);
+        if (!x)
+            continue;
+        conf_path(sp, path, "hosts");
+        return conf_error(ctx, list, sp, "cannot be used together with %s (line %d)", *excl,
+                          (int)config_setting_source_line(x));
+    }
+    return 0;
+}
+
 static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                              const char *path)
 {
+    static const char *const excl[] = {"host", NULL};
     conf_broker_t *b = base;
     char sp[CONF_PATH_MAX];
 
-    if (conf_check_inline_password(ctx, conf_own_group(grp, "broker"), path) < 0)
+    if (conf_check_inline_password(ctx, conf_own_group(grp, "broker"), path) < 0 ||
+        conf_check_hosts(ctx, conf_own_group(grp, "broker"), path, b->hosts, b->n_hosts, excl) < 0)
         return -1;
     if (b->tls.enabled && b->port == 5672) {
         const config_setting_t *port = grp ? config_setting_get_member(grp, "port") : NULL;
@@ -1275,8 +1411,8 @@ static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void 
                          "listener is usually on 5671");
     }
     if (!b->tls.enabled)
-        return conf_warn_plain(ctx, conf_own_group(grp, "broker"), path, b->host,
-                               "the broker password and every message");
+        return conf_warn_plain(ctx, conf_own_group(grp, "broker"), path, b->host, b->hosts,
+                               b->n_hosts, "the broker password and every message");
     return 0;
 }
 
@@ -1314,11 +1450,13 @@ static int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, v
 static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                                const char *path)
 {
+    static const char *const excl[] = {"host", "socket", NULL};
     conf_database_t *db = base;
     const config_setting_t *own = conf_own_group(grp, "database");
     char sp[CONF_PATH_MAX];
 
-    if (conf_check_inline_password(ctx, own, path) < 0)
+    if (conf_check_inline_password(ctx, own, path) < 0 ||
+        conf_check_hosts(ctx, own, path, db->hosts, db->n_hosts, excl) < 0)
         return -1;
     if (db->tls.enabled && db->socket) {
         const config_setting_t *tls = own ? config_setting_get_member(own, "tls") : NULL;
@@ -1330,7 +1468,7 @@ static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, voi
             (int)config_setting_source_line(config_setting_get_member(own, "socket")));
     }
     if (!db->socket && !db->tls.enabled)
-        return conf_warn_plain(ctx, own, path, db->host,
+        return conf_warn_plain(ctx, own, path, db->host, db->hosts, db->n_hosts,
                                "the database password, the handlers' statements and their data");
     return 0;
 }
@@ -1547,6 +1685,14 @@ static void conf_free_section(const char *section, void *base)
         case CONF_T_INT_ARRAY:
             free(*CONF_AT(base, d->off, int *));
             break;
+        case CONF_T_STR_ARRAY: {
+            char **a = *CONF_AT(base, d->off, char **);
+            int n = *CONF_AT(base, d->off_n, int);
+            for (int i = 0; i < n; i++)
+                free(a[i]);
+            free(a);
+            break;
+        }
         case CONF_T_ARGS: {
             conf_arg_t *a = *CONF_AT(base, d->off, conf_arg_t *);
             int n = *CONF_AT(base, d->off_n, int);
@@ -1763,6 +1909,11 @@ static void conf_dump_section(const char *section, const void *base, int depth, 
         switch (d->type) {
         case CONF_T_STRING: {
             const char *v = *CONF_CAT(base, d->off, char *);
+            const conf_def_t *hosts = conf_find(section, "hosts");
+            if ((d->flags & CONF_F_BY_HOSTS) && hosts && *CONF_CAT(base, hosts->off_n, int) > 0) {
+                fprintf(out, "%*s# %s: not used: hosts is set\n", ind, "", d->name);
+                break;
+            }
             if (!v) {
                 fprintf(out, "%*s# %s: not set\n", ind, "", d->name);
                 break;
@@ -1789,6 +1940,17 @@ static void conf_dump_section(const char *section, const void *base, int depth, 
             fprintf(out, "%*s%s = [", ind, "", d->name);
             for (int i = 0; i < n; i++)
                 fprintf(out, "%s %d", i ? "," : "", a[i]);
+            fputs(" ];\n", out);
+            break;
+        }
+        case CONF_T_STR_ARRAY: {
+            const char *const *a = *CONF_CAT(base, d->off, char *const *);
+            int n = *CONF_CAT(base, d->off_n, int);
+            fprintf(out, "%*s%s = [", ind, "", d->name);
+            for (int i = 0; i < n; i++) {
+                fputs(i ? ", " : " ", out);
+                conf_print_string(out, a[i]);
+            }
             fputs(" ];\n", out);
             break;
         }
@@ -1860,6 +2022,8 @@ static const char *conf_doc_type(const conf_def_t *d)
         return "string (enum)";
     case CONF_T_INT_ARRAY:
         return "array of integers";
+    case CONF_T_STR_ARRAY:
+        return "array of strings";
     case CONF_T_FILE:
         return "string (path)";
     case CONF_T_ARGS:
@@ -1910,6 +2074,9 @@ static void conf_doc_range(const conf_def_t *d, FILE *out)
         break;
     case CONF_T_INT_ARRAY:
         fprintf(out, "each %lld..%lld", d->min, d->max);
+        break;
+    case CONF_T_STR_ARRAY:
+        fprintf(out, "each %lld..%lld bytes", d->min, d->max);
         break;
     case CONF_T_FILE:
         fputs("readable file", out);
@@ -2020,6 +2187,14 @@ static bool conf_section_differs(const char *section, const void *a, const void 
                                     sizeof(int) * (size_t)n) != 0);
             break;
         }
+        case CONF_T_STR_ARRAY: {
+            int n = *CONF_AT(a, d->off_n, int);
+            char **x = *CONF_AT(a, d->off, char **), **y = *CONF_AT(b, d->off, char **);
+            diff = n != *CONF_AT(b, d->off_n, int);
+            for (int i = 0; !diff && i < n; i++)
+                diff = strcmp(x[i], y[i]) != 0;
+            break;
+        }
         case CONF_T_ARGS: {
             int n = *CONF_AT(a, d->off_n, int);
             const conf_arg_t *x = *CONF_AT(a, d->off, conf_arg_t *);
@@ -2108,6 +2283,8 @@ static const conf_example_t conf_examples[] = {
     {"broker_tls", "ca_file", "\"/etc/idemd/tls/broker-ca.pem\"", false},
     {"broker_tls", "cert_file", "\"/etc/idemd/tls/client.pem\"", false},
     {"broker_tls", "key_file", "\"/etc/idemd/tls/client.key\"", false},
+    {"broker", "hosts", "[ \"rabbit1:5672\", \"rabbit2:5672\", \"rabbit3:5672\" ]", false},
+    {"database", "hosts", "[ \"db1:3306\", \"db2:3306\", \"db3:3306\" ]", false},
     {"database", "socket", "\"/run/mysqld/mysqld.sock\"", false},
     {"database", "password", "\"secret\"", false},
     {"database", "password_file", "\"/etc/idemd/db.pw\"", false},

@@ -75,8 +75,10 @@ typedef struct conf_database_tls {
 } conf_database_tls_t;
 
 typedef struct conf_broker {
-    char *host;     /* default "127.0.0.1" */
-    int port;       /* default 5672 */
+    char *host;   /* default "127.0.0.1" */
+    int port;     /* default 5672 */
+    char **hosts; /* "host[:port]" each, or NULL: host and port */
+    int n_hosts;
     char *vhost;    /* default "/" */
     char *user;     /* default "guest" */
     char *password; /* from password or password_file; default "guest" */
@@ -85,8 +87,10 @@ typedef struct conf_broker {
 } conf_broker_t;
 
 typedef struct conf_database {
-    char *host;          /* default "127.0.0.1"; ignored when socket is set */
-    int port;            /* default 3306 */
+    char *host;   /* default "127.0.0.1"; ignored when socket is set */
+    int port;     /* default 3306 */
+    char **hosts; /* "host[:port]" each, or NULL: host and port (or socket) */
+    int n_hosts;
     char *socket;        /* unix socket path or NULL */
     char *user;          /* default "idemd" */
     char *password;      /* from password or password_file; may be NULL */
@@ -146,6 +150,14 @@ void conf_free(conf_t *conf);
  */
 bool conf_connections_differ(const conf_t *a, const conf_t *b, char *what, size_t len);
 bool conf_queue_differs(const conf_queue_t *a, const conf_queue_t *b, char *what, size_t len);
+
+/*
+ * Split an endpoint "host", "host:port" or "[ipv6]:port" of a hosts list:
+ * host (NUL-terminated, hostlen bytes at most) and port (def_port when it
+ * names none). 0, or -1 when spec is malformed or the host too long.
+ */
+int conf_endpoint(const char *spec, int def_port, char *host, size_t hostlen, int *port)
+    __attribute__((warn_unused_result));
 
 /* Print the effective configuration (passwords masked) in libconfig syntax. */
 void conf_dump(const conf_t *conf, FILE *out);

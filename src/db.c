@@ -256,7 +256,8 @@ fail:
     return -1;
 }
 
-int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
+/* Connect to the one server cfg names (host, port or socket). See db_open. */
+static int db_open_one(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
 {
     char where[300], qe[600];
     db_t *db = calloc(1, sizeof(*db));
@@ -334,6 +335,32 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
     return 0;
 fail:
     db_close(db);
+    return -1;
+}
+
+int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, db_t **out)
+{
+    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1;
+
+    *out = NULL;
+    if (cfg->n_hosts == 0)
+        return db_open_one(cfg, consumer, record, out);
+    start = start < 0 ? 0 : start % n;
+    for (int k = 0; k < n; k++) {
+        conf_database_t one = *cfg;
+        const char *spec = cfg->hosts[(start + k) % n];
+        char host[256];
+        if (conf_endpoint(spec, cfg->port, host, sizeof(host), &one.port) != 0) {
+            log_error("database: malformed hosts entry \"%s\"", spec);
+            continue;
+        }
+        one.host = host;
+        one.socket = NULL;
+        if (db_open_one(&one, consumer, record, out) == 0)
+            return 0;
+        if (k + 1 < n)
+            log_info("database: trying the next of %d hosts", n);
+    }
     return -1;
 }
 

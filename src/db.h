@@ -43,10 +43,12 @@ typedef struct db {
 /*
  * Connect with the configured timeouts, autocommit off, READ COMMITTED,
  * never MYSQL_OPT_RECONNECT. Keys are written for consumer; when record is
- * true the record insert is prepared too. Returns 0 and a new db_t in *out
- * (free with db_close), or -1 after logging why.
+ * true the record insert is prepared too. With cfg->hosts, the servers are
+ * tried once each, from hosts[start % n_hosts] on, the first that answers
+ * wins (workers pass their index so they spread). Returns 0 and a new db_t
+ * in *out (free with db_close), or -1 after logging why.
  */
-int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
+int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, db_t **out)
     __attribute__((warn_unused_result));
 
 /*

@@ -212,7 +212,7 @@ static int ctl_db_open(const ctl_t *ctl, db_t **db)
     const char *consumer = ctl->consumer         ? ctl->consumer
                            : ctl->conf->n_queues ? ctl->conf->queues[0].consumer
                                                  : "";
-    if (db_open(&ctl->conf->database, consumer, false, db) != 0) {
+    if (db_open(&ctl->conf->database, consumer, false, 0, db) != 0) {
         fprintf(stderr, "idemctl: cannot connect to the database (see above)\n");
         return CTL_EXIT_CONNECT;
     }
@@ -438,7 +438,7 @@ static int ctl_status(ctl_t *ctl)
     int rc = CTL_EXIT_OK;
     char sql[1200], vals[2][64], name[512];
 
-    if (mq_open(&ctl->conf->broker, "idemctl", &mq) != 0) {
+    if (mq_open(&ctl->conf->broker, "idemctl", 0, &mq) != 0) {
         fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
@@ -787,7 +787,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     int rc = CTL_EXIT_OK;
     char why[400];
 
-    if (mq_open(&ctl->conf->broker, "idemctl", &rd) != 0) {
+    if (mq_open(&ctl->conf->broker, "idemctl", 0, &rd) != 0) {
         fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
@@ -803,7 +803,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
                  "order seen here is not the queue's",
                  queue, consumers);
     if (mode == CTL_REPLAY) {
-        if (mq_open_publisher(&ctl->conf->broker, "idemctl", NULL, NULL, &pub) != 0) {
+        if (mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
             fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
             rc = CTL_EXIT_CONNECT;
             goto out;

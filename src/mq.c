@@ -322,22 +322,52 @@ fail:
     return -1;
 }
 
-int mq_open(const conf_broker_t *cfg, const char *owner, mq_t **out)
+/*
+ * mq_connect to the nodes of cfg->hosts in turn, from hosts[start % n] on,
+ * until one answers (or to host:port without hosts). See mq_open.
+ */
+static int mq_connect_any(const conf_broker_t *cfg, int start, const char *owner, const char *role,
+                          mq_tick_fn tick, void *arg, mq_t **out)
 {
-    return mq_connect(cfg, cfg->heartbeat, owner, "consumer", NULL, NULL, out);
+    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1;
+
+    *out = NULL;
+    if (cfg->n_hosts == 0)
+        return mq_connect(cfg, cfg->heartbeat, owner, role, tick, arg, out);
+    start = start < 0 ? 0 : start % n;
+    for (int k = 0; k < n; k++) {
+        conf_broker_t one = *cfg;
+        const char *spec = cfg->hosts[(start + k) % n];
+        char host[256];
+        if (conf_endpoint(spec, cfg->port, host, sizeof(host), &one.port) != 0) {
+            log_error("broker: malformed hosts entry \"%s\"", spec);
+            continue;
+        }
+        one.host = host;
+        if (mq_connect(&one, cfg->heartbeat, owner, role, tick, arg, out) == 0)
+            return 0;
+        if (k + 1 < n)
+            log_info("broker: trying the next of %d hosts", n);
+    }
+    return -1;
+}
+
+int mq_open(const conf_broker_t *cfg, const char *owner, int start, mq_t **out)
+{
+    return mq_connect_any(cfg, start, owner, "consumer", NULL, NULL, out);
 }
 
 static int mq_probe(mq_t *mq);
 
-int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_tick_fn tick, void *arg,
-                      mq_t **out)
+int mq_open_publisher(const conf_broker_t *cfg, const char *owner, int start, mq_tick_fn tick,
+                      void *arg, mq_t **out)
 {
     amqp_rpc_reply_t r;
     mq_t *mq;
 
     if (mq_abort_init() != 0)
         return -1;
-    if (mq_connect(cfg, cfg->heartbeat, owner, "republisher", tick, arg, out) != 0)
+    if (mq_connect_any(cfg, start, owner, "republisher", tick, arg, out) != 0)
         return -1;
     mq = *out;
     amqp_confirm_select(mq->conn, MQ_CHANNEL);

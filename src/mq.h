@@ -47,10 +47,12 @@ typedef struct mq {
  * Connect, log in (advertising consumer_cancel_notify, and the
  * connection_name "idemd <owner> consumer" that the broker shows
  * operators), open channel MQ_CHANNEL. owner is only read during the call.
- * Returns 0 and a new mq_t in *out (free with mq_close), or -1 after
- * logging why.
+ * With cfg->hosts, the nodes are tried once each, from hosts[start %
+ * n_hosts] on, the first that answers wins (workers pass their index so
+ * they spread). Returns 0 and a new mq_t in *out (free with mq_close), or
+ * -1 after logging why.
  */
-int mq_open(const conf_broker_t *cfg, const char *owner, mq_t **out)
+int mq_open(const conf_broker_t *cfg, const char *owner, int start, mq_t **out)
     __attribute__((warn_unused_result));
 
 /*
@@ -62,8 +64,8 @@ int mq_open(const conf_broker_t *cfg, const char *owner, mq_t **out)
  * arg between the steps and while waiting. Every step is bounded (MQ_OPEN_MS,
  * MQ_RPC_MS). Same ownership as mq_open.
  */
-int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_tick_fn tick, void *arg,
-                      mq_t **out) __attribute__((warn_unused_result));
+int mq_open_publisher(const conf_broker_t *cfg, const char *owner, int start, mq_tick_fn tick,
+                      void *arg, mq_t **out) __attribute__((warn_unused_result));
 
 /* Whether the broker blocks this connection's publishes (a resource alarm). */
 bool mq_blocked(const mq_t *mq);

@@ -206,8 +206,8 @@ static int worker_connect_db(worker_t *w)
 
     worker_set_state(w, WORKER_STATE_WAITING_DB);
     while (!worker_stop) {
-        if (db_open(&w->conf->database, w->q->consumer, w->q->dedup == CONF_DEDUP_TABLE, &w->db) ==
-            0)
+        if (db_open(&w->conf->database, w->q->consumer, w->q->dedup == CONF_DEDUP_TABLE, w->index,
+                    &w->db) == 0)
             break;
         worker_pause(w, delay + rand() % (delay / 2 + 1));
         delay = delay * 2 > 10000 ? 10000 : delay * 2;
@@ -267,7 +267,7 @@ static int worker_declare_failed(worker_t *w)
 static int worker_connect_mq(worker_t *w)
 {
     worker_set_state(w, WORKER_STATE_CONNECTING);
-    if (mq_open(&w->conf->broker, w->name, &w->mq) != 0)
+    if (mq_open(&w->conf->broker, w->name, w->index, &w->mq) != 0)
         return worker_lose(w, WORKER_LOST_BROKER);
     worker_connected(w, WORKER_LOST_BROKER);
     w->mq->quiet = true; /* declaration failures: reported by the supervisor, once */
@@ -808,7 +808,7 @@ static void worker_tick(void *arg)
  */
 static int worker_open_publisher(worker_t *w)
 {
-    if (mq_open_publisher(&w->conf->broker, w->name, worker_tick, w, &w->pub) != 0)
+    if (mq_open_publisher(&w->conf->broker, w->name, w->index, worker_tick, w, &w->pub) != 0)
         return -1;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);

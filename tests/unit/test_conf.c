@@ -602,7 +602,7 @@ static void test_unknown(void)
     expect_error("unknown in daemon", "daemon = {\n  loglevel = \"info\"; };\n" DB Q1(""),
                  "loglevel", "daemon.loglevel: unknown setting (did you mean \"log_level\"?)");
     expect_error("unknown in broker", "broker = {\n  hots = \"x\"; };\n" DB Q1(""), "hots",
-                 "broker.hots: unknown setting (did you mean \"host\"?)");
+                 "broker.hots: unknown setting (did you mean \"hosts\"?)");
     expect_error("unknown in database",
                  "database = { database = \"t\";\n  pasword = \"x\"; };\n" Q1(""), "pasword",
                  "database.pasword: unknown setting (did you mean \"password\"?)");
@@ -1260,6 +1260,62 @@ static char *dump_comparable(const conf_t *c)
  * configuration as a file with only the required settings (same values), so
  * every value it shows is the loader's default.
  */
+/* broker.hosts and database.hosts: endpoints, exclusions, the dump. */
+static void test_hosts(void)
+{
+    conf_t *c = must_load(
+        "hosts lists",
+        "broker = { hosts = [ \"r1:5673\", \"r2\", \"[::1]:5674\" ]; port = 5699; };\n"
+        "database = { database = \"t\"; hosts = [ \"d1:3307\", \"d2:3308\" ]; };\n" Q1(""));
+    if (c) {
+        char host[256];
+        int port = 0;
+        ok(c->broker.n_hosts == 3 && c->database.n_hosts == 2, "hosts loaded");
+        ok(conf_endpoint(c->broker.hosts[0], c->broker.port, host, sizeof(host), &port) == 0 &&
+               strcmp(host, "r1") == 0 && port == 5673,
+           "host:port split");
+        ok(conf_endpoint(c->broker.hosts[1], c->broker.port, host, sizeof(host), &port) == 0 &&
+               strcmp(host, "r2") == 0 && port == 5699,
+           "a host without a port takes port");
+        ok(conf_endpoint(c->broker.hosts[2], c->broker.port, host, sizeof(host), &port) == 0 &&
+               strcmp(host, "::1") == 0 && port == 5674,
+           "[ipv6]:port split");
+        char *d = dump_to_string(c);
+        ok(strstr(d, "hosts = [ \"r1:5673\", \"r2\", \"[::1]:5674\" ];") &&
+               strstr(d, "# host: not used: hosts is set"),
+           "dump shows hosts, and host as unused");
+        conf_t *c2 = NULL;
+        char err[1024];
+        int rc = conf_load(write_file("dump.conf", d), &c2, err, sizeof(err));
+        ok(rc == 0 && c2->broker.n_hosts == 3 && strcmp(c2->database.hosts[1], "d2:3308") == 0,
+           "a dump with hosts loads again%s%s", rc ? ": " : "", rc ? err : "");
+        bool same = c2 != NULL;
+        for (int i = 0; same && i < 3; i++)
+            same = strcmp(c->broker.hosts[i], c2->broker.hosts[i]) == 0;
+        ok(same, "and has the same hosts");
+        conf_free(c2);
+        free(d);
+        conf_free(c);
+    }
+    expect_error("malformed broker.hosts entry",
+                 "broker = {\n  hosts = [ \"r1:5672\",\n \"r2:99999\" ]; };\n" DB Q1(""), "99999",
+                 "broker.hosts.[1]: must be \"host\" or \"host:port\" (IPv6: \"[addr]:port\"), "
+                 "port 1..65535 (got \"r2:99999\")");
+    expect_error("bare IPv6 in database.hosts",
+                 "database = { database = \"t\";\n  hosts = [ \"::1\" ]; };\n" Q1(""), "::1",
+                 "database.hosts.[0]: must be \"host\" or \"host:port\" (IPv6: \"[addr]:port\"), "
+                 "port 1..65535 (got \"::1\")");
+    expect_error("broker.hosts with host",
+                 "broker = { host = \"a\";\n  hosts = [ \"b\" ]; };\n" DB Q1(""), "hosts",
+                 "broker.hosts: cannot be used together with host (line 1)");
+    expect_error(
+        "database.hosts with socket",
+        "database = { database = \"t\"; socket = \"/s\";\n  hosts = [ \"b\" ]; };\n" Q1(""),
+        "hosts", "database.hosts: cannot be used together with socket (line 1)");
+    expect_error("hosts of numbers", "broker = {\n  hosts = [ 1, 2 ]; };\n" DB Q1(""), "hosts",
+                 "broker.hosts.[0]: must be a string (got an integer)");
+}
+
 static void test_sample_effective(void)
 {
     char path[PATH_MAX + 64], err[1024];
@@ -1401,6 +1457,7 @@ int main(int argc, char **argv)
     test_type_errors();
     test_required();
     test_unknown();
+    test_hosts();
     test_settings_passthrough();
     test_passwords();
     test_tls();
