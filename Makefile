@@ -33,7 +33,7 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard 
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit integration bench chaos memcheck demo install uninstall clean format format-check \
+.PHONY: all check-build test unit integration bench bench-curves chaos memcheck demo install uninstall clean format format-check \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
 all: $(B)/idemd $(PLUGINS)
@@ -83,6 +83,10 @@ $(B)/bench:
 
 bench: check-build $(BENCH_TOOLS)
 	bash bench/run
+
+# Throughput against workers and batch_size for both handler kinds (docs/performance.md).
+bench-curves: check-build $(BENCH_TOOLS)
+	BENCH_CURVES=1 bash bench/run
 
 chaos: check-build
 	bash tests/chaos/run
