@@ -12,39 +12,55 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 UNITDIR ?= $(LIBDIR)/systemd/system
 
 CC ?= cc
-PKGS := librabbitmq libmariadb libconfig libsystemd json-c
+PKGS := librabbitmq libmariadb libconfig libsystemd json-c libmicrohttpd
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 
 CFLAGS ?= -O2 -g
 CFLAGS += -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS)
+# Hardening (tests/integration/t_hardening.sh checks the result): stack protector and
+# stack clash checks everywhere; full RELRO (read-only GOT after start); idemd is a PIE.
+# FORTIFY needs an optimising build and is left to ASan in SANITIZE=1 builds.
+CFLAGS += -fstack-protector-strong -fstack-clash-protection
+LDFLAGS += -Wl,-z,relro,-z,now
 B := build
 ifeq ($(SANITIZE),1)
 B := build-asan
 CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=address,undefined
+else ifneq ($(filter -O1 -O2 -O3 -Os -Og -Ofast,$(CFLAGS)),)
+CFLAGS += -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2
 endif
 LDLIBS += $(PKG_LIBS) -ldl -lm
 
 SRCS := $(wildcard src/*.c)
-OBJS := $(SRCS:src/%.c=$(B)/obj/%.o)
+# idemctl is a second program: its main and the modules it shares with the daemon.
+CTL_MODULES := idemctl conf db delivery log mq relay
+OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out src/idemctl.c,$(SRCS)))
+CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
 TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard tests/plugins/*.c))
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit integration bench bench-curves chaos memcheck demo install uninstall clean format format-check \
+.PHONY: all check-build test unit integration bench bench-curves chaos chaos-high chaos-matrix memcheck demo install uninstall clean format format-check \
+	fuzz fuzz-build fuzz-short \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
-all: $(B)/idemd $(PLUGINS)
+all: $(B)/idemd $(B)/idemctl $(PLUGINS)
 
-check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS)
+# bench/pace paces the chaos runs' publishers (tests/chaos/run).
+check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace
 
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
-	$(CC) $(CFLAGS) -c -o $@ $<
+	$(CC) $(CFLAGS) -fPIE -c -o $@ $<
 
+$(B)/idemd: LDFLAGS += -pie
 $(B)/idemd: $(OBJS)
-	$(CC) $(LDFLAGS) -rdynamic -o $@ $^ $(LDLIBS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/idemctl: $(CTL_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/plugins/%.so: src/plugins/%.c include/idemd/handler.h | $(B)/plugins
 	$(CC) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
@@ -57,7 +73,11 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 
 # A unit test links only the module under test (and logging).
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
+
+# outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c); the broker side is stubbed.
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/delivery.c src/log.c $(LDLIBS)
 
 # test_log's module is log.c itself: the pattern above would link it twice.
 $(B)/tests/unit/test_log: tests/unit/test_log.c src/log.c src/log.h | $(B)/tests/unit
@@ -88,14 +108,53 @@ bench: check-build $(BENCH_TOOLS)
 bench-curves: check-build $(BENCH_TOOLS)
 	BENCH_CURVES=1 bash bench/run
 
+# The chaos runs (tests/chaos/run --help); more flags through CHAOS_ARGS, e.g. CHAOS_ARGS=--short.
 chaos: check-build
-	bash tests/chaos/run
+	H_BUILD=$(abspath $(B)) bash tests/chaos/run $(CHAOS_ARGS)
+
+chaos-high: check-build
+	H_BUILD=$(abspath $(B)) bash tests/chaos/run --high-load $(CHAOS_ARGS)
+
+chaos-matrix: check-build
+	H_BUILD=$(abspath $(B)) bash tests/chaos/run --matrix $(CHAOS_ARGS)
 
 memcheck: check-build
 	bash tests/memcheck
 
 demo: all $(TEST_TOOLS)
 	bash tests/demo
+
+# ---------- fuzzing ----------
+# libFuzzer targets under ASan + UBSan (clang; Debian: clang, libclang-rt-14-dev). Each links
+# only the module it tests; order_pay's target includes the plugin's source.
+FUZZ_CC ?= clang
+FUZZ_SECONDS ?= 60
+F := build-fuzz
+FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
+	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_SRC_conf := src/conf.c src/log.c
+FUZZ_SRC_delivery := src/delivery.c
+FUZZ_SRC_printable := src/delivery.c
+FUZZ_SRC_order_pay :=
+
+.SECONDEXPANSION:
+$(F)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(wildcard src/*.h) $(wildcard src/plugins/*.c) \
+		include/idemd/handler.h | $(F)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC_$*) $(LDLIBS)
+
+$(F):
+	mkdir -p $@
+
+fuzz-build: $(FUZZ_BINS)
+
+# Each target for FUZZ_SECONDS (default 60); TAP lines and "N passed, N failed".
+fuzz: fuzz-build
+	FUZZ_BUILD=$(F) bash tests/fuzz/run $(FUZZ_SECONDS)
+
+# The short run CI does: 10 s each.
+fuzz-short: fuzz-build
+	FUZZ_BUILD=$(F) bash tests/fuzz/run 10
 
 # ---------- install ----------
 # Shipped files (units, man pages, sample config) are written for PREFIX=/usr/local and
@@ -107,6 +166,7 @@ INSTALL_SED = -e 's|/usr/local/lib/idemd/plugins|$(PLUGINDIR)|g' \
 	-e 's|/usr/local/lib/systemd/system|$(UNITDIR)|g' \
 	-e 's|/usr/local/sbin|$(BINDIR)|g' \
 	-e 's|/etc/idemd|$(SYSCONFDIR)/idemd|g'
+$(B)/obj/idemctl.o: CFLAGS += -DIDEMCTL_VERSION='"$(VERSION)"'
 # pkg-config: directories under PREFIX are written relative to ${prefix}.
 PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
@@ -115,25 +175,26 @@ PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@VERSION@|$(VERSION)|g' \
 	-e 's|@ABI@|$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MAJOR //p' include/idemd/handler.h).$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MINOR //p' include/idemd/handler.h)|g'
 UNITS := idemd.service idemd@.service
-MANPAGES := docs/idemd.8 docs/idemd.conf.5
+MANPAGES := docs/idemd.8 docs/idemctl.8 docs/idemd.conf.5
 
 # Everything install puts down, without DESTDIR; uninstall removes exactly these, then the
 # directories that only idemd uses if they are empty.
-INSTALLED_FILES = $(BINDIR)/idemd \
+INSTALLED_FILES = $(BINDIR)/idemd $(BINDIR)/idemctl \
 	$(patsubst $(B)/plugins/%,$(PLUGINDIR)/%,$(PLUGINS)) \
 	$(INCLUDEDIR)/idemd/handler.h $(PKGCONFIGDIR)/idemd.pc \
 	$(addprefix $(UNITDIR)/,$(UNITS)) \
 	$(SYSCONFDIR)/idemd/idemd.conf.example \
 	$(patsubst sql/%,$(DATADIR)/sql/%,$(wildcard sql/*.sql)) \
-	$(MANDIR)/man8/idemd.8 $(MANDIR)/man5/idemd.conf.5
+	$(MANDIR)/man8/idemd.8 $(MANDIR)/man8/idemctl.8 $(MANDIR)/man5/idemd.conf.5
 INSTALLED_DIRS = $(PLUGINDIR) $(LIBDIR)/idemd $(INCLUDEDIR)/idemd $(DATADIR)/sql $(DATADIR) \
 	$(SYSCONFDIR)/idemd
 
 install: all install-bin install-plugins install-dev install-units install-data install-man
 
-install-bin: $(B)/idemd
+install-bin: $(B)/idemd $(B)/idemctl
 	install -d $(DESTDIR)$(BINDIR)
 	install -m 0755 $(B)/idemd $(DESTDIR)$(BINDIR)/idemd
+	install -m 0755 $(B)/idemctl $(DESTDIR)$(BINDIR)/idemctl
 
 install-plugins: $(PLUGINS)
 	install -d $(DESTDIR)$(PLUGINDIR)
@@ -161,8 +222,10 @@ install-data: conf/idemd.conf $(wildcard sql/*.sql)
 install-man: $(MANPAGES)
 	install -d $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(MANDIR)/man5
 	sed $(INSTALL_SED) docs/idemd.8 >$(DESTDIR)$(MANDIR)/man8/idemd.8
+	sed $(INSTALL_SED) docs/idemctl.8 >$(DESTDIR)$(MANDIR)/man8/idemctl.8
 	sed $(INSTALL_SED) docs/idemd.conf.5 >$(DESTDIR)$(MANDIR)/man5/idemd.conf.5
-	chmod 0644 $(DESTDIR)$(MANDIR)/man8/idemd.8 $(DESTDIR)$(MANDIR)/man5/idemd.conf.5
+	chmod 0644 $(DESTDIR)$(MANDIR)/man8/idemd.8 $(DESTDIR)$(MANDIR)/man8/idemctl.8 \
+		$(DESTDIR)$(MANDIR)/man5/idemd.conf.5
 
 uninstall:
 	rm -f $(addprefix $(DESTDIR),$(INSTALLED_FILES))
@@ -180,9 +243,9 @@ man-check: $(MANPAGES)
 	done; echo "man pages OK: $(MANPAGES)"
 
 clean:
-	rm -rf $(B)
+	rm -rf $(B) $(F)
 
-FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/plugins/*.c tests/tools/*.c)
+FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
 format:
 	clang-format -i $(FORMAT_FILES)
 

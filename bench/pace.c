@@ -5,7 +5,8 @@
  *   absolute sleeps, so delays do not add up), one write(2) per line, so a
  *   reader sees each line when it is due. It sleeps between lines instead of
  *   polling, so it leaves the CPUs to the system under test. Prints
- *   "pace: N lines in S s" to stderr at the end.
+ *   "pace: N lines in S s" to stderr at the end. Used by bench/run's latency
+ *   run and by tests/chaos/run's publishers (make check-build builds it).
  */
 #include <errno.h>
 #include <stdint.h>

@@ -18,6 +18,7 @@
 #define CHORES_RETENTION_LEASE_S 60   /* held across slices: renewed by each slice's claim */
 #define CHORES_POLL_MS 10000          /* ask for a lease that was not ours at most this often */
 #define CHORES_LEASE_MARGIN_S 30      /* a reconcile lease lasts reconcile_timeout + this */
+#define CHORES_SWEEP_S 5              /* the outbox sweeper looks for rows left behind this often */
 
 static uint64_t chores_now_ms(int clock)
 {
@@ -30,6 +31,12 @@ static uint64_t chores_now_ms(int clock)
 static void chores_progress(chores_t *c)
 {
     __atomic_store_n(&c->slot->progress_ms, chores_now_ms(CLOCK_MONOTONIC), __ATOMIC_RELAXED);
+}
+
+/* A reconcile run failed (for idemd_reconcile_failures_total). */
+static void chores_failed(chores_t *c)
+{
+    __atomic_add_fetch(&c->slot->c.n_reconcile_failures, 1, __ATOMIC_RELAXED);
 }
 
 static void chores_lease_init(chores_t *c, chores_lease_t *l, const char *kind, const char *what)
@@ -201,6 +208,7 @@ static int chores_retention(chores_t *c, uint64_t now)
         }
         slice += n;
         c->run_rows += n;
+        __atomic_add_fetch(&c->slot->c.n_retention_rows, (uint64_t)n, __ATOMIC_RELAXED);
         if (n < CHORES_PURGE_ROWS)
             c->run_phase++;
     }
@@ -258,9 +266,11 @@ static int chores_reconcile(chores_t *c, uint64_t now)
     alarm(0);
     __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELAXED);
     chores_progress(c);
+    __atomic_add_fetch(&c->slot->c.n_reconcile_runs, 1, __ATOMIC_RELAXED);
     uint64_t took = chores_now_ms(CLOCK_MONOTONIC) - t0;
     err[sizeof(err) - 1] = '\0';
     if (hr != 0) {
+        chores_failed(c);
         log_warn("handler %s: reconcile failed after %llu ms: %s", c->h->name,
                  (unsigned long long)took, err[0] ? err : "(no reason)");
         /* Its next turn comes after the interval too, not at the next poll. */
@@ -280,6 +290,35 @@ static int chores_reconcile(chores_t *c, uint64_t now)
         log_info("reconcile: handler %s done in %llu ms", c->h->name, (unsigned long long)took);
         return 0;
     }
+    chores_failed(c);
+    return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;
+}
+
+void chores_set_sweep(chores_t *c, int (*fn)(void *arg), void *arg)
+{
+    chores_lease_init(c, &c->sweep, "outbox", c->q->consumer);
+    c->sweep_fn = fn;
+    c->sweep_arg = arg;
+}
+
+/* The outbox sweeper's turn: every CHORES_SWEEP_S, one runner across instances. */
+static int chores_sweep(chores_t *c, uint64_t now)
+{
+    chores_lease_t *l = &c->sweep;
+    unsigned long long matched = 0;
+
+    if (c->sweep_fn == NULL || now < l->next_ms)
+        return 0;
+    l->next_ms = now + CHORES_SWEEP_S * 1000;
+    int rc = chores_claim(c, l, CHORES_SWEEP_S + CHORES_LEASE_MARGIN_S);
+    if (rc <= 0)
+        return rc;
+    if (c->sweep_fn(c->sweep_arg) != 0)
+        return -1;
+    chores_progress(c);
+    db_status_t st = chores_release(c, l, CHORES_SWEEP_S, &matched);
+    if (st == DB_OK)
+        st = db_commit(c->db);
     return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;
 }
 
@@ -287,6 +326,8 @@ int chores_tick(chores_t *c)
 {
     uint64_t now = chores_now_ms(CLOCK_MONOTONIC);
     if (chores_retention(c, now) != 0)
+        return -1;
+    if (chores_sweep(c, now) != 0)
         return -1;
     return chores_reconcile(c, now);
 }

@@ -37,6 +37,9 @@ typedef struct chores {
     char esc_owner[513]; /* owner escaped for SQL */
     chores_lease_t retention;
     chores_lease_t reconcile;
+    chores_lease_t sweep; /* "outbox:<consumer>" */
+    int (*sweep_fn)(void *arg);
+    void *sweep_arg;
     bool run_open;      /* a retention run was started and is not finished */
     int run_phase;      /* 0: records, 1: crash counts, 2: done */
     int run_slices;     /* slices the run took so far */
@@ -51,6 +54,13 @@ typedef struct chores {
  */
 void chores_init(chores_t *c, const conf_t *conf, const conf_queue_t *q, const char *name,
                  worker_slot_t *slot, db_t *db, const idemd_handler_t *h, void *state);
+
+/*
+ * Add the outbox sweeper: every few seconds, under its own lease, fn(arg)
+ * sends outbox rows that their workers left behind. fn returns 0, or -1
+ * when the database connection was lost.
+ */
+void chores_set_sweep(chores_t *c, int (*fn)(void *arg), void *arg);
 
 /*
  * Call between batches, with no transaction open. Does whatever is due and

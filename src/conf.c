@@ -1,9 +1,12 @@
 /* conf.c: idemd's settings table and the one loader, validator, printer and freer that walk it. */
 #include "conf.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -154,12 +157,14 @@ static const conf_enum_t conf_dedups[] = {
 #define SE CONF_F_SECRET
 
 static const conf_def_t conf_defs[] = {
-    /* The top level: the four groups and nothing else. */
+    /* The top level: the five groups and nothing else. */
     CONF_GROUP("root", "daemon", 0, "daemon", "process-wide settings"),
     CONF_GROUP("root", "broker", offsetof(conf_t, broker), "broker",
                "the RabbitMQ connection (each worker opens its own)"),
     CONF_GROUP("root", "database", offsetof(conf_t, database), "database",
                "the MySQL/MariaDB connection (each worker opens its own)"),
+    CONF_GROUP("root", "metrics", offsetof(conf_t, metrics), "metrics",
+               "the Prometheus endpoint (docs/monitoring.md); off unless `listen` is set"),
     CONF_LIST("root", "queues", conf_t, queues, n_queues, conf_queue_t, "queue", RQ, 1, NULL,
               "the queues to consume: a list `( { ... }, { ... } )`, at least one"),
 
@@ -171,6 +176,9 @@ static const conf_def_t conf_defs[] = {
              "seconds between calls of a handler's `reconcile()`; 0 = never"),
     CONF_INT("daemon", "reconcile_timeout", conf_t, reconcile_timeout, 0, "30", 1, 3600,
              "seconds one `reconcile()` call may take before its worker is killed"),
+    CONF_INT("daemon", "outbox_grace", conf_t, outbox_grace, 0, "30", 1, 3600,
+             "seconds an outbox row is left to the worker that wrote it before the sweeper "
+             "sends it"),
 
     CONF_STRING("broker", "host", conf_broker_t, host, NR, "127.0.0.1", 1, 255, NULL,
                 "host name or address of RabbitMQ"),
@@ -182,8 +190,9 @@ static const conf_def_t conf_defs[] = {
                 "password; prefer `password_file`"),
     CONF_FILE("broker", "password_file", conf_broker_t, password, NR | SE, "password",
               "file holding the password (trailing newlines removed); excludes `password`"),
-    CONF_INT("broker", "heartbeat", conf_broker_t, heartbeat, NR, "30", 0, 3600,
-             "AMQP heartbeat in seconds; 0 = off"),
+    CONF_INT(
+        "broker", "heartbeat", conf_broker_t, heartbeat, NR, "30", 0, 3600,
+        "AMQP heartbeat in seconds, for the consuming and the republishing connections; 0 = off"),
     CONF_GROUP("broker", "tls", offsetof(conf_broker_t, tls), "broker_tls",
                "TLS to the broker (docs/tls.md)"),
 
@@ -250,11 +259,16 @@ static const conf_def_t conf_defs[] = {
               "refuse a server certificate that does not match `host` (DNS name or IP address) "
               "or, without `ca_file`, does not chain to the system's CA store"),
 
+    CONF_STRING("metrics", "listen", conf_metrics_t, listen, 0, NULL, 1, 64, "none (off)",
+                "`\"ADDR:PORT\"` (IPv6: `\"[ADDR]:PORT\"`, numeric) where the supervisor serves "
+                "`/metrics` over HTTP without authentication: keep it on loopback or a trusted "
+                "network"),
+
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),
     CONF_STRING("queue", "handler", conf_queue_t, handler, NR | RQ, NULL, 1, PATH_MAX - 1, NULL,
-                "path of the handler plugin (.so); a relative path is kept as written and "
-                "resolved against idemd's current directory"),
+                "path of the handler plugin (.so); a relative path is taken from the directory "
+                "of the config file that holds it"),
     CONF_STRING("queue", "consumer", conf_queue_t, consumer, NR, NULL, 1, 128, "the queue name",
                 "dedup namespace: the `consumer` column of the record table"),
     CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "200", 1, 65535,
@@ -337,13 +351,15 @@ static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, voi
                                const char *path);
 static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                                    const char *path);
+static int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                              const char *path);
 static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                             const char *path);
 static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                               const char *path);
 
 static const conf_section_t conf_sections[] = {
-    {"root", "Top level", "The file holds these four settings and nothing else.", conf_check_root},
+    {"root", "Top level", "The file holds these five settings and nothing else.", conf_check_root},
     {"daemon", "daemon", "Optional.", NULL},
     {"broker", "broker", "Optional: every setting has a default.", conf_check_broker},
     {"broker_tls", "broker.tls",
@@ -352,6 +368,7 @@ static const conf_section_t conf_sections[] = {
      conf_check_broker_tls},
     {"database", "database", "Required: `database` has no default.", conf_check_database},
     {"database_tls", "database.tls", "Optional; off by default.", conf_check_database_tls},
+    {"metrics", "metrics", "Optional; off by default.", conf_check_metrics},
     {"queue", "queues.[N]", "One group per queue; queue names must be unique.", conf_check_queue},
     {"declare", "queues.[N].declare", "Optional.", conf_check_declare},
     {"binding", "queues.[N].declare.bindings.[N]", "One group per binding.", NULL},
@@ -684,6 +701,13 @@ static int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const ch
     }
     buf[len] = '\0';
     rc = conf_set_string(ctx, s, sp, field, buf);
+    /* A group may be how the service account reads it (root:idemd 0640); others never. */
+    struct stat st;
+    if (rc == 0 && fstat(fd, &st) == 0 && (st.st_mode & S_IROTH))
+        rc = conf_warn(ctx, s, sp,
+                       "\"%s\" holds a password and is readable by every user (mode %04o): "
+                       "chmod o= it",
+                       file, (unsigned)(st.st_mode & 07777));
 fail:
     explicit_bzero(buf, sizeof(buf));
     close(fd);
@@ -968,6 +992,96 @@ static int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *b
     return 0;
 }
 
+/*
+ * A relative handler path is taken from the directory of the file that
+ * holds the setting, made absolute (the working directory of a service is
+ * nobody's choice), so that logs and checks name the file that is loaded.
+ */
+static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                 conf_queue_t *q)
+{
+    const config_setting_t *at = config_setting_get_member(grp, "handler");
+    char sp[CONF_PATH_MAX], file[PATH_MAX + 8], cwd[PATH_MAX], full[3 * PATH_MAX];
+    int line;
+
+    if (q->handler == NULL || q->handler[0] == '/')
+        return 0;
+    conf_path(sp, path, "handler");
+    conf_source(ctx, at, file, sizeof(file), &line);
+    char *slash = strrchr(file, '/');
+    const char *dir = ".";
+    if (slash == file)
+        dir = "/";
+    else if (slash) {
+        *slash = '\0';
+        dir = file;
+    }
+    if (dir[0] == '/')
+        snprintf(full, sizeof(full), "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", q->handler);
+    else if (getcwd(cwd, sizeof(cwd)) == NULL)
+        return conf_error(ctx, at, sp, "cannot resolve the relative path \"%s\": getcwd: %s",
+                          q->handler, strerror(errno));
+    else if (strcmp(dir, ".") == 0)
+        snprintf(full, sizeof(full), "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", q->handler);
+    else
+        snprintf(full, sizeof(full), "%s%s%s/%s", cwd, strcmp(cwd, "/") ? "/" : "", dir,
+                 q->handler);
+    if (strlen(full) >= PATH_MAX)
+        return conf_error(ctx, at, sp,
+                          "\"%s\" taken from the config file's directory is %zu "
+                          "bytes long, more than %d",
+                          q->handler, strlen(full), PATH_MAX - 1);
+    return conf_set_string(ctx, at, sp, &q->handler, full);
+}
+
+/* metrics.listen: a numeric address and a port, parsed for the supervisor. */
+static int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                              const char *path)
+{
+    conf_metrics_t *m = base;
+    char host[70], sp[CONF_PATH_MAX];
+    const char *colon, *h = m->listen;
+    size_t hlen;
+    char *end;
+
+    if (m->listen == NULL)
+        return 0;
+    conf_path(sp, path, "listen");
+    const config_setting_t *at = config_setting_get_member(grp, "listen");
+    colon = strrchr(m->listen, ':');
+    if (colon == NULL)
+        return conf_error(ctx, at, sp, "\"%s\" has no port: write \"ADDR:PORT\"", m->listen);
+    hlen = (size_t)(colon - m->listen);
+    if (h[0] == '[') {
+        if (hlen < 2 || h[hlen - 1] != ']')
+            return conf_error(ctx, at, sp, "\"%s\": an IPv6 address is written \"[ADDR]:PORT\"",
+                              m->listen);
+        h++;
+        hlen -= 2;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)hlen, h);
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end || errno || port < 1 || port > 65535)
+        return conf_error(ctx, at, sp, "\"%s\": the port must be a number in 1..65535", m->listen);
+    memset(&m->addr, 0, sizeof(m->addr));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)(void *)&m->addr;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)(void *)&m->addr;
+    if (m->listen[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+    } else if (m->listen[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+    } else {
+        return conf_error(ctx, at, sp,
+                          "\"%s\": the address must be numeric, e.g. \"127.0.0.1:9187\" or "
+                          "\"[::1]:9187\"",
+                          m->listen);
+    }
+    return 0;
+}
+
 static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                             const char *path)
 {
@@ -975,6 +1089,8 @@ static int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *
     char sp[CONF_PATH_MAX];
 
     q->line = (int)config_setting_source_line(grp);
+    if (conf_absolute_handler(ctx, grp, path, q) != 0)
+        return -1;
     /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
     for (int i = 0; i < q->n_retry_delays; i++) {
         char tier[300];
@@ -1071,6 +1187,70 @@ static const config_setting_t *conf_own_group(const config_setting_t *grp, const
     return gname && strcmp(gname, name) == 0 ? grp : NULL;
 }
 
+/*
+ * True for a host that never leaves this machine: "localhost" (and names
+ * under .localhost), 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. Names are
+ * not resolved: any other name counts as remote.
+ */
+static bool conf_host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    size_t n = host ? strlen(host) : 0;
+    if (n == 0)
+        return false;
+    if (strcasecmp(host, "localhost") == 0 ||
+        (n > 10 && strcasecmp(host + n - 10, ".localhost") == 0))
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return false;
+}
+
+/* Warn that a connection to a remote host would be plain text (at host's line, or the group's). */
+static int conf_warn_plain(conf_ctx_t *ctx, const config_setting_t *own, const char *path,
+                           const char *host, const char *what)
+{
+    char sp[CONF_PATH_MAX];
+    const config_setting_t *at = own ? config_setting_get_member(own, "host") : NULL;
+    if (conf_host_is_loopback(host))
+        return 0;
+    conf_path(sp, path, "host");
+    return conf_warn(ctx, at ? at : own, sp,
+                     "\"%s\" is not a loopback address and tls.enabled is false: %s cross the "
+                     "network in plain text",
+                     host, what);
+}
+
+/*
+ * TLS is never off by accident: with tls.enabled false (or absent), a tls
+ * setting that only means something with TLS on - a file, or a check turned
+ * off - is an error at its line. Settings left at their defaults (the
+ * sample config's verify_* = true) are fine.
+ */
+static int conf_check_tls_off(conf_ctx_t *ctx, const config_setting_t *own, const char *path)
+{
+    char sp[CONF_PATH_MAX];
+    const config_setting_t *en = own ? config_setting_get_member(own, "enabled") : NULL;
+    int n = own ? config_setting_length(own) : 0;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *m = config_setting_get_elem(own, (unsigned)i);
+        const char *name = config_setting_name(m);
+        if (!name || strcmp(name, "enabled") == 0)
+            continue;
+        if (config_setting_type(m) == CONFIG_TYPE_BOOL && config_setting_get_bool(m))
+            continue;
+        conf_path(sp, path, name);
+        return conf_error(ctx, m, sp,
+                          "set, but tls.enabled is %s: the connection would be plain text; set "
+                          "tls.enabled = true, or remove the setting",
+                          en ? "false" : "not set (default false)");
+    }
+    return 0;
+}
+
 static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                              const char *path)
 {
@@ -1086,6 +1266,9 @@ static int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void 
                          "5672 is the plain AMQP port but tls.enabled is true; a broker's TLS "
                          "listener is usually on 5671");
     }
+    if (!b->tls.enabled)
+        return conf_warn_plain(ctx, conf_own_group(grp, "broker"), path, b->host,
+                               "the broker password and every message");
     return 0;
 }
 
@@ -1099,7 +1282,7 @@ static int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, v
     if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
         return -1;
     if (!t->enabled)
-        return 0;
+        return conf_check_tls_off(ctx, own, path);
     if (t->verify_peer && !t->ca_file) {
         conf_path(sp, path, "ca_file");
         return conf_error(ctx, grp, sp,
@@ -1138,6 +1321,9 @@ static int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, voi
             "cannot be used with socket (line %d): TLS runs over TCP to host:port",
             (int)config_setting_source_line(config_setting_get_member(own, "socket")));
     }
+    if (!db->socket && !db->tls.enabled)
+        return conf_warn_plain(ctx, own, path, db->host,
+                               "the database password, the handlers' statements and their data");
     return 0;
 }
 
@@ -1150,7 +1336,7 @@ static int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp,
     if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
         return -1;
     if (!t->enabled)
-        return 0;
+        return conf_check_tls_off(ctx, own, path);
     if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
         return -1;
     if (!t->verify_server_cert)
@@ -1272,6 +1458,8 @@ static int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void
 /* ---------------------------------------------------------------------- */
 /* Public API */
 
+static void conf_drop_connections(conf_t *conf);
+
 int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
 {
     conf_ctx_t ctx = {.path = path, .err = err, .errlen = errlen};
@@ -1322,6 +1510,7 @@ int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
     }
     if (conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
         goto fail;
+    conf_drop_connections(conf);
     free(dir);
     *out = conf;
     return 0;
@@ -1400,6 +1589,24 @@ static void conf_wipe_tree(config_setting_t *s)
         return;
     for (int i = 0; i < config_setting_length(s); i++)
         conf_wipe_tree(config_setting_get_elem(s, (unsigned)i));
+}
+
+/*
+ * The parsed tree is kept only for the handlers' settings groups: the
+ * broker and database groups (passwords) are wiped and removed from it as
+ * soon as conf holds their values.
+ */
+static void conf_drop_connections(conf_t *conf)
+{
+    config_setting_t *root = config_root_setting(&conf->lc);
+    static const char *const groups[] = {"broker", "database"};
+    for (size_t i = 0; i < sizeof(groups) / sizeof(groups[0]); i++) {
+        config_setting_t *g = config_setting_get_member(root, groups[i]);
+        if (g == NULL)
+            continue;
+        conf_wipe_tree(g);
+        config_setting_remove(root, groups[i]);
+    }
 }
 
 void conf_free(conf_t *conf)
@@ -1900,6 +2107,7 @@ static const conf_example_t conf_examples[] = {
     {"database_tls", "ca_file", "\"/etc/idemd/tls/db-ca.pem\"", false},
     {"database_tls", "cert_file", "\"/etc/idemd/tls/client.pem\"", false},
     {"database_tls", "key_file", "\"/etc/idemd/tls/client.key\"", false},
+    {"metrics", "listen", "\"127.0.0.1:9187\"", false},
     {"queue", "name", "\"orders.pay\"", true},
     {"queue", "handler", "\"/usr/local/lib/idemd/plugins/order_pay.so\"", true},
     {"queue", "consumer", "\"orders.pay\"", false},

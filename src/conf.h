@@ -5,6 +5,7 @@
 #include <libconfig.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <sys/socket.h>
 
 typedef enum conf_dedup {
     CONF_DEDUP_TABLE = 0, /* record the id in the record table (default) */
@@ -95,17 +96,25 @@ typedef struct conf_database {
     conf_database_tls_t tls;
 } conf_database_t;
 
+/* metrics: the Prometheus endpoint (docs/monitoring.md). */
+typedef struct conf_metrics {
+    char *listen;                 /* "ADDR:PORT", "[ADDR]:PORT", or NULL: off (default) */
+    struct sockaddr_storage addr; /* listen parsed (when set) */
+} conf_metrics_t;
+
 typedef struct conf {
     char *path;
     int log_level;          /* log_level_t; daemon.log_level, default "info" */
     int shutdown_timeout;   /* seconds; daemon.shutdown_timeout, default 30 */
     int reconcile_interval; /* seconds; daemon.reconcile_interval, default 0 = off */
     int reconcile_timeout;  /* seconds; daemon.reconcile_timeout, default 30 */
+    int outbox_grace;       /* seconds; daemon.outbox_grace, default 30 */
     conf_broker_t broker;
     conf_database_t database;
+    conf_metrics_t metrics;
     conf_queue_t *queues;
     int n_queues;
-    config_t lc; /* the parsed tree, kept for handler settings */
+    config_t lc; /* the parsed tree, kept for handler settings (broker and database removed) */
     /* Problems that do not stop loading (e.g. a password in a file others
      * can read), "FILE:LINE: SETTING: PROBLEM" each; owned by conf. conf_load
      * logs nothing: the caller prints them (log_warn) once logging is set up. */

@@ -37,8 +37,9 @@ static MYSQL_STMT *db_prepare_key_stmt(db_t *db, const char *sql)
         goto fail;
     return stmt;
 fail:
+    char qe[600];
     log_error("database: cannot prepare '%s': %s", sql,
-              stmt ? mysql_stmt_error(stmt) : mysql_error(db->my));
+              log_quote_str(stmt ? mysql_stmt_error(stmt) : mysql_error(db->my), qe, sizeof(qe)));
     if (stmt)
         mysql_stmt_close(stmt);
     return NULL;
@@ -57,7 +58,7 @@ static int db_prepare_record(db_t *db, const char *table)
 static db_status_t db_key_exec(db_t *db, MYSQL_STMT *stmt, const char *what, const char *id,
                                size_t len)
 {
-    char pid[96];
+    char pid[96], qe[600];
     memcpy(db->id_buf, id, len);
     db->id_len = (unsigned long)len;
     if (mysql_stmt_execute(stmt) == 0)
@@ -66,8 +67,9 @@ static db_status_t db_key_exec(db_t *db, MYSQL_STMT *stmt, const char *what, con
     db_status_t st = db_classify(err);
     db->last_errno = err;
     if (st != DB_DUPLICATE)
-        log_error("database: %s id '%s': error %u: %s", what,
-                  delivery_id_printable(id, len, pid, sizeof(pid)), err, mysql_stmt_error(stmt));
+        log_error("database: %s id=%s: error %u: %s", what,
+                  delivery_id_printable(id, len, pid, sizeof(pid)), err,
+                  log_quote_str(mysql_stmt_error(stmt), qe, sizeof(qe)));
     return st;
 }
 
@@ -222,7 +224,7 @@ fail:
 
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
 {
-    char where[300];
+    char where[300], qe[600];
     db_t *db = calloc(1, sizeof(*db));
     unsigned int t;
     my_bool off = 0;
@@ -240,6 +242,10 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
     mysql_options(db->my, MYSQL_OPT_WRITE_TIMEOUT, &t);
     /* A silent reconnect mid-transaction would run the rest in autocommit. */
     mysql_options(db->my, MYSQL_OPT_RECONNECT, &off);
+    /* LOAD DATA LOCAL would let a hostile server read our files. (Connector/C reads
+     * this option as an unsigned int, not a my_bool.) */
+    unsigned int no_local = 0;
+    mysql_options(db->my, MYSQL_OPT_LOCAL_INFILE, &no_local);
     mysql_options(db->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(db->my, MYSQL_INIT_COMMAND,
                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
@@ -257,14 +263,18 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t 
         if (cfg->tls.enabled && mysql_errno(db->my) == CR_SSL_CONNECTION_ERROR)
             log_error("database %s: TLS: cannot connect as %s: %s (tls.ca_file %s, "
                       "tls.verify_server_cert %s)",
-                      where, cfg->user, mysql_error(db->my),
+                      where, cfg->user, log_quote_str(mysql_error(db->my), qe, sizeof(qe)),
                       cfg->tls.ca_file ? cfg->tls.ca_file : "none: the system's CA store",
                       cfg->tls.verify_server_cert ? "true" : "false");
         else
             log_error("database %s: cannot connect as %s: %s", where, cfg->user,
-                      mysql_error(db->my));
+                      log_quote_str(mysql_error(db->my), qe, sizeof(qe)));
         goto fail;
     }
+    /* Connector/C keeps a copy of the password in the handle (for a reconnect we
+     * never let it do): wipe it. */
+    if (db->my->passwd)
+        explicit_bzero(db->my->passwd, strlen(db->my->passwd));
     if (db_check_tls(db, cfg, where) != 0)
         goto fail;
     if (mysql_autocommit(db->my, 0) != 0) {
@@ -293,6 +303,19 @@ fail:
     return -1;
 }
 
+int db_set_consumer(db_t *db, const char *consumer)
+{
+    size_t n = strlen(consumer);
+    if (n >= sizeof(db->consumer)) {
+        log_error("database: consumer name '%s' is longer than %zu bytes", consumer,
+                  sizeof(db->consumer) - 1);
+        return -1;
+    }
+    memcpy(db->consumer, consumer, n);
+    db->consumer_len = (unsigned long)n;
+    return 0;
+}
+
 void db_close(db_t *db)
 {
     if (db == NULL)
@@ -314,16 +337,31 @@ db_status_t db_record(db_t *db, const char *id, size_t len)
     return db_key_exec(db, db->record_stmt, "recording", id, len);
 }
 
+char *db_hex_literal(char *s, const void *b, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    *s++ = 'X';
+    *s++ = '\'';
+    for (size_t i = 0; i < len; i++) {
+        *s++ = hex[((const unsigned char *)b)[i] >> 4];
+        *s++ = hex[((const unsigned char *)b)[i] & 15];
+    }
+    *s++ = '\'';
+    *s = '\0';
+    return s;
+}
+
 /*
- * Start db->sql with head, then ids as hex literals joined by ", " and
+ * Start db->sql with head, then the ids as rows (head ends in "VALUES ":
+ * "(consumer, X'..')") or as a list of hex literals, joined by ", ", then
  * tail; the consumer is written where head holds "%C". 0, or -1 when out
  * of memory (logged).
  */
 static int db_key_list(db_t *db, const char *head, const char *const *ids, const size_t *lens,
                        int k, const char *tail)
 {
-    static const char hex[] = "0123456789abcdef";
     size_t need = strlen(head) + strlen(tail) + 2 * sizeof(db->consumer) + 64;
+    bool rows = strstr(head, "VALUES") != NULL;
     for (int j = 0; j < k; j++)
         need += 2 * lens[j] + 2 * db->consumer_len + 32;
     if (need > db->sql_size) {
@@ -347,16 +385,9 @@ static int db_key_list(db_t *db, const char *head, const char *const *ids, const
         }
     }
     for (int j = 0; j < k; j++) {
-        if (strstr(head, "VALUES"))
-            o += sprintf(o, "%s('%s', X'", j ? ", " : "", esc);
-        else
-            o += sprintf(o, "%sX'", j ? ", " : "");
-        for (size_t b = 0; b < lens[j]; b++) {
-            *o++ = hex[(unsigned char)ids[j][b] >> 4];
-            *o++ = hex[(unsigned char)ids[j][b] & 15];
-        }
-        *o++ = '\'';
-        if (strstr(head, "VALUES"))
+        o += rows ? sprintf(o, "%s('%s', ", j ? ", " : "", esc) : sprintf(o, "%s", j ? ", " : "");
+        o = db_hex_literal(o, ids[j], lens[j]);
+        if (rows)
             *o++ = ')';
     }
     strcpy(o, tail);
@@ -432,7 +463,9 @@ db_status_t db_exec(db_t *db, const char *sql)
     unsigned int err = mysql_errno(db->my);
     db_status_t st = db_classify(err);
     db->last_errno = err;
-    log_error("database: '%s': error %u: %s", sql, err, mysql_error(db->my));
+    char qe[600];
+    log_error("database: '%s': error %u: %s", sql, err,
+              log_quote_str(mysql_error(db->my), qe, sizeof(qe)));
     return st;
 }
 

@@ -48,6 +48,12 @@ typedef struct db {
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
     __attribute__((warn_unused_result));
 
+/*
+ * Write later keys (records, attempts) for another consumer; the prepared
+ * statements follow. consumer is copied. 0, or -1 when too long (logged).
+ */
+int db_set_consumer(db_t *db, const char *consumer) __attribute__((warn_unused_result));
+
 /* Close the connection and free db; NULL is fine. */
 void db_close(db_t *db);
 
@@ -87,6 +93,9 @@ static inline db_status_t db_classify(unsigned int err)
  * duplicates, with the printable id.
  */
 db_status_t db_record(db_t *db, const char *id, size_t len);
+
+/* Write b as an SQL hex literal X'..' at s (2 * len + 4 bytes with the NUL); returns its end. */
+char *db_hex_literal(char *s, const void *b, size_t len);
 
 /*
  * Set-based dedup: INSERT the records of ids[0..k-1] (lens: their lengths)

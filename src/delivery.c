@@ -1,6 +1,8 @@
 /* delivery.c: dedup id extraction, header flattening and safe printing of ids for logs. */
 #include "delivery.h"
 
+#include "log.h"
+
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
@@ -158,30 +160,5 @@ long long delivery_header_int(const amqp_basic_properties_t *props, const char *
 
 const char *delivery_id_printable(const char *id, size_t len, char *out, size_t outlen)
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    if (outlen < 8) {
-        if (outlen)
-            out[0] = '\0';
-        return out;
-    }
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)id[i];
-        size_t need = (c >= 0x20 && c < 0x7f && c != '\\') ? 1 : 4;
-        if (o + need + 4 > outlen) {
-            memcpy(out + o, "...", 3);
-            o += 3;
-            break;
-        }
-        if (need == 1) {
-            out[o++] = (char)c;
-        } else {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[c >> 4];
-            out[o++] = hex[c & 15];
-        }
-    }
-    out[o] = '\0';
-    return out;
+    return log_quote(id, len, out, outlen);
 }

@@ -34,8 +34,10 @@ size_t delivery_headers(const amqp_basic_properties_t *props, idemd_header_t *ou
 long long delivery_header_int(const amqp_basic_properties_t *props, const char *name);
 
 /*
- * Escape an id for logs: printable ASCII kept, everything else as \xNN,
- * truncated with "..." to fit out (outlen bytes). Returns out.
+ * An id as one logfmt value for a log line (log_quote()): bare when it is
+ * plain printable ASCII, else quoted with '"', '\\' and control bytes
+ * escaped, so that an id like 'a outcome=ok' cannot forge a field; cut
+ * with "..." to fit out (outlen bytes). Returns out.
  */
 const char *delivery_id_printable(const char *id, size_t len, char *out, size_t outlen);
 

@@ -42,6 +42,7 @@ typedef struct log_fields {
     const char *queue;
     const char *consumer;
     const char *msg_id;
+    size_t msg_id_len;
     const char *handler;
     const char *outcome;
 } log_fields_t;
@@ -163,21 +164,119 @@ void log_set_journal_writer(log_journal_fn_t fn)
     log_journal_writer = fn ? fn : sd_journal_sendv;
 }
 
-/* Append "NAME=value" to the record, value cut at max bytes; skipped when value is NULL. */
+/*
+ * Append "NAME=value" to the record, with len bytes of value (any bytes: the
+ * iovec carries the length), cut at max; skipped when value is NULL.
+ */
+static void log_record_add_n(log_record_t *r, const char *name, const char *value, size_t len,
+                             size_t max)
+{
+    size_t room = sizeof(r->buf) - r->used, nlen = strlen(name);
+    if (value == NULL || r->n == LOG_FIELDS_MAX || room < nlen + 2)
+        return;
+    if (len > max)
+        len = max;
+    if (len > room - nlen - 2)
+        len = room - nlen - 2;
+    char *p = r->buf + r->used;
+    memcpy(p, name, nlen);
+    p[nlen] = '=';
+    memcpy(p + nlen + 1, value, len);
+    p[nlen + 1 + len] = '\0';
+    r->iov[r->n].iov_base = p;
+    r->iov[r->n].iov_len = nlen + 1 + len;
+    r->n++;
+    r->used += nlen + len + 2;
+}
+
+/* log_record_add_n() of a NUL-terminated value. */
 static void log_record_add(log_record_t *r, const char *name, const char *value, int max)
 {
-    size_t room = sizeof(r->buf) - r->used;
-    int k;
-    if (value == NULL || r->n == LOG_FIELDS_MAX || room < 2)
-        return;
-    k = snprintf(r->buf + r->used, room, "%s=%.*s", name, max, value);
-    if (k < 0)
-        return;
-    size_t len = (size_t)k < room ? (size_t)k : room - 1;
-    r->iov[r->n].iov_base = r->buf + r->used;
-    r->iov[r->n].iov_len = len;
-    r->n++;
-    r->used += len + 1;
+    if (value != NULL)
+        log_record_add_n(r, name, value, strnlen(value, (size_t)max), (size_t)max);
+}
+
+const char *log_quote(const char *s, size_t len, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789abcdef";
+    bool bare = len > 0;
+    size_t o = 0;
+    if (outlen == 0)
+        return out;
+    for (size_t i = 0; i < len && bare; i++) {
+        unsigned char c = (unsigned char)s[i];
+        bare = c > 0x20 && c < 0x7f && c != '=' && c != '"' && c != '\\';
+    }
+    if (bare && len < outlen) {
+        memcpy(out, s, len);
+        out[len] = '\0';
+        return out;
+    }
+    if (outlen < 8) {
+        out[0] = '\0';
+        return out;
+    }
+    out[o++] = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char esc[5];
+        size_t need;
+        if (c == '"' || c == '\\')
+            need = 2, esc[0] = '\\', esc[1] = (char)c;
+        else if (c == '\n' || c == '\r' || c == '\t')
+            need = 2, esc[0] = '\\', esc[1] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        else if (c < 0x20 || c >= 0x7f)
+            need = 4, esc[0] = '\\', esc[1] = 'x', esc[2] = hex[c >> 4], esc[3] = hex[c & 15];
+        else
+            need = 1, esc[0] = (char)c;
+        /* room for this, then '...' if more may follow, the quote and the NUL */
+        if (o + need + (i + 1 < len ? 3 : 0) + 2 > outlen) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        memcpy(out + o, esc, need);
+        o += need;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    return out;
+}
+
+const char *log_quote_str(const char *s, char *out, size_t outlen)
+{
+    return log_quote(s ? s : "", s ? strlen(s) : 0, out, outlen);
+}
+
+/*
+ * Copy text to out (LOG_TEXT_MAX bytes) with control bytes escaped (\n, \r,
+ * \t, \xNN), so that nothing a server or a handler said can start a line
+ * of its own.
+ */
+static void log_text_clean(const char *text, char *out)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t o = 0;
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        unsigned char c = *p;
+        if (c >= 0x20 && c != 0x7f) {
+            if (o + 2 > LOG_TEXT_MAX)
+                break;
+            out[o++] = (char)c;
+            continue;
+        }
+        if (o + 5 > LOG_TEXT_MAX)
+            break;
+        out[o++] = '\\';
+        if (c == '\n' || c == '\r' || c == '\t') {
+            out[o++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else {
+            out[o++] = 'x';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = '\0';
 }
 
 /* Send text to the journal; 0, or a negative errno when it could not be sent. */
@@ -197,7 +296,7 @@ static int log_write_journal(log_level_t level, const char *text, const log_fiel
     if (f) {
         log_record_add(&r, "IDEMD_QUEUE", f->queue, LOG_FIELD_MAX);
         log_record_add(&r, "IDEMD_CONSUMER", f->consumer, LOG_FIELD_MAX);
-        log_record_add(&r, "IDEMD_MSG_ID", f->msg_id, LOG_FIELD_MAX);
+        log_record_add_n(&r, "IDEMD_MSG_ID", f->msg_id, f->msg_id_len, LOG_FIELD_MAX);
         log_record_add(&r, "IDEMD_HANDLER", f->handler, LOG_FIELD_MAX);
         log_record_add(&r, "IDEMD_OUTCOME", f->outcome, LOG_FIELD_MAX);
     }
@@ -228,11 +327,12 @@ static void log_write_stderr(log_level_t level, const char *text)
 
 static void log_emit(log_level_t level, const log_fields_t *f, const char *fmt, va_list ap)
 {
-    char text[LOG_TEXT_MAX];
+    char raw[LOG_TEXT_MAX], text[LOG_TEXT_MAX];
     int saved = errno; /* callers may log strerror(errno) and then look at errno again */
     if ((unsigned)level >= 8 || level > log_max)
         return;
-    vsnprintf(text, sizeof(text), fmt, ap);
+    vsnprintf(raw, sizeof(raw), fmt, ap);
+    log_text_clean(raw, text);
     if (log_get_target() != LOG_TARGET_JOURNAL || log_write_journal(level, text, f) < 0)
         log_write_stderr(level, text);
     errno = saved;
@@ -254,8 +354,18 @@ void log_msg(log_level_t level, const char *fmt, ...)
 void log_vfields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
                  const char *handler, const char *outcome, const char *fmt, va_list ap)
 {
-    log_fields_t f = {queue, consumer, msg_id, handler, outcome};
+    log_fields_t f = {queue, consumer, msg_id, msg_id ? strlen(msg_id) : 0, handler, outcome};
     log_emit(level, &f, fmt, ap);
+}
+
+void log_fields_id(log_level_t level, const char *queue, const char *consumer, const char *id,
+                   size_t id_len, const char *handler, const char *outcome, const char *fmt, ...)
+{
+    log_fields_t f = {queue, consumer, id, id_len, handler, outcome};
+    va_list ap;
+    va_start(ap, fmt);
+    log_emit(level, &f, fmt, ap);
+    va_end(ap);
 }
 
 void log_fields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,

@@ -65,14 +65,37 @@ void log_vmsg(log_level_t level, const char *fmt, va_list ap);
  * IDEMD_HANDLER=, IDEMD_OUTCOME=) next to PRIORITY=, MESSAGE=,
  * SYSLOG_IDENTIFIER= and IDEMD_CONTEXT=; NULL ones are left out. On stderr
  * only the formatted text is written, in exactly the line log_msg() writes.
- * All strings are borrowed for the call; msg_id should be printable (the
- * journal takes any bytes, but the stderr text is meant for people).
+ * All strings are borrowed for the call. Values that came from a message, a
+ * handler or a server belong in the text through log_quote().
  */
 void log_fields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
                 const char *handler, const char *outcome, const char *fmt, ...)
     __attribute__((format(printf, 7, 8)));
 void log_vfields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
                  const char *handler, const char *outcome, const char *fmt, va_list ap);
+
+/*
+ * As log_fields(), with the message id given as id_len bytes of any value
+ * (NULL: no id field). The journal field IDEMD_MSG_ID carries those bytes
+ * as they are (journald's native protocol is binary-safe); the text should
+ * show the id through log_quote().
+ */
+void log_fields_id(log_level_t level, const char *queue, const char *consumer, const char *id,
+                   size_t id_len, const char *handler, const char *outcome, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+
+/*
+ * Render len bytes of s as one logfmt value in out (outlen bytes, always
+ * NUL-terminated when outlen > 0): as they are when they are non-empty
+ * printable ASCII without space, '=', '"' or '\\'; else in double quotes,
+ * with '"' and '\\' backslashed, \n \r \t, and every other byte outside
+ * printable ASCII as \xNN. A value that does not fit is cut and ends in
+ * "..." (inside the quotes). Needs outlen >= 8 for anything but "".
+ * Returns out, so that it can stand as a printf argument.
+ */
+const char *log_quote(const char *s, size_t len, char *out, size_t outlen);
+/* log_quote() of a NUL-terminated string; NULL is shown as "". */
+const char *log_quote_str(const char *s, char *out, size_t outlen);
 
 /*
  * For tests: replace the journal writer (sd_journal_sendv) by fn, which gets

@@ -1,14 +1,104 @@
-/* mq.c: one AMQP connection with one channel (rabbitmq-c): declare, consume, ack. */
+/* mq.c: one AMQP connection with one channel (rabbitmq-c): declare, consume, ack, publish. */
 #include "mq.h"
 
 #include <amqp_ssl_socket.h>
+#include <errno.h>
 #include <amqp_tcp_socket.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
 
 #include "log.h"
 #include "relay.h"
+
+/* A queue name the broker reserves ("amq." prefix): nobody can declare it, so a probe sent
+ * there is returned and stored nowhere. */
+#define MQ_PROBE_QUEUE "amq.idemd.probe"
+#define MQ_SLICE_MS 200 /* waits call the tick at least this often */
+
+static uint64_t mq_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void mq_tick(mq_t *mq)
+{
+    if (mq->tick)
+        mq->tick(mq->tick_arg);
+}
+
+/*
+ * Bounding a publish. rabbitmq-c writes a publish with no deadline, so a
+ * broker that stops reading (a resource alarm blocks a publishing connection
+ * that way) would hold us for ever. A one-shot timer's signal shuts the
+ * socket down (shutdown() is async-signal-safe): the library's poll wakes up
+ * and its write fails. One publisher per worker process, hence the statics.
+ */
+static volatile sig_atomic_t mq_abort_fd = -1;
+static volatile sig_atomic_t mq_aborted;
+static timer_t mq_abort_timer;
+static bool mq_abort_ready;
+
+static void mq_on_abort(int sig)
+{
+    int fd = mq_abort_fd;
+    (void)sig;
+    if (fd >= 0) {
+        shutdown(fd, SHUT_RDWR);
+        mq_aborted = 1;
+    }
+}
+
+/* Set up the timer once per process; 0, or -1 (logged). */
+static int mq_abort_init(void)
+{
+    struct sigaction sa;
+    struct sigevent sev;
+
+    if (mq_abort_ready)
+        return 0;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = mq_on_abort;
+    sa.sa_flags = SA_RESTART; /* a late signal must not fail an unrelated call with EINTR */
+    sigemptyset(&sa.sa_mask);
+    memset(&sev, 0, sizeof(sev));
+    sev.sigev_notify = SIGEV_SIGNAL;
+    sev.sigev_signo = SIGRTMIN;
+    if (sigaction(SIGRTMIN, &sa, NULL) != 0 ||
+        timer_create(CLOCK_MONOTONIC, &sev, &mq_abort_timer) != 0) {
+        log_error("cannot set up the publish timer: %s", strerror(errno));
+        return -1;
+    }
+    mq_abort_ready = true;
+    return 0;
+}
+
+/* Shut fd down unless mq_abort_disarm is called within ms. */
+static void mq_abort_arm(int fd, int ms)
+{
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    its.it_value.tv_sec = ms / 1000;
+    its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+    mq_aborted = 0;
+    mq_abort_fd = fd;
+    timer_settime(mq_abort_timer, 0, &its, NULL);
+}
+
+/* Stop the timer; returns whether it fired. */
+static bool mq_abort_disarm(void)
+{
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    timer_settime(mq_abort_timer, 0, &its, NULL);
+    mq_abort_fd = -1;
+    return mq_aborted != 0;
+}
 
 /* Fill one field-table entry; key and value are borrowed (they must outlive the table). */
 static void mq_entry_str(amqp_table_entry_t *e, const char *key, const char *value)
@@ -34,6 +124,7 @@ static void mq_entry_bool(amqp_table_entry_t *e, const char *key, bool value)
 
 const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
 {
+    char q[600]; /* the broker's text, quoted: it must not forge a field or a line */
     switch (r.reply_type) {
     case AMQP_RESPONSE_NORMAL:
         snprintf(buf, len, "ok");
@@ -47,12 +138,12 @@ const char *mq_reply_text(amqp_rpc_reply_t r, char *buf, size_t len)
     case AMQP_RESPONSE_SERVER_EXCEPTION:
         if (r.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
             amqp_connection_close_t *m = r.reply.decoded;
-            snprintf(buf, len, "connection closed by broker: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
+            snprintf(buf, len, "connection closed by broker: %u %s", m->reply_code,
+                     log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         } else if (r.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
             amqp_channel_close_t *m = r.reply.decoded;
-            snprintf(buf, len, "channel closed by broker: %u %.*s", m->reply_code,
-                     (int)m->reply_text.len, (char *)m->reply_text.bytes);
+            snprintf(buf, len, "channel closed by broker: %u %s", m->reply_code,
+                     log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         } else {
             snprintf(buf, len, "unexpected server method 0x%08x", r.reply.id);
         }
@@ -69,6 +160,8 @@ static int mq_fail(mq_t *mq, const char *what, amqp_rpc_reply_t r)
     log_msg(mq->quiet ? LOG_LEVEL_DEBUG : LOG_LEVEL_ERROR, "broker %s: %s", mq->where, mq->error);
     if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION)
         mq->channel_open = false;
+    else
+        mq->broken = true; /* a timeout or a socket error: nothing more to say to it */
     return -1;
 }
 
@@ -150,9 +243,12 @@ static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
     }
 }
 
-/* Connect and open MQ_CHANNEL with the given heartbeat. See mq_open. */
+/*
+ * Connect and open MQ_CHANNEL with the given heartbeat, each step bounded
+ * (MQ_OPEN_MS, MQ_RPC_MS), calling tick(arg) between them. See mq_open.
+ */
 static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner, const char *role,
-                      mq_t **out)
+                      mq_tick_fn tick, void *arg, mq_t **out)
 {
     mq_t *mq = calloc(1, sizeof(*mq));
     amqp_socket_t *sock;
@@ -166,6 +262,8 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
     *out = NULL;
     if (mq == NULL)
         return -1;
+    mq->tick = tick;
+    mq->tick_arg = arg;
     snprintf(mq->where, sizeof(mq->where), "%s:%d%s vhost %s", cfg->host, cfg->port,
              cfg->tls.enabled ? " (TLS)" : "", cfg->vhost);
     mq->conn = amqp_new_connection();
@@ -175,11 +273,19 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
     }
     if ((sock = mq_socket_new(mq, cfg)) == NULL)
         goto fail;
-    tv.tv_sec = 10;
+    tv.tv_sec = MQ_OPEN_MS / 1000;
     tv.tv_usec = 0;
     st = amqp_socket_open_noblock(sock, cfg->host, cfg->port, &tv);
     if (st != AMQP_STATUS_OK) {
         mq_log_open_error(mq, cfg, st);
+        goto fail;
+    }
+    mq_tick(mq);
+    /* Without these, a broker that accepted the TCP connection and went silent holds us. */
+    tv.tv_sec = MQ_RPC_MS / 1000;
+    if (amqp_set_handshake_timeout(mq->conn, &tv) != AMQP_STATUS_OK ||
+        amqp_set_rpc_timeout(mq->conn, &tv) != AMQP_STATUS_OK) {
+        log_error("broker %s: cannot set the RPC timeouts", mq->where);
         goto fail;
     }
     /* Without this capability the broker never tells us our queue was deleted. */
@@ -201,6 +307,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
         mq_fail(mq, "login", r);
         goto fail;
     }
+    mq_tick(mq);
     amqp_channel_open(mq->conn, MQ_CHANNEL);
     r = amqp_get_rpc_reply(mq->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
@@ -217,23 +324,40 @@ fail:
 
 int mq_open(const conf_broker_t *cfg, const char *owner, mq_t **out)
 {
-    return mq_connect(cfg, cfg->heartbeat, owner, "consumer", out);
+    return mq_connect(cfg, cfg->heartbeat, owner, "consumer", NULL, NULL, out);
 }
 
-int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_t **out)
+static int mq_probe(mq_t *mq);
+
+int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_tick_fn tick, void *arg,
+                      mq_t **out)
 {
     amqp_rpc_reply_t r;
-    if (mq_connect(cfg, 0, owner, "republisher", out) != 0)
+    mq_t *mq;
+
+    if (mq_abort_init() != 0)
         return -1;
-    amqp_confirm_select((*out)->conn, MQ_CHANNEL);
-    r = amqp_get_rpc_reply((*out)->conn);
+    if (mq_connect(cfg, cfg->heartbeat, owner, "republisher", tick, arg, out) != 0)
+        return -1;
+    mq = *out;
+    amqp_confirm_select(mq->conn, MQ_CHANNEL);
+    r = amqp_get_rpc_reply(mq->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        mq_fail(*out, "confirm.select", r);
-        mq_close(*out);
-        *out = NULL;
-        return -1;
+        mq_fail(mq, "confirm.select", r);
+        goto fail;
     }
+    if (mq_probe(mq) != 0)
+        goto fail;
     return 0;
+fail:
+    mq_close(mq);
+    *out = NULL;
+    return -1;
+}
+
+bool mq_blocked(const mq_t *mq)
+{
+    return mq->blocked;
 }
 
 typedef enum mq_copy_state { MQ_COPY_PENDING, MQ_COPY_ACKED, MQ_COPY_REFUSED } mq_copy_state_t;
@@ -256,6 +380,18 @@ void mq_round_begin(mq_t *mq)
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
                amqp_bytes_t body)
 {
+    return mq_publish_to(mq, "", routing_key, props, body);
+}
+
+int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
+                  const amqp_basic_properties_t *props, amqp_bytes_t body)
+{
+    if (mq->blocked || mq->broken) {
+        log_error("broker %s: not publishing to '%s': %s", mq->where, routing_key,
+                  mq->blocked ? "the broker blocks this connection (resource alarm)"
+                              : "the connection is broken");
+        return -1;
+    }
     if (mq->round_n == mq->round_cap) {
         int cap = mq->round_cap ? mq->round_cap * 2 : 16;
         mq_copy_t *r = realloc(mq->round, sizeof(*r) * (size_t)cap);
@@ -267,11 +403,22 @@ int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t 
     mq_copy_t *c = &mq->round[mq->round_n];
     if ((c->routing_key = strdup(routing_key)) == NULL)
         return -1;
-    int st = amqp_basic_publish(mq->conn, MQ_CHANNEL, amqp_empty_bytes,
+    mq_abort_arm(amqp_get_sockfd(mq->conn), MQ_SEND_MS);
+    int st = amqp_basic_publish(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(exchange),
                                 amqp_cstring_bytes(routing_key), 1, 0, props, body);
+    bool aborted = mq_abort_disarm();
+    mq_tick(mq);
+    if (aborted)
+        mq->broken = true; /* the socket is shut down even if the write got through */
     if (st != AMQP_STATUS_OK) {
-        log_error("broker %s: publishing to '%s': %s", mq->where, routing_key,
-                  amqp_error_string2(st));
+        if (aborted)
+            log_error("broker %s: publishing to '%s': the broker took no data for %d ms "
+                      "(blocked by a resource alarm, or the network stalled): giving up",
+                      mq->where, routing_key, MQ_SEND_MS);
+        else
+            log_error("broker %s: publishing to '%s' (exchange '%s'): %s", mq->where, routing_key,
+                      exchange, amqp_error_string2(st));
+        mq->broken = true;
         free(c->routing_key);
         return -1;
     }
@@ -289,7 +436,7 @@ static void mq_settle(mq_t *mq, uint64_t tag, bool multiple, bool acked)
         if (c->state != MQ_COPY_PENDING || (multiple ? c->seq > tag : c->seq != tag))
             continue;
         c->state = acked && !c->returned ? MQ_COPY_ACKED : MQ_COPY_REFUSED;
-        if (c->state == MQ_COPY_REFUSED)
+        if (c->state == MQ_COPY_REFUSED && strcmp(c->routing_key, MQ_PROBE_QUEUE) != 0)
             log_error("broker %s: copy to '%s' refused (%s)", mq->where, c->routing_key,
                       acked ? "returned: no such queue" : "nack");
     }
@@ -311,71 +458,117 @@ static int mq_round_pending(const mq_t *mq)
  */
 static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *role)
 {
+    char q[600];
     if (f->payload.method.id == AMQP_CHANNEL_CLOSE_METHOD) {
         amqp_channel_close_t *m = f->payload.method.decoded;
         amqp_channel_close_ok_t ok;
-        log_error("broker %s: %schannel closed by broker: %u %.*s", mq->where, role, m->reply_code,
-                  (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        log_error("broker %s: %schannel closed by broker: %u %s", mq->where, role, m->reply_code,
+                  log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
     } else {
         amqp_connection_close_t *m = f->payload.method.decoded;
         amqp_connection_close_ok_t ok;
-        log_error("broker %s: %sconnection closed by broker: %u %.*s", mq->where, role,
-                  m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        log_error("broker %s: %sconnection closed by broker: %u %s", mq->where, role, m->reply_code,
+                  log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
         amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_OK_METHOD, &ok);
+        mq->broken = true; /* closed: nothing more to say to it */
     }
     mq->channel_open = false;
 }
 
+/*
+ * Act on one frame that arrived on a publishing connection: confirms,
+ * returns, connection.blocked / unblocked, close. 0, or -1 when the broker
+ * closed the channel or the connection (logged).
+ */
+static int mq_pub_frame(mq_t *mq, const amqp_frame_t *f)
+{
+    if (f->frame_type != AMQP_FRAME_METHOD)
+        return 0; /* content of a basic.return */
+    switch (f->payload.method.id) {
+    case AMQP_BASIC_ACK_METHOD: {
+        amqp_basic_ack_t *a = f->payload.method.decoded;
+        mq_settle(mq, a->delivery_tag, a->multiple, true);
+        return 0;
+    }
+    case AMQP_BASIC_NACK_METHOD: {
+        amqp_basic_nack_t *n = f->payload.method.decoded;
+        mq_settle(mq, n->delivery_tag, n->multiple, false);
+        return 0;
+    }
+    case AMQP_BASIC_RETURN_METHOD: {
+        /* No tag on a return: every pending copy to that queue is unroutable too. */
+        amqp_basic_return_t *m = f->payload.method.decoded;
+        for (int i = 0; i < mq->round_n; i++) {
+            mq_copy_t *c = &mq->round[i];
+            if (c->state == MQ_COPY_PENDING && strlen(c->routing_key) == m->routing_key.len &&
+                memcmp(c->routing_key, m->routing_key.bytes, m->routing_key.len) == 0)
+                c->returned = true;
+        }
+        return 0;
+    }
+    case AMQP_CONNECTION_BLOCKED_METHOD: {
+        amqp_connection_blocked_t *m = f->payload.method.decoded;
+        if (!mq->blocked)
+            log_warn("broker %s: publishing connection blocked by the broker (%.*s): copies wait "
+                     "in their queues until it unblocks",
+                     mq->where, (int)m->reason.len, (char *)m->reason.bytes);
+        mq->blocked = true;
+        return 0;
+    }
+    case AMQP_CONNECTION_UNBLOCKED_METHOD:
+        if (mq->blocked)
+            log_info("broker %s: publishing connection unblocked", mq->where);
+        mq->blocked = false;
+        return 0;
+    case AMQP_CHANNEL_CLOSE_METHOD:
+    case AMQP_CONNECTION_CLOSE_METHOD:
+        mq_closed_by_broker(mq, f, "publishing ");
+        return -1;
+    default:
+        return 0;
+    }
+}
+
 int mq_wait_confirms(mq_t *mq, int timeout_ms)
 {
+    uint64_t deadline = mq_now_ms() + (uint64_t)timeout_ms, blocked_end = 0;
     struct timeval tv;
     amqp_frame_t f;
     int rc = 0;
 
     while (mq_round_pending(mq) > 0) {
-        tv.tv_sec = timeout_ms / 1000;
-        tv.tv_usec = (timeout_ms % 1000) * 1000;
+        uint64_t now = mq_now_ms();
+        /* Blocked, the broker reads nothing more: only confirms already under way come. */
+        if (!mq->blocked)
+            blocked_end = 0;
+        else if (blocked_end == 0)
+            blocked_end = now + MQ_BLOCKED_MS;
+        uint64_t end = blocked_end && blocked_end < deadline ? blocked_end : deadline;
+        if (now >= end) {
+            log_error("broker %s: %d of %d copies not confirmed after %d ms%s: giving up on them",
+                      mq->where, mq_round_pending(mq), mq->round_n,
+                      (int)(now + (uint64_t)timeout_ms - deadline),
+                      mq->blocked ? " (the broker blocks publishing: resource alarm)" : "");
+            mq->broken = true; /* unconfirmed copies must not be taken in later */
+            rc = -1;
+            break;
+        }
+        uint64_t slice = end - now < MQ_SLICE_MS ? end - now : MQ_SLICE_MS;
+        tv.tv_sec = 0;
+        tv.tv_usec = (suseconds_t)slice * 1000;
         int st = amqp_simple_wait_frame_noblock(mq->conn, &f, &tv);
+        mq_tick(mq);
+        if (st == AMQP_STATUS_TIMEOUT)
+            continue;
         if (st != AMQP_STATUS_OK) {
             log_error("broker %s: waiting for publisher confirms: %s", mq->where,
                       amqp_error_string2(st));
+            mq->broken = true;
             rc = -1;
             break;
         }
-        if (f.frame_type != AMQP_FRAME_METHOD)
-            continue; /* content of a basic.return */
-        switch (f.payload.method.id) {
-        case AMQP_BASIC_ACK_METHOD: {
-            amqp_basic_ack_t *a = f.payload.method.decoded;
-            mq_settle(mq, a->delivery_tag, a->multiple, true);
-            break;
-        }
-        case AMQP_BASIC_NACK_METHOD: {
-            amqp_basic_nack_t *n = f.payload.method.decoded;
-            mq_settle(mq, n->delivery_tag, n->multiple, false);
-            break;
-        }
-        case AMQP_BASIC_RETURN_METHOD: {
-            /* No tag on a return: every pending copy to that queue is unroutable too. */
-            amqp_basic_return_t *m = f.payload.method.decoded;
-            for (int i = 0; i < mq->round_n; i++) {
-                mq_copy_t *c = &mq->round[i];
-                if (c->state == MQ_COPY_PENDING && strlen(c->routing_key) == m->routing_key.len &&
-                    memcmp(c->routing_key, m->routing_key.bytes, m->routing_key.len) == 0)
-                    c->returned = true;
-            }
-            break;
-        }
-        case AMQP_CHANNEL_CLOSE_METHOD:
-        case AMQP_CONNECTION_CLOSE_METHOD:
-            mq_closed_by_broker(mq, &f, "publishing ");
-            rc = -1;
-            break;
-        default:
-            break;
-        }
-        if (rc != 0)
+        if ((rc = mq_pub_frame(mq, &f)) != 0)
             break;
     }
     for (int i = 0; i < mq->round_n; i++) {
@@ -386,6 +579,63 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
     }
     amqp_maybe_release_buffers(mq->conn);
     return rc;
+}
+
+int mq_service(mq_t *mq)
+{
+    struct timeval tv = {0, 0};
+    amqp_frame_t f;
+
+    if (mq->broken || !mq->channel_open)
+        return -1;
+    for (;;) {
+        int st = amqp_simple_wait_frame_noblock(mq->conn, &f, &tv);
+        if (st == AMQP_STATUS_TIMEOUT)
+            break;
+        if (st != AMQP_STATUS_OK) {
+            log_warn("broker %s: publishing connection lost: %s", mq->where,
+                     amqp_error_string2(st));
+            mq->broken = true;
+            return -1;
+        }
+        if (mq_pub_frame(mq, &f) != 0)
+            return -1;
+    }
+    amqp_maybe_release_buffers(mq->conn);
+    return 0;
+}
+
+void mq_keepalive(mq_t *mq)
+{
+    uint64_t now = mq_now_ms();
+    amqp_frame_t hb;
+
+    if (mq == NULL || mq->broken || amqp_get_heartbeat(mq->conn) <= 0 ||
+        now < mq->next_keepalive_ms)
+        return;
+    mq->next_keepalive_ms = now + 1000;
+    memset(&hb, 0, sizeof(hb));
+    hb.frame_type = AMQP_FRAME_HEARTBEAT;
+    hb.channel = 0;
+    (void)amqp_send_frame(mq->conn, &hb); /* a failure shows at the next read */
+}
+
+/*
+ * Publish one probe (transient, mandatory, to MQ_PROBE_QUEUE: returned, stored
+ * nowhere) and wait for its confirm: a broker under a resource alarm blocks
+ * the connection at its first publish and says so. 0 (see mq->blocked), or
+ * -1 (logged).
+ */
+static int mq_probe(mq_t *mq)
+{
+    amqp_basic_properties_t props;
+    memset(&props, 0, sizeof(props));
+    mq_round_begin(mq);
+    if (mq_publish(mq, MQ_PROBE_QUEUE, &props, amqp_empty_bytes) < 0)
+        return -1;
+    int rc = mq_wait_confirms(mq, MQ_RPC_MS); /* returned, so never 0 */
+    mq_round_begin(mq);
+    return rc == 0 || mq->broken || !mq->channel_open ? -1 : 0;
 }
 
 bool mq_round_ok(const mq_t *mq, int index)
@@ -457,12 +707,19 @@ void mq_close(mq_t *mq)
         return;
     mq_round_begin(mq);
     free(mq->round);
-    if (mq->conn) {
+    if (mq->conn && mq->broken) {
+        /* Reset, so that the kernel drops what the broker has not read yet. */
+        struct linger lg = {1, 0};
+        int fd = amqp_get_sockfd(mq->conn);
+        if (fd >= 0)
+            setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    } else if (mq->conn) {
         if (mq->channel_open)
             amqp_channel_close(mq->conn, MQ_CHANNEL, AMQP_REPLY_SUCCESS);
         amqp_connection_close(mq->conn, AMQP_REPLY_SUCCESS);
-        amqp_destroy_connection(mq->conn);
     }
+    if (mq->conn)
+        amqp_destroy_connection(mq->conn);
     free(mq);
 }
 

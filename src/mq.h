@@ -10,6 +10,10 @@
 #include "conf.h"
 
 #define MQ_CHANNEL 1
+#define MQ_OPEN_MS 10000   /* TCP (and TLS) connect */
+#define MQ_RPC_MS 15000    /* login handshake, and each RPC (declare, channel.open, close...) */
+#define MQ_SEND_MS 10000   /* one publish's socket writes */
+#define MQ_BLOCKED_MS 1000 /* after connection.blocked, wait this long for pending confirms */
 
 typedef enum mq_status {
     MQ_OK = 0,
@@ -18,9 +22,17 @@ typedef enum mq_status {
     MQ_ERR_CLOSED = -1 /* connection or channel unusable: discard this mq_t */
 } mq_status_t;
 
+/* Called while a publisher waits (every 200 ms at least), so its owner can show progress. */
+typedef void (*mq_tick_fn)(void *arg);
+
 typedef struct mq {
     amqp_connection_state_t conn;
     bool channel_open;
+    bool blocked; /* the broker sent connection.blocked (resource alarm), not yet unblocked */
+    bool broken;  /* a wait timed out or the socket failed: close without the AMQP handshake */
+    mq_tick_fn tick;
+    void *tick_arg;
+    uint64_t next_keepalive_ms;
     char where[160]; /* "host:port vhost" for logs */
     /* The last failed RPC: "what: reason" (e.g. the broker's close text). */
     char error[400];
@@ -42,12 +54,34 @@ int mq_open(const conf_broker_t *cfg, const char *owner, mq_t **out)
     __attribute__((warn_unused_result));
 
 /*
- * Open a connection for republishing ("idemd <owner> republisher"):
- * heartbeats off (it may sit idle), channel in confirm mode. Same ownership
- * as mq_open.
+ * Open a connection for republishing ("idemd <owner> republisher"): the
+ * configured heartbeat (keep it serviced with mq_service), channel in confirm
+ * mode, then one probe publish (mandatory, to a queue name the broker
+ * reserves, so it is returned and stored nowhere) that tells whether the
+ * broker blocks publishing: see mq_blocked. tick (may be NULL) is called with
+ * arg between the steps and while waiting. Every step is bounded (MQ_OPEN_MS,
+ * MQ_RPC_MS). Same ownership as mq_open.
  */
-int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_t **out)
-    __attribute__((warn_unused_result));
+int mq_open_publisher(const conf_broker_t *cfg, const char *owner, mq_tick_fn tick, void *arg,
+                      mq_t **out) __attribute__((warn_unused_result));
+
+/* Whether the broker blocks this connection's publishes (a resource alarm). */
+bool mq_blocked(const mq_t *mq);
+
+/*
+ * Handle what the broker sent a publishing connection meanwhile
+ * (connection.blocked / unblocked, close) without waiting, and send a
+ * heartbeat when one is due. 0, or -1 when the connection is unusable
+ * (logged; close it).
+ */
+int mq_service(mq_t *mq) __attribute__((warn_unused_result));
+
+/*
+ * Send a heartbeat frame on a connection whose deliveries are not being read
+ * (at most one a second; nothing when heartbeats are off), so that a long
+ * wait elsewhere does not make the broker close it.
+ */
+void mq_keepalive(mq_t *mq);
 
 /* Start a round of publishes whose confirms are tracked one by one. */
 void mq_round_begin(mq_t *mq);
@@ -55,17 +89,30 @@ void mq_round_begin(mq_t *mq);
 /*
  * Publish a persistent, mandatory message through the default exchange to
  * routing_key, as the next copy of the round. props is copied by the
- * library. Returns the copy's index in the round, or -1 (logged).
+ * library. The socket writes are bounded by MQ_SEND_MS: a broker that stops
+ * reading (a resource alarm, a stalled network) gets the socket shut down
+ * (then the mq_t is broken). Refused while the connection is blocked.
+ * Returns the copy's index in the round, or -1 (logged).
  */
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
                amqp_bytes_t body) __attribute__((warn_unused_result));
 
 /*
- * Wait up to timeout_ms per frame until the broker settled every copy of
- * the round: acked, or refused (nack, or returned as unroutable). Returns 0
- * when all were acked; -1 when any was refused, or on a timeout or a broken
- * connection (logged; then every unsettled copy counts as refused and this
- * mq_t should be closed).
+ * The same through exchange ("" is the default exchange). A copy the
+ * exchange routes nowhere comes back as returned (refused).
+ */
+int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
+                  const amqp_basic_properties_t *props, amqp_bytes_t body)
+    __attribute__((warn_unused_result));
+
+/*
+ * Wait until the broker settled every copy of the round: acked, or refused
+ * (nack, or returned as unroutable); at most timeout_ms in all, and at most
+ * MQ_BLOCKED_MS once the broker blocked the connection. Calls the tick
+ * while it waits. Returns 0 when all were acked; -1 when any was refused,
+ * or on a timeout or a broken connection (logged; then every unsettled copy
+ * counts as refused and this mq_t should be closed: a copy left unconfirmed
+ * must not reach its queue later).
  */
 int mq_wait_confirms(mq_t *mq, int timeout_ms) __attribute__((warn_unused_result));
 
@@ -85,7 +132,10 @@ int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target,
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
     __attribute__((warn_unused_result));
 
-/* Close channel and connection (unacked deliveries return to their queues) and free; NULL ok. */
+/*
+ * Close channel and connection (unacked deliveries return to their queues) and
+ * free; NULL ok. A broken connection is only reset: no close handshake to wait for.
+ */
 void mq_close(mq_t *mq);
 
 /* Declare the queue, its dead-letter queue and bindings as configured. 0 or -1 (logged). */

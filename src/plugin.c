@@ -3,11 +3,22 @@
 #include "plugin.h"
 
 #include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <libconfig.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "log.h"
 
@@ -24,19 +35,106 @@ static const char *plugin_dlerror(const char *file)
     return why;
 }
 
+/* Whether st may hold code we run: owned by root or by the user we run as. */
+static bool plugin_owner_ok(const struct stat *st)
+{
+    return st->st_uid == 0 || st->st_uid == geteuid();
+}
+
+/*
+ * The checks of plugin_secure_path on one directory. A directory others may
+ * write to is accepted only when it is sticky and owned by root (/tmp):
+ * there nobody but an entry's owner may rename or remove it, so our file,
+ * owned by root or us, cannot be swapped.
+ */
+static int plugin_check_dir(const char *file, const char *dir, char *err, size_t errlen)
+{
+    struct stat st;
+
+    if (stat(dir, &st) != 0) {
+        snprintf(err, errlen, "%s: refused: cannot stat directory %s: %s", file, dir,
+                 strerror(errno));
+        return -1;
+    }
+    if (!plugin_owner_ok(&st)) {
+        snprintf(err, errlen,
+                 "%s: refused: directory %s is owned by uid %u, not by root or the service "
+                 "user (uid %u)",
+                 file, dir, (unsigned)st.st_uid, (unsigned)geteuid());
+        return -1;
+    }
+    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !((st.st_mode & S_ISVTX) && st.st_uid == 0)) {
+        snprintf(err, errlen,
+                 "%s: refused: directory %s is writable by %s (mode %04o): every directory "
+                 "above a plugin must be writable by its owner only (or sticky and owned by root)",
+                 file, dir, (st.st_mode & S_IWOTH) ? "others" : "group",
+                 (unsigned)(st.st_mode & 07777));
+        return -1;
+    }
+    return 0;
+}
+
+int plugin_secure_path(const char *path, char *resolved, size_t len, char *err, size_t errlen)
+{
+    char real[PATH_MAX], dir[PATH_MAX];
+    struct stat st;
+
+    /* realpath: the checks and dlopen see the same file, with no symlink left to swap. */
+    if (realpath(path, real) == NULL) {
+        snprintf(err, errlen, "%s: cannot load handler: %s", path, strerror(errno));
+        return -1;
+    }
+    if (stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s: cannot load handler: %s is not a regular file", path, real);
+        return -1;
+    }
+    if (!plugin_owner_ok(&st)) {
+        snprintf(err, errlen,
+                 "%s: refused: %s is owned by uid %u, not by root or the service user (uid %u)",
+                 path, real, (unsigned)st.st_uid, (unsigned)geteuid());
+        return -1;
+    }
+    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+        snprintf(err, errlen,
+                 "%s: refused: %s is writable by %s (mode %04o): a plugin must be writable by "
+                 "its owner only",
+                 path, real, (st.st_mode & S_IWOTH) ? "others" : "group",
+                 (unsigned)(st.st_mode & 07777));
+        return -1;
+    }
+    snprintf(dir, sizeof(dir), "%s", real);
+    for (;;) {
+        char *slash = strrchr(dir, '/');
+        if (slash == NULL)
+            break;
+        if (slash == dir) {
+            if (plugin_check_dir(path, "/", err, errlen) != 0)
+                return -1;
+            break;
+        }
+        *slash = '\0';
+        if (plugin_check_dir(path, dir, err, errlen) != 0)
+            return -1;
+    }
+    if (snprintf(resolved, len, "%s", real) >= (int)len) {
+        snprintf(err, errlen, "%s: cannot load handler: path too long", path);
+        return -1;
+    }
+    return 0;
+}
+
 /*
  * The rule for what the loader accepts is in handler.h: same major, minor
  * not newer. Only abi_major and abi_minor are read before the major is
  * known to match, because the layout of the rest belongs to that major.
  *
- * The path is used as a file path: a name without a '/' gets "./" in front,
- * so that dlopen loads the file the error messages name instead of
- * searching the library path for it.
+ * The file is opened by its real path after plugin_secure_path: a bare name
+ * means the file in the working directory, never a library path search.
  */
 int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
 {
     plugin_t *p = NULL;
-    char *dlpath = NULL;
+    char real[PATH_MAX];
     const idemd_handler_t *h;
 
     *out = NULL;
@@ -44,25 +142,23 @@ int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
         snprintf(err, errlen, "handler path is empty (expected the path of a .so file)");
         goto fail;
     }
+    if (plugin_secure_path(path, real, sizeof(real), err, errlen) != 0)
+        goto fail;
     p = calloc(1, sizeof(*p));
     if (p == NULL || (p->path = strdup(path)) == NULL) {
         snprintf(err, errlen, "%s: out of memory", path);
         goto fail;
     }
-    if (strchr(path, '/') == NULL) {
-        size_t n = strlen(path) + 3;
-        dlpath = malloc(n);
-        if (dlpath == NULL) {
-            snprintf(err, errlen, "%s: out of memory", path);
-            goto fail;
-        }
-        snprintf(dlpath, n, "./%s", path);
-    }
 
-    p->dl = dlopen(dlpath ? dlpath : path, RTLD_NOW | RTLD_LOCAL);
+    p->dl = dlopen(real, RTLD_NOW | RTLD_LOCAL);
     if (p->dl == NULL) {
-        snprintf(err, errlen, "%s: cannot load handler: %s", path,
-                 plugin_dlerror(dlpath ? dlpath : path));
+        const char *why = plugin_dlerror(real);
+        /* "undefined symbol: log_msg": a plugin that calls idemd's own functions. */
+        snprintf(err, errlen, "%s: cannot load handler: %s%s", path, why,
+                 strstr(why, "undefined symbol") ? " (idemd exports no symbols: a plugin reaches "
+                                                   "idemd only through the host table given to "
+                                                   "init())"
+                                                 : "");
         goto fail;
     }
 
@@ -94,14 +190,137 @@ int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
     }
 
     p->handler = h;
-    free(dlpath);
     *out = p;
     return 0;
 
 fail:
-    free(dlpath);
     plugin_free(p);
     return -1;
+}
+
+/* In the child of plugin_check: load, write "0NAME" or "1ERROR" and a NUL to fd, exit. */
+static void plugin_check_child(const char *path, int fd) __attribute__((noreturn));
+static void plugin_check_child(const char *path, int fd)
+{
+    char msg[1024];
+    plugin_t *p = NULL;
+    sigset_t none;
+
+    /* Nothing of the supervisor's reaches the plugin: no other descriptor, default signals. */
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (fd != 3) {
+        if (dup2(fd, 3) < 0)
+            _exit(120);
+        fd = 3;
+    }
+    closefrom(4);
+    msg[0] = '0';
+    if (plugin_load(path, &p, msg + 1, sizeof(msg) - 1) != 0)
+        msg[0] = '1';
+    else
+        snprintf(msg + 1, sizeof(msg) - 1, "%s", p->handler->name);
+    size_t n = strlen(msg) + 1, off = 0;
+    while (off < n) {
+        ssize_t w = write(fd, msg + off, n - off);
+        if (w <= 0)
+            _exit(121);
+        off += (size_t)w;
+    }
+    /* No dlclose, no exit(): the plugin's destructors and atexit handlers need not run. */
+    _exit(0);
+}
+
+static uint64_t plugin_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int plugin_check(const char *path, char *name, size_t namelen, char *err, size_t errlen)
+{
+    char buf[1024];
+    size_t got = 0;
+    int fds[2] = {-1, -1};
+    int status = 0, rc = -1;
+    pid_t pid = -1;
+    uint64_t deadline = plugin_now_ms() + PLUGIN_CHECK_TIMEOUT_MS;
+    bool timed_out = false;
+
+    if (name != NULL && namelen > 0)
+        name[0] = '\0';
+    if (path == NULL || path[0] == '\0') {
+        snprintf(err, errlen, "handler path is empty (expected the path of a .so file)");
+        return -1;
+    }
+    if (pipe2(fds, O_CLOEXEC) != 0) {
+        snprintf(err, errlen, "%s: cannot check handler: pipe: %s", path, strerror(errno));
+        goto done;
+    }
+    fflush(NULL); /* the child must not write our buffered output a second time */
+    pid = fork();
+    if (pid < 0) {
+        snprintf(err, errlen, "%s: cannot check handler: fork: %s", path, strerror(errno));
+        goto done;
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        plugin_check_child(path, fds[1]);
+    }
+    close(fds[1]);
+    fds[1] = -1;
+    for (;;) {
+        int64_t left = (int64_t)(deadline - plugin_now_ms());
+        if (plugin_now_ms() >= deadline) {
+            timed_out = true;
+            break;
+        }
+        struct pollfd pfd = {fds[0], POLLIN, 0};
+        int r = poll(&pfd, 1, (int)left);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r == 0) {
+            timed_out = true;
+            break;
+        }
+        ssize_t n = read(fds[0], buf + got, sizeof(buf) - 1 - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        /* Done at the NUL: a process the plugin forked may hold the pipe open. */
+        if (got == sizeof(buf) - 1 || memchr(buf, '\0', got) != NULL)
+            break;
+    }
+    buf[got] = '\0';
+    if (timed_out)
+        kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    if (timed_out) {
+        snprintf(err, errlen, "%s: cannot load handler: still loading after %d s (killed)", path,
+                 PLUGIN_CHECK_TIMEOUT_MS / 1000);
+    } else if (WIFSIGNALED(status)) {
+        snprintf(err, errlen, "%s: cannot load handler: loading it killed the checker (%s)", path,
+                 strsignal(WTERMSIG(status)));
+    } else if (got > 0 && buf[0] == '1') {
+        snprintf(err, errlen, "%s", buf + 1);
+    } else if (got > 1 && buf[0] == '0' && WIFEXITED(status) && WEXITSTATUS(status) == 0) {
+        if (name != NULL && namelen > 0)
+            snprintf(name, namelen, "%s", buf + 1);
+        rc = 0;
+    } else {
+        snprintf(err, errlen, "%s: cannot load handler: the checker exited with status %d", path,
+                 WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    }
+done:
+    if (fds[0] >= 0)
+        close(fds[0]);
+    if (fds[1] >= 0)
+        close(fds[1]);
+    return rc;
 }
 
 /* Closes the object: every pointer taken from p->handler is invalid afterwards. */
@@ -182,6 +401,25 @@ static int plugin_setting_bool(const idemd_settings_t *s, const char *name, int 
     return 0;
 }
 
+static plugin_publish_fn plugin_publisher;
+static void *plugin_publisher_ctx;
+
+void plugin_set_publisher(plugin_publish_fn fn, void *ctx)
+{
+    plugin_publisher = fn;
+    plugin_publisher_ctx = ctx;
+}
+
+static int plugin_publish(struct st_mysql *db, const idemd_message_t *source,
+                          const idemd_publish_t *p, char *err, size_t errlen)
+{
+    if (plugin_publisher == NULL || source == NULL || p == NULL) {
+        snprintf(err, errlen, "publish: only from handle() or handle_batch(), with its message");
+        return -1;
+    }
+    return plugin_publisher(plugin_publisher_ctx, db, source, p, err, errlen);
+}
+
 static const idemd_host_t plugin_host_table = {
     .abi_major = IDEMD_HANDLER_ABI_MAJOR,
     .abi_minor = IDEMD_HANDLER_ABI_MINOR,
@@ -189,6 +427,7 @@ static const idemd_host_t plugin_host_table = {
     .setting_string = plugin_setting_string,
     .setting_int = plugin_setting_int,
     .setting_bool = plugin_setting_bool,
+    .publish = plugin_publish,
 };
 
 const idemd_host_t *plugin_host(void)

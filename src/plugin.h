@@ -12,13 +12,38 @@ typedef struct plugin {
     const idemd_handler_t *handler; /* points into the loaded object */
 } plugin_t;
 
+/* How long plugin_check waits for the child that loads a plugin. */
+#define PLUGIN_CHECK_TIMEOUT_MS 10000
+
+/*
+ * Whether path may be loaded: the file (symlinks resolved) and every
+ * directory above it are owned by root or the user idemd runs as (euid),
+ * and writable by their owner only; a directory writable by others is
+ * accepted when it is sticky and owned by root (/tmp). On 0 the real path
+ * is in resolved (len bytes); -1 with a message naming the file in err.
+ */
+int plugin_secure_path(const char *path, char *resolved, size_t len, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
 /*
  * dlopen path and check the exported IDEMD_HANDLER_SYMBOL: present, abi_major
- * equal to ours, abi_minor not newer, name and handle() set. Returns 0 and a
+ * equal to ours, abi_minor not newer, name and handle() set; plugin_secure_path
+ * first. This runs the plugin's constructors in the caller. Returns 0 and a
  * new plugin_t in *out (free with plugin_free), or -1 with a message naming
  * the file in err. Logs nothing.
  */
 int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+
+/*
+ * plugin_load in a short-lived child process, so that nothing of the
+ * plugin (constructors, threads, changed globals) reaches the caller: the
+ * supervisor never runs plugin code. Waits at most PLUGIN_CHECK_TIMEOUT_MS.
+ * Returns 0 and the handler's name in name (namelen bytes), or -1 with the
+ * child's refusal, or why the child died, naming the file in err. Logs
+ * nothing.
+ */
+int plugin_check(const char *path, char *name, size_t namelen, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
 /* dlclose and free; NULL is fine. */
@@ -26,5 +51,10 @@ void plugin_free(plugin_t *p);
 
 /* The host services table handed to init(); static, never freed. */
 const idemd_host_t *plugin_host(void);
+
+/* What the host's publish() calls in this process (the worker's outbox); NULL: refuse. */
+typedef int (*plugin_publish_fn)(void *ctx, struct st_mysql *db, const idemd_message_t *source,
+                                 const idemd_publish_t *p, char *err, size_t errlen);
+void plugin_set_publisher(plugin_publish_fn fn, void *ctx);
 
 #endif

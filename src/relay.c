@@ -30,15 +30,13 @@ static int relay_dropped(amqp_bytes_t key)
            relay_key_is(key, RELAY_H_LAST_FAILURE) || relay_key_is(key, RELAY_H_QUEUE);
 }
 
-/* Find a string header of the original; NULL when absent. */
-static const amqp_field_value_t *relay_find(const amqp_basic_properties_t *p, const char *name)
+/* Whether the first n entries hold a header called name. */
+static bool relay_find(const amqp_table_entry_t *e, int n, const char *name)
 {
-    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
-        return NULL;
-    for (int i = 0; i < p->headers.num_entries; i++)
-        if (relay_key_is(p->headers.entries[i].key, name))
-            return &p->headers.entries[i].value;
-    return NULL;
+    for (int i = 0; i < n; i++)
+        if (relay_key_is(e[i].key, name))
+            return true;
+    return false;
 }
 
 static void relay_set_str(amqp_table_entry_t *e, const char *key, amqp_bytes_t value)
@@ -50,14 +48,17 @@ static void relay_set_str(amqp_table_entry_t *e, const char *key, amqp_bytes_t v
 
 static size_t relay_value_size(const amqp_field_value_t *v, int depth);
 
-/* Encoded size of a field table, an upper estimate; SIZE_MAX when nested absurdly deep. */
+/*
+ * Encoded size of a field table, an upper estimate; SIZE_MAX when it nests
+ * deeper than RELAY_DEPTH_MAX (depth counts the tables and arrays around it).
+ */
 static size_t relay_table_size(const amqp_table_t *t, int depth)
 {
     size_t n = 4;
-    if (depth > 100000) /* deeper than the decoder that built it would go */
+    if (depth > RELAY_DEPTH_MAX)
         return SIZE_MAX;
     for (int i = 0; i < t->num_entries; i++) {
-        size_t v = relay_value_size(&t->entries[i].value, depth + 1);
+        size_t v = relay_value_size(&t->entries[i].value, depth);
         if (v == SIZE_MAX)
             return SIZE_MAX;
         n += 1 + t->entries[i].key.len + v;
@@ -72,12 +73,12 @@ static size_t relay_value_size(const amqp_field_value_t *v, int depth)
     case AMQP_FIELD_KIND_BYTES:
         return 1 + 4 + v->value.bytes.len;
     case AMQP_FIELD_KIND_TABLE: {
-        size_t t = relay_table_size(&v->value.table, depth);
+        size_t t = relay_table_size(&v->value.table, depth + 1);
         return t == SIZE_MAX ? t : 1 + t;
     }
     case AMQP_FIELD_KIND_ARRAY: {
         size_t n = 1 + 4;
-        if (depth > 100000) /* deeper than the decoder that built it would go */
+        if (depth + 1 > RELAY_DEPTH_MAX)
             return SIZE_MAX;
         for (int i = 0; i < v->value.array.num_entries; i++) {
             size_t e = relay_value_size(&v->value.array.entries[i], depth + 1);
@@ -92,25 +93,60 @@ static size_t relay_value_size(const amqp_field_value_t *v, int depth)
     }
 }
 
-/*
- * Whether the original headers fit in the copy's header frame beside ours
- * (rabbitmq-c sends the publish method before it finds out that the header
- * frame does not fit, which breaks the channel).
- */
-static bool relay_headers_fit(const amqp_basic_properties_t *p)
+/* Encoded size of one header entry; SIZE_MAX when its value nests too deep. */
+static size_t relay_entry_size(const amqp_table_entry_t *e)
 {
+    size_t v = relay_value_size(&e->value, 0);
+    return v == SIZE_MAX ? v : 1 + e->key.len + v;
+}
+
+/* Whether entry e is the queue's id header (NULL id_header: the id is a property). */
+static bool relay_is_id(const amqp_table_entry_t *e, const char *id_header)
+{
+    return id_header != NULL && relay_key_is(e->key, id_header);
+}
+
+/*
+ * Copy the original headers the copy keeps into out (room for all of them):
+ * the id header first, then the others in order, each while it nests no
+ * deeper than RELAY_DEPTH_MAX and fits in one frame beside idemd's own
+ * (rabbitmq-c sends the publish method before it finds out that the header
+ * frame does not fit, which breaks the channel). Sets *dropped when any was
+ * left out. Returns how many were kept.
+ */
+static int relay_keep_headers(const amqp_basic_properties_t *p, const char *id_header,
+                              amqp_table_entry_t *out, bool *dropped)
+{
+    size_t budget = RELAY_FRAME_MAX - RELAY_RESERVE - 4;
+    int n = 0;
+
+    *dropped = false;
     if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
-        return true;
-    size_t n = relay_table_size(&p->headers, 0);
-    return n != SIZE_MAX && n + RELAY_RESERVE <= RELAY_FRAME_MAX;
+        return 0;
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < p->headers.num_entries; i++) {
+            const amqp_table_entry_t *e = &p->headers.entries[i];
+            if (relay_dropped(e->key) || relay_is_id(e, id_header) != (pass == 0))
+                continue;
+            size_t sz = relay_entry_size(e);
+            if (sz == SIZE_MAX || sz > budget) {
+                *dropped = true;
+                continue;
+            }
+            budget -= sz;
+            out[n++] = *e;
+        }
+    }
+    return n;
 }
 
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
-                    unsigned attempts, const char *error, uint64_t now_ms)
+                    const char *id_header, unsigned attempts, const char *error, uint64_t now_ms)
 {
     const amqp_basic_properties_t *p = &env->message.properties;
     int n_orig = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? p->headers.num_entries : 0;
-    int n = 0;
+    int n;
+    bool dropped;
     struct tm tm;
     time_t secs = (time_t)(now_ms / 1000);
 
@@ -118,17 +154,14 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     c->entries = calloc((size_t)n_orig + 9, sizeof(*c->entries));
     if (c->entries == NULL)
         return -1;
-    bool keep_headers = relay_headers_fit(p);
     c->props = *p;
     c->props._flags |= AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_HEADERS_FLAG;
     c->props.delivery_mode = 2;
     /* A per-message TTL would expire the copy in its delay or dead letter queue, and the
      * broker refuses a user_id that is not the publishing connection's user. */
     c->props._flags &= ~(amqp_flags_t)(AMQP_BASIC_EXPIRATION_FLAG | AMQP_BASIC_USER_ID_FLAG);
-    for (int i = 0; keep_headers && i < n_orig; i++)
-        if (!relay_dropped(p->headers.entries[i].key))
-            c->entries[n++] = p->headers.entries[i];
-    if (!keep_headers && n_orig > 0) {
+    n = relay_keep_headers(p, id_header, c->entries, &dropped);
+    if (dropped) {
         c->entries[n].key = amqp_cstring_bytes("idemd-headers-dropped");
         c->entries[n].value.kind = AMQP_FIELD_KIND_BOOLEAN;
         c->entries[n++].value.value.boolean = 1;
@@ -145,12 +178,12 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     relay_set_str(&c->entries[n++], RELAY_H_ERROR, amqp_cstring_bytes(c->error));
     relay_set_str(&c->entries[n++], RELAY_H_LAST_FAILURE, amqp_cstring_bytes(c->now));
     relay_set_str(&c->entries[n++], RELAY_H_QUEUE, amqp_cstring_bytes(queue));
-    /* First failure and the original route survive every later copy. */
-    if (!relay_find(p, RELAY_H_FIRST_FAILURE))
+    /* First failure and the original route survive every later copy (unless dropped above). */
+    if (!relay_find(c->entries, n, RELAY_H_FIRST_FAILURE))
         relay_set_str(&c->entries[n++], RELAY_H_FIRST_FAILURE, amqp_cstring_bytes(c->now));
-    if (!relay_find(p, RELAY_H_EXCHANGE))
+    if (!relay_find(c->entries, n, RELAY_H_EXCHANGE))
         relay_set_str(&c->entries[n++], RELAY_H_EXCHANGE, env->exchange);
-    if (!relay_find(p, RELAY_H_ROUTING_KEY))
+    if (!relay_find(c->entries, n, RELAY_H_ROUTING_KEY))
         relay_set_str(&c->entries[n++], RELAY_H_ROUTING_KEY, env->routing_key);
     c->props.headers.num_entries = n;
     c->props.headers.entries = c->entries;

@@ -21,6 +21,12 @@
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072
 #define RELAY_RESERVE 4096
+/*
+ * How deep a header of a copy may nest tables and arrays (the headers table
+ * itself is level 0): newer rabbitmq-c releases refuse to decode deeper ones,
+ * so a consumer of the copy built with them could not read it.
+ */
+#define RELAY_DEPTH_MAX 100
 
 /* A copy of a delivery, ready for mq_publish. Borrows from the envelope. */
 typedef struct relay_copy {
@@ -36,15 +42,16 @@ typedef struct relay_copy {
  * through the same delay queue twice would be dropped by the broker as a
  * cycle); idemd's headers set: attempts, error, first failure (kept from an
  * earlier copy), last failure = now_ms (CLOCK_REALTIME), original exchange
- * and routing key (kept from an earlier copy), queue. Original headers that
- * would not fit in one frame beside ours are left out, and
- * idemd-headers-dropped is set. The expiration and user_id properties are
- * dropped. c borrows env, which
- * must outlive it. Returns 0, or -1 when out of memory. Free with
- * relay_copy_free.
+ * and routing key (kept from an earlier copy), queue. The id header
+ * (id_header; NULL when the id is the message_id property) is kept first;
+ * every other original header is kept in order while it nests no deeper
+ * than RELAY_DEPTH_MAX and fits in one frame beside ours. When any was left
+ * out, idemd-headers-dropped is set. The expiration and user_id properties
+ * are dropped. c borrows env, which must outlive it. Returns 0, or -1 when
+ * out of memory. Free with relay_copy_free.
  */
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
-                    unsigned attempts, const char *error, uint64_t now_ms)
+                    const char *id_header, unsigned attempts, const char *error, uint64_t now_ms)
     __attribute__((warn_unused_result));
 
 void relay_copy_free(relay_copy_t *c);

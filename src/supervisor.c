@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -17,6 +18,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "metrics.h"
 #include "plugin.h"
 #include "worker.h"
 
@@ -38,7 +40,21 @@ typedef struct sup_worker {
     bool waiting;           /* started by a reload: waits for its queue's old workers */
     worker_slot_t *slot;
     char error[WORKER_ERROR_MAX]; /* its last failed declaration, until it consumes again */
+    uint64_t last_progress_ms;    /* when pid == 0: its last run's last progress */
 } sup_worker_t;
+
+/*
+ * What a queue name did, for /metrics: the counters of slots given up by
+ * its workers (a slot is reused by any queue, so they move here), and what
+ * only the supervisor sees. Kept for every name ever configured: counters
+ * never go backwards, also across reloads that remove a queue.
+ */
+typedef struct sup_qstats {
+    char *name;
+    metrics_counters_t c;
+    uint64_t restarts[METRICS_EXIT_KINDS];
+    uint64_t reconcile_killed; /* reconcile runs killed at reconcile_timeout */
+} sup_qstats_t;
 
 /* A handler file as it was when the config generation was loaded. */
 typedef struct sup_file_id {
@@ -63,6 +79,13 @@ typedef struct supervisor {
     uint64_t watchdog_usec;
     uint64_t next_watchdog_ms;
     uint64_t next_status_ms;
+    const char *version;
+    sup_qstats_t *qstats;
+    int n_qstats;
+    metrics_server_t *metrics; /* NULL unless metrics.listen is set */
+    char metrics_on[80];       /* the metrics.listen it serves */
+    struct sockaddr_storage metrics_addr;
+    metrics_queue_t *view; /* the last scrape's, n_qstats entries */
 } supervisor_t;
 
 static uint64_t sup_now_ms(void)
@@ -73,9 +96,10 @@ static uint64_t sup_now_ms(void)
 }
 
 /*
- * Check every queue's handler (dlopen, ABI) and note each file's identity
- * into a new array in *ids (caller frees). The plugins are closed again:
- * each worker loads its own after fork, so a replaced file is picked up.
+ * Check every queue's handler (ownership, dlopen, ABI) in a child process,
+ * so that no plugin code runs in the supervisor, and note each file's
+ * identity into a new array in *ids (caller frees). Each worker loads its
+ * own after fork, so a replaced file is picked up.
  * 0, or -1 (logged, naming the file).
  */
 static int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
@@ -87,13 +111,12 @@ static int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
         return -1;
     for (int i = 0; i < conf->n_queues; i++) {
         const conf_queue_t *q = &conf->queues[i];
-        plugin_t *p = NULL;
-        if (plugin_load(q->handler, &p, err, sizeof(err)) != 0) {
+        char name[256];
+        if (plugin_check(q->handler, name, sizeof(name), err, sizeof(err)) != 0) {
             log_error("queue '%s': %s", q->name, err);
             goto fail;
         }
-        log_info("queue '%s': handler '%s' from %s", q->name, p->handler->name, q->handler);
-        plugin_free(p);
+        log_info("queue '%s': handler '%s' from %s", q->name, name, q->handler);
         if (stat(q->handler, &st) == 0) {
             (*ids)[i].dev = st.st_dev;
             (*ids)[i].ino = st.st_ino;
@@ -108,10 +131,49 @@ fail:
     return -1;
 }
 
+/* The stats of queue name, made on first use; NULL when out of memory (logged). */
+static sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
+{
+    for (int i = 0; i < s->n_qstats; i++)
+        if (strcmp(s->qstats[i].name, name) == 0)
+            return &s->qstats[i];
+    sup_qstats_t *more = realloc(s->qstats, sizeof(*more) * (size_t)(s->n_qstats + 1));
+    if (more == NULL) {
+        log_error("queue '%s': out of memory for its metrics", name);
+        return NULL;
+    }
+    s->qstats = more;
+    sup_qstats_t *qs = &s->qstats[s->n_qstats];
+    memset(qs, 0, sizeof(*qs));
+    qs->name = strdup(name);
+    if (qs->name == NULL) {
+        log_error("queue '%s': out of memory for its metrics", name);
+        return NULL;
+    }
+    s->n_qstats++;
+    return qs;
+}
+
+/*
+ * Worker entry w is given up (its process is gone): move its slot's
+ * counters to its queue's stats, so that the slot starts from zero for
+ * whichever queue uses it next. (lat[] stays: only the exit totals read it.)
+ */
+static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
+{
+    sup_qstats_t *qs = sup_qstats(s, w->q->name);
+    if (qs)
+        metrics_counters_add(&qs->c, &w->slot->c);
+    memset(&w->slot->c, 0, sizeof(w->slot->c));
+    w->slot->lost = WORKER_LOST_NONE; /* not a reconnect for the slot's next worker */
+    w->used = false;
+}
+
 /* Add a worker entry for queue q of conf; it starts at the next loop turn (unless waiting). */
 static void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, int index,
                            bool waiting)
 {
+    (void)sup_qstats(s, q->name); /* listed in /metrics from now on */
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         sup_worker_t *w = &s->workers[i];
         if (w->used)
@@ -123,6 +185,7 @@ static void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue
         w->index = index;
         w->waiting = waiting;
         w->slot = &s->slots[i];
+        w->last_progress_ms = sup_now_ms();
         return;
     }
     log_error("queue '%s': more than %d workers at once: worker %d not started", q->name,
@@ -146,6 +209,10 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     }
     if (pid == 0) {
         close(s->sigfd);
+        /* Inherited from the supervisor already; a worker holds the passwords and the
+         * messages, so it makes sure. */
+        (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+        metrics_forget_fds(s->metrics);
         worker_main(w->conf, w->q, w->index, w->slot);
     }
     w->pid = pid;
@@ -177,6 +244,36 @@ static void sup_describe_exit(int status, const sup_worker_t *w, char *buf, size
     } else {
         snprintf(buf, len, "ended with status 0x%x", status);
     }
+}
+
+/* How a worker's run ended, for idemd_worker_restarts_total (see sup_describe_exit). */
+static metrics_exit_t sup_exit_kind(int status, const sup_worker_t *w)
+{
+    if (WIFSIGNALED(status))
+        return WTERMSIG(status) == SIGALRM ? METRICS_EXIT_TIMEOUT : METRICS_EXIT_CRASH;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_CONFIG)
+        return METRICS_EXIT_CONFIG;
+    if (WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_TEMPFAIL) {
+        int lost = __atomic_load_n(&w->slot->lost, __ATOMIC_RELAXED);
+        if (lost == WORKER_LOST_BROKER)
+            return METRICS_EXIT_BROKER;
+        if (lost == WORKER_LOST_DATABASE)
+            return METRICS_EXIT_DATABASE;
+    }
+    return METRICS_EXIT_CRASH;
+}
+
+/* Count worker w's exit (the process is gone) in its queue's stats. */
+static void sup_count_exit(supervisor_t *s, const sup_worker_t *w, int status)
+{
+    sup_qstats_t *qs = sup_qstats(s, w->q->name);
+    if (qs == NULL)
+        return;
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM &&
+        __atomic_load_n(&w->slot->reconciling, __ATOMIC_RELAXED))
+        qs->reconcile_killed++;
+    if (!s->stopping && !w->retiring)
+        qs->restarts[sup_exit_kind(status, w)]++;
 }
 
 /* After an abnormal exit: restart with capped exponential backoff and jitter. */
@@ -242,10 +339,16 @@ static void sup_reap(supervisor_t *s)
                 continue;
             uint64_t now = sup_now_ms();
             w->pid = 0;
+            /* For the successor's crash-loop guard: did the handler kill it, or someone else? */
+            __atomic_store_n(&w->slot->exit_signal, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+                             __ATOMIC_RELAXED);
+            uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
+            w->last_progress_ms = p ? p : w->started_ms;
             sup_describe_exit(status, w, why, sizeof(why));
+            sup_count_exit(s, w, status);
             if (s->stopping || w->retiring) {
                 log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid, why);
-                w->used = false;
+                sup_release_worker(s, w);
                 break;
             }
             /*
@@ -278,17 +381,27 @@ static bool sup_draining(const supervisor_t *s, const char *name)
     return false;
 }
 
+/* The counters of every worker ever run: given-up slots are zero, their counts are in qstats. */
+static void sup_totals(const supervisor_t *s, metrics_counters_t *all)
+{
+    memset(all, 0, sizeof(*all));
+    for (int i = 0; i < s->n_qstats; i++)
+        metrics_counters_add(all, &s->qstats[i].c);
+    for (int i = 0; i < SUP_MAX_SLOTS; i++)
+        metrics_counters_add(all, &s->slots[i].c);
+}
+
 /* Tell systemd how the workers are doing: totals, then each queue's state. */
 static void sup_status(supervisor_t *s)
 {
     char buf[4096];
     size_t off;
-    uint64_t ok = 0, dup = 0;
+    metrics_counters_t all;
     int consuming = 0, total = 0;
+    sup_totals(s, &all);
+    uint64_t ok = all.n_ok, dup = all.n_duplicate;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const sup_worker_t *w = &s->workers[i];
-        ok += __atomic_load_n(&s->slots[i].n_ok, __ATOMIC_RELAXED);
-        dup += __atomic_load_n(&s->slots[i].n_duplicate, __ATOMIC_RELAXED);
         if (!w->used || w->retiring)
             continue;
         total++;
@@ -312,9 +425,9 @@ static void sup_status(supervisor_t *s)
                 error = w->error;
             up += w->pid &&
                   __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING;
-            qok += __atomic_load_n(&w->slot->n_ok, __ATOMIC_RELAXED);
-            qfail += __atomic_load_n(&w->slot->n_retry, __ATOMIC_RELAXED) +
-                     __atomic_load_n(&w->slot->n_reject, __ATOMIC_RELAXED);
+            qok += __atomic_load_n(&w->slot->c.n_ok, __ATOMIC_RELAXED);
+            qfail += __atomic_load_n(&w->slot->c.n_retry, __ATOMIC_RELAXED) +
+                     __atomic_load_n(&w->slot->c.n_reject, __ATOMIC_RELAXED);
         }
         off +=
             (size_t)snprintf(buf + off, sizeof(buf) - off, "; %s: %d/%d up, %llu ok, %llu failed",
@@ -392,14 +505,13 @@ static uint64_t sup_lat_quantile(const uint64_t *hist, uint64_t total, double q)
 /* At exit: the counters of all workers, and publish-to-commit latency if measured. */
 static void sup_log_totals(const supervisor_t *s)
 {
-    uint64_t hist[WORKER_LAT_BUCKETS] = {0}, n = 0, ok = 0, dup = 0, retry = 0, rej = 0, com = 0;
+    uint64_t hist[WORKER_LAT_BUCKETS] = {0}, n = 0;
+    metrics_counters_t all;
+    sup_totals(s, &all);
+    uint64_t ok = all.n_ok, dup = all.n_duplicate, retry = all.n_retry, rej = all.n_reject,
+             com = all.n_commits;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const worker_slot_t *sl = &s->slots[i];
-        ok += sl->n_ok;
-        dup += sl->n_duplicate;
-        retry += sl->n_retry;
-        rej += sl->n_reject;
-        com += sl->n_commits;
         for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
             hist[b] += sl->lat[b];
             n += sl->lat[b];
@@ -426,7 +538,7 @@ static void sup_retire(supervisor_t *s, const char *name)
         if (w->pid)
             kill(w->pid, SIGTERM);
         else
-            w->used = false;
+            sup_release_worker(s, w);
     }
 }
 
@@ -436,6 +548,104 @@ static const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name)
         if (strcmp(conf->queues[i].name, name) == 0)
             return &conf->queues[i];
     return NULL;
+}
+
+/*
+ * metrics_collect_fn: one view per queue name ever configured, from its
+ * stats and the slots of its workers now. The array is kept in s.
+ */
+static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
+{
+    supervisor_t *s = ctx;
+    uint64_t now = sup_now_ms();
+    metrics_queue_t *v = realloc(s->view, sizeof(*v) * (size_t)(s->n_qstats ? s->n_qstats : 1));
+    *out = NULL;
+    *n = 0;
+    if (v == NULL)
+        return;
+    s->view = v;
+    for (int k = 0; k < s->n_qstats; k++) {
+        const sup_qstats_t *qs = &s->qstats[k];
+        metrics_queue_t *q = &v[k];
+        memset(q, 0, sizeof(*q));
+        q->name = qs->name;
+        q->c = qs->c;
+        q->c.n_reconcile_runs += qs->reconcile_killed;
+        q->c.n_reconcile_failures += qs->reconcile_killed;
+        memcpy(q->restarts, qs->restarts, sizeof(q->restarts));
+        const conf_queue_t *cq = sup_find_queue(s->conf, qs->name);
+        q->workers = cq ? cq->workers : 0;
+        uint64_t outbox_seen = 0;
+        for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+            const sup_worker_t *w = &s->workers[i];
+            if (!w->used || strcmp(w->q->name, qs->name) != 0)
+                continue;
+            metrics_counters_add(&q->c, &w->slot->c);
+            if (w->retiring) {
+                q->draining += w->pid != 0;
+                continue;
+            }
+            uint64_t last = w->last_progress_ms;
+            if (w->pid) {
+                uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
+                last = p ? p : w->started_ms;
+                if (__atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
+                    q->consuming++;
+                else
+                    q->connecting++;
+            } else {
+                q->restarting++;
+            }
+            double age = now > last ? (double)(now - last) / 1000.0 : 0.0;
+            if (age > q->progress_age_s)
+                q->progress_age_s = age;
+            uint64_t seen = __atomic_load_n(&w->slot->outbox_seen_ms, __ATOMIC_RELAXED);
+            if (seen && seen >= outbox_seen) { /* the newest sweep of the queue's workers */
+                outbox_seen = seen;
+                q->outbox_known = true;
+                q->outbox_rows = __atomic_load_n(&w->slot->outbox_rows, __ATOMIC_RELAXED);
+                q->outbox_oldest_s =
+                    (double)__atomic_load_n(&w->slot->outbox_oldest_us, __ATOMIC_RELAXED) / 1e6;
+            }
+        }
+    }
+    *out = v;
+    *n = s->n_qstats;
+}
+
+/*
+ * Serve metrics.listen of conf (nothing when unset). Called at startup and
+ * after a reload: a changed address gets a new listener; when it cannot
+ * listen there, the old one goes on. 0, or -1 (logged).
+ */
+static int sup_metrics_listen(supervisor_t *s, const conf_t *conf)
+{
+    const char *want = conf->metrics.listen;
+    char was[sizeof(s->metrics_on)];
+    struct sockaddr_storage was_addr = s->metrics_addr;
+
+    if (want == NULL ? s->metrics == NULL : s->metrics && strcmp(s->metrics_on, want) == 0)
+        return 0;
+    snprintf(was, sizeof(was), "%s", s->metrics_on);
+    metrics_stop(s->metrics);
+    s->metrics = NULL;
+    s->metrics_on[0] = '\0';
+    if (want == NULL) {
+        log_info("metrics: no longer served (metrics.listen removed)");
+        return 0;
+    }
+    s->metrics = metrics_start(&conf->metrics.addr, want, sup_collect, s, s->version);
+    if (s->metrics) {
+        snprintf(s->metrics_on, sizeof(s->metrics_on), "%s", want);
+        s->metrics_addr = conf->metrics.addr;
+        return 0;
+    }
+    if (was[0]) {
+        s->metrics = metrics_start(&was_addr, was, sup_collect, s, s->version);
+        if (s->metrics)
+            snprintf(s->metrics_on, sizeof(s->metrics_on), "%s", was);
+    }
+    return -1;
 }
 
 /* The log level in effect: --log-level, else the current generation's daemon.log_level. */
@@ -566,6 +776,7 @@ static void sup_reload(supervisor_t *s)
     free(s->ids);
     s->ids = ids;
     sup_share_settings(s); /* log level and reconcile interval reach running workers */
+    (void)sup_metrics_listen(s, next);
     sup_free_old(s);
     s->ready = false; /* READY=1 again once every current worker consumes */
     return;
@@ -627,7 +838,7 @@ static void sup_tick(supervisor_t *s, uint64_t now)
     }
 }
 
-int supervisor_run(conf_t *conf, int log_level_override)
+int supervisor_run(conf_t *conf, int log_level_override, const char *version)
 {
     supervisor_t *s = calloc(1, sizeof(*s));
     sigset_t mask;
@@ -640,6 +851,7 @@ int supervisor_run(conf_t *conf, int log_level_override)
     s->conf = conf;
     s->sigfd = -1;
     s->log_level_override = log_level_override;
+    s->version = version;
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&mask);
@@ -662,6 +874,8 @@ int supervisor_run(conf_t *conf, int log_level_override)
     }
     if (sup_check_plugins(conf, &s->ids) != 0)
         goto fail;
+    if (sup_metrics_listen(s, conf) != 0)
+        goto fail;
     sup_share_settings(s);
     for (int i = 0; i < conf->n_queues; i++)
         for (int k = 0; k < conf->queues[i].workers; k++)
@@ -671,10 +885,12 @@ int supervisor_run(conf_t *conf, int log_level_override)
     sd_notify(0, "STATUS=starting workers");
 
     for (;;) {
-        struct pollfd pfd = {s->sigfd, POLLIN, 0};
-        int r = poll(&pfd, 1, s->ready ? 500 : 100);
+        /* Metrics are served from this loop, without a thread: see metrics.h. */
+        struct pollfd pfd[2] = {{s->sigfd, POLLIN, 0}, {metrics_fd(s->metrics), POLLIN, 0}};
+        int r = poll(pfd, 2, s->ready ? 500 : 100);
         uint64_t now = sup_now_ms();
-        if (r > 0) {
+        metrics_serve(s->metrics);
+        if (r > 0 && (pfd[0].revents & POLLIN)) {
             struct signalfd_siginfo si;
             while (read(s->sigfd, &si, sizeof(si)) == sizeof(si)) {
                 if (si.ssi_signo == SIGCHLD)
@@ -708,6 +924,11 @@ int supervisor_run(conf_t *conf, int log_level_override)
     log_info("stopped");
     rc = 0;
 fail:
+    metrics_stop(s->metrics);
+    for (int i = 0; i < s->n_qstats; i++)
+        free(s->qstats[i].name);
+    free(s->qstats);
+    free(s->view);
     if (s->slots)
         munmap(s->slots, sizeof(worker_slot_t) * SUP_MAX_SLOTS);
     if (s->sigfd >= 0)

@@ -170,13 +170,39 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
     return txn_undo(t, i);
 }
 
+/*
+ * End a pass: ROLLBACK when nothing was handled; else RELEASE the pass's
+ * first savepoint (sp) and COMMIT, and the handled messages are committed.
+ * The savepoint is gone if the transaction was lost under a handler that
+ * carried on (its later statements would run in a new transaction).
+ */
+static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
+{
+    char sql[48];
+    unsigned err;
+
+    if (!handled)
+        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
+    snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT %s", sp);
+    if ((err = t->ops->exec(t->ctx, sql)) != 0)
+        return txn_lost(t, err, "RELEASE SAVEPOINT");
+    if ((err = t->ops->exec(t->ctx, "COMMIT")) != 0)
+        /* Galera reports a certification conflict at COMMIT as 1213: nothing committed.
+         * Anything else leaves the outcome unknown: redelivery and the record decide. */
+        return db_classify(err) == DB_ERR_DEADLOCK ? txn_lost(t, err, "COMMIT") : TXN_PASS_FATAL;
+    t->committed = true;
+    for (int i = 0; i < t->n; i++)
+        if (t->m[i].state == TXN_HANDLED)
+            txn_move(&t->m[i], TXN_COMMITTED);
+    return TXN_PASS_DONE;
+}
+
 /* One pass: every NEW message in order, then COMMIT or ROLLBACK. */
 static txn_pass_t txn_pass(txn_t *t)
 {
     bool handled = false;
     int first = -1;
     uint64_t start = t->ops->now_ms ? t->ops->now_ms(t->ctx) : 0;
-    unsigned err;
     txn_pass_t p;
 
     for (int i = 0; i < t->n; i++) {
@@ -192,23 +218,9 @@ static txn_pass_t txn_pass(txn_t *t)
         if ((p = txn_one(t, i, &handled)) != TXN_PASS_DONE)
             return p;
     }
-    if (!handled)
-        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
-    /* The first savepoint is gone if the transaction was lost under a handler that
-     * carried on (its later statements would run in a new transaction). */
-    char sql[48];
-    snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT m%d", first);
-    if ((err = t->ops->exec(t->ctx, sql)) != 0)
-        return txn_lost(t, err, "RELEASE SAVEPOINT");
-    if ((err = t->ops->exec(t->ctx, "COMMIT")) != 0)
-        /* Galera reports a certification conflict at COMMIT as 1213: nothing committed.
-         * Anything else leaves the outcome unknown: redelivery and the record decide. */
-        return db_classify(err) == DB_ERR_DEADLOCK ? txn_lost(t, err, "COMMIT") : TXN_PASS_FATAL;
-    t->committed = true;
-    for (int i = 0; i < t->n; i++)
-        if (t->m[i].state == TXN_HANDLED)
-            txn_move(&t->m[i], TXN_COMMITTED);
-    return TXN_PASS_DONE;
+    char sp[16];
+    snprintf(sp, sizeof(sp), "m%d", first);
+    return txn_finish(t, handled, sp);
 }
 
 /* Whether message i's id appeared on an earlier NEW message of the batch. */
@@ -350,17 +362,7 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
         txn_verdict(m, res);
         return TXN_PASS_FALLBACK;
     }
-    if (!handled)
-        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
-    if ((err = t->ops->exec(t->ctx, "RELEASE SAVEPOINT b")) != 0)
-        return txn_lost(t, err, "RELEASE SAVEPOINT");
-    if ((err = t->ops->exec(t->ctx, "COMMIT")) != 0)
-        return db_classify(err) == DB_ERR_DEADLOCK ? txn_lost(t, err, "COMMIT") : TXN_PASS_FATAL;
-    t->committed = true;
-    for (int i = 0; i < t->n; i++)
-        if (t->m[i].state == TXN_HANDLED)
-            txn_move(&t->m[i], TXN_COMMITTED);
-    return TXN_PASS_DONE;
+    return txn_finish(t, handled, "b");
 }
 
 /* Undo a pass: ROLLBACK, and every message the pass had not settled is NEW again. */

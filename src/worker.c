@@ -16,11 +16,12 @@
 #include "delivery.h"
 #include "log.h"
 #include "mq.h"
+#include "outbox.h"
 #include "relay.h"
 #include "txn.h"
 
 #define WORKER_MAX_HEADERS 64
-#define WORKER_CONFIRM_MS 15000   /* wait for the broker to confirm republished copies */
+#define WORKER_CONFIRM_MS 15000   /* a round's wait for the broker to confirm its copies, in all */
 #define WORKER_IDLE_PING_MS 1000  /* ping the database before a batch after this long unused */
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
 
@@ -39,6 +40,7 @@ typedef struct worker_msg {
     txn_route_t route; /* where it goes once the transaction is over */
     bool copy_ok;      /* its copy was confirmed by the broker */
     bool moved;        /* handed to the held list: the batch no longer owns it */
+    unsigned pub_seq;  /* onward messages it sent in the current handler call */
     int copy_index;    /* its copy's place in the publishing round, or -1 */
 } worker_msg_t;
 
@@ -66,6 +68,12 @@ typedef struct worker {
     bool has_carry;
     uint64_t db_used_ms;        /* when the database connection last ran a batch */
     uint64_t bulk_off_until_ms; /* no set-based pass before this (slow handlers) */
+    outbox_t *outbox;           /* onward messages (host->publish) */
+    bool outbox_used;           /* a handler published during this batch */
+    int cur;                    /* the message handle() runs on */
+    int *bidx;                  /* the batch index of each handle_batch message */
+    int crash_before_relay;     /* test only: IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the
+                                 * Nth relay, twice per worker slot */
     /* Messages whose copy the broker refused (a full dead letter queue, say): kept
      * unacked and published again on a timer while other batches go on. */
     worker_msg_t *held;
@@ -80,9 +88,27 @@ typedef struct worker {
     const idemd_message_t **bptr;
     char *bscratch, *berr;
     chores_t chores; /* retention and reconcile, between batches */
+    uint64_t next_pub_service_ms;
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
+
+static int worker_open_publisher(worker_t *w);
+
+/*
+ * The republishing connection, ready for the outbox: a connection lost while
+ * idle is replaced; a blocked one (resource alarm) is not used. 0, or -1.
+ */
+static int worker_ready_publisher(worker_t *w)
+{
+    if (w->pub && mq_service(w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+    }
+    if (w->pub == NULL && worker_open_publisher(w) != 0)
+        return -1;
+    return mq_blocked(w->pub) ? -1 : 0;
+}
 
 static void worker_on_signal(int sig)
 {
@@ -117,6 +143,42 @@ static void worker_count(uint64_t *counter)
     __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
 }
 
+static uint64_t worker_now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+}
+
+/* A handler call that started at t0 (worker_now_us) ended: one observation of its duration. */
+static void worker_handler_time(worker_t *w, uint64_t t0)
+{
+    static const uint64_t bounds[] = METRICS_HANDLER_BOUNDS;
+    metrics_observe(w->slot->c.handler, &w->slot->c.handler_sum_us, bounds, METRICS_HANDLER_N,
+                    worker_now_us() - t0);
+}
+
+/*
+ * The worker exits because it lost the broker or the database: say which
+ * (the supervisor counts the restart by it; the next run counts its
+ * reconnect). Returns WORKER_EXIT_TEMPFAIL.
+ */
+static int worker_lose(worker_t *w, worker_lost_t what)
+{
+    __atomic_store_n(&w->slot->lost, (int)what, __ATOMIC_RELAXED);
+    return WORKER_EXIT_TEMPFAIL;
+}
+
+/* Connected to what; counts a reconnect when the slot says the last run lost it. */
+static void worker_connected(worker_t *w, worker_lost_t what)
+{
+    if (__atomic_load_n(&w->slot->lost, __ATOMIC_RELAXED) != (int)what)
+        return;
+    worker_count(what == WORKER_LOST_BROKER ? &w->slot->c.n_mq_reconnects
+                                            : &w->slot->c.n_db_reconnects);
+    __atomic_store_n(&w->slot->lost, WORKER_LOST_NONE, __ATOMIC_RELAXED);
+}
+
 /* Sleep up to ms, waking early on stop; keeps showing progress while it waits. */
 static void worker_pause(worker_t *w, int ms)
 {
@@ -149,10 +211,16 @@ static int worker_connect_db(worker_t *w)
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
+    if (w->outbox)
+        outbox_rebind(w->outbox, w->db);
+    else if ((w->outbox = outbox_new(w->db)) == NULL)
+        return WORKER_EXIT_TEMPFAIL;
+    worker_connected(w, WORKER_LOST_DATABASE);
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
+        char qe[800];
         log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
-                  err[0] ? err : "(no reason given)");
+                  err[0] ? log_quote_str(err, qe, sizeof(qe)) : "(no reason given)");
         return WORKER_EXIT_CONFIG;
     }
     w->state_live = true;
@@ -191,7 +259,8 @@ static int worker_connect_mq(worker_t *w)
 {
     worker_set_state(w, WORKER_STATE_CONNECTING);
     if (mq_open(&w->conf->broker, w->name, &w->mq) != 0)
-        return WORKER_EXIT_TEMPFAIL;
+        return worker_lose(w, WORKER_LOST_BROKER);
+    worker_connected(w, WORKER_LOST_BROKER);
     w->mq->quiet = true; /* declaration failures: reported by the supervisor, once */
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
         return worker_declare_failed(w);
@@ -200,7 +269,7 @@ static int worker_connect_mq(worker_t *w)
         return worker_declare_failed(w);
     w->mq->quiet = false;
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
-        return WORKER_EXIT_TEMPFAIL;
+        return worker_lose(w, WORKER_LOST_BROKER);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     log_info("consuming queue '%s' (consumer '%s', prefetch %d, batch %d)", w->q->name,
              w->q->consumer, w->q->prefetch, w->q->batch_size);
@@ -253,6 +322,8 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     worker_slot_t *sl = w->slot;
 
     worker_fill_msg(w, i, t, &w->one, w->scratch, sizeof(w->scratch));
+    w->cur = i;
+    w->batch[i].pub_seq = 0; /* a redone call sends the same onward ids again */
     /* Should this process die inside the handler, its successor counts the start. */
     memcpy(sl->crash_id, t->id, t->id_len);
     sl->crash_id_len = (uint32_t)t->id_len;
@@ -261,7 +332,9 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     t->reason[0] = '\0';
     if (w->q->handler_timeout > 0)
         alarm((unsigned)w->q->handler_timeout); /* SIGALRM kills a hung handler */
+    uint64_t t0 = worker_now_us();
     idemd_result_t r = w->h->handle(w->state, w->db->my, &w->one.msg, t->reason, sizeof(t->reason));
+    worker_handler_time(w, t0);
     if (w->q->handler_timeout > 0)
         alarm(0);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
@@ -286,12 +359,16 @@ static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_r
         worker_fill_msg(w, (int)(ms[j] - w->tm), ms[j], &w->bmsg[j],
                         w->bscratch + (size_t)j * WORKER_BATCH_SCRATCH, WORKER_BATCH_SCRATCH);
         w->bptr[j] = &w->bmsg[j].msg;
+        w->bidx[j] = (int)(ms[j] - w->tm);
+        w->batch[w->bidx[j]].pub_seq = 0;
         r[j] = IDEMD_RESULT_OK;
         w->berr[(size_t)j * errlen] = '\0';
     }
     if (w->q->handler_timeout > 0)
         alarm((unsigned)w->q->handler_timeout);
+    uint64_t t0 = worker_now_us();
     int rc = w->h->handle_batch(w->state, w->db->my, w->bptr, (size_t)k, r, w->berr, errlen);
+    worker_handler_time(w, t0);
     if (w->q->handler_timeout > 0)
         alarm(0);
     *err = mysql_errno(w->db->my);
@@ -366,8 +443,21 @@ static const txn_ops_t worker_txn_ops = {
 static int worker_guard(worker_t *w, int i)
 {
     txn_msg_t *t = &w->tm[i];
+    const char *id = t->id;
+    size_t len = t->id_len;
+    bool found = false;
     if (!w->batch[i].suspect || t->state != TXN_NEW)
         return 0;
+    /* A copy of a message committed before (its ack was lost, then redelivered again and
+     * again) is a duplicate, not a crash: it must not use up attempts. */
+    if (w->q->dedup == CONF_DEDUP_TABLE) {
+        if (db_find_records(w->db, &id, &len, 1, &found) != DB_OK)
+            return -1;
+        if (found) {
+            txn_move(t, TXN_DUPLICATE);
+            return 0;
+        }
+    }
     long long starts = db_attempt_bump(w->db, t->id, t->id_len);
     if (starts < 0)
         return -1;
@@ -398,8 +488,16 @@ static int worker_count_crash(worker_t *w)
     if (!__atomic_load_n(&sl->in_handler, __ATOMIC_ACQUIRE))
         return 0;
     size_t len = sl->crash_id_len < sizeof(sl->crash_id) ? sl->crash_id_len : 0;
+    int sig = __atomic_load_n(&sl->exit_signal, __ATOMIC_RELAXED);
     delivery_id_printable(sl->crash_id, len, pid, sizeof(pid));
-    if (strcmp(sl->crash_consumer, w->q->consumer) == 0 && !sl->crash_counted) {
+    /* Killed from outside (kill -9, SIGTERM past shutdown_timeout) while in the handler: not
+     * the message's fault. A handler that takes all memory and is OOM-killed is still
+     * stopped: its redelivered runs are counted before they start. */
+    if (sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
+        log_info("the previous worker was killed (signal %d) in the handler on message id=%s: "
+                 "not counted as a crash",
+                 sig, pid);
+    } else if (strcmp(sl->crash_consumer, w->q->consumer) == 0 && !sl->crash_counted) {
         long long n = db_attempt_bump(w->db, sl->crash_id, len);
         if (n < 0)
             return -1;
@@ -407,6 +505,109 @@ static int worker_count_crash(worker_t *w)
                  pid, n);
     }
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/*
+ * host->publish for the message being handled (plugin_set_publisher): an
+ * outbox row in the open transaction, with the id derived from the source
+ * message's id and this call's index. 0, or -1 with the reason in err.
+ */
+static int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src,
+                          const idemd_publish_t *p, char *err, size_t errlen)
+{
+    worker_t *w = ctx;
+    int i = -1;
+
+    if (w->db == NULL || db != w->db->my) {
+        snprintf(err, errlen, "publish: db is not the connection handle() was given");
+        return -1;
+    }
+    if (src == &w->one.msg) {
+        i = w->cur;
+    } else if (w->bmsg != NULL) {
+        for (int j = 0; j < w->q->batch_size && i < 0; j++)
+            if (src == &w->bmsg[j].msg)
+                i = w->bidx[j];
+    }
+    if (i < 0 || i >= w->n) {
+        snprintf(err, errlen, "publish: source is not a message being handled");
+        return -1;
+    }
+    if (w->batch[i].no_id && p->msg_id == NULL) {
+        snprintf(err, errlen,
+                 "publish: the source message has no id, so the onward message "
+                 "needs its own msg_id");
+        return -1;
+    }
+    w->outbox_used = true;
+    return outbox_add(w->outbox, w->tm[i].id, w->tm[i].id_len, w->batch[i].pub_seq++, p, err,
+                      errlen);
+}
+
+/*
+ * Right after COMMIT: publish the onward messages of the batch's committed
+ * messages, with confirms, and delete their rows. A failure leaves them to
+ * the sweeper (worker_sweep); the batch is settled either way.
+ */
+static void worker_relay(worker_t *w)
+{
+    int k = 0;
+    for (int i = 0; i < w->n; i++) {
+        if (w->tm[i].state != TXN_COMMITTED)
+            continue;
+        w->ids[k] = w->tm[i].id;
+        w->id_lens[k++] = w->tm[i].id_len;
+    }
+    if (k == 0)
+        return;
+    if (w->crash_before_relay > 0 && --w->crash_before_relay == 0 &&
+        __atomic_add_fetch(&w->slot->test_crashes, 1, __ATOMIC_RELAXED) <= 2) {
+        log_warn("test: IDEMD_TEST_CRASH_BEFORE_RELAY: killing this worker after COMMIT");
+        raise(SIGKILL);
+    }
+    if (worker_ready_publisher(w) != 0) {
+        log_warn("outbox: no usable republishing connection: onward messages wait for the "
+                 "sweeper");
+        return;
+    }
+    int n = outbox_relay(w->outbox, w->pub, w->ids, w->id_lens, k, 0, 1000000);
+    if (n >= 0) {
+        log_debug("outbox: sent %d onward message(s)", n);
+        return;
+    }
+    log_warn("outbox: onward messages not all sent (%s): the sweeper sends them later",
+             n == -1 ? "database" : "broker");
+    if (n == -2) {
+        mq_close(w->pub);
+        w->pub = NULL;
+        w->pub_failed = true;
+    }
+}
+
+/* The outbox sweeper (a chore, one runner at a time): rows a dead worker left behind. */
+static int worker_sweep(void *arg)
+{
+    worker_t *w = arg;
+    if (worker_ready_publisher(w) != 0)
+        return 0;
+    int n = outbox_relay(w->outbox, w->pub, NULL, NULL, -1, w->conf->outbox_grace, 500);
+    if (n == -1)
+        return -1;
+    if (n == -2) {
+        mq_close(w->pub);
+        w->pub = NULL;
+        w->pub_failed = true;
+    } else if (n > 0) {
+        log_info("outbox: sweeper sent %d onward message(s) left behind", n);
+    }
+    long long rows;
+    double oldest;
+    if (outbox_depth(w->outbox, &rows, &oldest) == 0) {
+        __atomic_store_n(&w->slot->outbox_rows, (int64_t)rows, __ATOMIC_RELAXED);
+        __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(oldest * 1e6), __ATOMIC_RELAXED);
+        __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
+    }
     return 0;
 }
 
@@ -435,11 +636,17 @@ static int worker_transact(worker_t *w)
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
     t.m = w->tm;
     t.n = w->n;
-    if (txn_run(&t) != TXN_DONE)
+    w->outbox_used = false;
+    txn_status_t st = txn_run(&t);
+    __atomic_add_fetch(&w->slot->c.n_redos, (uint64_t)t.redos, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&w->slot->c.n_lock_waits, (uint64_t)t.lock_waits, __ATOMIC_RELAXED);
+    if (st != TXN_DONE)
         return -1;
+    if (t.committed && w->outbox_used)
+        worker_relay(w);
     w->db_used_ms = worker_now_ms();
     if (t.committed)
-        worker_count(&w->slot->n_commits);
+        worker_count(&w->slot->c.n_commits);
     if (t.too_slow) {
         w->bulk_off_until_ms = worker_now_ms() + 60000;
         log_info("handlers ran past %llu ms in a set-based batch: message by message for a "
@@ -482,10 +689,13 @@ uint64_t worker_lat_bucket_floor(int bucket)
 static void worker_latency(worker_t *w, const worker_msg_t *m, uint64_t now_us)
 {
     long long pub = delivery_header_int(&m->env.message.properties, "idemd-pub-us");
+    static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
     if (pub <= 0 || (uint64_t)pub > now_us)
         return;
     __atomic_add_fetch(&w->slot->lat[worker_lat_bucket(now_us - (uint64_t)pub)], 1,
                        __ATOMIC_RELAXED);
+    metrics_observe(w->slot->c.latency, &w->slot->c.latency_sum_us, bounds, METRICS_LATENCY_N,
+                    now_us - (uint64_t)pub);
 }
 
 /* Log message i's outcome (and where it went) and count it. */
@@ -498,27 +708,33 @@ static void worker_report(worker_t *w, int i)
     bool settled = m->route == TXN_ROUTE_ACK;
     switch (t->state) {
     case TXN_COMMITTED:
-        worker_count(&w->slot->n_ok);
+        worker_count(&w->slot->c.n_ok);
         break;
     case TXN_DUPLICATE:
-        worker_count(&w->slot->n_duplicate);
+        worker_count(&w->slot->c.n_duplicate);
         break;
     case TXN_RETRY:
-        worker_count(&w->slot->n_retry);
+        worker_count(&w->slot->c.n_retry);
         break;
     case TXN_REJECT:
-        worker_count(&w->slot->n_reject);
+        worker_count(&w->slot->c.n_reject);
         break;
     default:
         return; /* held for the next batch: nothing happened to it yet */
     }
     if (settled && !log_enabled(LOG_LEVEL_DEBUG))
         return; /* the common case: no formatting at all */
-    delivery_id_printable(t->id, m->no_id ? 0 : t->id_len, pid, sizeof(pid));
+    /* Every value from the message, the handler or the config is quoted (log_quote): an id
+     * or a reason can never forge a field or a line. The journal gets the raw id. */
+    const char *id = m->no_id ? NULL : t->id;
+    size_t id_len = m->no_id ? 0 : t->id_len;
+    char qq[300], qh[200], qw[500], qr[1200];
+    delivery_id_printable(t->id, id_len, pid, sizeof(pid));
+    log_quote_str(w->q->name, qq, sizeof(qq));
     if (settled) {
-        log_fields(LOG_LEVEL_DEBUG, w->q->name, w->q->consumer, pid, w->h->name, name,
-                   "outcome=%s queue=%s id=%s tag=%llu", name, w->q->name, pid,
-                   (unsigned long long)m->env.delivery_tag);
+        log_fields_id(LOG_LEVEL_DEBUG, w->q->name, w->q->consumer, id, id_len, w->h->name, name,
+                      "outcome=%s queue=%s id=%s tag=%llu", name, qq, pid,
+                      (unsigned long long)m->env.delivery_tag);
         return;
     }
     switch (m->route) {
@@ -537,11 +753,12 @@ static void worker_report(worker_t *w, int i)
         snprintf(where, sizeof(where), "-");
         break;
     }
-    log_fields(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
-               w->q->consumer, pid, w->h->name, name,
-               "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
-               name, w->q->name, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
-               w->q->max_attempts, w->h->name, where, t->reason);
+    log_fields_id(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
+                  w->q->consumer, id, id_len, w->h->name, name,
+                  "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
+                  name, qq, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
+                  w->q->max_attempts, log_quote_str(w->h->name, qh, sizeof(qh)),
+                  log_quote_str(where, qw, sizeof(qw)), log_quote_str(t->reason, qr, sizeof(qr)));
 }
 
 /* Decide where message i goes (txn_route), saying so in the reason of a last retry. */
@@ -557,6 +774,18 @@ static void worker_route(worker_t *w, int i)
 }
 
 /*
+ * While the republishing connection waits: show progress to the supervisor,
+ * and keep the consuming connection's heartbeat going (its deliveries are
+ * not read meanwhile).
+ */
+static void worker_tick(void *arg)
+{
+    worker_t *w = arg;
+    worker_progress(w);
+    mq_keepalive(w->mq);
+}
+
+/*
  * Open the republishing connection. After a failed round the queues we
  * publish to are declared again first: someone may have deleted them, and
  * a copy to a missing queue is returned, which would requeue its message
@@ -564,7 +793,7 @@ static void worker_route(worker_t *w, int i)
  */
 static int worker_open_publisher(worker_t *w)
 {
-    if (mq_open_publisher(&w->conf->broker, w->name, &w->pub) != 0)
+    if (mq_open_publisher(&w->conf->broker, w->name, worker_tick, w, &w->pub) != 0)
         return -1;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);
@@ -573,6 +802,18 @@ static int worker_open_publisher(worker_t *w)
     }
     w->pub_failed = false;
     return 0;
+}
+
+/* Count the copies ms[0..n-1] needed: confirmed by the broker, or not. */
+static void worker_count_copies(worker_t *w, const worker_msg_t *ms, int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (ms[i].route != TXN_ROUTE_DELAY && ms[i].route != TXN_ROUTE_DLQ)
+            continue;
+        int kind = ms[i].route == TXN_ROUTE_DLQ ? METRICS_COPY_DEAD_LETTER : METRICS_COPY_RETRY;
+        worker_count(&w->slot->c.n_copies[kind][ms[i].copy_ok ? METRICS_COPY_PUBLISHED
+                                                              : METRICS_COPY_REFUSED]);
+    }
 }
 
 /*
@@ -601,8 +842,20 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
         m->copy_ok = false;
         if (m->route != TXN_ROUTE_DELAY && m->route != TXN_ROUTE_DLQ)
             continue;
+        if (published == 0 && w->pub && mq_service(w->pub) != 0) {
+            mq_close(w->pub); /* lost while idle: open a new one */
+            w->pub = NULL;
+        }
         if (w->pub == NULL && worker_open_publisher(w) != 0)
             goto fail;
+        if (published == 0 && mq_blocked(w->pub)) {
+            /* Publish nothing: the copies would wait unconfirmed in the broker. The
+             * connection stays open to hear connection.unblocked. */
+            log_warn("queue %s: the broker blocks publishing (resource alarm): not "
+                     "republishing this round",
+                     w->q->name);
+            return -1;
+        }
         if (published == 0)
             mq_round_begin(w->pub);
         const char *target = m->route == TXN_ROUTE_DLQ ? w->q->dead_letter_queue
@@ -610,7 +863,8 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
                                                  &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
-        if (relay_copy_init(&c, &m->env, w->q->name, t->attempt, t->reason, now_ms) != 0)
+        if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, t->attempt, t->reason,
+                            now_ms) != 0)
             goto fail;
         m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
         relay_copy_free(&c);
@@ -623,9 +877,13 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
     int rc = mq_wait_confirms(w->pub, WORKER_CONFIRM_MS);
     for (int i = 0; i < n; i++)
         ms[i].copy_ok = ms[i].copy_index >= 0 && mq_round_ok(w->pub, ms[i].copy_index);
+    worker_count_copies(w, ms, n);
     if (rc == 0)
         return 1;
+    goto close;
 fail:
+    worker_count_copies(w, ms, n);
+close:
     /* What the broker confirmed stays confirmed; the rest are held or requeued. */
     mq_close(w->pub);
     w->pub = NULL;
@@ -869,6 +1127,22 @@ static int worker_collect(worker_t *w)
     return 0;
 }
 
+/*
+ * Once a second, let the republishing connection (if open) answer
+ * heartbeats and hear connection.blocked / unblocked; drop it when lost.
+ */
+static void worker_service_pub(worker_t *w)
+{
+    uint64_t now = worker_now_ms();
+    if (w->pub == NULL || now < w->next_pub_service_ms)
+        return;
+    w->next_pub_service_ms = now + 1000;
+    if (mq_service(w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+    }
+}
+
 /* Free the batch's envelopes (and the carried one when all is true). */
 static void worker_release(worker_t *w, bool all)
 {
@@ -922,6 +1196,7 @@ static int worker_check_db(worker_t *w)
     if (mysql_ping(w->db->my) == 0)
         return 0;
     log_info("database connection lost while idle (%s): reconnecting", mysql_error(w->db->my));
+    (void)worker_lose(w, WORKER_LOST_DATABASE); /* counted as a reconnect once it is back */
     if (w->state_live && w->h->fini)
         w->h->fini(w->state);
     w->state_live = false;
@@ -931,40 +1206,49 @@ static int worker_check_db(worker_t *w)
     if (worker_connect_db(w) != 0)
         return -1;
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
+    if (w->h->abi_minor >= 3)
+        chores_set_sweep(&w->chores, worker_sweep, w);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     return 0;
 }
+
+static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
 
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
+    if (w->h->abi_minor >= 3)
+        chores_set_sweep(&w->chores, worker_sweep, w);
     while (!worker_stop) {
         worker_progress(w);
+        worker_service_pub(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
-        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0 || worker_retry_held(w) != 0) {
+        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_DATABASE);
         }
-        if (worker_collect(w) != 0) {
+        if (worker_retry_held(w) != 0 || worker_collect(w) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_BROKER);
         }
         if (w->n == 0)
             continue;
-        worker_count(&w->slot->n_batches);
+        worker_count(&w->slot->c.n_batches);
+        metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds,
+                        METRICS_BATCH_N, (uint64_t)w->n);
         if (worker_check_db(w) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_DATABASE);
         }
         if (worker_transact(w) != 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_DATABASE);
         }
         if (worker_settle(w) != 0) {
             worker_release(w, true);
-            return WORKER_EXIT_TEMPFAIL;
+            return worker_lose(w, WORKER_LOST_BROKER);
         }
         worker_release_settled(w);
     }
@@ -993,6 +1277,9 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         exit(WORKER_EXIT_CONFIG);
     }
     w.h = plugin->handler;
+    plugin_set_publisher(worker_publish, &w);
+    const char *crash = getenv("IDEMD_TEST_CRASH_BEFORE_RELAY"); /* fault injection for tests */
+    w.crash_before_relay = crash ? atoi(crash) : 0;
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
 
     memset(&sa, 0, sizeof(sa));
@@ -1023,9 +1310,10 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         size_t n = (size_t)q->batch_size;
         w.bmsg = calloc(n, sizeof(*w.bmsg));
         w.bptr = calloc(n, sizeof(*w.bptr));
+        w.bidx = calloc(n, sizeof(*w.bidx));
         w.bscratch = malloc(n * WORKER_BATCH_SCRATCH);
         w.berr = malloc(n * sizeof(w.tm[0].reason));
-        if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr)
+        if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr || !w.bidx)
             w.ids = NULL; /* reported just below */
     }
     if (w.batch == NULL || w.tm == NULL || w.held == NULL || w.held_tm == NULL || w.ids == NULL ||
@@ -1035,7 +1323,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     }
     code = worker_connect_db(&w);
     if (code == 0 && worker_count_crash(&w) != 0)
-        code = WORKER_EXIT_TEMPFAIL;
+        code = worker_lose(&w, WORKER_LOST_DATABASE);
     if (code == 0) {
         snprintf(slot->crash_consumer, sizeof(slot->crash_consumer), "%s", q->consumer);
         w.db_used_ms = worker_now_ms();
@@ -1059,6 +1347,8 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.id_lens);
     free(w.bmsg);
     free(w.bptr);
+    free(w.bidx);
+    outbox_close(w.outbox);
     free(w.bscratch);
     free(w.berr);
     plugin_free(plugin);

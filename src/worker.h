@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "conf.h"
+#include "metrics.h"
 #include "plugin.h"
 
 typedef enum worker_state {
@@ -34,8 +35,8 @@ typedef struct worker_slot {
     int state;            /* worker_state_t */
     int consumed;         /* 1 once this run got as far as consuming (zeroed before the fork) */
     uint64_t progress_ms; /* CLOCK_MONOTONIC ms of the last loop iteration */
-    uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
-    int reconciling; /* 1 while the handler's reconcile() runs (its SIGALRM is that limit) */
+    metrics_counters_t c; /* what it did, for STATUS= and /metrics */
+    int reconciling;      /* 1 while the handler's reconcile() runs (its SIGALRM is that limit) */
     /* Publish-to-commit latency of committed messages that carry the integer
      * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
     uint64_t lat[WORKER_LAT_BUCKETS];
@@ -48,12 +49,28 @@ typedef struct worker_slot {
     uint32_t crash_id_len;
     char crash_id[256];
     char crash_consumer[129];
-    int log_level;          /* set by the supervisor: log_level_t in effect */
+    int test_crashes; /* IDEMD_TEST_CRASH_BEFORE_RELAY deaths of this slot so far (tests only) */
+    /* The outbox as the last sweep saw it (metrics): rows, age of the oldest in
+     * microseconds, and when (CLOCK_MONOTONIC ms; 0 = never swept here). */
+    int64_t outbox_rows, outbox_oldest_us;
+    uint64_t outbox_seen_ms;
+    int exit_signal; /* set by the supervisor at reap: the signal that ended the last worker, or 0
+                      */
+    int log_level;   /* set by the supervisor: log_level_t in effect */
     int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
     /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
      * declaration (the broker's reason); the supervisor logs it once. */
     char error[WORKER_ERROR_MAX];
+    /* What the worker lost before it exited with WORKER_EXIT_TEMPFAIL
+     * (worker_lost_t); the next run counts a reconnect when it connects. */
+    int lost;
 } worker_slot_t;
+
+typedef enum worker_lost {
+    WORKER_LOST_NONE = 0,
+    WORKER_LOST_BROKER = 1,
+    WORKER_LOST_DATABASE = 2,
+} worker_lost_t;
 
 /* Bucket index of a latency in microseconds. */
 int worker_lat_bucket(uint64_t us);

@@ -1,4 +1,4 @@
--- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id); reconcile_runs logs counter.so's reconcile() runs.
+-- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id); reconcile_runs logs counter.so's reconcile() runs; counter_flags switches counter.so's behaviour.
 CREATE TABLE IF NOT EXISTS effects (
     queue VARCHAR(128) NOT NULL,
     msg_id VARBINARY(255) NOT NULL,
@@ -11,4 +11,8 @@ CREATE TABLE IF NOT EXISTS reconcile_runs (
     started_at DATETIME(6) NOT NULL,
     ended_at DATETIME(6) NULL,
     PRIMARY KEY (id)
+) ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS counter_flags (
+    name VARCHAR(64) NOT NULL,
+    PRIMARY KEY (name)
 ) ENGINE=InnoDB;

@@ -19,7 +19,7 @@ extern "C" {
  * exist. A plugin built for 1.0 keeps loading on every 1.x host.
  */
 #define IDEMD_HANDLER_ABI_MAJOR 1
-#define IDEMD_HANDLER_ABI_MINOR 2
+#define IDEMD_HANDLER_ABI_MINOR 3
 #define IDEMD_HANDLER_SYMBOL "idemd_handler"
 
 /* The MySQL/MariaDB connection type (MYSQL in <mysql.h>). */
@@ -79,6 +79,23 @@ typedef struct idemd_message {
 typedef struct idemd_settings idemd_settings_t;
 
 /*
+ * An onward message for the host's publish() (ABI 1.3). Everything is
+ * copied by publish(); nothing is kept.
+ */
+typedef struct idemd_publish {
+    const char *exchange;    /* "" = the default exchange */
+    const char *routing_key; /* NUL-terminated */
+    const void *body;
+    size_t body_len;
+    const char *content_type;      /* NULL or "" = none */
+    const idemd_header_t *headers; /* STRING and INT entries are sent; others are refused */
+    size_t n_headers;
+    const char
+        *msg_id; /* NULL = derived from (consumer, source id, index): the same on redelivery */
+    size_t msg_id_len;
+} idemd_publish_t;
+
+/*
  * Services the host offers to plugins, so that a plugin never links
  * against idemd's own symbols. Only grows by appending.
  */
@@ -92,6 +109,19 @@ typedef struct idemd_host {
     int (*setting_string)(const idemd_settings_t *s, const char *name, const char **out);
     int (*setting_int)(const idemd_settings_t *s, const char *name, long long *out);
     int (*setting_bool)(const idemd_settings_t *s, const char *name, int *out);
+    /*
+     * ABI 1.3 (check host->abi_minor >= 3 before calling): send an onward
+     * message through the transactional outbox. Callable from handle() and
+     * handle_batch() only, with their db and the message being handled as
+     * source. It writes a row into idemd_outbox inside the open
+     * transaction, so the message is sent if and only if the handler's
+     * effects commit; idemd publishes it with confirms right after COMMIT
+     * (or, if the worker died first, a sweeper does). Messages of one source
+     * are sent in the order of the calls. Returns 0, or -1 with a reason in
+     * err: then answer RETRY (the row may be half written).
+     */
+    int (*publish)(struct st_mysql *db, const idemd_message_t *source, const idemd_publish_t *p,
+                   char *err, size_t errlen);
 } idemd_host_t;
 
 /*

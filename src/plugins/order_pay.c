@@ -23,7 +23,11 @@
  *   Floats (1001.0, 1e3) are refused: they may have lost digits already.
  * - any MySQL error: RETRY with "mysql error NNNN: text".
  *
- * Settings: table (default "orders", [A-Za-z0-9_]{1,64}), guard (default true).
+ * Settings: table (default "orders", [A-Za-z0-9_]{1,64}), guard (default true),
+ * paid_exchange (unset: none) and paid_routing_key (default "order.paid"):
+ * with paid_exchange, each payment that marks an order paid also sends
+ * {"orderId": N} there through idemd's transactional outbox (host ABI 1.3),
+ * so the onward message exists if and only if the payment commits.
  */
 #include <idemd/handler.h>
 
@@ -53,8 +57,10 @@ typedef struct order_pay_state {
     int order_status;   /* the result of the SELECT */
     my_bool status_null;
     char table[ORDER_PAY_TABLE_MAX + 1];
-    int guard; /* settings.guard */
-    char *sql; /* handle_batch's statements, grown as needed */
+    int guard;                 /* settings.guard */
+    const char *paid_exchange; /* settings.paid_exchange, or NULL */
+    const char *paid_rkey;     /* settings.paid_routing_key */
+    char *sql;                 /* handle_batch's statements, grown as needed */
     size_t sql_size;
     long long *ids; /* handle_batch: each message's orderId (0: rejected), then the distinct ones */
     size_t ids_size;
@@ -136,6 +142,13 @@ static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *sett
     st->host = host;
     st->db = db;
     st->guard = guard;
+    st->paid_rkey = "order.paid";
+    (void)host->setting_string(settings, "paid_routing_key", &st->paid_rkey);
+    if (host->setting_string(settings, "paid_exchange", &st->paid_exchange) == 0 &&
+        (host->abi_minor < 3 || host->publish == NULL)) {
+        snprintf(err, errlen, "settings.paid_exchange needs an idemd with host ABI 1.3 (outbox)");
+        goto fail;
+    }
     snprintf(st->table, sizeof(st->table), "%s", table);
 
     snprintf(sql, sizeof(sql),
@@ -188,42 +201,45 @@ static int order_pay_parse_digits(const char *s, size_t len, long long *id)
     return 0;
 }
 
-/* The orderId of one body, or -1 with the reason in err (the message is rejected). */
-static int order_pay_parse(order_pay_state_t *st, const idemd_message_t *msg, long long *id,
-                           char *err, size_t errlen)
+/*
+ * The orderId of one body (len bytes, not NUL-terminated), or -1 with the
+ * reason in err (the message is rejected). Needs no database: the fuzz
+ * target tests/fuzz/fuzz_order_pay.c calls it with its own tokener.
+ */
+static int order_pay_parse_body(json_tokener *tok, const char *body, size_t len, long long *id,
+                                char *err, size_t errlen)
 {
-    const char *body = msg->body;
     json_object *root = NULL, *v;
     enum json_tokener_error jerr;
     size_t end;
     int rc = -1;
 
-    if (msg->body_len == 0) {
+    if (len == 0) {
         snprintf(err, errlen, "empty body (expected {\"orderId\": N})");
         return -1;
     }
-    if (msg->body_len > INT32_MAX) {
-        snprintf(err, errlen, "body of %zu bytes is too large to be a payment", msg->body_len);
+    if (len > INT32_MAX) {
+        snprintf(err, errlen, "body of %zu bytes is too large to be a payment", len);
         return -1;
     }
-    json_tokener_reset(st->tok);
-    root = json_tokener_parse_ex(st->tok, body, (int)msg->body_len);
-    jerr = json_tokener_get_error(st->tok);
-    end = json_tokener_get_parse_end(st->tok);
+    json_tokener_reset(tok);
+    root = json_tokener_parse_ex(tok, body, (int)len);
+    jerr = json_tokener_get_error(tok);
+    end = json_tokener_get_parse_end(tok);
     if (root == NULL && jerr == json_tokener_continue) {
         /* The body is not NUL-terminated: a bare number ends only at the terminator. */
-        root = json_tokener_parse_ex(st->tok, "", 1);
-        jerr = json_tokener_get_error(st->tok);
-        end = msg->body_len;
+        root = json_tokener_parse_ex(tok, "", 1);
+        jerr = json_tokener_get_error(tok);
+        end = len;
     }
     if (root == NULL) {
         snprintf(err, errlen, "body is not JSON: %s at byte %zu", json_tokener_error_desc(jerr),
                  end);
         goto done;
     }
-    while (end < msg->body_len && isspace((unsigned char)body[end]))
+    while (end < len && isspace((unsigned char)body[end]))
         end++;
-    if (end < msg->body_len) {
+    if (end < len) {
         snprintf(err, errlen, "body is not JSON: unexpected data after the value at byte %zu", end);
         goto done;
     }
@@ -307,6 +323,24 @@ db_error:
     return IDEMD_RESULT_RETRY;
 }
 
+/* Send order.paid {"orderId": id} for the payment src through the outbox. 0, or -1 with err. */
+static int order_pay_emit(order_pay_state_t *st, MYSQL *db, const idemd_message_t *src,
+                          long long id, char *err, size_t errlen)
+{
+    char body[64];
+    idemd_publish_t p;
+
+    if (st->paid_exchange == NULL)
+        return 0;
+    memset(&p, 0, sizeof(p));
+    p.exchange = st->paid_exchange;
+    p.routing_key = st->paid_rkey;
+    p.body = body;
+    p.body_len = (size_t)snprintf(body, sizeof(body), "{\"orderId\": %lld}", id);
+    p.content_type = "application/json";
+    return st->host->publish(db, src, &p, err, errlen);
+}
+
 static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_message_t *msg,
                                        char *err, size_t errlen)
 {
@@ -318,7 +352,7 @@ static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_messa
         snprintf(err, errlen, "handler state was prepared on another connection");
         return IDEMD_RESULT_RETRY;
     }
-    if (order_pay_parse(st, msg, &id, err, errlen) != 0)
+    if (order_pay_parse_body(st->tok, msg->body, msg->body_len, &id, err, errlen) != 0)
         return IDEMD_RESULT_REJECT;
     st->order_id = id;
     if (mysql_stmt_execute(st->update) != 0) {
@@ -328,7 +362,8 @@ static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_messa
     }
     changed = mysql_stmt_affected_rows(st->update);
     if (changed > 0 && changed != (my_ulonglong)-1)
-        return IDEMD_RESULT_OK;
+        return order_pay_emit(st, db, msg, id, err, errlen) == 0 ? IDEMD_RESULT_OK
+                                                                 : IDEMD_RESULT_RETRY;
     return order_pay_explain(st, err, errlen);
 }
 
@@ -338,16 +373,16 @@ static int order_pay_cmp(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Room for n orderIds twice and a statement about them: 0, or -1. */
+/* Room for n orderIds three times and a statement about them: 0, or -1. */
 static int order_pay_room(order_pay_state_t *st, size_t n)
 {
     size_t sql = 256 + n * 96; /* " WHEN id THEN count" and ", id" per order */
-    if (2 * n > st->ids_size) {
-        long long *p = realloc(st->ids, 2 * n * sizeof(*p));
+    if (3 * n > st->ids_size) {
+        long long *p = realloc(st->ids, 3 * n * sizeof(*p));
         if (p == NULL)
             return -1;
         st->ids = p;
-        st->ids_size = 2 * n;
+        st->ids_size = 3 * n;
     }
     if (sql > st->sql_size) {
         char *p = realloc(st->sql, sql);
@@ -416,6 +451,46 @@ static int order_pay_statuses(order_pay_state_t *st, MYSQL *db, const long long 
 }
 
 /*
+ * Before the batch's UPDATE: lock the orders that are still unpaid (one
+ * SELECT ... FOR UPDATE) and send order.paid once for each, from the first
+ * message that pays it (with guard = false, from every message, as
+ * handle() would). 0, or -1 with the reason in errors.
+ */
+static int order_pay_batch_emit(order_pay_state_t *st, MYSQL *db,
+                                const idemd_message_t *const *msgs, size_t n, const long long *d,
+                                size_t u, char *errors, size_t errlen)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    long long *unpaid = st->ids + n + u; /* after the distinct ids: room for u more */
+    size_t k = 0;
+
+    char *o = st->sql + sprintf(st->sql, "SELECT id FROM `%s` WHERE id IN ", st->table);
+    o = order_pay_in_list(o, d, u);
+    sprintf(o, " AND status = %d FOR UPDATE", ORDER_STATUS_UNPAID);
+    if (mysql_query(db, st->sql) != 0 || (res = mysql_store_result(db)) == NULL) {
+        snprintf(errors, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL && k < u)
+        unpaid[k++] = strtoll(row[0], NULL, 10);
+    mysql_free_result(res);
+    for (size_t i = 0; i < n; i++) {
+        if (st->ids[i] <= 0)
+            continue;
+        int pays = !st->guard;
+        for (size_t j = 0; j < k && !pays; j++)
+            if (unpaid[j] == st->ids[i]) {
+                pays = 1;
+                unpaid[j] = 0; /* only its first payment in the batch pays it */
+            }
+        if (pays && order_pay_emit(st, db, msgs[i], st->ids[i], errors, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
  * The set-based payment (ABI 1.2): one UPDATE ... WHERE id IN (...) for the
  * whole batch. When it changed fewer rows than there are orders, one SELECT
  * of their statuses gives each message its verdict. With guard = false each
@@ -439,7 +514,8 @@ static int order_pay_handle_batch(void *state, MYSQL *db, const idemd_message_t 
     long long *d = st->ids + n; /* the distinct orderIds, sorted */
     for (size_t i = 0; i < n; i++) {
         verdicts[i] = IDEMD_RESULT_OK;
-        if (order_pay_parse(st, msgs[i], &st->ids[i], errors + i * errlen, errlen) != 0) {
+        if (order_pay_parse_body(st->tok, msgs[i]->body, msgs[i]->body_len, &st->ids[i],
+                                 errors + i * errlen, errlen) != 0) {
             verdicts[i] = IDEMD_RESULT_REJECT;
             st->ids[i] = 0;
             continue;
@@ -453,6 +529,8 @@ static int order_pay_handle_batch(void *state, MYSQL *db, const idemd_message_t 
     for (size_t j = 0; j < k; j++)
         if (u == 0 || d[j] != d[u - 1])
             d[u++] = d[j];
+    if (st->paid_exchange && order_pay_batch_emit(st, db, msgs, n, d, u, errors, errlen) != 0)
+        return -1;
     char *o = st->sql + sprintf(st->sql,
                                 "UPDATE `%s` SET status = %d, pay_time = NOW(), pay_count = "
                                 "pay_count + ",

@@ -279,3 +279,20 @@ c_soft_set_eq()
     extra=$(comm -23 <(sort <<<"$1") <(sort <<<"$2") | cut -c1-80 | paste -sd'|')
     [[ -z "$missing$extra" ]] || c_soft_fail "$3: missing [$missing] unexpected [$extra]"
 }
+
+# c_hold_key DB CONSUMER ID: another session inserts ID's dedup record and keeps its transaction
+# open (up to 60 s), so that idemd's INSERT of that key waits; returns once the lock is held.
+c_hold_key()
+{
+    h_mysql "$1" -e "BEGIN; INSERT INTO msg_id_record (consumer, msg_id) VALUES ('$2', '$3'); SELECT SLEEP(60);" \
+        >/dev/null 2>&1 &
+    C_HOLDER=$!
+    h_wait_sql "SELECT COUNT(*) FROM information_schema.innodb_trx" 1 10
+}
+
+# c_release_key: end c_hold_key's session; its transaction is rolled back.
+c_release_key()
+{
+    h_sql "KILL $(h_sql "SELECT id FROM information_schema.processlist WHERE info = 'SELECT SLEEP(60)'")"
+    wait "$C_HOLDER" 2>/dev/null || true
+}

@@ -5,7 +5,7 @@ counter=$H_TEST_PLUGINS/counter.so
 check_bad()
 {
     local f=$1 line=$2 word=$3 rc=0
-    "$IDEMD" --check-config -c "$f" >"$f.out" 2>&1 || rc=$?
+    "$IDEMD" "${H_ALLOW_ROOT[@]}" --check-config -c "$f" >"$f.out" 2>&1 || rc=$?
     echo "--- $f (status $rc):"
     cat "$f.out"
     ((rc != 0)) || h_fail "$f: --check-config exited 0"
@@ -123,9 +123,52 @@ queues = ( { name = "q1"; handler = "$counter";
 CONF
 check_bad classic_full.conf 4 "declare.quorum = true"
 
+# TLS is never off by accident: a tls file set while tls.enabled is forgotten or false.
+cat >tls_forgotten.conf <<CONF
+database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
+broker = { port = 5671;
+  tls = { ca_file = "/etc/hostname"; }; };
+queues = ( { name = "q1"; handler = "$counter"; } );
+CONF
+check_bad tls_forgotten.conf 3 "broker.tls.ca_file: set, but tls.enabled is not set"
+cat >tls_false.conf <<CONF
+database = { host = "db.example"; user = "root"; database = "t";
+  tls = { enabled = false;
+          verify_server_cert = false; }; };
+queues = ( { name = "q1"; handler = "$counter"; } );
+CONF
+check_bad tls_false.conf 3 "database.tls.verify_server_cert: set, but tls.enabled is false"
+
+# A remote broker or database in plain text: a warning naming the host line, from
+# --check-config (which still exits 0) and at start.
+cat >plain_remote.conf <<CONF
+broker = { user = "guest"; password_file = "/etc/hostname";
+  host = "192.0.2.1"; };
+database = { user = "root"; database = "t";
+  host = "192.0.2.2"; connect_timeout = 1; };
+queues = ( { name = "q1"; handler = "$counter"; } );
+CONF
+w_mq='plain_remote.conf:2: broker.host: "192.0.2.1" is not a loopback address and tls.enabled is false'
+w_db='plain_remote.conf:4: database.host: "192.0.2.2" is not a loopback address and tls.enabled is false'
+rc=0
+"$IDEMD" "${H_ALLOW_ROOT[@]}" --check-config -c plain_remote.conf >plain_remote.out 2>&1 || rc=$?
+cat plain_remote.out
+((rc == 0)) || h_fail "plain_remote.conf: --check-config exited $rc"
+grep -qF "warning: $w_mq" plain_remote.out || h_fail "--check-config: no warning about the broker host"
+grep -qF "warning: $w_db" plain_remote.out || h_fail "--check-config: no warning about the database host"
+# The daemon would try to reach those hosts: it starts in a network namespace of its own with
+# nothing but a loopback that is down, so no packet leaves this test.
+unshare -n true 2>/dev/null || h_fail "unshare -n is not available (needs root)"
+unshare -n setsid "$IDEMD" "${H_ALLOW_ROOT[@]}" -c plain_remote.conf </dev/null >plain_remote.start.out 2>&1 &
+pr_pid=$!
+h_wait_log plain_remote.start.out "$w_db" 1 20 || h_fail "no start-up warning about the database host"
+kill -TERM -- -"$pr_pid" 2>/dev/null || true
+wait "$pr_pid" || true
+h_assert_eq "$(h_count_log plain_remote.start.out "$w_mq")" 1 "start-up warnings about the broker host"
+
 # Starting the daemon with such a file fails the same way, before connecting anywhere.
 rc=0
-timeout 30 "$IDEMD" -c durable.conf >durable.start.out 2>&1 || rc=$?
+timeout 30 "$IDEMD" "${H_ALLOW_ROOT[@]}" -c durable.conf >durable.start.out 2>&1 || rc=$?
 cat durable.start.out
 ((rc == 1)) || h_fail "idemd -c durable.conf exited $rc, expected 1"
 grep -qF "durable.conf:4: queues.[0].declare.durable" durable.start.out ||
@@ -144,7 +187,7 @@ queues = (
 CONF
 } >good.conf
 rc=0
-"$IDEMD" --check-config -c good.conf >good.out 2>&1 || rc=$?
+"$IDEMD" "${H_ALLOW_ROOT[@]}" --check-config -c good.conf >good.out 2>&1 || rc=$?
 cat good.out
 ((rc == 0)) || h_fail "good.conf: --check-config exited $rc"
 echo "t_bad_config: ok"

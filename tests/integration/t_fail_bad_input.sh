@@ -52,6 +52,7 @@ bp -r "$qm" --id xdc --body m13 --header x-delivery-count=i64:7
 bp -r "$qm" --id '' --body m5-empty-id
 bp -r "$qm" --body m6-no-id
 bp -r "$qm" --id deeprej --body reject --nested deep=18000
+bp -r "$qm" --id deep100rej --body reject --nested deep=100
 # Headers within a few hundred bytes of the frame size (131072): the dead letter copy,
 # with idemd's reason headers added, no longer fits in one frame.
 bp -r "$qm" --id bigrej --body reject --big big=130900
@@ -85,6 +86,11 @@ bp -r "$qh" --body h14 --header x-id=str:
 bp -r "$qh" --body h15 --header "x-id=str:$h255"
 bp -r "$qh" --body h16 --header x-id=i8:7
 bp -r "$qh" --body h17 --id only-message-id
+# Retry copies whose headers must be trimmed (nested deeper than 100 levels, or too big for
+# one frame beside idemd's): the x-id header stays, so they come back, are retried and
+# processed once.
+bp -r "$qh" --body retry-once --header x-id=str:deepretry --nested deep=101
+bp -r "$qh" --body retry-once --header x-id=str:bigretry --big big=130900
 
 # ---- order_pay bodies ----
 bp -r "$qp" --id p1 --body 'not json {'
@@ -103,7 +109,7 @@ bp -r "$qp" --id probe-p --body '{"orderId": 4}'
 h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id IN ('probe-m', 'probe-h')" 2 20 ||
     c_soft_fail "the probes were not processed within 20 s"
 h_wait_sql "SELECT status FROM orders WHERE id = 4" 2 20 || c_soft_fail "the order_pay probe was not processed"
-h_wait_depth "$qm.dlq" 6 20 || c_soft_fail "$qm.dlq does not hold 6 dead letters"
+h_wait_depth "$qm.dlq" 7 20 || c_soft_fail "$qm.dlq does not hold 7 dead letters"
 h_wait_depth "$qh.dlq" 12 20 || c_soft_fail "$qh.dlq does not hold 12 dead letters"
 h_wait_depth "$qp.dlq" 5 20 || c_soft_fail "$qp.dlq does not hold 5 dead letters"
 h_daemon_alive || h_fail "idemd died"
@@ -120,7 +126,7 @@ want_m=$(
     printf '%s\t1\n' 6E756C0062797465 # nul\0byte
 )
 c_soft_set_eq "$(hexes "$qm")" "$want_m" "effects of $qm (hex id<TAB>n)"
-want_h=$(for id in -42 1700000000 'raw'$'\xff' "$h255" 7 probe-h; do printf '%s\t1\n' "$(hex "$id")"; done)
+want_h=$(for id in -42 1700000000 'raw'$'\xff' "$h255" 7 probe-h deepretry bigretry; do printf '%s\t1\n' "$(hex "$id")"; done)
 c_soft_set_eq "$(hexes "$qh")" "$want_h" "effects of $qh (hex id<TAB>n)"
 c_soft_eq "$(h_sql "SELECT COUNT(*) FROM x")" 0 "table x (still there)"
 c_soft_eq "$(h_sql "SELECT id, status, pay_count FROM orders ORDER BY id")" \
@@ -134,6 +140,10 @@ for id in bigrej uidrej; do
     ((loops <= 4)) || c_soft_fail "$id was rejected $loops times in a row (requeued each time: a hot loop)"
 done
 c_soft_eq "$(h_count_log idemd.log "outcome=reject queue=$qm id=xdc ")" 0 "rejects of xdc"
+for id in deepretry bigretry; do
+    c_soft_eq "$(h_count_log idemd.log "outcome=retry queue=$qh id=$id .*then=\"retry scheduled")" 1 \
+        "retries of $id (its copy's headers trimmed)"
+done
 
 h_daemon_stop || c_soft_fail "idemd exited with status $? on SIGTERM"
 c_soft_eq "$(h_depth "$qm")$(h_depth "$qh")$(h_depth "$qp")" 000 "work queue depths"
@@ -157,11 +167,16 @@ dl()
 dl dlq_m.txt 2 m5-empty-id "id is empty"
 dl dlq_m.txt 2 m6-no-id "no message_id property"
 dl dlq_m.txt 1 deeprej "test reject"
+dl dlq_m.txt 1 deep100rej "test reject"
 dl dlq_m.txt 1 bigrej "test reject"
 dl dlq_m.txt 1 ttlrej "test reject" # read well after its 2 s TTL
 dl dlq_m.txt 1 uidrej "test reject"
-[[ $(c_hdr "$(awk -F'\t' '$1 == "deeprej"' dlq_m.txt)" deep) == table ]] ||
-    c_soft_fail "the nested header did not survive dead-lettering"
+# Headers nested up to 100 levels survive dead-lettering; deeper ones are dropped and marked.
+[[ $(c_hdr "$(awk -F'\t' '$1 == "deep100rej"' dlq_m.txt)" deep) == table ]] ||
+    c_soft_fail "the header nested 100 levels deep did not survive dead-lettering"
+line=$(awk -F'\t' '$1 == "deeprej"' dlq_m.txt)
+[[ -z "$(c_hdr "$line" deep)" && $(c_hdr "$line" idemd-headers-dropped) == true ]] ||
+    c_soft_fail "the header nested 18000 levels deep was not dropped and marked"
 dl dlq_h.txt 2 h1 "id is 256 bytes, longer than 255"
 dl dlq_h.txt 2 h2 "id is 10240 bytes, longer than 255"
 dl dlq_h.txt 2 h3 "type 'd'"
@@ -180,6 +195,6 @@ dl dlq_p.txt 1 p3 "body is not JSON"
 dl dlq_p.txt 1 p4 "body is not JSON"
 dl dlq_p.txt 1 p5 "empty body"
 dl dlq_p.txt 1 p6 "body is not JSON"
-c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "6 12 5" "dead letters per queue"
+c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "7 12 5" "dead letters per queue"
 c_soft_done
 echo "t_fail_bad_input: ok"

@@ -40,7 +40,7 @@ h_assert_eq "$(sed -n "s/.*started worker $qb#0 as pid \([0-9]*\).*/\1/p" idemd.
     "$pid_b" "$qb's worker pids (started once)"
 kill -0 "$pid_b" 2>/dev/null || h_fail "$qb's worker $pid_b is gone"
 h_daemon_alive || h_fail "idemd died"
-h_wait_log idemd.log "outcome=reject queue=$qa id=poison .*then=dead-lettered to $qa.dlq reason=handler crashed" 1 5
+h_wait_log idemd.log "outcome=reject queue=$qa id=poison .*then=\"dead-lettered to $qa.dlq\" reason=\"handler crashed" 1 5
 
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects WHERE msg_id = 'poison'")" 0 "effects of poison"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id = 'poison'")" 0 "record of poison"

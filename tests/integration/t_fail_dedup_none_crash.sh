@@ -17,7 +17,7 @@ h_wait_depth "$q.dlq" 1 60
 h_wait_sql "SELECT COUNT(*), SUM(n) FROM effects WHERE msg_id LIKE 'n%'" $'100\t100' 30
 h_wait_depth "$q" 0 10
 h_assert_eq "$(h_count_log idemd.log "killed by signal 11")" 2 "crashes (max_attempts = 2)"
-h_wait_log idemd.log "outcome=reject queue=$q .*reason=handler crashed" 1 5
+h_wait_log idemd.log "outcome=reject queue=$q .*reason=\"handler crashed" 1 5
 h_daemon_alive || h_fail "idemd died"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 echo "t_fail_dedup_none_crash: ok"

@@ -29,7 +29,7 @@ h_daemon_alive || h_fail "idemd died"
 kills=$(h_count_log idemd.log "worker $q#0 \(pid [0-9]+\) killed: handler ran longer than handler_timeout = 2 s")
 h_assert_eq "$kills" 2 "workers killed by the handler timeout"
 ((secs >= 4)) || h_fail "dead-lettered after $secs s: two 2-second timeouts cannot have happened"
-h_wait_log idemd.log "outcome=reject queue=$q id=stuck .*then=dead-lettered to $dlq reason=handler crashed" 1 5
+h_wait_log idemd.log "outcome=reject queue=$q id=stuck .*then=\"dead-lettered to $dlq\" reason=\"handler crashed" 1 5
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects WHERE msg_id = 'stuck'")" 0 "effects of stuck"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record")" 100 "record rows"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id = 'stuck'")" 0 "record of stuck"

@@ -13,17 +13,12 @@ CONF
 } >idemd.conf
 h_daemon_start idemd.conf idemd.log
 
-h_mysql "$db" -e "BEGIN; INSERT INTO msg_id_record (consumer, msg_id) VALUES ('$q', 'C'); SELECT SLEEP(60);" \
-    >/dev/null 2>&1 &
-holder=$!
-h_wait_sql "SELECT COUNT(*) FROM information_schema.innodb_trx" 1 10
+c_hold_key "$db" "$q" C
 out=$(printf 'C\tgood\nD\tgood\n' | h_mq publish -r "$q")
 h_assert_eq "$out" "published 2 confirmed 2" "publisher"
 h_wait_log idemd.log "outcome=retry queue=$q id=C .*lock wait timeout" 1 30
 h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id = 'D'" 1 10
-# End the holder: killing its session rolls its transaction back.
-h_sql "KILL $(h_sql "SELECT id FROM information_schema.processlist WHERE info = 'SELECT SLEEP(60)'")"
-wait "$holder" 2>/dev/null || true
+c_release_key
 h_wait_sql "SELECT GROUP_CONCAT(CONCAT(msg_id, ':', n) ORDER BY msg_id) FROM effects" "C:1,D:1" 30
 h_wait_depth "$q" 0 10
 h_assert_eq "$(h_count_log idemd.log "exited with code|error 2013")" 0 "worker exits and read timeouts"

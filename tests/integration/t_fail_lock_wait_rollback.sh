@@ -17,17 +17,12 @@ CONF
 h_daemon_start idemd.conf idemd.log
 
 # Another transaction holds C's record key until we end it.
-h_mysql "$db" -e "BEGIN; INSERT INTO msg_id_record (consumer, msg_id) VALUES ('$q', 'C'); SELECT SLEEP(60);" \
-    >/dev/null 2>&1 &
-holder=$!
-h_wait_sql "SELECT COUNT(*) FROM information_schema.innodb_trx" 1 10
+c_hold_key "$db" "$q" C
 out=$(printf 'A\tgood\nB\tgood\nC\tgood\n' | h_mq publish -r "$q")
 h_assert_eq "$out" "published 3 confirmed 3" "publisher"
 
 h_wait_log idemd.log "outcome=retry queue=$q id=C .*lock wait timeout" 1 30
-# End the holder: killing its session rolls its transaction back.
-h_sql "KILL $(h_sql "SELECT id FROM information_schema.processlist WHERE info = 'SELECT SLEEP(60)'")"
-wait "$holder" 2>/dev/null || true
+c_release_key
 h_wait_sql "SELECT GROUP_CONCAT(CONCAT(msg_id, ':', n) ORDER BY msg_id) FROM effects" "A:1,B:1,C:1" 30
 h_assert_eq "$(h_sql "SELECT GROUP_CONCAT(msg_id ORDER BY msg_id) FROM msg_id_record")" "A,B,C" "records"
 h_wait_depth "$q" 0 10

@@ -55,11 +55,11 @@ h_daemon_alive || c_soft_fail "idemd died"
 h_daemon_stop || c_soft_fail "idemd exited with status $? on SIGTERM"
 c_soft_eq "$(h_sql "SELECT COUNT(*), COALESCE(SUM(n), 0), COALESCE(MAX(n), 0) FROM effects WHERE msg_id LIKE 'b%'")" \
     $'3000\t3000\t1' "effects of the backlog after three clean restarts"
-never_run=$(cat run*.log | grep -cE "outcome=reject queue=$q id=b[0-9]+ .*reason=handler crashed") || true
+never_run=$(cat run*.log | grep -cE "outcome=reject queue=$q id=b[0-9]+ .*reason=\"handler crashed") || true
 c_soft_eq "$never_run" 0 "backlog messages dead-lettered as 'handler crashed'"
 c_soft_eq "$(h_depth "$dlq")" 0 "dead letters of the backlog"
 if [[ "$never_run" != 0 ]]; then
-    ex=$(grep -h -m 1 -E "outcome=reject queue=$q id=b[0-9]+ .*reason=handler crashed" run5.log |
+    ex=$(grep -h -m 1 -E "outcome=reject queue=$q id=b[0-9]+ .*reason=\"handler crashed" run5.log |
         sed 's/.* id=\([^ ]*\) .*/\1/')
     echo "every log line about $ex (it never reached a handler before being dead-lettered):"
     grep -h "id=$ex " run*.log || true

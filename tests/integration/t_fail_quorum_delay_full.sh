@@ -91,7 +91,7 @@ h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 # again as a quorum queue: the worker says which queue and what to do (README).
 h_mq delete "$tier" >/dev/null
 h_mq declare "$tier" >/dev/null
-setsid "$IDEMD" -c idemd.conf </dev/null >>run3.log 2>&1 &
+setsid "$IDEMD" "${H_ALLOW_ROOT[@]}" -c idemd.conf </dev/null >>run3.log 2>&1 &
 H_DAEMON_PID=$!
 mkdir -p "$H_DIR/daemons"
 : >"$H_DIR/daemons/$H_DAEMON_PID"

@@ -22,14 +22,14 @@ h_assert_eq "$out" "published 2 confirmed 2" "publisher"
 
 h_wait_depth "$dlq" 1 30
 h_wait_sql "SELECT COUNT(*) FROM effects WHERE queue = '$q' AND msg_id = 'g1'" 1 10
-h_wait_log idemd.log "outcome=retry queue=$q id=x1 .*then=dead-lettered to $dlq" 1 10
+h_wait_log idemd.log "outcome=retry queue=$q id=x1 .*then=\"dead-lettered to $dlq\"" 1 10
 
 # Three attempts: two retries through the tiers, then the dead letter.
-h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=x1 .*attempt=1/3 .*then=retry scheduled")" 1 \
+h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=x1 .*attempt=1/3 .*then=\"retry scheduled\"")" 1 \
     "attempt 1 scheduled for retry"
-h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=x1 .*attempt=2/3 .*then=retry scheduled")" 1 \
+h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=x1 .*attempt=2/3 .*then=\"retry scheduled\"")" 1 \
     "attempt 2 scheduled for retry"
-h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=x1 .*attempt=3/3 .*then=dead-lettered")" 1 \
+h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=x1 .*attempt=3/3 .*then=\"dead-lettered")" 1 \
     "attempt 3 dead-lettered"
 h_assert_eq "$(h_count_log idemd.log "outcome=[a-z]+ queue=$q id=x1 ")" 3 "outcome lines of x1"
 

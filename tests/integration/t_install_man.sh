@@ -25,6 +25,19 @@ for o in "${opts[@]}"; do
 done
 echo "options documented: ${opts[*]}"
 
+# idemctl(8) renders (installed too) and documents every long option of src/idemctl.c.
+for page in "$H_ROOT/docs/idemctl.8" "$root/usr/share/man/man8/idemctl.8"; do
+    man --warnings -l "$page" >idemctl.txt 2>idemctl.err || h_fail "man -l $page failed: $(cat idemctl.err)"
+    [[ ! -s idemctl.err ]] || h_fail "man --warnings -l $page: $(cat idemctl.err)"
+    (($(wc -l <idemctl.txt) > 100)) || h_fail "$page renders to $(wc -l <idemctl.txt) lines only"
+done
+mapfile -t opts < <(grep -o '{"[a-z-]*", *\(no\|required\|optional\)_argument' "$H_ROOT/src/idemctl.c" | cut -d'"' -f2)
+((${#opts[@]} >= 15)) || h_fail "found only ${#opts[@]} options in src/idemctl.c"
+for o in "${opts[@]}"; do
+    grep -qF -- "\\-\\-${o//-/\\-}" "$H_ROOT/docs/idemctl.8" || h_fail "idemctl.8 does not document --$o"
+done
+echo "idemctl options documented: ${opts[*]}"
+
 # Every setting of the reference in docs/configuration.md (generated from src/conf.c's
 # table) is named in bold in the matching section of idemd.conf(5).
 awk '/^## Reference/ { on = 1 } on && /^### / { sec = substr($0, 5) }

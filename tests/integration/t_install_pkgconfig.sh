@@ -16,9 +16,11 @@ mk install >install.log 2>&1 || { cat install.log; h_fail "make install failed";
     echo usr/lib/systemd/system/idemd.service
     echo usr/lib/systemd/system/idemd@.service
     echo usr/sbin/idemd
+    echo usr/sbin/idemctl
     for s in "$H_ROOT"/sql/*.sql; do echo "usr/share/idemd/sql/${s##*/}"; done
     echo usr/share/man/man5/idemd.conf.5
     echo usr/share/man/man8/idemd.8
+    echo usr/share/man/man8/idemctl.8
 } | sort >expected.txt
 cat installed.txt
 diff -u expected.txt installed.txt || h_fail "installed files differ from the expected list"
@@ -36,11 +38,12 @@ grep -qxF 'ExecStart=/usr/sbin/idemd -c /etc/idemd/%i.conf' "$root/usr/lib/syste
     h_fail "idemd@.service: ExecStart does not run /usr/sbin/idemd"
 [[ -x "$root/usr/sbin/idemd" ]] || h_fail "usr/sbin/idemd is not executable"
 grep -q '^idemd [0-9]' <<<"$("$root/usr/sbin/idemd" --version)" || h_fail "installed idemd --version"
+grep -q '^idemctl [0-9]' <<<"$("$root/usr/sbin/idemctl" --version)" || h_fail "installed idemctl --version"
 
 # The sample config, pointed into the DESTDIR, is valid and loads the installed plugin.
 (umask 077 && sed "s|\"/usr/lib/idemd/plugins/|\"$root/usr/lib/idemd/plugins/|" \
     "$root/etc/idemd/idemd.conf.example" >example.conf) # it holds a password: keep it private
-out=$("$root/usr/sbin/idemd" --check-config -c example.conf 2>example.err) ||
+out=$("$root/usr/sbin/idemd" "${H_ALLOW_ROOT[@]}" --check-config -c example.conf 2>example.err) ||
     h_fail "example config: $out $(cat example.err)"
 echo "$out"
 cat example.err
@@ -104,7 +107,7 @@ unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
 } >hello.conf
 chmod 0600 hello.conf
 for bin in "$IDEMD" "$root/usr/sbin/idemd"; do
-    out=$("$bin" --check-config -c hello.conf 2>&1) || h_fail "$bin --check-config: $out"
+    out=$("$bin" "${H_ALLOW_ROOT[@]}" --check-config -c hello.conf 2>&1) || h_fail "$bin --check-config: $out"
     echo "$bin: $out"
     h_assert_eq "$out" "hello.conf: configuration OK (1 queue)" "$bin --check-config"
 done

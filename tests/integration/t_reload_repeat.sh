@@ -39,8 +39,13 @@ for i in $(seq 1 100); do
 done
 rss100=$(rss_kb)
 h_log "supervisor VmRSS: ${rss10} kB after reload 10, ${rss100} kB after reload 100"
-((rss100 - rss10 < 2048)) ||
-    h_fail "supervisor VmRSS grew by $((rss100 - rss10)) kB between reload 10 and 100"
+# Under ASan (SANITIZE=1) freed memory sits in its quarantine: the RSS says nothing there.
+if grep -qE ' __asan_init' <<<"$(nm -D --undefined-only "$IDEMD" 2>/dev/null)"; then
+    h_log "an ASan build: the RSS bound is checked by the normal build only"
+else
+    ((rss100 - rss10 < 2048)) ||
+        h_fail "supervisor VmRSS grew by $((rss100 - rss10)) kB between reload 10 and 100"
+fi
 h_assert_eq "$(h_count_log idemd.log "reload: queues.$qa.prefetch changed: draining queue '$qa'")" \
     100 "drains of $qa"
 

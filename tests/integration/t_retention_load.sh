@@ -2,7 +2,7 @@
 db=t_retention_load
 q=t_retention_load.q
 old=150000 # backdated records of this consumer: more than one slice deletes
-total=8000 # 16 s of load at 500 messages/s
+total=12000 # 24 s of load at 500 messages/s
 h_new_db "$db"
 h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time)
        SELECT '$q', CONCAT('old', seq), NOW(3) - INTERVAL 10 DAY FROM seq_1_to_$old"
@@ -29,8 +29,8 @@ while (($(h_depth "$q") < 200)); do
 done
 h_daemon_start idemd.conf idemd.log
 t0=$SECONDS
-h_wait_sql "SELECT COUNT(*) FROM msg_id_record WHERE consumer = '$q' AND msg_id LIKE 'old%'" 0 12 ||
-    h_fail "old records still there after 12 s of load"
+h_wait_sql "SELECT COUNT(*) FROM msg_id_record WHERE consumer = '$q' AND msg_id LIKE 'old%'" 0 20 ||
+    h_fail "old records still there after 20 s of load"
 h_wait_sql "SELECT COUNT(*) FROM idemd_attempt" 0 5 || h_fail "old crash counts still there"
 kill -0 "$pub" 2>/dev/null || h_fail "the publisher ended before retention did: nothing proven under load"
 (($(h_depth "$q") > 0 || $(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id LIKE 'l%'") < total)) ||

@@ -12,7 +12,13 @@
  * RETRY on the first attempt only (attempt 1 and not redelivered; attempt
  * counts retries that come back through delay queues, where the broker's
  * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
- * "hang" -> never returns; "skip" -> OK without any SQL (no effect). Anything else -> OK.
+ * "hang" -> never returns; "skip" -> OK without any SQL (no effect);
+ * "reject-until-fixed" -> REJECT until a row named 'fixed' is in counter_flags
+ * (tests/schema.sql: a test "fixes the handler" by inserting it), then OK;
+ * "reject-echo:TEXT" -> REJECT with TEXT (any bytes, up to a NUL) as the reason,
+ * to test that a handler's reason cannot forge a log line; "load-local" -> LOAD DATA
+ * LOCAL INFILE '/etc/hostname' INTO TABLE load_local: OK if the client sent the file,
+ * REJECT with the error if it refused. Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
@@ -124,6 +130,23 @@ static int counter_body_is(const idemd_message_t *msg, const char *word)
     return msg->body_len == n && memcmp(msg->body, word, n) == 0;
 }
 
+/* Whether the test has "fixed the handler": a row 'fixed' in counter_flags. Errors count as
+ * not fixed. */
+static int counter_fixed(MYSQL *db)
+{
+    MYSQL_RES *res;
+    MYSQL_ROW row;
+    int fixed = 0;
+
+    if (mysql_query(db, "SELECT COUNT(*) FROM counter_flags WHERE name = 'fixed'") != 0 ||
+        (res = mysql_store_result(db)) == NULL)
+        return 0;
+    if ((row = mysql_fetch_row(res)) != NULL && row[0] != NULL)
+        fixed = atoi(row[0]) > 0;
+    mysql_free_result(res);
+    return fixed;
+}
+
 static void counter_sleep_ms(long long ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
@@ -168,6 +191,21 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
     if (counter_body_is(msg, "reject")) {
         snprintf(err, errlen, "test reject");
         return IDEMD_RESULT_REJECT;
+    }
+    if (counter_body_is(msg, "reject-until-fixed") && !counter_fixed(db)) {
+        snprintf(err, errlen, "test reject-until-fixed");
+        return IDEMD_RESULT_REJECT;
+    }
+    if (msg->body_len >= 12 && memcmp(msg->body, "reject-echo:", 12) == 0) {
+        snprintf(err, errlen, "%.*s", (int)(msg->body_len - 12), (const char *)msg->body + 12);
+        return IDEMD_RESULT_REJECT;
+    }
+    if (counter_body_is(msg, "load-local")) {
+        if (mysql_query(db, "LOAD DATA LOCAL INFILE '/etc/hostname' INTO TABLE load_local") != 0) {
+            snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+            return IDEMD_RESULT_REJECT;
+        }
+        return IDEMD_RESULT_OK;
     }
     if (counter_body_is(msg, "retry")) {
         snprintf(err, errlen, "test retry");

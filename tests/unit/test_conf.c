@@ -1,4 +1,6 @@
 /* test_conf.c: unit test of conf.c: defaults, every validation message with its FILE:LINE, dump. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <errno.h>
 #include <libgen.h>
 #include <limits.h>
@@ -160,7 +162,10 @@ static void test_defaults(void)
     ok(c->n_queues == 1, "one queue");
     conf_queue_t *q = &c->queues[0];
     ok(strcmp(q->name, "orders.pay") == 0, "queue name read");
-    ok(strcmp(q->handler, "plugins/op.so") == 0, "relative handler path kept as written");
+    char want_handler[PATH_MAX + 64];
+    snprintf(want_handler, sizeof(want_handler), "%s/plugins/op.so", t_dir);
+    ok(strcmp(q->handler, want_handler) == 0,
+       "a relative handler path is taken from the config file's directory, made absolute");
     ok(q->consumer && strcmp(q->consumer, "orders.pay") == 0, "consumer defaults to the name");
     ok(q->prefetch == 200, "prefetch default 200");
     ok(q->workers == 1, "workers default 1");
@@ -781,16 +786,43 @@ static void test_tls(void)
         conf_free(c);
     }
 
+    /* The sample config writes tls groups with enabled = false and the checks at their
+     * defaults: that is not a sign of a forgotten enabled. */
     snprintf(text, sizeof(text),
-             "broker = { tls = { enabled = false; verify_peer = false; verify_hostname = false; }; "
+             "broker = { tls = { enabled = false; verify_peer = true; verify_hostname = true; }; "
              "};\n"
              "database = { database = \"t\"; socket = \"/s\";\n"
-             "  tls = { enabled = false; verify_server_cert = false; }; };\n" Q1(""));
-    c = must_load("tls off with checks off (and a socket)", text);
-    ok(c && !c->broker.tls.verify_peer && !c->broker.tls.verify_hostname &&
-           !c->database.tls.verify_server_cert && c->n_warnings == 0,
-       "verify flags read; no warnings while tls is off");
+             "  tls = { enabled = false; verify_server_cert = true; }; };\n" Q1(""));
+    c = must_load("tls off with the checks at their defaults (and a socket)", text);
+    ok(c && !c->broker.tls.enabled && c->broker.tls.verify_peer && c->n_warnings == 0,
+       "verify flags read; no warnings while tls is off on loopback");
     conf_free(c);
+
+    /* TLS is never off by accident: a file or a check turned off, without enabled = true. */
+    snprintf(text, sizeof(text),
+             "broker = { port = 5671;\n  tls = {\n    ca_file = \"%s\"; }; };\n" DB Q1(""), ca);
+    expect_error("broker.tls.ca_file set, enabled forgotten", text, "ca_file",
+                 "broker.tls.ca_file: set, but tls.enabled is not set (default false): the "
+                 "connection would be plain text; set tls.enabled = true, or remove the setting");
+    snprintf(text, sizeof(text),
+             "database = { database = \"t\"; host = \"db.example\";\n  tls = { enabled = false;\n"
+             "    cert_file = \"%s\"; key_file = \"%s\"; }; };\n" Q1(""),
+             crt, key);
+    expect_error("database.tls.cert_file set with enabled = false", text, "cert_file",
+                 "database.tls.cert_file: set, but tls.enabled is false: the connection would be "
+                 "plain text; set tls.enabled = true, or remove the setting");
+    expect_error("broker.tls.verify_peer = false with enabled = false",
+                 "broker = { tls = { enabled = false;\n  verify_peer = false; }; };\n" DB Q1(""),
+                 "verify_peer",
+                 "broker.tls.verify_peer: set, but tls.enabled is false: the connection would be "
+                 "plain text; set tls.enabled = true, or remove the setting");
+    expect_error(
+        "database.tls.verify_server_cert = false, enabled forgotten",
+        "database = { database = \"t\"; tls = {\n  verify_server_cert = false; }; };\n" Q1(""),
+        "verify_server_cert",
+        "database.tls.verify_server_cert: set, but tls.enabled is not set (default "
+        "false): the connection would be plain text; set tls.enabled = true, or remove "
+        "the setting");
 
     snprintf(text, sizeof(text),
              "database = { database = \"t\"; tls = { enabled = true; }; };\n" Q1(""));
@@ -918,7 +950,104 @@ static void test_tls(void)
     write_file_mode("key.pem", "key\n", 0600);
 }
 
+/* A broker or database host off this machine without TLS: a warning naming the host line. */
+static void test_plain_remote(void)
+{
+    char text[1024], path[PATH_MAX + 64], w1[3 * PATH_MAX], w2[3 * PATH_MAX];
+    snprintf(text, sizeof(text),
+             "broker = {\n  host = \"mq.example\"; };\n"
+             "database = { database = \"t\";\n  host = \"10.0.0.5\"; };\n" Q1(""));
+    snprintf(path, sizeof(path), "%s", write_file_mode("plain.conf", text, 0600));
+    snprintf(w1, sizeof(w1),
+             "%s:2: broker.host: \"mq.example\" is not a loopback address and tls.enabled is "
+             "false: the broker password and every message cross the network in plain text",
+             path);
+    snprintf(w2, sizeof(w2),
+             "%s:4: database.host: \"10.0.0.5\" is not a loopback address and tls.enabled is "
+             "false: the database password, the handlers' statements and their data cross the "
+             "network in plain text",
+             path);
+    expect_warnings("remote hosts without TLS", path, (const char *const[]){w1, w2, NULL});
+
+    static const char *const loopback[] = {"localhost", "LocalHost", "db.localhost",    "127.0.0.1",
+                                           "127.1.2.3", "::1",       "::ffff:127.0.0.1"};
+    for (size_t i = 0; i < sizeof(loopback) / sizeof(loopback[0]); i++) {
+        char desc[128];
+        snprintf(
+            text, sizeof(text),
+            "broker = { host = \"%s\"; };\ndatabase = { database = \"t\"; host = \"%s\"; };\n" Q1(
+                ""),
+            loopback[i], loopback[i]);
+        snprintf(path, sizeof(path), "%s", write_file_mode("plain.conf", text, 0600));
+        snprintf(desc, sizeof(desc), "loopback host %s: no warning", loopback[i]);
+        expect_warnings(desc, path, (const char *const[]){NULL});
+    }
+    static const char *const remote[] = {"128.0.0.1", "mylocalhost", "::2", "192.168.1.1"};
+    for (size_t i = 0; i < sizeof(remote) / sizeof(remote[0]); i++) {
+        char desc[128];
+        snprintf(text, sizeof(text), "broker = { host = \"%s\"; };\n" DB Q1(""), remote[i]);
+        snprintf(path, sizeof(path), "%s", write_file_mode("plain.conf", text, 0600));
+        snprintf(w1, sizeof(w1),
+                 "%s:1: broker.host: \"%s\" is not a loopback address and tls.enabled is false: "
+                 "the broker password and every message cross the network in plain text",
+                 path, remote[i]);
+        snprintf(desc, sizeof(desc), "remote host %s: a warning", remote[i]);
+        expect_warnings(desc, path, (const char *const[]){w1, NULL});
+    }
+    /* A unix socket never crosses the network, whatever host says. */
+    path[0] = '\0';
+    snprintf(
+        path, sizeof(path), "%s",
+        write_file_mode(
+            "plain.conf",
+            "database = { database = \"t\"; host = \"db.example\"; socket = \"/s\"; };\n" Q1(""),
+            0600));
+    expect_warnings("database socket with a remote host: no warning", path,
+                    (const char *const[]){NULL});
+}
+
 /* A password written in the config file, by the file's mode. */
+/* metrics.listen: off by default; a numeric address and port, parsed; bad ones name the line. */
+static void test_metrics(void)
+{
+    conf_t *c = must_load("no metrics group", DB Q1(""));
+    if (c) {
+        ok(c->metrics.listen == NULL, "metrics are off by default");
+        conf_free(c);
+    }
+    c = must_load("metrics on loopback", DB "metrics = { listen = \"127.0.0.1:9187\"; };\n" Q1(""));
+    if (c) {
+        const struct sockaddr_in *a = (const struct sockaddr_in *)(const void *)&c->metrics.addr;
+        ok(a->sin_family == AF_INET && ntohs(a->sin_port) == 9187 &&
+               ntohl(a->sin_addr.s_addr) == 0x7f000001,
+           "metrics.listen \"127.0.0.1:9187\" is parsed");
+        conf_free(c);
+    }
+    c = must_load("metrics on IPv6 loopback",
+                  DB "metrics = { listen = \"[::1]:9187\"; };\n" Q1(""));
+    if (c) {
+        const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)(const void *)&c->metrics.addr;
+        ok(a->sin6_family == AF_INET6 && ntohs(a->sin6_port) == 9187 &&
+               IN6_IS_ADDR_LOOPBACK(&a->sin6_addr),
+           "metrics.listen \"[::1]:9187\" is parsed");
+        conf_free(c);
+    }
+    const char *no_port = DB "metrics = {\n  listen = \"127.0.0.1\";\n};\n" Q1("");
+    expect_error("metrics.listen without a port", no_port,
+                 "listen =", "metrics.listen: \"127.0.0.1\" has no port: write \"ADDR:PORT\"");
+    const char *bad_port = DB "metrics = {\n  listen = \"127.0.0.1:70000\";\n};\n" Q1("");
+    expect_error("metrics.listen with a port out of range", bad_port, "listen =",
+                 "metrics.listen: \"127.0.0.1:70000\": the port must be a number in 1..65535");
+    const char *name = DB "metrics = {\n  listen = \"localhost:9187\";\n};\n" Q1("");
+    expect_error("metrics.listen with a host name", name, "listen =",
+                 "metrics.listen: \"localhost:9187\": the address must be numeric, e.g. "
+                 "\"127.0.0.1:9187\" or \"[::1]:9187\"");
+    const char *v6 = DB "metrics = {\n  listen = \"::1:9187\";\n};\n" Q1("");
+    expect_error("metrics.listen with IPv6 unbracketed", v6, "listen =",
+                 "metrics.listen: \"::1:9187\": the address must be numeric, e.g. "
+                 "\"127.0.0.1:9187\" or \"[::1]:9187\"");
+}
+
 static void test_password_permissions(void)
 {
     const char *text = "broker = {\n  password = \"amqp\"; };\n"
@@ -960,6 +1089,34 @@ static void test_password_permissions(void)
              "database = { database = \"t\"; password_file = \"%s\"; };\n" Q1(""), pw);
     path = write_file_mode("perm.conf", text2, 0644);
     expect_warnings("password_file in a 0644 file: no warning", path, (const char *const[]){NULL});
+
+    /* A password_file readable by every user warns at its line; a group may read it
+     * (root:idemd 0640 is how a service account reads its file). */
+    chmod(pw, 0644);
+    path = write_file_mode("perm.conf", text2, 0600);
+    snprintf(w1, sizeof(w1),
+             "%s:1: database.password_file: \"%s\" holds a password and is readable by every "
+             "user (mode 0644): chmod o= it",
+             path, pw);
+    expect_warnings("world-readable password_file", path, (const char *const[]){w1, NULL});
+    chmod(pw, 0640);
+    expect_warnings("group-readable password_file: no warning", path, (const char *const[]){NULL});
+    chmod(pw, 0600);
+
+    /* The parsed tree keeps only what handlers read: no password stays in it. */
+    conf_t *c = must_load("inline passwords, for the tree",
+                          "broker = { password = \"amqp-secret\"; };\n"
+                          "database = { database = \"t\"; password = \"db-secret\"; };\n" Q1(
+                              "settings = { table = \"x\"; };"));
+    if (c) {
+        ok(config_lookup(&c->lc, "broker") == NULL && config_lookup(&c->lc, "database") == NULL &&
+               strcmp(c->broker.password, "amqp-secret") == 0 &&
+               strcmp(c->database.password, "db-secret") == 0 && c->queues[0].settings != NULL &&
+               config_setting_get_member(c->queues[0].settings, "table") != NULL,
+           "broker and database groups leave the parsed tree; conf keeps the passwords and the "
+           "handler settings stay");
+        conf_free(c);
+    }
 
     /* The warning names the included file that holds the password. */
     const char *inc =
@@ -1247,6 +1404,8 @@ int main(int argc, char **argv)
     test_settings_passthrough();
     test_passwords();
     test_tls();
+    test_plain_remote();
+    test_metrics();
     test_password_permissions();
     test_file_errors();
     test_dump();

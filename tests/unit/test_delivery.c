@@ -102,7 +102,7 @@ int main(void)
 
     char out[32];
     delivery_id_printable("a\x01\\b", 4, out, sizeof(out));
-    t_check(strcmp(out, "a\\x01\\x5cb") == 0, "non-printable id bytes are escaped");
+    t_check(strcmp(out, "\"a\\x01\\\\b\"") == 0, "non-printable id bytes are escaped (quoted)");
     delivery_id_printable(big, 256, out, sizeof(out));
     t_check(strlen(out) < sizeof(out) && strstr(out, "...") != NULL,
             "long ids are truncated with ...");

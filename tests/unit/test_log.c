@@ -62,6 +62,7 @@ static int t_lines(const char *s)
 /* ---- a fake journal writer that records the last message's fields ---- */
 
 static char t_fields[16][2200];
+static size_t t_lens[16];
 static int t_nfields, t_journal_calls, t_journal_rc;
 
 static int t_journal(const struct iovec *iov, int n)
@@ -73,6 +74,7 @@ static int t_journal(const struct iovec *iov, int n)
             iov[i].iov_len < sizeof(t_fields[0]) - 1 ? iov[i].iov_len : sizeof(t_fields[0]) - 1;
         memcpy(t_fields[i], iov[i].iov_base, len);
         t_fields[i][len] = '\0';
+        t_lens[i] = len;
         t_nfields++;
     }
     return t_journal_rc;
@@ -86,6 +88,16 @@ static const char *t_field(const char *name)
         if (strncmp(t_fields[i], name, len) == 0 && t_fields[i][len] == '=')
             return t_fields[i] + len + 1;
     return NULL;
+}
+
+/* The length of field NAME's value in the last journal message, or -1. */
+static long t_field_len(const char *name)
+{
+    size_t len = strlen(name);
+    for (int i = 0; i < t_nfields; i++)
+        if (strncmp(t_fields[i], name, len) == 0 && t_fields[i][len] == '=')
+            return (long)(t_lens[i] - len - 1);
+    return -1;
 }
 
 static int t_field_is(const char *name, const char *value)
@@ -158,6 +170,127 @@ static void test_stderr_format(void)
     out = t_capture_end();
     t_check(t_lines(out) == 1 && strlen(out) <= 2048 && out[strlen(out) - 1] == '\n',
             "stderr: an over-long message is cut to one line of at most 2048 bytes");
+}
+
+static void test_quote(void)
+{
+    char out[64];
+    t_check(strcmp(log_quote("id-7", 4, out, sizeof(out)), "id-7") == 0 &&
+                strcmp(log_quote_str("a.b:c/d", out, sizeof(out)), "a.b:c/d") == 0,
+            "quote: plain printable values stay bare");
+    t_check(strcmp(log_quote_str("o-1 outcome=ok tag=7", out, sizeof(out)),
+                   "\"o-1 outcome=ok tag=7\"") == 0,
+            "quote: a value with spaces and '=' is quoted");
+    t_check(strcmp(log_quote_str("a=b", out, sizeof(out)), "\"a=b\"") == 0 &&
+                strcmp(log_quote_str("", out, sizeof(out)), "\"\"") == 0 &&
+                strcmp(log_quote_str(NULL, out, sizeof(out)), "\"\"") == 0,
+            "quote: '=' alone, the empty value and NULL are quoted");
+    t_check(strcmp(log_quote("x\"y\\z", 5, out, sizeof(out)), "\"x\\\"y\\\\z\"") == 0,
+            "quote: quotes and backslashes are backslashed");
+    t_check(strcmp(log_quote("a\nb\rc\td\x01\x00\x1b\xff", 11, out, sizeof(out)),
+                   "\"a\\nb\\rc\\td\\x01\\x00\\x1b\\xff\"") == 0,
+            "quote: control bytes, NUL and non-ASCII are escaped");
+    char big[300];
+    memset(big, ' ', sizeof(big));
+    log_quote(big, sizeof(big), out, sizeof(out));
+    t_check(strlen(out) == sizeof(out) - 1 && strcmp(out + strlen(out) - 4, "...\"") == 0,
+            "quote: a long value is cut to fit, ending in ...\"");
+    memset(big, '\n', sizeof(big));
+    log_quote(big, sizeof(big), out, sizeof(out));
+    t_check(strlen(out) < sizeof(out) && strcmp(out + strlen(out) - 4, "...\"") == 0 &&
+                strchr(out, '\n') == NULL,
+            "quote: a cut never splits an escape");
+    t_check(strcmp(log_quote("abc", 3, out, 3), "") == 0 &&
+                strcmp(log_quote("a b", 3, out, 7), "") == 0,
+            "quote: too small a buffer gives \"\" (never overflows)");
+}
+
+/* Count the key=value fields of a line the way a logfmt reader does: key=bare or key="..." */
+static int t_logfmt_count(const char *line, const char *key, const char *value)
+{
+    int n = 0;
+    size_t klen = strlen(key);
+    const char *p = line;
+    while (*p && *p != '\n') {
+        while (*p == ' ')
+            p++;
+        const char *start = p;
+        const char *eq = NULL;
+        while (*p && *p != ' ' && *p != '\n' && *p != '=')
+            p++;
+        if (*p == '=')
+            eq = p++;
+        const char *v = p;
+        size_t vlen;
+        if (*p == '"') {
+            for (p++; *p && *p != '"' && *p != '\n'; p++)
+                if (*p == '\\' && p[1])
+                    p++;
+            if (*p == '"')
+                p++;
+            vlen = (size_t)(p - v);
+        } else {
+            while (*p && *p != ' ' && *p != '\n')
+                p++;
+            vlen = (size_t)(p - v);
+        }
+        if (eq && (size_t)(eq - start) == klen && strncmp(start, key, klen) == 0 &&
+            (value == NULL || (strlen(value) == vlen && strncmp(v, value, vlen) == 0)))
+            n++;
+    }
+    return n;
+}
+
+static void test_forging(void)
+{
+    const char *out;
+    char qid[96], qr[256];
+    static const char id[] = "o-1 outcome=ok tag=7";
+    static const char reason[] = "bad\n2026-11-29 10:00:00.000 [1] q#1 info: outcome=ok id=x";
+
+    log_set_target(LOG_TARGET_STDERR);
+    log_set_level(LOG_LEVEL_INFO);
+    log_set_context("q#1");
+    t_capture_begin();
+    log_fields_id(LOG_LEVEL_WARNING, "q", "c", id, strlen(id), "h", "reject",
+                  "outcome=%s queue=%s id=%s reason=%s", "reject", "q",
+                  log_quote(id, strlen(id), qid, sizeof(qid)),
+                  log_quote_str(reason, qr, sizeof(qr)));
+    out = t_capture_end();
+    printf("# %s", out);
+    t_check(t_lines(out) == 1, "forging: an outcome line with a hostile id and reason is one line");
+    t_check(t_logfmt_count(out, "outcome", NULL) == 1 &&
+                t_logfmt_count(out, "outcome", "reject") == 1 &&
+                t_logfmt_count(out, "tag", NULL) == 0,
+            "forging: a logfmt reader sees one outcome field, the real one");
+    t_check(strstr(out, " id=\"o-1 outcome=ok tag=7\" ") != NULL &&
+                strstr(out, "reason=\"bad\\n2026-11-29") != NULL,
+            "forging: the id and the reason are quoted and escaped");
+
+    /* The net under every line: a raw newline from anywhere (a server's error text) is escaped. */
+    t_capture_begin();
+    log_error("database: error 1: %s", "line one\nforged error: line two\r\x1b[2J");
+    out = t_capture_end();
+    t_check(t_lines(out) == 1 &&
+                strstr(out, "line one\\nforged error: line two\\r\\x1b[2J\n") != NULL,
+            "forging: control bytes in any text are escaped: one line per event");
+
+    /* The journal keeps the raw id bytes (binary-safe), and MESSAGE is the escaped text. */
+    static const char bin[] = "a\nb\0c";
+    log_set_journal_writer(t_journal);
+    log_set_target(LOG_TARGET_JOURNAL);
+    t_capture_begin();
+    log_fields_id(LOG_LEVEL_WARNING, "q", "c", bin, sizeof(bin) - 1, "h", "reject", "reason=%s",
+                  "x\ny");
+    out = t_capture_end();
+    t_check(out[0] == '\0' && t_nfields == 9 && t_field_len("IDEMD_MSG_ID") == 5 &&
+                memcmp(t_field("IDEMD_MSG_ID"), bin, 5) == 0 &&
+                t_field_is("IDEMD_OUTCOME", "reject") && t_field_is("MESSAGE", "q#1: reason=x\\ny"),
+            "journal: IDEMD_MSG_ID carries the id's bytes (newline, NUL) as they are");
+    log_fields_id(LOG_LEVEL_WARNING, "q", "c", NULL, 0, "h", "reject", "no id");
+    t_check(t_nfields == 8 && t_field("IDEMD_MSG_ID") == NULL, "journal: no id, no IDEMD_MSG_ID");
+    log_set_journal_writer(NULL);
+    log_set_target(LOG_TARGET_STDERR);
 }
 
 static void test_journal_stream(void)
@@ -379,6 +512,8 @@ int main(int argc, char **argv)
     }
     test_levels();
     test_stderr_format();
+    test_quote();
+    test_forging();
     test_journal_stream();
     test_journal_fields();
     test_env_target();

@@ -1,0 +1,1094 @@
+/* idemctl.c: idemd's operator tool: status, id lookups, dead letters (list, replay, purge), record
+ * purge. */
+#include <errno.h>
+#include <getopt.h>
+#include <json-c/json.h>
+#include <regex.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "conf.h"
+#include "db.h"
+#include "delivery.h"
+#include "log.h"
+#include "mq.h"
+#include "relay.h"
+
+#ifndef IDEMCTL_VERSION
+#define IDEMCTL_VERSION "unknown"
+#endif
+
+/* Exit codes a script can rely on (idemctl(8), EXIT STATUS). */
+#define CTL_EXIT_OK 0
+#define CTL_EXIT_NOMATCH 1 /* an id was not found, or nothing matched */
+#define CTL_EXIT_USAGE 2   /* bad arguments or configuration; purge without --yes */
+#define CTL_EXIT_CONNECT 3 /* cannot reach the broker or the database */
+#define CTL_EXIT_PARTIAL 4 /* stopped part way: what was done is done, the rest is untouched */
+
+#define CTL_CONFIRM_MS 30000
+#define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_dlq */
+#define CTL_DEFAULT_CONF "/etc/idemd/idemd.conf"
+
+typedef enum ctl_mode { CTL_LIST, CTL_COUNT, CTL_REPLAY, CTL_PURGE } ctl_mode_t;
+
+/* The command line, and what the command shares. */
+typedef struct ctl {
+    conf_t *conf;
+    bool json;
+    const char *consumer; /* --consumer or NULL */
+    bool has_reason;
+    const char *reason_src;
+    regex_t reason;
+    long limit; /* dlq list: 0 = all */
+    const char **ids;
+    int n_ids;
+    bool all, yes, to_original;
+    const char *to_queue;
+    long slow_ms;
+    long long older_s; /* records purge */
+    long batch;
+    json_object *out; /* --json: the document printed at the end */
+} ctl_t;
+
+/* What idemctl reads off one dead letter; borrows nothing after ctl_letter_read. */
+typedef struct ctl_letter {
+    uint64_t tag;
+    amqp_message_t msg;
+    const conf_queue_t *q; /* the configured queue named by idemd-queue, or NULL */
+    bool has_id;
+    char id[DELIVERY_ID_MAX + 1];
+    size_t id_len;
+    long long attempts;
+    bool has_exchange, has_routing_key;
+    char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
+} ctl_letter_t;
+
+/* The usage summary (also idemctl(8), SYNOPSIS). */
+static void ctl_usage(FILE *out)
+{
+    fputs("usage: idemctl [-c FILE] [--json] [-v] COMMAND ...\n"
+          "  status\n"
+          "  lookup [--consumer C] ID...\n"
+          "  dlq list QUEUE [--reason REGEX] [--limit N]\n"
+          "  dlq replay QUEUE (--id ID... | --reason REGEX | --all) [--to-original | --to QUEUE]\n"
+          "             [--consumer C]\n"
+          "  dlq purge QUEUE [--reason REGEX] --yes\n"
+          "  records purge --older-than DURATION [--consumer C] [--batch N]\n"
+          "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
+          "         -h, --help, -V, --version\n"
+          "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n",
+          out);
+}
+
+/* Parse "90", "90s", "15m", "12h", "30d", "2w" or sums like "1h30m" into seconds; -1 if bad. */
+static long long ctl_duration(const char *s)
+{
+    long long total = 0;
+    if (*s == '\0')
+        return -1;
+    while (*s) {
+        char *end;
+        errno = 0;
+        long long n = strtoll(s, &end, 10);
+        if (end == s || errno != 0 || n < 0)
+            return -1;
+        long long unit = 1;
+        switch (*end) {
+        case '\0':
+            break;
+        case 's':
+            end++;
+            break;
+        case 'm':
+            unit = 60, end++;
+            break;
+        case 'h':
+            unit = 3600, end++;
+            break;
+        case 'd':
+            unit = 86400, end++;
+            break;
+        case 'w':
+            unit = 604800, end++;
+            break;
+        default:
+            return -1;
+        }
+        if (n > (1LL << 40) / unit)
+            return -1;
+        total += n * unit;
+        s = end;
+    }
+    return total;
+}
+
+/* Print bytes on one line for text output: tab, newline and backslash escaped, other
+ * control bytes as \xNN. */
+static void ctl_put(FILE *f, const char *s, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\t')
+            fputs("\\t", f);
+        else if (c == '\n')
+            fputs("\\n", f);
+        else if (c == '\\')
+            fputs("\\\\", f);
+        else if (c < 0x20 || c == 0x7f)
+            fprintf(f, "\\x%02x", c);
+        else
+            fputc(c, f);
+    }
+}
+
+/* ctl_put of a C string. */
+static void ctl_puts(FILE *f, const char *s)
+{
+    ctl_put(f, s, strlen(s));
+}
+
+/* An X'...' literal for bytes: safe for any consumer or id. Returns a malloc'd string or NULL. */
+static char *ctl_hex(const char *s, size_t len)
+{
+    char *out = malloc(len * 2 + 4);
+    if (out == NULL)
+        return NULL;
+    char *p = out;
+    *p++ = 'X';
+    *p++ = '\'';
+    for (size_t i = 0; i < len; i++)
+        p += sprintf(p, "%02x", (unsigned char)s[i]);
+    *p++ = '\'';
+    *p = '\0';
+    return out;
+}
+
+/* Add a string member to a JSON object (bytes, may hold anything json-c can escape). */
+static void ctl_json_str(json_object *o, const char *key, const char *s, size_t len)
+{
+    json_object_object_add(o, key, json_object_new_string_len(s, (int)len));
+}
+
+/* Print the --json document (ctl->out) and free it. */
+static void ctl_json_flush(ctl_t *ctl)
+{
+    if (ctl->out == NULL)
+        return;
+    puts(json_object_to_json_string_ext(ctl->out, JSON_C_TO_STRING_PLAIN));
+    json_object_put(ctl->out);
+    ctl->out = NULL;
+}
+
+/* The distinct consumers of the configuration, or just --consumer. n is set; the array
+ * borrows from ctl; free it. NULL when out of memory. */
+static const char **ctl_consumers(const ctl_t *ctl, int *n)
+{
+    const char **c = calloc((size_t)ctl->conf->n_queues + 1, sizeof(*c));
+    *n = 0;
+    if (c == NULL)
+        return NULL;
+    if (ctl->consumer) {
+        c[(*n)++] = ctl->consumer;
+        return c;
+    }
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const char *name = ctl->conf->queues[i].consumer;
+        bool dup = false;
+        for (int j = 0; j < *n; j++)
+            dup |= strcmp(c[j], name) == 0;
+        if (!dup)
+            c[(*n)++] = name;
+    }
+    return c;
+}
+
+/* Open the database as the first configured consumer. 0 or CTL_EXIT_CONNECT (logged). */
+static int ctl_db_open(const ctl_t *ctl, db_t **db)
+{
+    const char *consumer = ctl->consumer         ? ctl->consumer
+                           : ctl->conf->n_queues ? ctl->conf->queues[0].consumer
+                                                 : "";
+    if (db_open(&ctl->conf->database, consumer, false, db) != 0) {
+        fprintf(stderr, "idemctl: cannot connect to the database (see above)\n");
+        return CTL_EXIT_CONNECT;
+    }
+    return 0;
+}
+
+/*
+ * Run a query that returns one row; the row's fields are copied into
+ * vals[0..n-1] (bufsize bytes each; NULL becomes ""). Returns 1 for a row,
+ * 0 for none, -1 on error (logged). The transaction is rolled back after.
+ */
+static int ctl_query_row(db_t *db, const char *sql, char (*vals)[64], int n)
+{
+    MYSQL_RES *res = NULL;
+    int rc = -1;
+    if (mysql_query(db->my, sql) != 0 || (res = mysql_store_result(db->my)) == NULL) {
+        log_error("database: '%s': %s", sql, mysql_error(db->my));
+        goto out;
+    }
+    MYSQL_ROW row = mysql_fetch_row(res);
+    rc = row != NULL;
+    for (int i = 0; row && i < n && i < (int)mysql_num_fields(res); i++)
+        snprintf(vals[i], 64, "%s", row[i] ? row[i] : "");
+out:
+    if (res)
+        mysql_free_result(res);
+    (void)mysql_query(db->my, "ROLLBACK");
+    return rc;
+}
+
+/* ---------- lookup ---------- */
+
+/* lookup: for each id, the record (consumer, time) and an attempts row if any. */
+static int ctl_lookup(ctl_t *ctl, char **ids, int n_ids)
+{
+    db_t *db = NULL;
+    int n_cons = 0, missing = 0, rc;
+    const char **cons = ctl_consumers(ctl, &n_cons);
+    json_object *arr = NULL;
+    char sql[1200], vals[2][64];
+
+    if (cons == NULL)
+        return CTL_EXIT_PARTIAL;
+    if ((rc = ctl_db_open(ctl, &db)) != 0)
+        goto out;
+    if (ctl->json) {
+        arr = json_object_new_array();
+        ctl->out = json_object_new_object();
+        json_object_object_add(ctl->out, "ids", arr);
+    }
+    for (int i = 0; i < n_ids; i++) {
+        size_t id_len = strlen(ids[i]);
+        bool found = false, printed = false;
+        if (id_len == 0 || id_len > DELIVERY_ID_MAX) {
+            fprintf(stderr, "idemctl: id '%s': ids are 1 to %d bytes\n", ids[i], DELIVERY_ID_MAX);
+            rc = CTL_EXIT_USAGE;
+            goto out;
+        }
+        char *hid = ctl_hex(ids[i], id_len);
+        for (int c = 0; hid && c < n_cons; c++) {
+            char *hc = ctl_hex(cons[c], strlen(cons[c]));
+            if (hc == NULL)
+                break;
+            long long attempts = 0;
+            char when[64] = "";
+            snprintf(sql, sizeof(sql),
+                     "SELECT DATE_FORMAT(create_time, '%%Y-%%m-%%d %%H:%%i:%%s.%%f') FROM `%s` "
+                     "WHERE consumer = %s AND msg_id = %s",
+                     ctl->conf->database.record_table, hc, hid);
+            int got = ctl_query_row(db, sql, vals, 1);
+            if (got == 1)
+                snprintf(when, sizeof(when), "%.23s", vals[0]);
+            int got_a = got < 0 ? -1 : 0;
+            if (got >= 0) {
+                snprintf(sql, sizeof(sql),
+                         "SELECT attempts FROM " DB_ATTEMPT_TABLE
+                         " WHERE consumer = %s AND msg_id = %s",
+                         hc, hid);
+                if ((got_a = ctl_query_row(db, sql, vals, 1)) == 1)
+                    attempts = atoll(vals[0]);
+            }
+            free(hc);
+            if (got < 0 || got_a < 0) {
+                free(hid);
+                rc = CTL_EXIT_PARTIAL;
+                goto out;
+            }
+            /* One line per consumer that knows the id (a record or an attempts row); one
+             * "not processed" line when none does (or for the one asked with --consumer). */
+            if (got == 0 && got_a == 0 && !(ctl->consumer || (c == n_cons - 1 && !printed)))
+                continue;
+            found |= got == 1;
+            printed = true;
+            if (ctl->json) {
+                json_object *o = json_object_new_object();
+                ctl_json_str(o, "id", ids[i], id_len);
+                json_object_object_add(o, "consumer", json_object_new_string(cons[c]));
+                json_object_object_add(o, "processed", json_object_new_boolean(got == 1));
+                json_object_object_add(o, "time", got == 1 ? json_object_new_string(when) : NULL);
+                json_object_object_add(o, "attempts", json_object_new_int64(attempts));
+                json_object_array_add(arr, o);
+            } else {
+                ctl_puts(stdout, ids[i]);
+                printf("\t%s\t%s\t%s\tattempts=%lld\n", cons[c],
+                       got == 1 ? "processed" : "not-processed", got == 1 ? when : "-", attempts);
+            }
+        }
+        free(hid);
+        if (!found)
+            missing++;
+    }
+    rc = missing ? CTL_EXIT_NOMATCH : CTL_EXIT_OK;
+out:
+    ctl_json_flush(ctl);
+    free(cons);
+    db_close(db);
+    return rc;
+}
+
+/* ---------- records purge ---------- */
+
+/* records purge: delete records older than --older-than, batch rows per committed DELETE. */
+static int ctl_records_purge(ctl_t *ctl)
+{
+    db_t *db = NULL;
+    int n_cons = 0, rc;
+    const char **cons = ctl_consumers(ctl, &n_cons);
+    long long deleted = 0;
+    char sql[1200];
+
+    if (cons == NULL)
+        return CTL_EXIT_PARTIAL;
+    if ((rc = ctl_db_open(ctl, &db)) != 0)
+        goto out;
+    for (int c = 0; c < n_cons; c++) {
+        char *hc = ctl_hex(cons[c], strlen(cons[c]));
+        if (hc == NULL) {
+            rc = CTL_EXIT_PARTIAL;
+            goto out;
+        }
+        snprintf(sql, sizeof(sql),
+                 "DELETE FROM `%s` WHERE consumer = %s AND create_time < NOW(3) - INTERVAL %lld "
+                 "SECOND LIMIT %ld",
+                 ctl->conf->database.record_table, hc, ctl->older_s, ctl->batch);
+        free(hc);
+        for (;;) {
+            if (mysql_query(db->my, sql) != 0) {
+                log_error("database: '%s': %s", sql, mysql_error(db->my));
+                (void)db_rollback(db);
+                rc = CTL_EXIT_PARTIAL;
+                goto out;
+            }
+            long long n = (long long)mysql_affected_rows(db->my);
+            if (db_commit(db) != DB_OK) {
+                rc = CTL_EXIT_PARTIAL;
+                goto out;
+            }
+            deleted += n;
+            log_info("records purge: consumer %s: %lld deleted", cons[c], n);
+            if (n < ctl->batch)
+                break;
+        }
+    }
+    rc = CTL_EXIT_OK;
+out:
+    if (ctl->json) {
+        ctl->out = json_object_new_object();
+        json_object_object_add(ctl->out, "deleted", json_object_new_int64(deleted));
+        json_object_object_add(ctl->out, "complete", json_object_new_boolean(rc == CTL_EXIT_OK));
+        ctl_json_flush(ctl);
+    } else if (rc == CTL_EXIT_OK || deleted > 0) {
+        printf("deleted %lld record%s older than %lld s\n", deleted, deleted == 1 ? "" : "s",
+               ctl->older_s);
+    }
+    free(cons);
+    db_close(db);
+    return rc;
+}
+
+/* ---------- broker helpers ---------- */
+
+/*
+ * Passive queue.declare of name on mq's channel: *msgs and *consumers.
+ * Returns 0, 1 when there is no such queue (the channel is opened again),
+ * or -1 (logged).
+ */
+static int ctl_queue_peek(mq_t *mq, const char *name, unsigned *msgs, unsigned *consumers)
+{
+    char why[400];
+    amqp_queue_declare_ok_t *ok = amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name),
+                                                     1, 0, 0, 0, amqp_empty_table);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL && ok) {
+        *msgs = ok->message_count;
+        *consumers = ok->consumer_count;
+        return 0;
+    }
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+        ((amqp_channel_close_t *)r.reply.decoded)->reply_code == AMQP_NOT_FOUND) {
+        amqp_channel_close_ok_t cok;
+        amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &cok);
+        amqp_channel_open(mq->conn, MQ_CHANNEL);
+        r = amqp_get_rpc_reply(mq->conn);
+        if (r.reply_type == AMQP_RESPONSE_NORMAL)
+            return 1;
+    }
+    log_error("broker %s: queue %s: %s", mq->where, name, mq_reply_text(r, why, sizeof(why)));
+    return -1;
+}
+
+/* ---------- status ---------- */
+
+/*
+ * status: per configured queue, from the broker (passive declares) and the
+ * database: consumers attached (one per running worker), ready messages,
+ * dead letters, messages waiting in delay queues, records committed in the
+ * last minute, attempts rows.
+ */
+static int ctl_status(ctl_t *ctl)
+{
+    mq_t *mq = NULL;
+    db_t *db = NULL;
+    int rc = CTL_EXIT_OK;
+    char sql[1200], vals[2][64], name[512];
+
+    if (mq_open(&ctl->conf->broker, "idemctl", &mq) != 0) {
+        fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        return CTL_EXIT_CONNECT;
+    }
+    if ((rc = ctl_db_open(ctl, &db)) != 0)
+        goto out;
+    if (ctl->json)
+        ctl->out = json_object_new_array();
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const conf_queue_t *q = &ctl->conf->queues[i];
+        unsigned ready = 0, consumers = 0, dl = 0, delayed = 0, m, c;
+        int st = ctl_queue_peek(mq, q->name, &ready, &consumers);
+        if (st < 0) {
+            rc = CTL_EXIT_PARTIAL;
+            goto out;
+        }
+        bool present = st == 0;
+        if (q->dead_letter_queue && ctl_queue_peek(mq, q->dead_letter_queue, &dl, &c) < 0) {
+            rc = CTL_EXIT_PARTIAL;
+            goto out;
+        }
+        for (int t = 0; t < q->n_retry_delays; t++) {
+            snprintf(name, sizeof(name), "%s.retry.%d", q->name, q->retry_delays_ms[t]);
+            st = ctl_queue_peek(mq, name, &m, &c);
+            if (st < 0) {
+                rc = CTL_EXIT_PARTIAL;
+                goto out;
+            }
+            delayed += st == 0 ? m : 0;
+        }
+        char *hc = ctl_hex(q->consumer, strlen(q->consumer));
+        long long recent = 0, attempts = 0;
+        if (hc == NULL) {
+            rc = CTL_EXIT_PARTIAL;
+            goto out;
+        }
+        snprintf(sql, sizeof(sql),
+                 "SELECT COUNT(*) FROM `%s` WHERE create_time >= NOW(3) - INTERVAL 60 SECOND AND "
+                 "consumer = %s",
+                 ctl->conf->database.record_table, hc);
+        int got = ctl_query_row(db, sql, vals, 1);
+        if (got == 1)
+            recent = atoll(vals[0]);
+        snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM " DB_ATTEMPT_TABLE " WHERE consumer = %s",
+                 hc);
+        free(hc);
+        if (got < 0 || (got = ctl_query_row(db, sql, vals, 1)) < 0) {
+            rc = CTL_EXIT_PARTIAL;
+            goto out;
+        }
+        attempts = got == 1 ? atoll(vals[0]) : 0;
+        if (ctl->json) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "queue", json_object_new_string(q->name));
+            json_object_object_add(o, "consumer", json_object_new_string(q->consumer));
+            json_object_object_add(o, "present", json_object_new_boolean(present));
+            json_object_object_add(o, "workers_configured", json_object_new_int(q->workers));
+            json_object_object_add(o, "consumers", json_object_new_int64(consumers));
+            json_object_object_add(o, "ready", json_object_new_int64(ready));
+            json_object_object_add(
+                o, "dead_letter_queue",
+                q->dead_letter_queue ? json_object_new_string(q->dead_letter_queue) : NULL);
+            json_object_object_add(o, "dead_letters", json_object_new_int64(dl));
+            json_object_object_add(o, "delayed", json_object_new_int64(delayed));
+            json_object_object_add(o, "records_last_60s", json_object_new_int64(recent));
+            json_object_object_add(o, "rate_per_s", json_object_new_double(recent / 60.0));
+            json_object_object_add(o, "attempt_rows", json_object_new_int64(attempts));
+            json_object_array_add(ctl->out, o);
+        } else {
+            printf("%s\t%s\tconsumers=%u/%d\tready=%u\tdead_letters=%u\tdelayed=%u\t"
+                   "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\n",
+                   q->name, present ? "present" : "absent", consumers, q->workers, ready, dl,
+                   delayed, recent, recent / 60.0, attempts);
+        }
+    }
+out:
+    ctl_json_flush(ctl);
+    db_close(db);
+    mq_close(mq);
+    return rc;
+}
+
+/* ---------- dead letters ---------- */
+
+/* A header of props as text (strings as they are, integers in decimal); false if absent. */
+static bool ctl_header(const amqp_basic_properties_t *p, const char *name, char *buf, size_t len)
+{
+    size_t n = strlen(name);
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return false;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len != n || memcmp(e->key.bytes, name, n) != 0)
+            continue;
+        const amqp_field_value_t *v = &e->value;
+        switch (v->kind) {
+        case AMQP_FIELD_KIND_UTF8:
+        case AMQP_FIELD_KIND_BYTES:
+            snprintf(buf, len, "%.*s", (int)v->value.bytes.len, (const char *)v->value.bytes.bytes);
+            return true;
+        case AMQP_FIELD_KIND_I64:
+            snprintf(buf, len, "%lld", (long long)v->value.i64);
+            return true;
+        case AMQP_FIELD_KIND_I32:
+            snprintf(buf, len, "%d", (int)v->value.i32);
+            return true;
+        case AMQP_FIELD_KIND_U32:
+            snprintf(buf, len, "%u", (unsigned)v->value.u32);
+            return true;
+        default:
+            snprintf(buf, len, "?");
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Fill l's fields from its message (l->msg read already). */
+static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    char num[32], err[128];
+
+    l->q = NULL;
+    l->queue[0] = '\0';
+    if (ctl_header(p, RELAY_H_QUEUE, l->queue, sizeof(l->queue)))
+        for (int i = 0; i < ctl->conf->n_queues && !l->q; i++)
+            if (strcmp(ctl->conf->queues[i].name, l->queue) == 0)
+                l->q = &ctl->conf->queues[i];
+    l->has_id =
+        delivery_id(p, l->q ? l->q->id_header : NULL, l->id, &l->id_len, err, sizeof(err)) == 0;
+    if (!ctl_header(p, RELAY_H_ERROR, l->reason, sizeof(l->reason)))
+        l->reason[0] = '\0';
+    if (!ctl_header(p, RELAY_H_FIRST_FAILURE, l->first, sizeof(l->first)))
+        l->first[0] = '\0';
+    if (!ctl_header(p, RELAY_H_LAST_FAILURE, l->last, sizeof(l->last)))
+        l->last[0] = '\0';
+    l->attempts = ctl_header(p, RELAY_H_ATTEMPTS, num, sizeof(num)) ? atoll(num) : 0;
+    l->has_exchange = ctl_header(p, RELAY_H_EXCHANGE, l->exchange, sizeof(l->exchange));
+    if (!l->has_exchange)
+        l->exchange[0] = '\0';
+    l->has_routing_key = ctl_header(p, RELAY_H_ROUTING_KEY, l->routing_key, sizeof(l->routing_key));
+    if (!l->has_routing_key)
+        l->routing_key[0] = '\0';
+}
+
+/* Whether the command's selection (--reason, --id) takes l. */
+static bool ctl_selected(const ctl_t *ctl, const ctl_letter_t *l)
+{
+    if (ctl->has_reason && regexec(&ctl->reason, l->reason, 0, NULL, 0) != 0)
+        return false;
+    if (ctl->n_ids > 0) {
+        bool hit = false;
+        for (int i = 0; i < ctl->n_ids && !hit; i++)
+            hit = l->has_id && strlen(ctl->ids[i]) == l->id_len &&
+                  memcmp(ctl->ids[i], l->id, l->id_len) == 0;
+        return hit;
+    }
+    return true;
+}
+
+/* One dead letter for dlq list: a line of text, or an object of the --json document. */
+static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr)
+{
+    if (ctl->json) {
+        json_object *o = json_object_new_object();
+        if (l->has_id)
+            ctl_json_str(o, "id", l->id, l->id_len);
+        else
+            json_object_object_add(o, "id", NULL);
+        ctl_json_str(o, "reason", l->reason, strlen(l->reason));
+        json_object_object_add(o, "attempts", json_object_new_int64(l->attempts));
+        json_object_object_add(o, "first_failure", json_object_new_string(l->first));
+        json_object_object_add(o, "last_failure", json_object_new_string(l->last));
+        json_object_object_add(o, "original_exchange",
+                               l->has_exchange ? json_object_new_string(l->exchange) : NULL);
+        json_object_object_add(o, "original_routing_key",
+                               l->has_routing_key ? json_object_new_string(l->routing_key) : NULL);
+        json_object_object_add(o, "queue", json_object_new_string(l->queue));
+        json_object_array_add(arr, o);
+        return;
+    }
+    if (l->has_id)
+        ctl_put(stdout, l->id, l->id_len);
+    else
+        fputc('-', stdout);
+    printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
+           l->last[0] ? l->last : "-");
+    ctl_puts(stdout, l->has_exchange ? l->exchange : "-");
+    fputc('\t', stdout);
+    ctl_puts(stdout, l->has_routing_key ? l->routing_key : "-");
+    fputc('\t', stdout);
+    ctl_puts(stdout, l->queue[0] ? l->queue : "-");
+    fputc('\t', stdout);
+    ctl_puts(stdout, l->reason);
+    fputc('\n', stdout);
+}
+
+/* Headers a replayed copy must not carry: idemd's failure headers and the broker's. */
+static bool ctl_header_dropped(amqp_bytes_t key)
+{
+    static const char *prefixes[] = {"idemd-", "x-death", "x-first-death-", "x-last-death-",
+                                     "x-delivery-count"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+        size_t n = strlen(prefixes[i]);
+        if (key.len >= n && memcmp(key.bytes, prefixes[i], n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Replay one dead letter: publish a copy (confirmed, mandatory) to its
+ * original route or --to, clear its attempts row, then ack it on rd.
+ * Returns 0, or -1 (logged) when the letter stays in the queue unacked.
+ */
+static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    amqp_basic_properties_t props = *p;
+    amqp_table_entry_t *entries = NULL;
+    const char *exchange = "", *rk;
+    char pid[96];
+    int n = 0, rc = -1;
+
+    delivery_id_printable(l->has_id ? l->id : "-", l->has_id ? l->id_len : 1, pid, sizeof(pid));
+    if (ctl->to_queue) {
+        rk = ctl->to_queue;
+    } else if (l->has_exchange && l->exchange[0]) {
+        exchange = l->exchange;
+        rk = l->routing_key;
+    } else if (l->has_routing_key && l->routing_key[0]) {
+        rk = l->routing_key; /* published through the default exchange: the queue's name */
+    } else if (l->queue[0]) {
+        rk = l->queue;
+    } else {
+        log_error("replay: dead letter %s carries no original route (%s, %s): use --to QUEUE", pid,
+                  RELAY_H_EXCHANGE, RELAY_H_ROUTING_KEY);
+        goto out;
+    }
+    if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
+        entries = calloc((size_t)p->headers.num_entries + 1, sizeof(*entries));
+        if (entries == NULL)
+            goto out;
+        for (int i = 0; i < p->headers.num_entries; i++)
+            if (!ctl_header_dropped(p->headers.entries[i].key))
+                entries[n++] = p->headers.entries[i];
+        props.headers.entries = entries;
+        props.headers.num_entries = n;
+    }
+    mq_round_begin(pub);
+    if (mq_publish_to(pub, exchange, rk, &props, l->msg.body) < 0 ||
+        mq_wait_confirms(pub, CTL_CONFIRM_MS) != 0) {
+        log_error("replay: dead letter %s: the copy to exchange '%s' routing key '%s' was not "
+                  "confirmed; the dead letter stays",
+                  pid, exchange, rk);
+        goto out;
+    }
+    if (l->has_id) {
+        const char *consumer = ctl->consumer ? ctl->consumer
+                               : l->q        ? l->q->consumer
+                               : l->queue[0] ? l->queue
+                                             : NULL;
+        if (consumer && (db_set_consumer(db, consumer) != 0 ||
+                         db_attempt_clear(db, l->id, l->id_len) < 0 || db_commit(db) != DB_OK)) {
+            (void)db_rollback(db);
+            log_error("replay: dead letter %s: published, but its attempts row was not cleared; "
+                      "the dead letter stays (a second replay is absorbed by the record)",
+                      pid);
+            goto out;
+        }
+    }
+    log_info("replay: %s published to exchange '%s' routing key '%s'", pid, exchange, rk);
+    if (ctl->slow_ms > 0) {
+        /* Test knob: a window between the confirmed copy and the ack for kill -9. */
+        fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
+        struct timespec ts = {ctl->slow_ms / 1000, (ctl->slow_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    if (mq_ack(rd, l->tag, false) != 0)
+        goto out;
+    rc = 0;
+out:
+    free(entries);
+    return rc;
+}
+
+/*
+ * Requeue the kept deliveries tags[0..n-1] (ascending) in their order.
+ * Closing the channel would requeue them too, but a quorum queue (3.10)
+ * then returns them out of order; and it reorders returns that pile up
+ * past 32 in its client on the broker side. So: basic.nack (multiple,
+ * requeue) CTL_NACK_CHUNK tags at a time, and before the next chunk wait
+ * (up to 5 s, then go on) until the queue's ready count shows this one
+ * back. Logs failures; the channel's close requeues what is left.
+ */
+static void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
+{
+    unsigned base = 0, ready = 0, consumers;
+    long back = 0;
+
+    if (ctl_queue_peek(rd, queue, &base, &consumers) != 0)
+        return;
+    for (long i = 0; i < n; i++) {
+        if ((i + 1) % CTL_NACK_CHUNK != 0 && i != n - 1)
+            continue;
+        if (amqp_basic_nack(rd->conn, MQ_CHANNEL, tags[i], 1, 1) != AMQP_STATUS_OK) {
+            log_warn("broker %s: nack of the kept messages failed; closing the channel "
+                     "requeues them",
+                     rd->where);
+            return;
+        }
+        back = i + 1;
+        for (int waited = 0; waited < 1000; waited++) {
+            if (ctl_queue_peek(rd, queue, &ready, &consumers) != 0)
+                return;
+            if ((long)ready >= (long)base + back)
+                break;
+            struct timespec ts = {0, 5000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/*
+ * dlq list / replay / purge (and the count that purge without --yes
+ * prints): take the queue's messages one by one with basic.get, without
+ * acking, as many as it held at the start. Selected ones are printed
+ * (list, kept), replayed or purged (acked); every message not acked is
+ * requeued at the end in its order (ctl_requeue). A classic queue puts
+ * them back at their positions; a quorum queue (3.10) appends returned
+ * messages behind the rest, so the pass always takes the whole queue.
+ * Dead letters that arrive during a pass end up ahead of the returned
+ * ones on a quorum queue.
+ */
+static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
+{
+    static const char *verbs[] = {"listed", "matched", "replayed", "purged"};
+    mq_t *rd = NULL, *pub = NULL;
+    db_t *db = NULL;
+    json_object *arr = NULL;
+    unsigned depth = 0, consumers = 0;
+    uint64_t *kept = NULL; /* tags not acked, ascending */
+    long n_kept = 0;
+    long scanned = 0, matched = 0, done = 0;
+    int rc = CTL_EXIT_OK;
+    char why[400];
+
+    if (mq_open(&ctl->conf->broker, "idemctl", &rd) != 0) {
+        fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        return CTL_EXIT_CONNECT;
+    }
+    int st = ctl_queue_peek(rd, queue, &depth, &consumers);
+    if (st != 0) {
+        if (st > 0)
+            fprintf(stderr, "idemctl: no queue %s\n", queue);
+        rc = st > 0 ? CTL_EXIT_NOMATCH : CTL_EXIT_PARTIAL;
+        goto out;
+    }
+    if (consumers > 0)
+        log_warn("queue %s has %u consumer(s): they may take messages during this pass, and the "
+                 "order seen here is not the queue's",
+                 queue, consumers);
+    if (mode == CTL_REPLAY) {
+        if (mq_open_publisher(&ctl->conf->broker, "idemctl", NULL, NULL, &pub) != 0) {
+            fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+            rc = CTL_EXIT_CONNECT;
+            goto out;
+        }
+        if ((rc = ctl_db_open(ctl, &db)) != 0)
+            goto out;
+    }
+    if (ctl->json && mode == CTL_LIST)
+        arr = json_object_new_array();
+    if ((kept = calloc((size_t)depth + 1, sizeof(*kept))) == NULL) {
+        log_error("out of memory for %u delivery tags", depth);
+        rc = CTL_EXIT_PARTIAL;
+        goto out;
+    }
+    while (scanned < (long)depth) {
+        ctl_letter_t l;
+        amqp_rpc_reply_t r = amqp_basic_get(rd->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), 0);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+            log_error("broker %s: basic.get %s: %s", rd->where, queue,
+                      mq_reply_text(r, why, sizeof(why)));
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
+        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+            break;
+        l.tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
+        r = amqp_read_message(rd->conn, MQ_CHANNEL, &l.msg, 0);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+            log_error("broker %s: reading a message of %s: %s", rd->where, queue,
+                      mq_reply_text(r, why, sizeof(why)));
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
+        scanned++;
+        ctl_letter_fields(ctl, &l);
+        bool acked = false, stop = false;
+        /* Past --limit the pass still takes every message: a quorum queue puts returned
+         * messages behind the ones never taken, so only a whole pass keeps the order. */
+        bool wanted = !(mode == CTL_LIST && ctl->limit > 0 && matched >= ctl->limit);
+        if (wanted && ctl_selected(ctl, &l)) {
+            matched++;
+            switch (mode) {
+            case CTL_LIST:
+                ctl_letter_print(ctl, &l, arr);
+                break;
+            case CTL_COUNT:
+                break;
+            case CTL_PURGE:
+                acked = mq_ack(rd, l.tag, false) == 0;
+                stop = !acked;
+                break;
+            case CTL_REPLAY:
+                acked = ctl_replay_one(ctl, rd, pub, db, &l) == 0;
+                stop = !acked;
+                break;
+            }
+            done += acked;
+        }
+        if (!acked)
+            kept[n_kept++] = l.tag;
+        amqp_destroy_message(&l.msg);
+        amqp_maybe_release_buffers(rd->conn);
+        if (stop) {
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
+    }
+    if (n_kept > 0 && rd->channel_open)
+        ctl_requeue(rd, queue, kept, n_kept);
+    if (rc == CTL_EXIT_OK && matched == 0)
+        rc = CTL_EXIT_NOMATCH;
+    if (ctl->json) {
+        ctl->out = json_object_new_object();
+        json_object_object_add(ctl->out, "queue", json_object_new_string(queue));
+        json_object_object_add(ctl->out, "scanned", json_object_new_int64(scanned));
+        json_object_object_add(ctl->out, "matched", json_object_new_int64(matched));
+        if (mode == CTL_REPLAY || mode == CTL_PURGE)
+            json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(done));
+        json_object_object_add(ctl->out, "complete",
+                               json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
+        if (arr)
+            json_object_object_add(ctl->out, "letters", arr);
+        arr = NULL;
+    } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
+        printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
+               queue, matched);
+    } else if (mode == CTL_COUNT) {
+        printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
+               matched, scanned, queue);
+    }
+    if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
+        rc = CTL_EXIT_USAGE;
+out:
+    free(kept);
+    json_object_put(arr);
+    ctl_json_flush(ctl);
+    db_close(db);
+    mq_close(pub);
+    mq_close(rd);
+    return rc;
+}
+
+/* ---------- command line ---------- */
+
+/* A usage error: print fmt (one %s: arg) and the usage; returns CTL_EXIT_USAGE. */
+static int ctl_bad(const char *fmt, const char *arg)
+{
+    fputs("idemctl: ", stderr);
+    fprintf(stderr, fmt, arg);
+    fputs("\n", stderr);
+    ctl_usage(stderr);
+    return CTL_EXIT_USAGE;
+}
+
+/* A positive number for --limit, --batch, --slow-ms; -1 when bad. */
+static long ctl_number(const char *s)
+{
+    char *end;
+    errno = 0;
+    long n = strtol(s, &end, 10);
+    return (errno || end == s || *end || n < 0) ? -1 : n;
+}
+
+/* Parse the command line, load the configuration, run one command; exit codes CTL_EXIT_*. */
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"config", required_argument, NULL, 'c'},
+        {"json", no_argument, NULL, 'j'},
+        {"consumer", required_argument, NULL, 'C'},
+        {"reason", required_argument, NULL, 'r'},
+        {"limit", required_argument, NULL, 'n'},
+        {"id", required_argument, NULL, 'i'},
+        {"all", no_argument, NULL, 'a'},
+        {"to-original", no_argument, NULL, 'o'},
+        {"to", required_argument, NULL, 't'},
+        {"yes", no_argument, NULL, 'y'},
+        {"older-than", required_argument, NULL, 'O'},
+        {"batch", required_argument, NULL, 'b'},
+        {"slow-ms", required_argument, NULL, 'S'},
+        {"verbose", no_argument, NULL, 'v'},
+        {"version", no_argument, NULL, 'V'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    ctl_t ctl = {.batch = 1000, .older_s = -1};
+    const char *path = CTL_DEFAULT_CONF, *older = NULL;
+    char err[1024];
+    int verbose = 0, o, rc = CTL_EXIT_USAGE;
+    bool have_id = false;
+
+    ctl.ids = calloc((size_t)argc + 1, sizeof(*ctl.ids));
+    if (ctl.ids == NULL)
+        return CTL_EXIT_PARTIAL;
+    while ((o = getopt_long(argc, argv, "c:vVh", opts, NULL)) != -1) {
+        switch (o) {
+        case 'c':
+            path = optarg;
+            break;
+        case 'j':
+            ctl.json = true;
+            break;
+        case 'C':
+            ctl.consumer = optarg;
+            break;
+        case 'r':
+            if (ctl.has_reason)
+                return ctl_bad("--reason given twice%s", "");
+            if ((o = regcomp(&ctl.reason, optarg, REG_EXTENDED | REG_NOSUB)) != 0) {
+                regerror(o, &ctl.reason, err, sizeof(err));
+                fprintf(stderr, "idemctl: --reason '%s': %s\n", optarg, err);
+                return CTL_EXIT_USAGE;
+            }
+            ctl.has_reason = true;
+            ctl.reason_src = optarg;
+            break;
+        case 'n':
+            if ((ctl.limit = ctl_number(optarg)) < 0)
+                return ctl_bad("--limit '%s': expected a number", optarg);
+            break;
+        case 'i':
+            ctl.ids[ctl.n_ids++] = optarg;
+            have_id = true;
+            break;
+        case 'a':
+            ctl.all = true;
+            break;
+        case 'o':
+            ctl.to_original = true;
+            break;
+        case 't':
+            ctl.to_queue = optarg;
+            break;
+        case 'y':
+            ctl.yes = true;
+            break;
+        case 'O':
+            older = optarg;
+            if ((ctl.older_s = ctl_duration(optarg)) < 0)
+                return ctl_bad("--older-than '%s': expected a duration like 30d, 12h, 1h30m, 90s",
+                               optarg);
+            break;
+        case 'b':
+            if ((ctl.batch = ctl_number(optarg)) <= 0)
+                return ctl_bad("--batch '%s': expected a number above 0", optarg);
+            break;
+        case 'S':
+            if ((ctl.slow_ms = ctl_number(optarg)) < 0)
+                return ctl_bad("--slow-ms '%s': expected a number", optarg);
+            break;
+        case 'v':
+            verbose++;
+            break;
+        case 'V':
+            printf("idemctl %s\n", IDEMCTL_VERSION);
+            return CTL_EXIT_OK;
+        case 'h':
+            ctl_usage(stdout);
+            return CTL_EXIT_OK;
+        default:
+            ctl_usage(stderr);
+            return CTL_EXIT_USAGE;
+        }
+    }
+    char **args = argv + optind;
+    int n_args = argc - optind;
+    if (n_args < 1)
+        return ctl_bad("no command%s", "");
+    const char *cmd = args[0], *sub = n_args > 1 ? args[1] : "";
+    bool is_dlq = strcmp(cmd, "dlq") == 0;
+    if (strcmp(cmd, "status") == 0) {
+        if (n_args != 1)
+            return ctl_bad("status takes no arguments%s", "");
+    } else if (strcmp(cmd, "lookup") == 0) {
+        if (n_args < 2)
+            return ctl_bad("lookup: which ids?%s", "");
+    } else if (is_dlq && (!strcmp(sub, "list") || !strcmp(sub, "purge"))) {
+        if (n_args != 3)
+            return ctl_bad("dlq %s: one QUEUE expected", sub);
+        if (have_id || ctl.all || ctl.to_queue || ctl.to_original)
+            return ctl_bad("dlq %s takes --reason only to select", sub);
+    } else if (is_dlq && !strcmp(sub, "replay")) {
+        if (n_args < 3 || (n_args > 3 && !have_id))
+            return ctl_bad("dlq replay: one QUEUE expected%s", "");
+        for (int i = 3; i < n_args; i++) /* --id a b c: the rest are ids too */
+            ctl.ids[ctl.n_ids++] = args[i];
+        if (ctl.all == (have_id || ctl.has_reason))
+            return ctl_bad("dlq replay: choose --id ID..., --reason REGEX, or --all%s", "");
+        if (ctl.to_queue && ctl.to_original)
+            return ctl_bad("dlq replay: --to and --to-original exclude each other%s", "");
+        if (ctl.to_queue && strcmp(ctl.to_queue, args[2]) == 0)
+            return ctl_bad("dlq replay: --to %s is the dead letter queue itself", ctl.to_queue);
+    } else if (!strcmp(cmd, "records") && !strcmp(sub, "purge")) {
+        if (n_args != 2)
+            return ctl_bad("records purge takes no arguments%s", "");
+        if (older == NULL)
+            return ctl_bad("records purge: --older-than DURATION is required%s", "");
+    } else {
+        return ctl_bad("unknown command '%s'", cmd);
+    }
+
+    log_set_target(LOG_TARGET_STDERR);
+    log_set_context("idemctl");
+    log_set_level(verbose >= 2   ? LOG_LEVEL_DEBUG
+                  : verbose == 1 ? LOG_LEVEL_INFO
+                                 : LOG_LEVEL_WARNING);
+    if (conf_load(path, &ctl.conf, err, sizeof(err)) != 0) {
+        fprintf(stderr, "idemctl: %s\n", err);
+        return CTL_EXIT_USAGE;
+    }
+    if (!strcmp(cmd, "status"))
+        rc = ctl_status(&ctl);
+    else if (!strcmp(cmd, "lookup"))
+        rc = ctl_lookup(&ctl, args + 1, n_args - 1);
+    else if (!strcmp(cmd, "records"))
+        rc = ctl_records_purge(&ctl);
+    else if (!strcmp(sub, "list"))
+        rc = ctl_dlq(&ctl, args[2], CTL_LIST);
+    else if (!strcmp(sub, "replay"))
+        rc = ctl_dlq(&ctl, args[2], CTL_REPLAY);
+    else
+        rc = ctl_dlq(&ctl, args[2], ctl.yes ? CTL_PURGE : CTL_COUNT);
+    conf_free(ctl.conf);
+    if (ctl.has_reason)
+        regfree(&ctl.reason);
+    free(ctl.ids);
+    return rc;
+}

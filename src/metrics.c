@@ -1,0 +1,405 @@
+/* metrics.c: Prometheus metrics: the text exposition, and an HTTP endpoint run from the caller's
+ * loop.
+ */
+#include "metrics.h"
+
+#include <arpa/inet.h>
+#include <microhttpd.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../include/idemd/handler.h"
+#include "log.h"
+
+#define METRICS_CONNECTIONS 16  /* scrapers at once; more are refused */
+#define METRICS_IDLE_TIMEOUT 10 /* seconds before an idle connection is closed */
+
+struct metrics_server {
+    struct MHD_Daemon *d;
+    metrics_collect_fn collect;
+    void *ctx;
+    const char *version;
+    int conn_fds[METRICS_CONNECTIONS]; /* open connections' sockets, -1: free */
+};
+
+void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from)
+{
+    _Static_assert(sizeof(metrics_counters_t) % sizeof(uint64_t) == 0, "only uint64_t fields");
+    uint64_t *t = (uint64_t *)(void *)to;
+    const uint64_t *f = (const uint64_t *)(const void *)from;
+    for (size_t i = 0; i < sizeof(*to) / sizeof(uint64_t); i++)
+        t[i] += __atomic_load_n(&f[i], __ATOMIC_RELAXED);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The text exposition (format 0.0.4) */
+
+/* A label value with \, " and newline escaped. */
+static void metrics_label(FILE *out, const char *v)
+{
+    for (; *v; v++) {
+        if (*v == '\\' || *v == '"')
+            fprintf(out, "\\%c", *v);
+        else if (*v == '\n')
+            fputs("\\n", out);
+        else
+            fputc(*v, out);
+    }
+}
+
+static void metrics_head(FILE *out, const char *name, const char *type, const char *help)
+{
+    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* name{queue="q"[,outcome="o"]} value */
+static void metrics_sample(FILE *out, const char *name, const char *queue, const char *outcome,
+                           unsigned long long v)
+{
+    fprintf(out, "%s{queue=\"", name);
+    metrics_label(out, queue);
+    if (outcome)
+        fprintf(out, "\",outcome=\"%s", outcome);
+    fprintf(out, "\"} %llu\n", v);
+}
+
+/* A counter family with one sample per queue; field is the byte offset of its counter. */
+static void metrics_counter(FILE *out, const metrics_queue_t *qs, int n, const char *name,
+                            size_t field, const char *help)
+{
+    metrics_head(out, name, "counter", help);
+    for (int i = 0; i < n; i++)
+        metrics_sample(out, name, qs[i].name, NULL,
+                       *(const uint64_t *)(const void *)((const char *)&qs[i].c + field));
+}
+
+/* A gauge family with one integer sample per queue; field is the offset in metrics_queue_t. */
+static void metrics_gauge(FILE *out, const metrics_queue_t *qs, int n, const char *name,
+                          size_t field, const char *help)
+{
+    metrics_head(out, name, "gauge", help);
+    for (int i = 0; i < n; i++)
+        metrics_sample(
+            out, name, qs[i].name, NULL,
+            (unsigned long long)*(const int *)(const void *)((const char *)&qs[i] + field));
+}
+
+/* A histogram of one queue: cumulative buckets, sum and count; values divided by scale. */
+static void metrics_histogram(FILE *out, const char *name, const char *queue,
+                              const uint64_t *buckets, const uint64_t *bounds, int nb, uint64_t sum,
+                              double scale)
+{
+    unsigned long long cum = 0;
+    for (int b = 0; b <= nb; b++) {
+        cum += buckets[b];
+        fprintf(out, "%s_bucket{queue=\"", name);
+        metrics_label(out, queue);
+        if (b < nb)
+            fprintf(out, "\",le=\"%g\"} %llu\n", (double)bounds[b] / scale, cum);
+        else
+            fprintf(out, "\",le=\"+Inf\"} %llu\n", cum);
+    }
+    fprintf(out, "%s_sum{queue=\"", name);
+    metrics_label(out, queue);
+    if (scale == 1)
+        fprintf(out, "\"} %llu\n", (unsigned long long)sum);
+    else
+        fprintf(out, "\"} %.6f\n", (double)sum / scale);
+    fprintf(out, "%s_count{queue=\"", name);
+    metrics_label(out, queue);
+    fprintf(out, "\"} %llu\n", cum);
+}
+
+#define METRICS_C(fld) offsetof(metrics_counters_t, fld)
+#define METRICS_Q(fld) offsetof(metrics_queue_t, fld)
+
+void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *version)
+{
+    static const uint64_t batch_b[] = METRICS_BATCH_BOUNDS, handler_b[] = METRICS_HANDLER_BOUNDS,
+                          latency_b[] = METRICS_LATENCY_BOUNDS;
+    static const char *const copy_outcomes[METRICS_COPY_OUTCOMES] = {"published", "refused"};
+    static const char *const exits[METRICS_EXIT_KINDS] = {"crash", "timeout", "broker", "database",
+                                                          "config"};
+
+    metrics_head(out, "idemd_build_info", "gauge", "idemd's version and plugin ABI; always 1.");
+    fputs("idemd_build_info{version=\"", out);
+    metrics_label(out, version);
+    fprintf(out, "\",abi=\"%d.%d\"} 1\n", IDEMD_HANDLER_ABI_MAJOR, IDEMD_HANDLER_ABI_MINOR);
+
+    metrics_head(out, "idemd_messages_total", "counter",
+                 "Messages settled, by outcome: ok (committed), duplicate (already committed), "
+                 "retry, reject.");
+    for (int i = 0; i < n; i++) {
+        const metrics_counters_t *c = &qs[i].c;
+        metrics_sample(out, "idemd_messages_total", qs[i].name, "ok", c->n_ok);
+        metrics_sample(out, "idemd_messages_total", qs[i].name, "duplicate", c->n_duplicate);
+        metrics_sample(out, "idemd_messages_total", qs[i].name, "retry", c->n_retry);
+        metrics_sample(out, "idemd_messages_total", qs[i].name, "reject", c->n_reject);
+    }
+    metrics_head(out, "idemd_retry_copies_total", "counter",
+                 "Copies of retried messages published to a delay queue: published (confirmed "
+                 "by the broker) or refused (not confirmed; the original is held or requeued).");
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < METRICS_COPY_OUTCOMES; o++)
+            metrics_sample(out, "idemd_retry_copies_total", qs[i].name, copy_outcomes[o],
+                           qs[i].c.n_copies[METRICS_COPY_RETRY][o]);
+    metrics_head(out, "idemd_dead_letter_copies_total", "counter",
+                 "Copies of rejected or exhausted messages published to the dead letter queue: "
+                 "published (confirmed) or refused (not confirmed; the original is held or "
+                 "requeued).");
+    for (int i = 0; i < n; i++)
+        for (int o = 0; o < METRICS_COPY_OUTCOMES; o++)
+            metrics_sample(out, "idemd_dead_letter_copies_total", qs[i].name, copy_outcomes[o],
+                           qs[i].c.n_copies[METRICS_COPY_DEAD_LETTER][o]);
+    metrics_counter(out, qs, n, "idemd_commits_total", METRICS_C(n_commits),
+                    "Batch transactions committed.");
+    metrics_counter(out, qs, n, "idemd_transaction_redos_total", METRICS_C(n_redos),
+                    "Batch transactions lost (deadlock, Galera certification conflict, lost "
+                    "savepoint), rolled back and redone.");
+    metrics_counter(out, qs, n, "idemd_lock_wait_retries_total", METRICS_C(n_lock_waits),
+                    "Messages retried because their record waited too long for another "
+                    "transaction's lock.");
+
+    metrics_head(out, "idemd_batch_size", "histogram", "Messages per batch transaction.");
+    for (int i = 0; i < n; i++)
+        metrics_histogram(out, "idemd_batch_size", qs[i].name, qs[i].c.batch, batch_b,
+                          METRICS_BATCH_N, qs[i].c.batch_sum, 1);
+    metrics_head(out, "idemd_handler_duration_seconds", "histogram",
+                 "Duration of one handler call: handle() for one message, or handle_batch() "
+                 "for a batch.");
+    for (int i = 0; i < n; i++)
+        metrics_histogram(out, "idemd_handler_duration_seconds", qs[i].name, qs[i].c.handler,
+                          handler_b, METRICS_HANDLER_N, qs[i].c.handler_sum_us, 1e6);
+    metrics_head(out, "idemd_publish_to_commit_seconds", "histogram",
+                 "From the publisher's idemd-pub-us header (CLOCK_REALTIME microseconds) to the "
+                 "commit of the message; only messages that carry it.");
+    for (int i = 0; i < n; i++)
+        metrics_histogram(out, "idemd_publish_to_commit_seconds", qs[i].name, qs[i].c.latency,
+                          latency_b, METRICS_LATENCY_N, qs[i].c.latency_sum_us, 1e6);
+
+    metrics_head(out, "idemd_worker_restarts_total", "counter",
+                 "Worker processes restarted, by how the previous run ended: crash (signal or "
+                 "unexplained exit), timeout (handler_timeout or reconcile_timeout), broker or "
+                 "database (connection lost), config (declaration or handler init refused).");
+    for (int i = 0; i < n; i++)
+        for (int e = 0; e < METRICS_EXIT_KINDS; e++)
+            metrics_sample(out, "idemd_worker_restarts_total", qs[i].name, exits[e],
+                           qs[i].restarts[e]);
+    metrics_gauge(out, qs, n, "idemd_workers", METRICS_Q(workers),
+                  "Worker processes the configuration asks for.");
+    metrics_gauge(out, qs, n, "idemd_workers_consuming", METRICS_Q(consuming),
+                  "Workers running and consuming.");
+    metrics_gauge(out, qs, n, "idemd_workers_connecting", METRICS_Q(connecting),
+                  "Workers running but not consuming yet (starting, waiting for the database, "
+                  "connecting to the broker).");
+    metrics_gauge(out, qs, n, "idemd_workers_restarting", METRICS_Q(restarting),
+                  "Workers not running: waiting out the backoff before their restart.");
+    metrics_gauge(out, qs, n, "idemd_workers_draining", METRICS_Q(draining),
+                  "Workers of an earlier configuration finishing after a reload.");
+    metrics_head(out, "idemd_worker_progress_age_seconds", "gauge",
+                 "Longest time one of the queue's workers has gone without progress (a turn of "
+                 "its loop, a handler call); idle workers make progress every second.");
+    for (int i = 0; i < n; i++) {
+        fputs("idemd_worker_progress_age_seconds{queue=\"", out);
+        metrics_label(out, qs[i].name);
+        fprintf(out, "\"} %.3f\n", qs[i].progress_age_s);
+    }
+    metrics_counter(out, qs, n, "idemd_broker_reconnects_total", METRICS_C(n_mq_reconnects),
+                    "Broker connections opened again after one was lost.");
+    metrics_counter(out, qs, n, "idemd_database_reconnects_total", METRICS_C(n_db_reconnects),
+                    "Database connections opened again after one was lost.");
+
+    metrics_counter(out, qs, n, "idemd_retention_deleted_rows_total", METRICS_C(n_retention_rows),
+                    "Dedup records and crash counts deleted by retention.");
+    metrics_counter(out, qs, n, "idemd_reconcile_runs_total", METRICS_C(n_reconcile_runs),
+                    "Runs of the handler's reconcile().");
+    metrics_counter(out, qs, n, "idemd_reconcile_failures_total", METRICS_C(n_reconcile_failures),
+                    "Runs of reconcile() that failed, lost their lease or ran past "
+                    "reconcile_timeout.");
+    /* Only queues whose handler can publish (ABI 1.3) have an outbox sweeper. */
+    int known = 0;
+    for (int i = 0; i < n; i++)
+        known += qs[i].outbox_known;
+    if (known == 0)
+        return;
+    metrics_head(out, "idemd_outbox_depth", "gauge",
+                 "Onward messages waiting in idemd_outbox for the queue's consumer, as the "
+                 "newest outbox sweep (every 5 s) saw them.");
+    for (int i = 0; i < n; i++) {
+        if (!qs[i].outbox_known)
+            continue;
+        fputs("idemd_outbox_depth{queue=\"", out);
+        metrics_label(out, qs[i].name);
+        fprintf(out, "\"} %lld\n", qs[i].outbox_rows);
+    }
+    metrics_head(out, "idemd_outbox_oldest_age_seconds", "gauge",
+                 "Age of the oldest row in idemd_outbox for the queue's consumer (0 when none).");
+    for (int i = 0; i < n; i++) {
+        if (!qs[i].outbox_known)
+            continue;
+        fputs("idemd_outbox_oldest_age_seconds{queue=\"", out);
+        metrics_label(out, qs[i].name);
+        fprintf(out, "\"} %.3f\n", qs[i].outbox_oldest_s);
+    }
+}
+
+/* ---------------------------------------------------------------------- */
+/* HTTP */
+
+static void metrics_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char buf[512];
+    (void)cls;
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    size_t len = strlen(buf);
+    while (len && buf[len - 1] == '\n')
+        buf[--len] = '\0';
+    log_warn("metrics: %s", buf);
+}
+
+/* Keep track of the connections' sockets, for metrics_forget_fds. */
+static void metrics_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                           enum MHD_ConnectionNotificationCode toe)
+{
+    metrics_server_t *s = cls;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    (void)socket_context;
+    if (ci == NULL)
+        return;
+    int fd = ci->connect_fd, want = toe == MHD_CONNECTION_NOTIFY_STARTED ? -1 : fd;
+    for (int i = 0; i < METRICS_CONNECTIONS; i++) {
+        if (s->conn_fds[i] == want) {
+            s->conn_fds[i] = toe == MHD_CONNECTION_NOTIFY_STARTED ? fd : -1;
+            return;
+        }
+    }
+}
+
+/* Answer one request: GET or HEAD /metrics, else 404 / 405. */
+static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **con_cls)
+{
+    metrics_server_t *s = cls;
+    struct MHD_Response *r = NULL;
+    char *body = NULL;
+    size_t len = 0;
+    unsigned code = MHD_HTTP_OK;
+    (void)version;
+    (void)upload_data;
+    (void)upload_data_size;
+    (void)con_cls;
+
+    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+        code = MHD_HTTP_METHOD_NOT_ALLOWED;
+        body = strdup("only GET\n");
+    } else if (strcmp(url, "/metrics") != 0) {
+        code = MHD_HTTP_NOT_FOUND;
+        body = strdup("idemd serves /metrics\n");
+    } else {
+        metrics_queue_t *qs = NULL;
+        int n = 0;
+        FILE *out = open_memstream(&body, &len);
+        if (out == NULL)
+            return MHD_NO;
+        s->collect(s->ctx, &qs, &n);
+        metrics_render(out, qs, n, s->version);
+        if (fclose(out) != 0) {
+            free(body);
+            return MHD_NO;
+        }
+    }
+    if (body == NULL)
+        return MHD_NO;
+    r = MHD_create_response_from_buffer(strlen(body), body, MHD_RESPMEM_MUST_FREE);
+    if (r == NULL) {
+        free(body);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            code == MHD_HTTP_OK ? "text/plain; version=0.0.4; charset=utf-8"
+                                                : "text/plain; charset=utf-8");
+    enum MHD_Result ret = MHD_queue_response(conn, code, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+metrics_server_t *metrics_start(const struct sockaddr_storage *addr, const char *listen,
+                                metrics_collect_fn collect, void *ctx, const char *version)
+{
+    metrics_server_t *s = calloc(1, sizeof(*s));
+    unsigned flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG;
+    uint16_t port;
+
+    if (s == NULL) {
+        log_error("metrics: out of memory");
+        return NULL;
+    }
+    s->collect = collect;
+    s->ctx = ctx;
+    s->version = version;
+    for (int i = 0; i < METRICS_CONNECTIONS; i++)
+        s->conn_fds[i] = -1;
+    if (addr->ss_family == AF_INET6) {
+        flags |= MHD_USE_IPv6;
+        port = ntohs(((const struct sockaddr_in6 *)(const void *)addr)->sin6_port);
+    } else {
+        port = ntohs(((const struct sockaddr_in *)(const void *)addr)->sin_port);
+    }
+    /* No MHD_USE_INTERNAL_POLLING_THREAD: the caller's loop runs it (see metrics.h). */
+    s->d = MHD_start_daemon(flags, port, NULL, NULL, metrics_answer, s, MHD_OPTION_EXTERNAL_LOGGER,
+                            metrics_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONNECTIONS,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IDLE_TIMEOUT,
+                            MHD_OPTION_NOTIFY_CONNECTION, metrics_notify, s, MHD_OPTION_END);
+    if (s->d == NULL) {
+        log_error("metrics: cannot listen on %s (address in use or not local?)", listen);
+        free(s);
+        return NULL;
+    }
+    log_info("metrics: serving http://%s/metrics", listen);
+    return s;
+}
+
+int metrics_fd(const metrics_server_t *s)
+{
+    if (s == NULL)
+        return -1;
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_EPOLL_FD);
+    return i ? i->epoll_fd : -1;
+}
+
+void metrics_serve(metrics_server_t *s)
+{
+    if (s)
+        (void)MHD_run(s->d);
+}
+
+void metrics_forget_fds(metrics_server_t *s)
+{
+    if (s == NULL)
+        return;
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(s->d, MHD_DAEMON_INFO_LISTEN_FD);
+    if (i && i->listen_fd >= 0)
+        close(i->listen_fd);
+    int efd = metrics_fd(s);
+    if (efd >= 0)
+        close(efd);
+    for (int k = 0; k < METRICS_CONNECTIONS; k++)
+        if (s->conn_fds[k] >= 0)
+            close(s->conn_fds[k]);
+}
+
+void metrics_stop(metrics_server_t *s)
+{
+    if (s == NULL)
+        return;
+    MHD_stop_daemon(s->d);
+    free(s);
+}

@@ -1,0 +1,146 @@
+/* metrics.h: Prometheus metrics: the workers' shared counters, and the supervisor's HTTP endpoint.
+ */
+#ifndef IDEMD_METRICS_H
+#define IDEMD_METRICS_H
+
+#include <stdint.h>
+#include <stdbool.h>
+#include <stdio.h>
+
+#include <sys/socket.h>
+
+/*
+ * Histogram bounds (the Prometheus `le` values, in the unit of the counter:
+ * messages or microseconds). Each histogram keeps one counter per bound
+ * plus one for everything above the last; the exposition makes them
+ * cumulative.
+ */
+#define METRICS_BATCH_BOUNDS                                                                       \
+    {                                                                                              \
+        1, 2, 5, 10, 20, 50, 100, 200, 500, 1000                                                   \
+    }
+#define METRICS_BATCH_N 10
+#define METRICS_HANDLER_BOUNDS                                                                     \
+    {                                                                                              \
+        500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000,      \
+            5000000, 10000000                                                                      \
+    }
+#define METRICS_HANDLER_N 14
+#define METRICS_LATENCY_BOUNDS                                                                     \
+    {                                                                                              \
+        1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000,  \
+            10000000, 30000000, 60000000, 300000000                                                \
+    }
+#define METRICS_LATENCY_N 16
+
+/* Where a copy goes: the kinds of idemd_*_copies_total. */
+enum { METRICS_COPY_RETRY = 0, METRICS_COPY_DEAD_LETTER = 1, METRICS_COPY_KINDS };
+/* What became of it. */
+enum { METRICS_COPY_PUBLISHED = 0, METRICS_COPY_REFUSED = 1, METRICS_COPY_OUTCOMES };
+
+/*
+ * One worker's counters, in its slot of shared memory: written only by the
+ * worker (relaxed atomic adds, no allocation), read by the supervisor.
+ * Only uint64_t fields, so that metrics_counters_add can walk it as an
+ * array. They survive the worker's restarts; the supervisor folds them into
+ * its queue's totals when the slot is given up.
+ */
+typedef struct metrics_counters {
+    uint64_t n_ok, n_duplicate, n_retry, n_reject, n_batches, n_commits;
+    uint64_t n_redos;      /* transactions lost (deadlock, certification, savepoint) and redone */
+    uint64_t n_lock_waits; /* records that timed out waiting for another transaction */
+    uint64_t n_copies[METRICS_COPY_KINDS][METRICS_COPY_OUTCOMES];
+    uint64_t n_db_reconnects;  /* database connections opened again after one was lost */
+    uint64_t n_mq_reconnects;  /* broker connections opened again after one was lost */
+    uint64_t n_retention_rows; /* rows deleted by retention */
+    uint64_t n_reconcile_runs, n_reconcile_failures;
+    uint64_t batch[METRICS_BATCH_N + 1], batch_sum;          /* messages per batch */
+    uint64_t handler[METRICS_HANDLER_N + 1], handler_sum_us; /* one handler call */
+    uint64_t latency[METRICS_LATENCY_N + 1], latency_sum_us; /* publish to commit */
+} metrics_counters_t;
+
+/* Add one observation v to a histogram of n bounds (a relaxed atomic add each). */
+static inline void metrics_observe(uint64_t *buckets, uint64_t *sum, const uint64_t *bounds, int n,
+                                   uint64_t v)
+{
+    int b = 0;
+    while (b < n && v > bounds[b])
+        b++;
+    __atomic_add_fetch(&buckets[b], 1, __ATOMIC_RELAXED);
+    __atomic_add_fetch(sum, v, __ATOMIC_RELAXED);
+}
+
+/* to += from, field by field (relaxed atomic loads of from). */
+void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from);
+
+/* Worker restarts by how the previous run ended (the outcome label). */
+typedef enum metrics_exit {
+    METRICS_EXIT_CRASH = 0, /* killed by a signal, or exited without saying why */
+    METRICS_EXIT_TIMEOUT,   /* handler_timeout or reconcile_timeout (SIGALRM) */
+    METRICS_EXIT_BROKER,    /* lost the broker */
+    METRICS_EXIT_DATABASE,  /* lost the database */
+    METRICS_EXIT_CONFIG,    /* configuration, declaration or handler init refused */
+    METRICS_EXIT_KINDS
+} metrics_exit_t;
+
+/* What the exposition shows of one queue; the supervisor fills it at each scrape. */
+typedef struct metrics_queue {
+    const char *name;
+    metrics_counters_t c;
+    uint64_t restarts[METRICS_EXIT_KINDS];
+    int workers;           /* configured (current generation) */
+    int consuming;         /* running and consuming */
+    int connecting;        /* running, not consuming yet (starting, waiting for the database) */
+    int restarting;        /* not running: waiting out the restart backoff */
+    int draining;          /* retired by a reload, finishing */
+    double progress_age_s; /* longest time a current worker has gone without progress */
+    bool outbox_known;     /* a worker of the queue swept the outbox (handlers that publish) */
+    long long outbox_rows; /* as the newest sweep saw it */
+    double outbox_oldest_s;
+} metrics_queue_t;
+
+/*
+ * Write the Prometheus text exposition (format 0.0.4) of queues[0..n-1] to
+ * out, with idemd_build_info for version.
+ */
+void metrics_render(FILE *out, const metrics_queue_t *queues, int n, const char *version);
+
+/*
+ * Point *out at n queue views for a scrape; the array and its strings
+ * stay the collector's (valid until its next call). Called from
+ * metrics_serve.
+ */
+typedef void (*metrics_collect_fn)(void *ctx, metrics_queue_t **out, int *n);
+
+typedef struct metrics_server metrics_server_t;
+
+/*
+ * Listen on addr (as conf.c parsed metrics.listen) without a thread:
+ * the caller polls metrics_fd() and calls metrics_serve() when it is
+ * readable (and at least every second, for timeouts). GET /metrics answers
+ * with collect's view; everything else is 404. listen is addr as written,
+ * for the log. Returns NULL on error (logged). The caller's forked
+ * children call metrics_forget_fds.
+ */
+metrics_server_t *metrics_start(const struct sockaddr_storage *addr, const char *listen,
+                                metrics_collect_fn collect, void *ctx, const char *version);
+
+/* One descriptor to poll for input; -1 when s is NULL. */
+int metrics_fd(const metrics_server_t *s);
+
+/* Accept, read and answer whatever is ready; never blocks. NULL is fine. */
+void metrics_serve(metrics_server_t *s);
+
+/*
+ * In a child forked from the process that runs s: close the child's copies
+ * of s's descriptors (close only, so the parent's listener and connections
+ * go on unaffected). A forked worker does not exec, so close-on-exec alone
+ * would leave them open in it for its lifetime. s is not usable afterwards
+ * in the child (not freed: the child never stops it).
+ */
+void metrics_forget_fds(metrics_server_t *s);
+
+/* Stop listening and free s; NULL is fine. */
+void metrics_stop(metrics_server_t *s);
+
+#endif

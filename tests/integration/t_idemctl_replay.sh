@@ -1,0 +1,103 @@
+# t_idemctl_replay: fix a handler, replay its dead letters by reason: effects once; replay again: nothing doubled; kill -9 of idemctl between a confirmed copy and its ack loses nothing; --id with --to QUEUE strips idemd's headers; an unroutable copy stops the replay (exit 4).
+db=t_ictl_replay
+q=t_ictl_replay.q
+x=t_ictl_replay.x
+dlq=$q.dlq # the default dead letter queue
+side=t_ictl_replay.side
+IDEMCTL=$H_BUILD/idemctl
+h_new_db "$db"
+h_mq exchange "$x" -t direct
+h_mq declare "$side"
+{
+    h_conf_common "$db"
+    cat <<CONF
+queues = (
+  { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 5; workers = 1;
+    declare = { bindings = ( { exchange = "$x"; routing_key = "k"; } ); }; }
+);
+CONF
+} >idemd.conf
+h_daemon_start idemd.conf idemd.log
+ctl() { "$IDEMCTL" -c idemd.conf "$@"; }
+ids() { cut -f1 <<<"$1" | tr '\n' ' '; }
+dups() { h_count_log idemd.log "outcome=duplicate queue=$q "; }
+
+# The handler is broken for f1..f5: each is sent twice and dead-lettered twice (a rejected
+# message leaves no record). p1, p2 are plain rejects; g1 works.
+{
+    h_gen f 1 5 reject-until-fixed
+    h_gen f 1 5 reject-until-fixed
+    printf 'p1\treject\np2\treject\ng1\tgood\n'
+} >pub.txt
+out=$(h_mq publish -e "$x" -r k <pub.txt)
+h_assert_eq "$out" "published 13 confirmed 13" "publish"
+h_wait_depth "$dlq" 12 60
+h_wait_sql "SELECT GROUP_CONCAT(msg_id) FROM effects" "g1" 10
+all=$(ctl dlq list "$dlq")
+h_assert_eq "$(cut -f5,6 <<<"$all" | sort -u)" "$x"$'\tk' "original exchange and routing key"
+# Attempts rows the replay must clear (f1) and leave alone (p1: not replayed).
+h_sql "INSERT INTO idemd_attempt (consumer, msg_id, attempts) VALUES ('$q', 'f1', 3), ('$q', 'p1', 2)"
+
+# Fix the handler, replay by reason: ten copies, five applied, five absorbed by the record.
+h_sql "INSERT INTO counter_flags VALUES ('fixed')"
+out=$(ctl dlq replay "$dlq" --reason 'until-fixed' --to-original)
+h_assert_eq "$out" "replayed 10 of 12 dead letters in $dlq (10 matched)" "replay by reason"
+h_wait_sql "SELECT COUNT(*), SUM(n) FROM effects WHERE msg_id LIKE 'f%'" $'5\t5' 30
+h_wait_log idemd.log "outcome=duplicate queue=$q " 5 30
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id LIKE 'f%'")" 5 "records of f1..f5"
+h_assert_eq "$(h_sql "SELECT msg_id FROM idemd_attempt")" "p1" "attempts rows left"
+h_wait_depth "$dlq" 2 10
+h_assert_eq "$(ids "$(ctl dlq list "$dlq")")" "p1 p2 " "dead letters left, in order"
+h_assert_eq "$(ctl lookup f1 f5 | cut -f1,3)" $'f1\tprocessed\nf5\tprocessed' "lookup after the replay"
+
+# Replay again: nothing matches, nothing is published, nothing doubles.
+rc=0
+out=$(ctl dlq replay "$dlq" --reason 'until-fixed') || rc=$?
+h_assert_eq "$rc:$out" "1:replayed 0 of 2 dead letters in $dlq (0 matched)" "second replay"
+h_assert_eq "$(h_sql "SELECT COUNT(*), SUM(n) FROM effects")" $'6\t6' "effects after the second replay"
+
+# kill -9 between a confirmed copy and its ack: k1's copy is applied, its dead letter stays;
+# the next replay publishes k1 again and the record absorbs it.
+h_sql "DELETE FROM counter_flags"
+out=$(h_gen k 1 4 reject-until-fixed | h_mq publish -e "$x" -r k)
+h_assert_eq "$out" "published 4 confirmed 4" "publish k1..k4"
+h_wait_depth "$dlq" 6 60
+h_sql "INSERT INTO counter_flags VALUES ('fixed')"
+"$IDEMCTL" -c idemd.conf dlq replay "$dlq" --reason 'until-fixed' --slow-ms 60000 >slow.out 2>slow.err &
+ctl_pid=$!
+h_wait_log slow.err "idemctl: replayed k1, acking in" 1 30
+h_wait_sql "SELECT n FROM effects WHERE msg_id = 'k1'" 1 30
+kill -KILL "$ctl_pid"
+wait "$ctl_pid" 2>/dev/null || true
+h_wait_depth "$dlq" 6 30
+h_assert_eq "$(ids "$(ctl dlq list "$dlq")")" "p1 p2 k1 k2 k3 k4 " "dead letters after kill -9, in order"
+d0=$(dups)
+out=$(ctl --json dlq replay "$dlq" --reason 'until-fixed')
+h_assert_eq "$(jq -r '[.scanned, .matched, .replayed, .complete] | @tsv' <<<"$out")" $'6\t4\t4\ttrue' "replay after kill -9"
+h_wait_sql "SELECT COUNT(*), SUM(n) FROM effects WHERE msg_id LIKE 'k%'" $'4\t4' 30
+h_wait_log idemd.log "outcome=duplicate queue=$q " $((d0 + 1)) 30
+h_wait_depth "$dlq" 2 10
+
+# --id with --to QUEUE: the copy goes to that queue through the default exchange, without
+# idemd's headers; p2 stays.
+out=$(ctl dlq replay "$dlq" --id p1 --to "$side")
+h_assert_eq "$out" "replayed 1 of 2 dead letters in $dlq (1 matched)" "replay --id p1 --to"
+h_wait_depth "$side" 1 10
+got=$(h_mq get "$side")
+echo "$got"
+h_assert_eq "$(cut -f1,2 <<<"$got")" $'p1\treject' "copy in $side"
+[[ "$(cut -f3 <<<"$got")" != *idemd-* && "$(cut -f3 <<<"$got")" != *x-death* ]] ||
+    h_fail "the copy kept failure headers: $(cut -f3 <<<"$got")"
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_attempt")" 0 "p1's attempts row cleared"
+
+# A copy nothing routes is refused: the replay stops with exit 4 and p2 stays.
+rc=0
+out=$(ctl dlq replay "$dlq" --all --to no.such.queue 2>unroutable.err) || rc=$?
+h_assert_eq "$rc" 4 "unroutable replay: exit status"
+grep -q "not confirmed; the dead letter stays" unroutable.err || h_fail "unroutable: $(cat unroutable.err)"
+h_wait_depth "$dlq" 1 10
+h_assert_eq "$(ids "$(ctl dlq list "$dlq")")" "p2 " "p2 stays"
+
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects WHERE n <> 1")" 0 "no effect applied twice"
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
+echo "t_idemctl_replay: ok ($(dups) duplicates absorbed)"

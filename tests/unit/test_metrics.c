@@ -1,0 +1,148 @@
+/* test_metrics.c: unit tests of the Prometheus exposition: samples, escaping, cumulative
+ * histograms. */
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../include/idemd/handler.h"
+#include "metrics.h"
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+static int t_n, t_failed;
+
+static bool ok(bool cond, const char *fmt, ...)
+{
+    va_list ap;
+    t_n++;
+    if (!cond)
+        t_failed++;
+    printf("%sok %d - ", cond ? "" : "not ", t_n);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    return cond;
+}
+
+/* The exposition of qs[0..n-1] as a string (caller frees). */
+static char *render(const metrics_queue_t *qs, int n)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    metrics_render(out, qs, n, "9.8.7");
+    fclose(out);
+    return text;
+}
+
+/* Whether text has the line want, whole. */
+static bool has_line(const char *text, const char *want)
+{
+    size_t wl = strlen(want);
+    for (const char *p = text; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t l = nl ? (size_t)(nl - p) : strlen(p);
+        if (l == wl && memcmp(p, want, wl) == 0)
+            return true;
+        p = nl ? nl + 1 : NULL;
+    }
+    return false;
+}
+
+static void expect_line(const char *text, const char *want)
+{
+    if (!ok(has_line(text, want), "line: %s", want))
+        printf("# exposition:\n%s", text);
+}
+
+static void test_counters(void)
+{
+    metrics_queue_t q;
+    memset(&q, 0, sizeof(q));
+    q.name = "orders";
+    q.c.n_ok = 7;
+    q.c.n_duplicate = 2;
+    q.c.n_copies[METRICS_COPY_DEAD_LETTER][METRICS_COPY_REFUSED] = 3;
+    q.restarts[METRICS_EXIT_DATABASE] = 4;
+    q.workers = 2;
+    q.consuming = 1;
+    q.progress_age_s = 1.5;
+    char *text = render(&q, 1);
+    expect_line(text, "idemd_build_info{version=\"9.8.7\",abi=\"" STR(
+                          IDEMD_HANDLER_ABI_MAJOR) "." STR(IDEMD_HANDLER_ABI_MINOR) "\"} 1");
+    expect_line(text, "# TYPE idemd_messages_total counter");
+    expect_line(text, "idemd_messages_total{queue=\"orders\",outcome=\"ok\"} 7");
+    expect_line(text, "idemd_messages_total{queue=\"orders\",outcome=\"duplicate\"} 2");
+    expect_line(text, "idemd_messages_total{queue=\"orders\",outcome=\"reject\"} 0");
+    expect_line(text, "idemd_dead_letter_copies_total{queue=\"orders\",outcome=\"refused\"} 3");
+    expect_line(text, "idemd_worker_restarts_total{queue=\"orders\",outcome=\"database\"} 4");
+    expect_line(text, "idemd_workers{queue=\"orders\"} 2");
+    expect_line(text, "idemd_workers_consuming{queue=\"orders\"} 1");
+    expect_line(text, "idemd_worker_progress_age_seconds{queue=\"orders\"} 1.500");
+    free(text);
+}
+
+static void test_histograms(void)
+{
+    static const uint64_t hb[] = METRICS_HANDLER_BOUNDS;
+    metrics_queue_t q;
+    memset(&q, 0, sizeof(q));
+    q.name = "q";
+    /* 1 ms falls in le 0.001; 2 s in le 2.5; 20 s above the last bound. */
+    metrics_observe(q.c.handler, &q.c.handler_sum_us, hb, METRICS_HANDLER_N, 1000);
+    metrics_observe(q.c.handler, &q.c.handler_sum_us, hb, METRICS_HANDLER_N, 2000000);
+    metrics_observe(q.c.handler, &q.c.handler_sum_us, hb, METRICS_HANDLER_N, 20000000);
+    static const uint64_t bb[] = METRICS_BATCH_BOUNDS;
+    metrics_observe(q.c.batch, &q.c.batch_sum, bb, METRICS_BATCH_N, 100);
+    char *text = render(&q, 1);
+    expect_line(text, "# TYPE idemd_handler_duration_seconds histogram");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"0.0005\"} 0");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"0.001\"} 1");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"1\"} 1");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"2.5\"} 2");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"10\"} 2");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"+Inf\"} 3");
+    expect_line(text, "idemd_handler_duration_seconds_sum{queue=\"q\"} 22.001000");
+    expect_line(text, "idemd_handler_duration_seconds_count{queue=\"q\"} 3");
+    expect_line(text, "idemd_batch_size_bucket{queue=\"q\",le=\"50\"} 0");
+    expect_line(text, "idemd_batch_size_bucket{queue=\"q\",le=\"100\"} 1");
+    expect_line(text, "idemd_batch_size_sum{queue=\"q\"} 100");
+    expect_line(text, "idemd_publish_to_commit_seconds_bucket{queue=\"q\",le=\"300\"} 0");
+    free(text);
+}
+
+static void test_escaping_and_adding(void)
+{
+    metrics_queue_t q[2];
+    memset(q, 0, sizeof(q));
+    q[0].name = "a\"b\\c\nd";
+    q[1].name = "second";
+    q[1].c.n_commits = 5;
+    metrics_counters_t more;
+    memset(&more, 0, sizeof(more));
+    more.n_commits = 6;
+    more.latency[3] = 2;
+    metrics_counters_add(&q[1].c, &more);
+    ok(q[1].c.n_commits == 11 && q[1].c.latency[3] == 2, "metrics_counters_add adds every field");
+    char *text = render(q, 2);
+    expect_line(text, "idemd_commits_total{queue=\"a\\\"b\\\\c\\nd\"} 0");
+    expect_line(text, "idemd_commits_total{queue=\"second\"} 11");
+    int types = 0;
+    for (const char *p = text; (p = strstr(p, "# TYPE idemd_commits_total ")) != NULL; p++)
+        types++;
+    ok(types == 1, "one TYPE line per family, whatever the number of queues (%d)", types);
+    free(text);
+}
+
+int main(void)
+{
+    test_counters();
+    test_histograms();
+    test_escaping_and_adding();
+    printf("# %d tests, %d failed\n", t_n, t_failed);
+    return t_failed ? 1 : 0;
+}

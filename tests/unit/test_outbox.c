@@ -1,0 +1,88 @@
+/* test_outbox.c: unit tests of the outbox's pure parts: onward message ids and the header encoding.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "outbox.h"
+
+static int t_n, t_failed;
+
+static void t_check(int ok, const char *what)
+{
+    t_n++;
+    if (!ok)
+        t_failed++;
+    printf("%sok %d - %s\n", ok ? "" : "not ", t_n, what);
+}
+
+/* The relay's broker calls are not under test here (t_outbox_chain runs them for real). */
+void mq_round_begin(mq_t *mq)
+{
+    (void)mq;
+}
+int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
+                  const amqp_basic_properties_t *props, amqp_bytes_t body)
+{
+    (void)mq, (void)exchange, (void)routing_key, (void)props, (void)body;
+    return -1;
+}
+int mq_wait_confirms(mq_t *mq, int timeout_ms)
+{
+    (void)mq, (void)timeout_ms;
+    return -1;
+}
+bool mq_round_ok(const mq_t *mq, int index)
+{
+    (void)mq, (void)index;
+    return false;
+}
+
+int main(void)
+{
+    char a[OUTBOX_ID_MAX + 1], b[OUTBOX_ID_MAX + 1], big[300];
+    size_t la, lb;
+
+    la = outbox_msg_id("orders", "pay-1", 5, 0, a, sizeof(a));
+    t_check(la == strlen("orders:pay-1:0") && strcmp(a, "orders:pay-1:0") == 0,
+            "a printable source id gives a readable onward id");
+    lb = outbox_msg_id("orders", "pay-1", 5, 0, b, sizeof(b));
+    t_check(la == lb && memcmp(a, b, la) == 0, "the same source and index give the same id");
+    outbox_msg_id("orders", "pay-1", 5, 1, b, sizeof(b));
+    t_check(strcmp(a, b) != 0, "another index gives another id");
+    outbox_msg_id("orders", "pay 1", 5, 0, a, sizeof(a));
+    t_check(strncmp(a, "idemd-ob-", 9) == 0, "an id with a space is hashed");
+    outbox_msg_id("ab", "c\x01", 2, 0, a, sizeof(a));
+    outbox_msg_id("a", "bc\x01", 3, 0, b, sizeof(b));
+    t_check(strcmp(a, b) != 0, "consumer and source id are kept apart in the hash");
+    memset(big, 'x', sizeof(big));
+    la = outbox_msg_id("orders", big, 255, 7, a, sizeof(a));
+    t_check(la <= OUTBOX_ID_MAX && strncmp(a, "idemd-ob-", 9) == 0,
+            "a long source id is hashed to fit 255 bytes");
+
+    idemd_header_t h[3] = {
+        {.key = "trace", .type = IDEMD_HEADER_STRING, .str = "a\0b", .len = 3},
+        {.key = "n", .type = IDEMD_HEADER_INT, .i = -42},
+        {.key = "empty", .type = IDEMD_HEADER_STRING, .str = "", .len = 0},
+    };
+    unsigned char buf[256];
+    size_t len = 0;
+    amqp_table_entry_t e[4];
+    t_check(outbox_encode_headers(h, 3, buf, sizeof(buf), &len) == 0 && len > 0,
+            "string and integer headers encode");
+    int n = outbox_decode_headers(buf, len, e, 4);
+    t_check(n == 3 && e[0].key.len == 5 && memcmp(e[0].key.bytes, "trace", 5) == 0 &&
+                e[0].value.kind == AMQP_FIELD_KIND_UTF8 && e[0].value.value.bytes.len == 3 &&
+                memcmp(e[0].value.value.bytes.bytes, "a\0b", 3) == 0 &&
+                e[1].value.kind == AMQP_FIELD_KIND_I64 && e[1].value.value.i64 == -42 &&
+                e[2].value.value.bytes.len == 0,
+            "they decode to the same entries (binary-safe values, negative integers)");
+    t_check(outbox_decode_headers(buf, len - 1, e, 4) == -1, "a truncated encoding is refused");
+    t_check(outbox_decode_headers(buf, len, e, 2) == -1, "more entries than room is refused");
+    idemd_header_t other = {.key = "f", .type = IDEMD_HEADER_OTHER};
+    t_check(outbox_encode_headers(&other, 1, buf, sizeof(buf), &len) == -1,
+            "a header of another type is refused");
+    t_check(outbox_encode_headers(h, 3, buf, 8, &len) == -1, "too little room is refused");
+
+    printf("1..%d\n", t_n);
+    return t_failed ? 1 : 0;
+}
