@@ -43,7 +43,7 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard 
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit integration bench chaos chaos-high chaos-matrix cluster-chaos memcheck demo install uninstall clean format format-check \
+.PHONY: all check-build test unit integration bench bench-curves chaos chaos-high chaos-matrix cluster-chaos memcheck demo install uninstall clean format format-check \
 	fuzz fuzz-build fuzz-short \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
@@ -107,6 +107,10 @@ $(B)/bench:
 
 bench: check-build $(BENCH_TOOLS)
 	bash bench/run
+
+# Throughput against workers and batch_size for both handler kinds (docs/performance.md).
+bench-curves: check-build $(BENCH_TOOLS)
+	BENCH_CURVES=1 bash bench/run
 
 # The chaos runs (tests/chaos/run --help); more flags through CHAOS_ARGS, e.g. CHAOS_ARGS=--short.
 chaos: check-build

@@ -13,7 +13,15 @@
  *   then COMMIT (ROLLBACK when every message was a duplicate). Same session setup
  *   as idemd: autocommit off, READ COMMITTED, utf8mb4, prepared statements.
  *   A deadlocked chunk is redone. --no-savepoints leaves out the SAVEPOINTs (to
- *   measure what they cost; idemd always sets them in a batch). Prints one line:
+ *   measure what they cost). --set runs a chunk set-based instead, the way
+ *   idemd's set-based pass with a batch handler does: repeats inside the chunk
+ *   are dropped in memory, then
+ *     INSERT INTO msg_id_record (consumer, msg_id) VALUES (..), (..), ...
+ *       (1062: SELECT msg_id ... WHERE msg_id IN (...) finds the committed
+ *        ones, which are duplicates; the INSERT is tried again without them)
+ *     UPDATE orders SET status = 2, ... WHERE id IN (...)
+ *     COMMIT
+ *   Prints one line:
  *     dbsink conns=C batch=B messages=N ok=K duplicate=D commits=X redo=R secs=S rate=M
  *   With -r RATE, message i is offered at start + i / RATE s: a free connection
  *   waits for the next one, then takes every message offered by then (up to
@@ -69,6 +77,7 @@ typedef struct dbsink_opts {
     int prefetch;   /* > 0: deal messages like the broker does to consumers with this prefetch */
     double rate;    /* > 0: offer message i at start + i / rate seconds and measure its latency */
     int savepoints; /* 0: no SAVEPOINT per message (for comparison only; idemd sets them) */
+    int set;        /* 1: one multi-row INSERT and one UPDATE ... IN (...) per chunk */
     int conns;
     int timeout_s;
     int interval_ms;
@@ -89,6 +98,9 @@ typedef struct dbsink_conn {
     long long order_id;
     long ok, duplicate, commits, redo;
     size_t *window; /* -f: indices delivered to this connection and not yet taken (a ring) */
+    char *sql;      /* --set: the statement being built */
+    size_t sql_cap;
+    int *keep; /* --set: chunk positions still to record */
     size_t win_head, win_len;
     int failed;
 } dbsink_conn_t;
@@ -239,6 +251,110 @@ static int dbsink_query(dbsink_conn_t *c, const char *sql)
     return (int)mysql_errno(c->my);
 }
 
+/* --set: append the chunk's kept ids (j in keep[0..k)) as a list: "('c', 'id'), ..." or "'id',
+ * ...". */
+static char *dbsink_id_list(dbsink_conn_t *c, char *o, const size_t *idx, int k, int rows)
+{
+    for (int j = 0; j < k; j++) {
+        const dbsink_msg_t *m = &c->msgs[idx[c->keep[j]]];
+        if (j)
+            *o++ = ',';
+        if (rows)
+            o += sprintf(o, "('%s','", c->consumer);
+        else
+            *o++ = '\'';
+        o += mysql_real_escape_string(c->my, o, m->id, m->id_len);
+        *o++ = '\'';
+        if (rows)
+            *o++ = ')';
+    }
+    *o = '\0';
+    return o;
+}
+
+/* --set: one attempt at a chunk, set-based; returns like dbsink_try_chunk. */
+static int dbsink_try_set(dbsink_conn_t *c, const size_t *idx, int n, long *ok, long *dup,
+                          unsigned char *is_dup)
+{
+    const dbsink_opts_t *o = c->o;
+    int k = 0, err;
+    char *p;
+
+    *ok = *dup = 0;
+    memset(is_dup, 0, (size_t)n);
+    for (int i = 0; i < n; i++) {
+        const dbsink_msg_t *m = &c->msgs[idx[i]];
+        int rep = 0;
+        for (int j = 0; j < k && !rep; j++) {
+            const dbsink_msg_t *e = &c->msgs[idx[c->keep[j]]];
+            rep = e->id_len == m->id_len && memcmp(e->id, m->id, m->id_len) == 0;
+        }
+        if (rep) {
+            is_dup[i] = 1;
+            (*dup)++;
+        } else {
+            c->keep[k++] = i;
+        }
+    }
+    for (int tries = 0; k > 0; tries++) {
+        p = c->sql +
+            sprintf(c->sql, "INSERT INTO `%s` (consumer, msg_id) VALUES ", o->record_table);
+        dbsink_id_list(c, p, idx, k, 1);
+        if ((err = dbsink_query(c, c->sql)) == 0)
+            break;
+        if (err != ER_DUP_ENTRY || tries == 3)
+            goto fail;
+        /* Some ids were committed before: those are duplicates; insert the rest. */
+        p = c->sql + sprintf(c->sql,
+                             "SELECT msg_id FROM `%s` WHERE consumer = '%s' AND msg_id IN (",
+                             o->record_table, c->consumer);
+        strcpy(dbsink_id_list(c, p, idx, k, 0), ")");
+        if ((err = dbsink_query(c, c->sql)) != 0)
+            goto fail;
+        MYSQL_RES *res = mysql_store_result(c->my);
+        MYSQL_ROW row;
+        if (res == NULL) {
+            err = (int)mysql_errno(c->my);
+            goto fail;
+        }
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            unsigned long *len = mysql_fetch_lengths(res);
+            for (int j = 0; j < k; j++) {
+                const dbsink_msg_t *m = &c->msgs[idx[c->keep[j]]];
+                if (len[0] == m->id_len && memcmp(row[0], m->id, m->id_len) == 0) {
+                    is_dup[c->keep[j]] = 1;
+                    (*dup)++;
+                    c->keep[j--] = c->keep[--k];
+                    break;
+                }
+            }
+        }
+        mysql_free_result(res);
+    }
+    if (k > 0) {
+        p = c->sql + sprintf(c->sql,
+                             "UPDATE `%s` SET status = 2, pay_time = NOW(), "
+                             "pay_count = pay_count + 1 WHERE id IN (",
+                             o->table);
+        for (int j = 0; j < k; j++)
+            p += sprintf(p, "%s%lld", j ? "," : "", c->msgs[idx[c->keep[j]]].order_id);
+        strcpy(p, ")");
+        if ((err = dbsink_query(c, c->sql)) != 0)
+            goto fail;
+    }
+    if ((err = dbsink_query(c, k > 0 ? "COMMIT" : "ROLLBACK")) != 0)
+        goto fail;
+    if (k > 0)
+        c->commits++;
+    *ok = k;
+    return 0;
+fail:
+    if (err != ER_LOCK_DEADLOCK)
+        fprintf(stderr, "dbsink[%d]: set-based chunk: error %d: %s\n", c->index, err,
+                mysql_error(c->my));
+    return err;
+}
+
 /*
  * One attempt at a chunk's transaction. 0 when committed or rolled back,
  * ER_LOCK_DEADLOCK (or 1305, savepoint lost) when it must be redone, another
@@ -381,7 +497,8 @@ static void *dbsink_worker(void *arg)
         long ok = 0, dup = 0;
         int err = 0;
         for (int attempt = 0; attempt < DBSINK_REDO_MAX; attempt++) {
-            err = dbsink_try_chunk(c, idx, (int)n, &ok, &dup, is_dup);
+            err = c->o->set ? dbsink_try_set(c, idx, (int)n, &ok, &dup, is_dup)
+                            : dbsink_try_chunk(c, idx, (int)n, &ok, &dup, is_dup);
             if (err != ER_LOCK_DEADLOCK && err != 1305)
                 break;
             c->redo++;
@@ -450,6 +567,13 @@ static int dbsink_run(const dbsink_opts_t *o)
         if (o->prefetch > 0 &&
             (conns[i].window = malloc((size_t)o->prefetch * sizeof(size_t))) == NULL)
             dbsink_die("out of memory");
+        if (o->set) {
+            conns[i].sql_cap = (size_t)o->batch * (2 * DBSINK_ID_MAX + 300) + 512;
+            conns[i].sql = malloc(conns[i].sql_cap);
+            conns[i].keep = malloc((size_t)o->batch * sizeof(int));
+            if (conns[i].sql == NULL || conns[i].keep == NULL)
+                dbsink_die("out of memory");
+        }
         if (dbsink_setup(&conns[i]) != 0)
             dbsink_die("connection %d: setup failed", i);
     }
@@ -473,12 +597,15 @@ static int dbsink_run(const dbsink_opts_t *o)
             mysql_stmt_close(conns[i].update);
         mysql_close(conns[i].my);
         free(conns[i].window);
+        free(conns[i].sql);
+        free(conns[i].keep);
     }
     free(msgs);
-    printf("dbsink conns=%d batch=%d%s messages=%zu ok=%ld duplicate=%ld commits=%ld redo=%ld "
+    printf("dbsink conns=%d batch=%d%s%s messages=%zu ok=%ld duplicate=%ld commits=%ld redo=%ld "
            "secs=%.3f rate=%.0f",
-           o->conns, o->batch, o->batch > 1 && !o->savepoints ? " (no savepoints)" : "", n, ok, dup,
-           commits, redo, secs, secs > 0 ? (double)(ok + dup) / secs : 0);
+           o->conns, o->batch, o->batch > 1 && !o->savepoints && !o->set ? " (no savepoints)" : "",
+           o->set ? " (set-based)" : "", n, ok, dup, commits, redo, secs,
+           secs > 0 ? (double)(ok + dup) / secs : 0);
     if (o->rate > 0) {
         printf(" offered=%.0f/s", o->rate);
         dbsink_print_latency(n);
@@ -536,7 +663,8 @@ static void dbsink_usage(void)
 {
     fputs("usage: dbsink run -S SOCK [-u USER] [-p PASSWORD] -D DB -f WORKLOAD [-b BATCH=1] "
           "[-c CONNS=2]\n"
-          "                  [--consumer NAME] [--record-table T] [--table T] [--no-savepoints]\n"
+          "                  [--consumer NAME] [--record-table T] [--table T] [--no-savepoints] "
+          "[--set]\n"
           "                  [-F PREFETCH] [-r RATE]\n"
           "       dbsink wait -S SOCK [-u USER] [-p PASSWORD] -D DB -q QUERY -e EXPECTED "
           "[-Q PRE -E PRE_EXPECTED]\n"
@@ -552,6 +680,7 @@ int main(int argc, char **argv)
         {"record-table", required_argument, NULL, 2},
         {"table", required_argument, NULL, 3},
         {"no-savepoints", no_argument, NULL, 4},
+        {"set", no_argument, NULL, 5},
         {NULL, 0, NULL, 0},
     };
     dbsink_opts_t o = {.user = "root",
@@ -628,6 +757,9 @@ int main(int argc, char **argv)
             break;
         case 4:
             o.savepoints = 0;
+            break;
+        case 5:
+            o.set = 1;
             break;
         default:
             dbsink_usage();
