@@ -143,8 +143,8 @@ FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_SRC_conf := src/conf.c src/log.c
-FUZZ_SRC_delivery := src/delivery.c
-FUZZ_SRC_printable := src/delivery.c
+FUZZ_SRC_delivery := src/delivery.c src/log.c
+FUZZ_SRC_printable := src/delivery.c src/log.c
 FUZZ_SRC_order_pay :=
 
 .SECONDEXPANSION:

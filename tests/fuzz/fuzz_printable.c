@@ -1,5 +1,5 @@
-/* fuzz_printable.c: libFuzzer target: the escaping of ids for logs (delivery_id_printable): the
- * output is terminated, fits, holds printable ASCII only, and decodes back to the input. */
+/* fuzz_printable.c: libFuzzer target: the escaping of ids for logs (delivery_id_printable, a
+ * logfmt value): the output is terminated, fits, holds printable ASCII only, and decodes back. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,11 @@ static int fuzz_hex(char c)
     return -1;
 }
 
-/* How many bytes of id the escaped text out[0..n) stands for, or -1 when it is not a prefix. */
+/*
+ * How many bytes of id the inside of a quoted value out[0..n) stands for
+ * (escapes \" \\ \n \r \t \xNN, other bytes as they are), or -1 when it is
+ * not a prefix of id or not such an escaping.
+ */
 static long fuzz_decode(const char *out, size_t n, const char *id, size_t len)
 {
     size_t o = 0, in = 0;
@@ -25,12 +29,35 @@ static long fuzz_decode(const char *out, size_t n, const char *id, size_t len)
     while (o < n) {
         int c = (unsigned char)out[o];
         size_t step = 1;
+        if (c == '"')
+            return -1; /* a bare quote inside the value would end it */
         if (c == '\\') {
-            if (o + 3 >= n || out[o + 1] != 'x' || fuzz_hex(out[o + 2]) < 0 ||
-                fuzz_hex(out[o + 3]) < 0)
+            if (o + 1 >= n)
                 return -1;
-            c = fuzz_hex(out[o + 2]) * 16 + fuzz_hex(out[o + 3]);
-            step = 4;
+            step = 2;
+            switch (out[o + 1]) {
+            case '"':
+            case '\\':
+                c = out[o + 1];
+                break;
+            case 'n':
+                c = '\n';
+                break;
+            case 'r':
+                c = '\r';
+                break;
+            case 't':
+                c = '\t';
+                break;
+            case 'x':
+                if (o + 3 >= n || fuzz_hex(out[o + 2]) < 0 || fuzz_hex(out[o + 3]) < 0)
+                    return -1;
+                c = fuzz_hex(out[o + 2]) * 16 + fuzz_hex(out[o + 3]);
+                step = 4;
+                break;
+            default:
+                return -1;
+            }
         }
         if (in >= len || (unsigned char)id[in] != c)
             return -1;
@@ -65,12 +92,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (size_t i = 0; i < n; i++)
         if ((unsigned char)out[i] < 0x20 || (unsigned char)out[i] >= 0x7f)
             abort();
+    if (n > 0 && out[0] != '"') {
+        /* Bare: the id itself, with nothing a logfmt reader would split or unescape. */
+        if (n != len || memcmp(out, id, len) != 0)
+            abort();
+        for (size_t i = 0; i < n; i++)
+            if (out[i] == ' ' || out[i] == '=' || out[i] == '\\')
+                abort();
+        goto done;
+    }
     if (outlen < 8)
         goto done;
-    /* It decodes back to the whole input, or to a shorter prefix followed by "...". */
-    if (fuzz_decode(out, n, id, len) != (long)len &&
-        !(n >= 3 && memcmp(out + n - 3, "...", 3) == 0 && fuzz_decode(out, n - 3, id, len) >= 0 &&
-          fuzz_decode(out, n - 3, id, len) < (long)len))
+    /* Quoted: it decodes back to the whole input, or to a shorter prefix and "...". */
+    if (n < 2 || out[n - 1] != '"')
+        abort();
+    const char *in = out + 1;
+    size_t m = n - 2;
+    if (fuzz_decode(in, m, id, len) != (long)len &&
+        !(m >= 3 && memcmp(in + m - 3, "...", 3) == 0 && fuzz_decode(in, m - 3, id, len) >= 0 &&
+          fuzz_decode(in, m - 3, id, len) < (long)len))
         abort();
 done:
     free(out);
