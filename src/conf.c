@@ -287,7 +287,7 @@ static const conf_def_t conf_defs[] = {
                 "of the config file that holds it"),
     CONF_STRING("queue", "consumer", conf_queue_t, consumer, NR, NULL, 1, 128, "the queue name",
                 "dedup namespace: the `consumer` column of the record table"),
-    CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "200", 1, 65535,
+    CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "1000", 1, 65535,
              "unacknowledged deliveries per worker (basic.qos)"),
     CONF_INT("queue", "workers", conf_queue_t, workers, 0, "1", 1, 64,
              "worker processes, each with its own AMQP and database connection"),
@@ -296,7 +296,7 @@ static const conf_def_t conf_defs[] = {
               "by itself"),
     CONF_STRING("queue", "id_header", conf_queue_t, id_header, NR, NULL, 1, 255,
                 "the message_id property", "application header that carries the message id"),
-    CONF_INT("queue", "batch_size", conf_queue_t, batch_size, 0, "100", 1, 1000,
+    CONF_INT("queue", "batch_size", conf_queue_t, batch_size, 0, "500", 1, 1000,
              "most messages per transaction (group commit, a savepoint each); 1 = one "
              "transaction per message"),
     CONF_INT("queue", "batch_wait_ms", conf_queue_t, batch_wait_ms, 0, "0", 0, 10000,
