@@ -167,11 +167,11 @@ static void test_defaults(void)
     ok(strcmp(q->handler, want_handler) == 0,
        "a relative handler path is taken from the config file's directory, made absolute");
     ok(q->consumer && strcmp(q->consumer, "orders.pay") == 0, "consumer defaults to the name");
-    ok(q->prefetch == 200, "prefetch default 200");
+    ok(q->prefetch == 1000, "prefetch default 1000");
     ok(q->workers == 1, "workers default 1");
     ok(q->dedup == CONF_DEDUP_TABLE, "dedup default table");
     ok(q->id_header == NULL, "id_header default unset (message_id property)");
-    ok(q->batch_size == 100 && q->batch_wait_ms == 0, "batch_size 100, batch_wait_ms 0");
+    ok(q->batch_size == 500 && q->batch_wait_ms == 0, "batch_size 500, batch_wait_ms 0");
     ok(q->max_attempts == 5, "max_attempts default 5");
     ok(q->n_retry_delays == 3 && q->retry_delays_ms[0] == 1000 && q->retry_delays_ms[1] == 10000 &&
            q->retry_delays_ms[2] == 60000,
@@ -1204,7 +1204,7 @@ static void test_dump(void)
     ok(!strstr(d1, "amqp-secret") && !strstr(d1, "hunter2"), "no password text in the dump");
     ok(!strstr(d1, "plugin-secret") && strstr(d1, "db_password = \"***\";"),
        "plugin setting named like a password masked");
-    ok(strstr(d1, "log_level = \"info\";") && strstr(d1, "prefetch = 200;") &&
+    ok(strstr(d1, "log_level = \"info\";") && strstr(d1, "prefetch = 1000;") &&
            strstr(d1, "consumer = \"r\";"),
        "defaults appear in the dump");
     ok(strstr(d1, "# socket: not set") != NULL, "unset settings shown as comments");
