@@ -1023,10 +1023,11 @@ static int worker_settle(worker_t *w)
         return -1;
     if (round < 0 && requeued == 0) {
         w->pub_fail_streak++;
+        uint64_t now = worker_now_ms();
         log_warn("queue %s: republishing failed %d time(s) in a row: %d message(s) held, their "
                  "copies tried again from %llu ms on; other messages go on",
                  w->q->name, w->pub_fail_streak, w->n_held,
-                 (unsigned long long)(w->held_next_ms - worker_now_ms()));
+                 (unsigned long long)(w->held_next_ms > now ? w->held_next_ms - now : 0));
     } else if (round < 0) {
         /*
          * The held list is full and the broker still will not take the copies

@@ -10,7 +10,7 @@ c_fresh_queues "$q" "$q.dlq"
     h_conf_common "$db" | sed "s/shutdown_timeout = [0-9]*/shutdown_timeout = $shutdown_timeout/"
     cat <<CONF
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; prefetch = 200;
-             batch_size = 100; settings = { sleep_ms = 1; }; } );
+             batch_size = 100; settings = { sleep_ms = 5; }; } );
 CONF
 } >idemd.conf
 grep -q "shutdown_timeout = $shutdown_timeout;" idemd.conf || h_fail "could not set shutdown_timeout"
