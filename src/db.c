@@ -123,20 +123,6 @@ fail:
     return rc;
 }
 
-int db_attempt_unbump(db_t *db, const char *id, size_t len)
-{
-    MYSQL_STMT *stmt = db_prepare_key_stmt(db, "UPDATE " DB_ATTEMPT_TABLE
-                                               " SET attempts = attempts - 1 WHERE consumer = ? "
-                                               "AND msg_id = ? AND attempts > 0");
-    if (stmt == NULL)
-        return -1;
-    db_status_t st = db_key_exec(db, stmt, "taking back an attempt of", id, len);
-    mysql_stmt_close(stmt);
-    if (st != DB_OK || db_commit(db) != DB_OK)
-        return -1;
-    return 0;
-}
-
 db_status_t db_attempt_clear(db_t *db, const char *id, size_t len)
 {
     if (db->clear_stmt == NULL &&

@@ -123,12 +123,6 @@ db_status_t db_find_records(db_t *db, const char *const *ids, const size_t *lens
 long long db_attempt_bump(db_t *db, const char *id, size_t len);
 
 /*
- * Take back one counted start (its run was cut short by a lost database or
- * broker, not by the handler), committed on its own. 0, or -1 (logged).
- */
-int db_attempt_unbump(db_t *db, const char *id, size_t len);
-
-/*
  * Read the installation's relay key (sql/007_idemd_key.sql) into key (len
  * bytes, zero-padded), creating it first when no instance has yet.
  * 0, or -1 (logged; the table may be missing).

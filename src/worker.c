@@ -477,9 +477,6 @@ static int worker_guard(worker_t *w, int i)
     if (starts < 0)
         return -1;
     t->counted = true;
-    memcpy(w->slot->precount_id, t->id, t->id_len);
-    w->slot->precount_len = (uint32_t)t->id_len;
-    __atomic_store_n(&w->slot->precount_pending, 1, __ATOMIC_RELEASE);
     if ((unsigned long long)starts > t->attempt)
         t->attempt = (unsigned)starts;
     if (t->attempt > (unsigned)w->q->max_attempts) {
@@ -523,34 +520,6 @@ static int worker_count_crash(worker_t *w)
                  pid, n);
     }
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
-    return 0;
-}
-
-/*
- * The previous worker counted a start of a redelivered message before its
- * run and ended before the run's outcome. Ended by a signal (a crash, a
- * timeout, the OOM killer, kill -9): the start stays counted. Ended by
- * itself (it lost the database or the broker, or was stopped): the run
- * was cut short by something else, so the start is taken back. 0, or -1
- * when the database failed.
- */
-static int worker_settle_precount(worker_t *w)
-{
-    worker_slot_t *sl = w->slot;
-    char pid[96];
-    if (!__atomic_load_n(&sl->precount_pending, __ATOMIC_ACQUIRE))
-        return 0;
-    size_t len = sl->precount_len < sizeof(sl->precount_id) ? sl->precount_len : 0;
-    if (__atomic_load_n(&sl->exit_signal, __ATOMIC_RELAXED) == 0 &&
-        strcmp(sl->crash_consumer, w->q->consumer) == 0) {
-        if (db_attempt_unbump(w->db, sl->precount_id, len) != 0)
-            return -1;
-        delivery_id_printable(sl->precount_id, len, pid, sizeof(pid));
-        log_info("the previous worker stopped before the outcome of message id=%s (not in its "
-                 "handler's fault): its counted start taken back",
-                 pid);
-    }
-    __atomic_store_n(&sl->precount_pending, 0, __ATOMIC_RELEASE);
     return 0;
 }
 
@@ -687,9 +656,7 @@ static int worker_transact(worker_t *w)
     __atomic_add_fetch(&w->slot->c.n_redos, (uint64_t)t.redos, __ATOMIC_RELAXED);
     __atomic_add_fetch(&w->slot->c.n_lock_waits, (uint64_t)t.lock_waits, __ATOMIC_RELAXED);
     if (st != TXN_DONE)
-        return -1; /* a counted start stays pending: the successor takes it back */
-    /* The run has its outcome: a counted start stays counted. */
-    __atomic_store_n(&w->slot->precount_pending, 0, __ATOMIC_RELEASE);
+        return -1;
     if (t.committed && w->outbox_used)
         worker_relay(w);
     w->db_used_ms = worker_now_ms();
@@ -1400,7 +1367,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         _exit(WORKER_EXIT_TEMPFAIL);
     }
     code = worker_connect_db(&w);
-    if (code == 0 && (worker_count_crash(&w) != 0 || worker_settle_precount(&w) != 0))
+    if (code == 0 && worker_count_crash(&w) != 0)
         code = worker_lose(&w, WORKER_LOST_DATABASE);
     if (code == 0) {
         snprintf(slot->crash_consumer, sizeof(slot->crash_consumer), "%s", q->consumer);

@@ -54,12 +54,6 @@ typedef struct worker_slot {
      * microseconds, and when (CLOCK_MONOTONIC ms; 0 = never swept here). */
     int64_t outbox_rows, outbox_oldest_us;
     uint64_t outbox_seen_ms;
-    /* A start counted before the run of a redelivered message (precount_id),
-     * whose outcome the worker has not reached yet: a successor takes it back
-     * when the worker ended without a signal (lost database or broker). */
-    int precount_pending;
-    uint32_t precount_len;
-    char precount_id[256];
     int exit_signal; /* set by the supervisor at reap: the signal that ended the last worker, or 0
                       */
     int log_level;   /* set by the supervisor: log_level_t in effect */
