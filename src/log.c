@@ -23,6 +23,7 @@ static log_level_t log_max = LOG_LEVEL_INFO;
 static char log_ctx[64] = "main";
 static int log_target = -1; /* -1: not resolved yet; else LOG_TARGET_STDERR or _JOURNAL */
 static log_journal_fn_t log_journal_writer = sd_journal_sendv;
+static log_sink_t *log_sink;
 
 static const char *log_names[8] = {
     [LOG_LEVEL_ERROR] = "error",
@@ -325,6 +326,41 @@ static void log_write_stderr(log_level_t level, const char *text)
     (void)!write(STDERR_FILENO, line, len);
 }
 
+void log_set_sink(log_sink_t *sink)
+{
+    log_sink = sink;
+}
+
+void log_sink_put(log_sink_t *sink, log_level_t level, const char *text)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    unsigned long long seq = __atomic_load_n(&sink->seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&sink->seq, seq | 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    sink->when_us = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    sink->level = level;
+    snprintf(sink->text, sizeof(sink->text), "%s", text);
+    __atomic_store_n(&sink->seq, (seq | 1) + 1, __ATOMIC_RELEASE);
+}
+
+bool log_sink_get(const log_sink_t *sink, log_sink_t *out)
+{
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned long long a = __atomic_load_n(&sink->seq, __ATOMIC_ACQUIRE);
+        if (a & 1)
+            continue;
+        memcpy(out, (const void *)sink, sizeof(*out));
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&sink->seq, __ATOMIC_RELAXED) == a) {
+            out->text[sizeof(out->text) - 1] = '\0';
+            return out->when_us != 0;
+        }
+    }
+    memset(out, 0, sizeof(*out));
+    return false;
+}
+
 static void log_emit(log_level_t level, const log_fields_t *f, const char *fmt, va_list ap)
 {
     char raw[LOG_TEXT_MAX], text[LOG_TEXT_MAX];
@@ -335,6 +371,8 @@ static void log_emit(log_level_t level, const log_fields_t *f, const char *fmt, 
     log_text_clean(raw, text);
     if (log_get_target() != LOG_TARGET_JOURNAL || log_write_journal(level, text, f) < 0)
         log_write_stderr(level, text);
+    if (log_sink && level <= LOG_LEVEL_WARNING)
+        log_sink_put(log_sink, level, text);
     errno = saved;
 }
 

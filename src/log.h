@@ -56,6 +56,27 @@ bool log_journal_stream_matches(const char *journal_stream, unsigned long long d
  */
 log_target_t log_target_resolve(log_target_t requested, const char *journal_stream, int fd);
 
+/*
+ * The last error or warning of a process, kept where another process can
+ * read it (shared memory): idemd's status endpoint shows each queue's.
+ * One writer at a time (the worker, or the supervisor once the worker is
+ * gone); seq is odd while a write is under way.
+ */
+#define LOG_SINK_TEXT 400
+typedef struct log_sink {
+    unsigned long long seq;
+    long long when_us; /* CLOCK_REALTIME microseconds; 0: nothing yet */
+    int level;         /* log_level_t */
+    char text[LOG_SINK_TEXT];
+} log_sink_t;
+
+/* From now on, copy every error and warning this process logs into sink (borrowed; NULL: stop). */
+void log_set_sink(log_sink_t *sink);
+/* Put text into sink as of now (the writer's side of log_set_sink). */
+void log_sink_put(log_sink_t *sink, log_level_t level, const char *text);
+/* Copy sink into *out consistently (retrying a torn read); false if it never held anything. */
+bool log_sink_get(const log_sink_t *sink, log_sink_t *out);
+
 void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_vmsg(log_level_t level, const char *fmt, va_list ap);
 

@@ -4,12 +4,14 @@
 #include "metrics.h"
 
 #include <arpa/inet.h>
+#include <json-c/json.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "../include/idemd/handler.h"
@@ -248,6 +250,83 @@ void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *ver
 }
 
 /* ---------------------------------------------------------------------- */
+/* The status document (JSON, for idemctl status) */
+
+static void metrics_json_int(json_object *o, const char *key, long long v)
+{
+    json_object_object_add(o, key, json_object_new_int64(v));
+}
+
+/* The last error of one queue: null, or its time, age, level and text. */
+static json_object *metrics_json_error(const log_sink_t *e)
+{
+    if (e->when_us == 0)
+        return NULL;
+    struct timespec now;
+    struct tm tm;
+    char when[40];
+    time_t sec = (time_t)(e->when_us / 1000000);
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&sec, &tm);
+    size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(when + n, sizeof(when) - n, ".%03dZ", (int)(e->when_us / 1000 % 1000));
+    double age = ((double)now.tv_sec * 1e6 + (double)now.tv_nsec / 1e3 - (double)e->when_us) / 1e6;
+    json_object *o = json_object_new_object();
+    json_object_object_add(o, "time", json_object_new_string(when));
+    json_object_object_add(o, "age_seconds", json_object_new_double(age > 0 ? age : 0));
+    json_object_object_add(
+        o, "level", json_object_new_string(e->level == LOG_LEVEL_ERROR ? "error" : "warning"));
+    json_object_object_add(o, "text", json_object_new_string(e->text));
+    return o;
+}
+
+char *metrics_status_json(const metrics_queue_t *qs, int n, const char *version)
+{
+    static const char *const exits[METRICS_EXIT_KINDS] = {"crash", "timeout", "broker", "database",
+                                                          "config"};
+    json_object *doc = json_object_new_object(), *arr = json_object_new_array();
+    char *out = NULL;
+
+    json_object_object_add(doc, "version", json_object_new_string(version));
+    metrics_json_int(doc, "pid", (long long)getpid());
+    for (int i = 0; i < n; i++) {
+        const metrics_queue_t *q = &qs[i];
+        json_object *o = json_object_new_object(), *m = json_object_new_object(),
+                    *r = json_object_new_object();
+        json_object_object_add(o, "queue", json_object_new_string(q->name));
+        metrics_json_int(o, "workers", q->workers);
+        metrics_json_int(o, "consuming", q->consuming);
+        metrics_json_int(o, "connecting", q->connecting);
+        metrics_json_int(o, "restarting", q->restarting);
+        metrics_json_int(o, "draining", q->draining);
+        json_object_object_add(o, "progress_age_seconds",
+                               json_object_new_double(q->progress_age_s));
+        metrics_json_int(m, "ok", (long long)q->c.n_ok);
+        metrics_json_int(m, "duplicate", (long long)q->c.n_duplicate);
+        metrics_json_int(m, "retry", (long long)q->c.n_retry);
+        metrics_json_int(m, "reject", (long long)q->c.n_reject);
+        json_object_object_add(o, "messages", m);
+        metrics_json_int(o, "commits", (long long)q->c.n_commits);
+        for (int e = 0; e < METRICS_EXIT_KINDS; e++)
+            metrics_json_int(r, exits[e], (long long)q->restarts[e]);
+        json_object_object_add(o, "restarts", r);
+        json_object_object_add(o, "last_error", metrics_json_error(&q->last_error));
+        json_object_array_add(arr, o);
+    }
+    json_object_object_add(doc, "queues", arr);
+    const char *text = json_object_to_json_string_ext(doc, JSON_C_TO_STRING_PLAIN);
+    if (text != NULL) {
+        size_t len = strlen(text);
+        if ((out = malloc(len + 2)) != NULL) {
+            memcpy(out, text, len);
+            memcpy(out + len, "\n", 2);
+        }
+    }
+    json_object_put(doc);
+    return out;
+}
+
+/* ---------------------------------------------------------------------- */
 /* HTTP */
 
 static void metrics_mhd_log(void *cls, const char *fmt, va_list ap)
@@ -280,7 +359,7 @@ static void metrics_notify(void *cls, struct MHD_Connection *conn, void **socket
     }
 }
 
-/* Answer one request: GET or HEAD /metrics, else 404 / 405. */
+/* Answer one request: GET or HEAD /metrics or /status, else 404 / 405. */
 static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, const char *url,
                                       const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
@@ -291,6 +370,7 @@ static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, co
     char *body = NULL;
     size_t len = 0;
     unsigned code = MHD_HTTP_OK;
+    const char *type = "text/plain; version=0.0.4; charset=utf-8";
     (void)version;
     (void)upload_data;
     (void)upload_data_size;
@@ -299,9 +379,15 @@ static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, co
     if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         code = MHD_HTTP_METHOD_NOT_ALLOWED;
         body = strdup("only GET\n");
+    } else if (strcmp(url, "/status") == 0) {
+        metrics_queue_t *qs = NULL;
+        int n = 0;
+        s->collect(s->ctx, &qs, &n);
+        body = metrics_status_json(qs, n, s->version);
+        type = "application/json";
     } else if (strcmp(url, "/metrics") != 0) {
         code = MHD_HTTP_NOT_FOUND;
-        body = strdup("idemd serves /metrics\n");
+        body = strdup("idemd serves /metrics and /status\n");
     } else {
         metrics_queue_t *qs = NULL;
         int n = 0;
@@ -323,8 +409,7 @@ static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, co
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            code == MHD_HTTP_OK ? "text/plain; version=0.0.4; charset=utf-8"
-                                                : "text/plain; charset=utf-8");
+                            code == MHD_HTTP_OK ? type : "text/plain; charset=utf-8");
     enum MHD_Result ret = MHD_queue_response(conn, code, r);
     MHD_destroy_response(r);
     return ret;

@@ -9,6 +9,8 @@
 
 #include <sys/socket.h>
 
+#include "log.h"
+
 /*
  * Histogram bounds (the Prometheus `le` values, in the unit of the counter:
  * messages or microseconds). Each histogram keeps one counter per bound
@@ -97,6 +99,7 @@ typedef struct metrics_queue {
     bool outbox_known;     /* a worker of the queue swept the outbox (handlers that publish) */
     long long outbox_rows; /* as the newest sweep saw it */
     double outbox_oldest_s;
+    log_sink_t last_error; /* the newest error or warning about the queue's workers */
 } metrics_queue_t;
 
 /*
@@ -104,6 +107,15 @@ typedef struct metrics_queue {
  * out, with idemd_build_info for version.
  */
 void metrics_render(FILE *out, const metrics_queue_t *queues, int n, const char *version);
+
+/*
+ * The status document of queues[0..n-1] (JSON, one line and a newline):
+ * version, pid, and per queue its workers by state, progress age, messages
+ * by outcome, commits, restarts by cause and last_error (null, or time,
+ * age_seconds, level, text). Returns a malloc'd string (the caller frees
+ * it), or NULL when out of memory.
+ */
+char *metrics_status_json(const metrics_queue_t *queues, int n, const char *version);
 
 /*
  * Point *out at n queue views for a scrape; the array and its strings
@@ -117,8 +129,8 @@ typedef struct metrics_server metrics_server_t;
 /*
  * Listen on addr (as conf.c parsed metrics.listen) without a thread:
  * the caller polls metrics_fd() and calls metrics_serve() when it is
- * readable (and at least every second, for timeouts). GET /metrics answers
- * with collect's view; everything else is 404. listen is addr as written,
+ * readable (and at least every second, for timeouts). GET /metrics and
+ * GET /status answer with collect's view; everything else is 404. listen is addr as written,
  * for the log. Returns NULL on error (logged). The caller's forked
  * children call metrics_forget_fds.
  */

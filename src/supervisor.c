@@ -54,6 +54,7 @@ typedef struct sup_qstats {
     metrics_counters_t c;
     uint64_t restarts[METRICS_EXIT_KINDS];
     uint64_t reconcile_killed; /* reconcile runs killed at reconcile_timeout */
+    log_sink_t last_error;     /* the newest of slots given up */
 } sup_qstats_t;
 
 /* A handler file as it was when the config generation was loaded. */
@@ -162,9 +163,14 @@ static sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
 static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
 {
     sup_qstats_t *qs = sup_qstats(s, w->q->name);
-    if (qs)
+    log_sink_t e;
+    if (qs) {
         metrics_counters_add(&qs->c, &w->slot->c);
+        if (log_sink_get(&w->slot->last_error, &e) && e.when_us > qs->last_error.when_us)
+            qs->last_error = e;
+    }
     memset(&w->slot->c, 0, sizeof(w->slot->c));
+    memset(&w->slot->last_error, 0, sizeof(w->slot->last_error));
     w->slot->lost = WORKER_LOST_NONE; /* not a reconnect for the slot's next worker */
     w->used = false;
 }
@@ -339,6 +345,7 @@ static void sup_reap(supervisor_t *s)
                 continue;
             uint64_t now = sup_now_ms();
             w->pid = 0;
+            log_set_sink(&w->slot->last_error); /* what is said of its exit is the queue's */
             /* For the successor's crash-loop guard: did the handler kill it, or someone else? */
             __atomic_store_n(&w->slot->exit_signal, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
                              __ATOMIC_RELAXED);
@@ -348,6 +355,7 @@ static void sup_reap(supervisor_t *s)
             sup_count_exit(s, w, status);
             if (s->stopping || w->retiring) {
                 log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid, why);
+                log_set_sink(NULL);
                 sup_release_worker(s, w);
                 break;
             }
@@ -365,6 +373,7 @@ static void sup_reap(supervisor_t *s)
                     "worker %s#%d (pid %d) %s%s; restarting in %llu ms", w->q->name, w->index,
                     (int)pid, why, again ? ", declaration failed again" : "",
                     (unsigned long long)delay);
+            log_set_sink(NULL);
             break;
         }
     }
@@ -569,6 +578,7 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
         metrics_queue_t *q = &v[k];
         memset(q, 0, sizeof(*q));
         q->name = qs->name;
+        q->last_error = qs->last_error;
         q->c = qs->c;
         q->c.n_reconcile_runs += qs->reconcile_killed;
         q->c.n_reconcile_failures += qs->reconcile_killed;
@@ -581,6 +591,9 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
             if (!w->used || strcmp(w->q->name, qs->name) != 0)
                 continue;
             metrics_counters_add(&q->c, &w->slot->c);
+            log_sink_t e;
+            if (log_sink_get(&w->slot->last_error, &e) && e.when_us > q->last_error.when_us)
+                q->last_error = e;
             if (w->retiring) {
                 q->draining += w->pid != 0;
                 continue;

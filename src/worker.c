@@ -1317,6 +1317,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     w.slot = slot;
     snprintf(w.name, sizeof(w.name), "%s#%d", q->name, index);
     log_set_context(w.name);
+    log_set_sink(&slot->last_error);
     if (plugin_load(q->handler, &plugin, err, sizeof(err)) != 0) {
         log_error("queue '%s': %s", q->name, err);
         exit(WORKER_EXIT_CONFIG);

@@ -7,6 +7,7 @@
 #include <sys/types.h>
 
 #include "conf.h"
+#include "log.h"
 #include "metrics.h"
 #include "plugin.h"
 
@@ -64,6 +65,10 @@ typedef struct worker_slot {
     /* What the worker lost before it exited with WORKER_EXIT_TEMPFAIL
      * (worker_lost_t); the next run counts a reconnect when it connects. */
     int lost;
+    /* The last error or warning about this slot's workers: written by the
+     * worker (log_set_sink), and by the supervisor about a worker that is
+     * gone (its exit); read by the status endpoint. */
+    log_sink_t last_error;
 } worker_slot_t;
 
 typedef enum worker_lost {

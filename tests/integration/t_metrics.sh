@@ -176,6 +176,22 @@ h_wait_depth "$dlq" 7 60
 m_wait "idemd_worker_restarts_total{queue=\"$q\",outcome=\"timeout\"}" 2 10
 m_wait "idemd_workers_consuming{queue=\"$q\"}" 1 30
 
+# idemctl status reads the daemon's /status: workers up, restarts, the last error or warning.
+"$H_BUILD/idemctl" -c idemd.conf --json status >status.json 2>status.err || h_fail "idemctl status: $(cat status.err)"
+h_assert_eq "$(jq -r '.[0] | "\(.daemon) \(.workers_up) \(.restarts.timeout) \(.restarts.crash)"' status.json)" \
+    "ok 1 2 2" "idemctl status: daemon, workers up, restarts by timeout and crash"
+# The newest: the worker dead-lettered h1 after its second timeout.
+h_assert_eq "$(jq -r '.[0].last_error | "\(.level) \(.text | test("id=h1 .*handler crashed: started 2 times"))"' status.json)" \
+    "warning true" "idemctl status: last error"
+# A daemon that does not answer: everything else is shown, exit 4, and why.
+sed "s/listen = \"127.0.0.1:$mport\"/listen = \"127.0.0.1:$(h_free_port 37000 2000)\"/" idemd.conf >deaf.conf
+chmod go= deaf.conf
+rc=0
+out=$("$H_BUILD/idemctl" -c deaf.conf status 2>deaf.err) || rc=$?
+h_assert_eq "$rc" 4 "idemctl status with the daemon unreachable: exit status"
+grep -q "^$q"$'\t'"present.*workers_up=?"$'\t' <<<"$out" || h_fail "status line without the daemon: $out"
+grep -q "did not answer GET /status: connect: Connection refused" deaf.err || h_fail "deaf.err: $(cat deaf.err)"
+
 # The server closes the worker's idle database session: reopened in place, one reconnect.
 ids=$(h_sql "SELECT GROUP_CONCAT(id) FROM information_schema.processlist WHERE db = '$db' AND id <> CONNECTION_ID()")
 [[ -n "$ids" && "$ids" != NULL ]] || h_fail "no idemd session in the processlist"
@@ -189,6 +205,11 @@ c_close_named_conn "idemd $q#0 consumer"
 m_wait "idemd_worker_restarts_total{queue=\"$q\",outcome=\"broker\"}" 1 20
 m_wait "idemd_broker_reconnects_total{queue=\"$q\"}" 1 20
 m_wait "idemd_workers_consuming{queue=\"$q\"}" 1 30
+# What the supervisor said of that exit is now the queue's last error (text output).
+out=$("$H_BUILD/idemctl" -c idemd.conf status 2>status.err) || h_fail "idemctl status: $(cat status.err)"
+echo "$out" >/tmp/t_metrics_status.txt
+grep -q "workers_up=1/1"$'\t'"restarts=5"$'\t'"last_error=[0-9]*s ago: worker $q#0 (pid [0-9]*) exited with code 75" <<<"$out" ||
+    h_fail "status after the broker close: $out"
 
 # A reload that changes the queue (its worker drains, a new one starts in another slot)
 # and the metrics address: counters go on from where they were, on the new address.
