@@ -73,17 +73,54 @@ static db_status_t db_key_exec(db_t *db, MYSQL_STMT *stmt, const char *what, con
     return st;
 }
 
-long long db_attempt_bump(db_t *db, const char *id, size_t len)
+int db_attempt_prepare(db_t *db)
 {
-    /* LAST_INSERT_ID(expr) hands the new count back without a SELECT. */
+    /* LAST_INSERT_ID(expr) hands back the new start count and the crash count in one number
+     * (crashes in the high 32 bits) without a SELECT; attempts itself gets attempts + 1. */
     if (db->bump_stmt == NULL &&
         (db->bump_stmt = db_prepare_key_stmt(
              db, "INSERT INTO " DB_ATTEMPT_TABLE " (consumer, msg_id, attempts) VALUES (?, ?, 1) "
-                 "ON DUPLICATE KEY UPDATE attempts = LAST_INSERT_ID(attempts + 1)")) == NULL)
+                 "ON DUPLICATE KEY UPDATE attempts = "
+                 "LAST_INSERT_ID(attempts + 1 + (crashes << 32)) - (crashes << 32)")) == NULL)
         return -1;
-    if (db_key_exec(db, db->bump_stmt, "counting an attempt of", id, len) != DB_OK)
+    if (db->crash_stmt == NULL &&
+        (db->crash_stmt = db_prepare_key_stmt(db, "INSERT INTO " DB_ATTEMPT_TABLE
+                                                  " (consumer, msg_id, attempts, crashes) "
+                                                  "VALUES (?, ?, 1, 1) ON DUPLICATE KEY UPDATE "
+                                                  "crashes = LAST_INSERT_ID(crashes + 1)")) == NULL)
+        return -1;
+    if (db->start_stmt == NULL &&
+        (db->start_stmt =
+             db_prepare_key_stmt(db, "UPDATE " DB_ATTEMPT_TABLE " SET attempts = attempts + 1 "
+                                     "WHERE consumer = ? AND msg_id = ?")) == NULL)
+        return -1;
+    return 0;
+}
+
+long long db_attempt_bump(db_t *db, const char *id, size_t len, long long *crashes)
+{
+    if (db_attempt_prepare(db) != 0 ||
+        db_key_exec(db, db->bump_stmt, "counting an attempt of", id, len) != DB_OK)
         return -1;
     my_ulonglong n = mysql_stmt_insert_id(db->bump_stmt);
+    if (db_commit(db) != DB_OK)
+        return -1;
+    *crashes = (long long)(n >> 32);
+    n &= 0xffffffffu;
+    return n == 0 ? 1 : (long long)n;
+}
+
+long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start)
+{
+    if (db_attempt_prepare(db) != 0 ||
+        db_key_exec(db, db->crash_stmt, "counting a crash of", id, len) != DB_OK)
+        return -1;
+    my_ulonglong n = mysql_stmt_insert_id(db->crash_stmt);
+    /* A new row counts this start already; an old one gets it here when it was not counted
+     * before the run (the message was not suspect then). */
+    if (n != 0 && add_start &&
+        db_key_exec(db, db->start_stmt, "counting an attempt of", id, len) != DB_OK)
+        return -1;
     if (db_commit(db) != DB_OK)
         return -1;
     return n == 0 ? 1 : (long long)n;
@@ -385,6 +422,10 @@ void db_close(db_t *db)
         mysql_stmt_close(db->record_stmt);
     if (db->bump_stmt)
         mysql_stmt_close(db->bump_stmt);
+    if (db->crash_stmt)
+        mysql_stmt_close(db->crash_stmt);
+    if (db->start_stmt)
+        mysql_stmt_close(db->start_stmt);
     if (db->clear_stmt)
         mysql_stmt_close(db->clear_stmt);
     if (db->my)

@@ -29,6 +29,8 @@ typedef struct db {
     MYSQL *my;
     MYSQL_STMT *record_stmt; /* INSERT INTO <record_table>(consumer, msg_id) VALUES (?, ?) */
     MYSQL_STMT *bump_stmt;   /* attempts + 1 for (consumer, msg_id); prepared on first use */
+    MYSQL_STMT *crash_stmt;  /* crashes + 1 for (consumer, msg_id); prepared on first use */
+    MYSQL_STMT *start_stmt;  /* attempts + 1 of an existing row; prepared on first use */
     MYSQL_STMT *clear_stmt;  /* DELETE the attempts row; prepared on first use */
     char consumer[129];
     unsigned long consumer_len;
@@ -116,11 +118,27 @@ db_status_t db_find_records(db_t *db, const char *const *ids, const size_t *lens
                             bool *found);
 
 /*
- * Count one more start of a redelivered message, committed at once and on
- * its own (call it with no transaction open). Returns the count after this
- * start (1 the first time), or -1 on error (logged).
+ * Prepare the crash-loop guard's statements on idemd_attempt (done on first
+ * use too): 0, or -1 (logged) when they do not prepare, e.g. a table
+ * without the crashes column of sql/008_idemd_attempt_crashes.sql.
  */
-long long db_attempt_bump(db_t *db, const char *id, size_t len);
+int db_attempt_prepare(db_t *db);
+
+/*
+ * Count one more start of a redelivered message, committed at once and on
+ * its own (call it with no transaction open). Returns the start count after
+ * this start (1 the first time), and in *crashes the crashes confirmed so
+ * far (db_attempt_crash), or -1 on error (logged).
+ */
+long long db_attempt_bump(db_t *db, const char *id, size_t len, long long *crashes);
+
+/*
+ * Count one confirmed crash of a message (its worker died inside the
+ * handler, by the handler's fault), committed at once and on its own; with
+ * add_start also one more start (the crashed run was not counted before it
+ * began). Returns the crash count after it, or -1 on error (logged).
+ */
+long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start);
 
 /*
  * Read the installation's relay key (sql/007_idemd_key.sql) into key (len

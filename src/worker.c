@@ -24,6 +24,8 @@
 #define WORKER_CONFIRM_MS 15000   /* a round's wait for the broker to confirm its copies, in all */
 #define WORKER_IDLE_PING_MS 1000  /* ping the database before a batch after this long unused */
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
+/* Starts past max_attempts, without confirmed crashes, before the guard gives up (worker_guard). */
+#define WORKER_GUARD_UNCONFIRMED 10
 
 /* One message as the handler sees it, with the buffers its strings point into. */
 typedef struct worker_hmsg {
@@ -219,6 +221,12 @@ static int worker_connect_db(worker_t *w)
     else if ((w->outbox = outbox_new(w->db)) == NULL)
         return WORKER_EXIT_TEMPFAIL;
     worker_connected(w, WORKER_LOST_DATABASE);
+    if (db_attempt_prepare(w->db) != 0) {
+        snprintf(w->slot->error, sizeof(w->slot->error),
+                 "cannot use table " DB_ATTEMPT_TABLE
+                 " (apply sql/003_idemd_attempt.sql and sql/008_idemd_attempt_crashes.sql)");
+        return WORKER_EXIT_CONFIG;
+    }
     if (db_relay_key(w->db, w->relay_key, sizeof(w->relay_key)) != 0) {
         snprintf(w->slot->error, sizeof(w->slot->error),
                  "cannot read the relay key from table " DB_KEY_TABLE
@@ -449,11 +457,21 @@ static const txn_ops_t worker_txn_ops = {
 
 /*
  * Crash-loop guard for a suspect (redelivered) message, which always runs
- * alone: count this start durably before the handler runs; past
- * max_attempts, dead-letter it without running the handler. Only real
- * starts count: this one, and the ones a dying worker noted in its slot
- * (worker_count_crash); a delivery returned unstarted (graceful stop,
- * reconnect, reload) costs nothing. 0, or -1 when the database failed.
+ * alone. Two counts in idemd_attempt decide:
+ * - crashes: runs that ended with the worker dying in the handler by the
+ *   handler's fault (a signal such as SIGSEGV or SIGABRT, handler_timeout,
+ *   an exit() in the handler), confirmed by the successor that found the
+ *   crash note in its slot with the supervisor's exit signal
+ *   (worker_count_crash). At max_attempts the message is dead-lettered
+ *   without running the handler again.
+ * - starts: every start of a suspect run, counted durably before it
+ *   begins. Runs cut short by anything else (the whole instance killed, a
+ *   lost connection or database, kill -9 of the worker, the OOM killer)
+ *   leave a start but no crash; only past max_attempts +
+ *   WORKER_GUARD_UNCONFIRMED such starts is the message dead-lettered, which
+ *   bounds a loop that no successor sees (a message that takes down its
+ *   whole instance, or its worker by memory).
+ * 0, or -1 when the database failed.
  */
 static int worker_guard(worker_t *w, int i)
 {
@@ -461,6 +479,7 @@ static int worker_guard(worker_t *w, int i)
     const char *id = t->id;
     size_t len = t->id_len;
     bool found = false;
+    long long crashes = 0;
     if (!w->batch[i].suspect || t->state != TXN_NEW)
         return 0;
     /* A copy of a message committed before (its ack was lost, then redelivered again and
@@ -473,28 +492,37 @@ static int worker_guard(worker_t *w, int i)
             return 0;
         }
     }
-    long long starts = db_attempt_bump(w->db, t->id, t->id_len);
+    long long starts = db_attempt_bump(w->db, t->id, t->id_len, &crashes);
     if (starts < 0)
         return -1;
     t->counted = true;
-    if ((unsigned long long)starts > t->attempt)
-        t->attempt = (unsigned)starts;
-    if (t->attempt > (unsigned)w->q->max_attempts) {
+    if ((unsigned long long)crashes + 1 > t->attempt)
+        t->attempt = (unsigned)crashes + 1;
+    if (crashes >= w->q->max_attempts) {
         t->attempt = (unsigned)starts - 1; /* handler runs so far: this one will not run it */
         txn_move(t, TXN_REJECT);
         snprintf(t->reason, sizeof(t->reason),
-                 "handler crashed: started %lld times without finishing (its worker died or "
-                 "timed out in the handler); not run again",
-                 starts - 1);
+                 "handler crashed: its worker died in the handler %lld times (a signal, "
+                 "handler_timeout or exit); started %lld times; not run again",
+                 crashes, starts - 1);
+    } else if (starts > (long long)w->q->max_attempts + WORKER_GUARD_UNCONFIRMED) {
+        t->attempt = (unsigned)starts - 1;
+        txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "handler started %lld times without finishing, %lld of them crashes seen by "
+                 "idemd (the others cut short by a kill of the whole instance or of the worker, "
+                 "a lost connection or the OOM killer); not run again",
+                 starts - 1, crashes);
     }
     return 0;
 }
 
 /*
- * A worker that died inside a handler left the message's id in its slot:
- * count that start for the crash-loop guard (unless it was counted before
- * the run), so that a message that kills its worker is dead-lettered after
- * max_attempts starts. 0, or -1 when the database failed.
+ * A worker that died inside a handler left the message's id in its slot,
+ * and the supervisor the signal that ended it: confirm that crash for the
+ * crash-loop guard when it was the handler's doing, so that a message that
+ * kills its worker is dead-lettered after max_attempts crashes. 0, or -1
+ * when the database failed.
  */
 static int worker_count_crash(worker_t *w)
 {
@@ -505,19 +533,19 @@ static int worker_count_crash(worker_t *w)
     size_t len = sl->crash_id_len < sizeof(sl->crash_id) ? sl->crash_id_len : 0;
     int sig = __atomic_load_n(&sl->exit_signal, __ATOMIC_RELAXED);
     delivery_id_printable(sl->crash_id, len, pid, sizeof(pid));
-    /* Killed from outside (kill -9, SIGTERM past shutdown_timeout) while in the handler: not
-     * the message's fault. A handler that takes all memory and is OOM-killed is still
-     * stopped: its redelivered runs are counted before they start. */
+    /* Killed from outside (kill -9, SIGTERM past shutdown_timeout, the OOM killer) while in the
+     * handler: not confirmed as the message's fault; its next runs are still counted as starts. */
     if (sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
         log_info("the previous worker was killed (signal %d) in the handler on message id=%s: "
                  "not counted as a crash",
                  sig, pid);
-    } else if (strcmp(sl->crash_consumer, w->q->consumer) == 0 && !sl->crash_counted) {
-        long long n = db_attempt_bump(w->db, sl->crash_id, len);
+    } else if (strcmp(sl->crash_consumer, w->q->consumer) == 0) {
+        long long n = db_attempt_crash(w->db, sl->crash_id, len, !sl->crash_counted);
         if (n < 0)
             return -1;
-        log_warn("the previous worker died in the handler on message id=%s: start %lld counted",
-                 pid, n);
+        log_warn("the previous worker died in the handler on message id=%s (%s): crash %lld "
+                 "counted",
+                 pid, sig ? strsignal(sig) : "exit", n);
     }
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
     return 0;

@@ -181,7 +181,7 @@ m_wait "idemd_workers_consuming{queue=\"$q\"}" 1 30
 h_assert_eq "$(jq -r '.[0] | "\(.daemon) \(.workers_up) \(.restarts.timeout) \(.restarts.crash)"' status.json)" \
     "ok 1 2 2" "idemctl status: daemon, workers up, restarts by timeout and crash"
 # The newest: the worker dead-lettered h1 after its second timeout.
-h_assert_eq "$(jq -r '.[0].last_error | "\(.level) \(.text | test("id=h1 .*handler crashed: started 2 times"))"' status.json)" \
+h_assert_eq "$(jq -r '.[0].last_error | "\(.level) \(.text | test("id=h1 .*handler crashed: its worker died in the handler 2 times"))"' status.json)" \
     "warning true" "idemctl status: last error"
 # A daemon that does not answer: everything else is shown, exit 4, and why.
 sed "s/listen = \"127.0.0.1:$mport\"/listen = \"127.0.0.1:$(h_free_port 37000 2000)\"/" idemd.conf >deaf.conf
