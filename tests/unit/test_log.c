@@ -504,6 +504,38 @@ static void test_env_target(void)
     }
 }
 
+/* The sink keeps the newest error or warning only, cut to its size; info and debug pass by. */
+static void test_sink(void)
+{
+    log_sink_t sink, got;
+    char longtext[1000];
+    memset(&sink, 0, sizeof(sink));
+    t_check(!log_sink_get(&sink, &got), "sink: empty at first");
+    log_set_level(LOG_LEVEL_DEBUG);
+    log_set_target(LOG_TARGET_STDERR);
+    log_set_sink(&sink);
+    t_capture_begin();
+    log_msg(LOG_LEVEL_WARNING, "first %d", 1);
+    log_msg(LOG_LEVEL_ERROR, "second %s", "problem");
+    log_msg(LOG_LEVEL_INFO, "not a problem");
+    log_msg(LOG_LEVEL_DEBUG, "nor this");
+    (void)t_capture_end();
+    t_check(log_sink_get(&sink, &got) && strcmp(got.text, "second problem") == 0 &&
+                got.level == LOG_LEVEL_ERROR && got.when_us > 0 && (got.seq & 1) == 0,
+            "sink: the newest error, with its level and time; info and debug not kept");
+    memset(longtext, 'x', sizeof(longtext) - 1);
+    longtext[sizeof(longtext) - 1] = '\0';
+    t_capture_begin();
+    log_msg(LOG_LEVEL_WARNING, "%s", longtext);
+    log_set_sink(NULL);
+    log_msg(LOG_LEVEL_ERROR, "after the sink was taken away");
+    (void)t_capture_end();
+    t_check(log_sink_get(&sink, &got) && strlen(got.text) == LOG_SINK_TEXT - 1 &&
+                got.level == LOG_LEVEL_WARNING,
+            "sink: long text cut to its size; nothing kept once unset");
+    log_set_level(LOG_LEVEL_INFO);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--env-child") == 0) {
@@ -517,6 +549,7 @@ int main(int argc, char **argv)
     test_journal_stream();
     test_journal_fields();
     test_env_target();
+    test_sink();
     printf("1..%d\n", t_n);
     return t_failed ? 1 : 0;
 }

@@ -138,9 +138,45 @@ static void test_escaping_and_adding(void)
     free(text);
 }
 
+/* The status document: valid JSON, the view's numbers, a last error with quotes kept whole. */
+static void test_status_json(void)
+{
+    metrics_queue_t q[2];
+    memset(q, 0, sizeof(q));
+    q[0].name = "orders";
+    q[0].workers = 3;
+    q[0].consuming = 2;
+    q[0].restarting = 1;
+    q[0].c.n_ok = 41;
+    q[0].restarts[METRICS_EXIT_CRASH] = 4;
+    q[0].last_error.when_us = 1700000000123456LL;
+    q[0].last_error.level = LOG_LEVEL_WARNING;
+    snprintf(q[0].last_error.text, sizeof(q[0].last_error.text), "worker \"x\"\nkilled");
+    q[1].name = "quiet";
+    char *doc = metrics_status_json(q, 2, "9.8.7");
+    ok(doc != NULL, "status document made");
+    if (doc == NULL)
+        return;
+    ok(strstr(doc, "\"version\":\"9.8.7\"") != NULL, "status: version");
+    ok(strstr(doc, "\"queue\":\"orders\",\"workers\":3,\"consuming\":2,\"connecting\":0,"
+                   "\"restarting\":1") != NULL,
+       "status: workers by state");
+    ok(strstr(doc, "\"ok\":41") != NULL && strstr(doc, "\"crash\":4") != NULL,
+       "status: messages and restarts");
+    ok(strstr(doc, "\"time\":\"2023-11-14T22:13:20.123Z\"") != NULL &&
+           strstr(doc, "\"level\":\"warning\"") != NULL &&
+           strstr(doc, "\"text\":\"worker \\\"x\\\"\\nkilled\"") != NULL,
+       "status: last error time (UTC), level and escaped text");
+    ok(strstr(doc, "\"queue\":\"quiet\"") != NULL && strstr(doc, "\"last_error\":null") != NULL,
+       "status: a queue without errors has last_error null");
+    ok(doc[strlen(doc) - 1] == '\n', "status: one line");
+    free(doc);
+}
+
 int main(void)
 {
     test_counters();
+    test_status_json();
     test_histograms();
     test_escaping_and_adding();
     printf("# %d tests, %d failed\n", t_n, t_failed);
