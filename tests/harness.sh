@@ -21,6 +21,9 @@
 #   h_wait_log FILE REGEX COUNT TIMEOUT poll until FILE has at least COUNT lines matching REGEX
 #   h_count_log FILE REGEX   number of lines of FILE matching REGEX (grep -E)
 #   h_gen PREFIX FROM TO [BODY]         print publish lines PREFIX<i><TAB>BODY (default body-<i>)
+#   h_handler_abi                       the plugin ABI of include/idemd/handler.h, "MAJOR.MINOR"
+#   h_hello_plugin HEADER CFLAGS...     build ./hello.so, the smallest handler, strict C11 with
+#                                       CFLAGS; fail unless it took <idemd/handler.h> from HEADER
 #   h_assert_eq ACTUAL EXPECTED WHAT    fail unless equal
 #   h_fail MSG               print MSG and exit 1
 
@@ -476,6 +479,43 @@ h_wait_log()
         fi
         sleep 0.2
     done
+}
+
+# The plugin ABI that include/idemd/handler.h declares, as "MAJOR.MINOR".
+h_handler_abi()
+{
+    sed -n 's/^#define IDEMD_HANDLER_ABI_MAJOR //p;s/^#define IDEMD_HANDLER_ABI_MINOR //p' \
+        "$H_ROOT/include/idemd/handler.h" | paste -sd.
+}
+
+# Build ./hello.so, a handler that accepts every message, outside the tree with the flags
+# $2... (an installed header's, from pkg-config); fail unless it used the header at $1.
+h_hello_plugin()
+{
+    local header=$1 deps
+    shift
+    cat >hello.c <<'HELLO'
+/* hello.c: the smallest idemd handler: accepts every message. */
+#include <idemd/handler.h>
+
+static idemd_result_t hello_handle(void *state, struct st_mysql *db, const idemd_message_t *msg,
+                                   char *err, size_t errlen)
+{
+    (void)state, (void)db, (void)msg, (void)err, (void)errlen;
+    return IDEMD_RESULT_OK;
+}
+
+const idemd_handler_t idemd_handler = {
+    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
+    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
+    .name = "hello",
+    .handle = hello_handle,
+};
+HELLO
+    cc -std=c11 -Wall -Wextra -Werror -pedantic -fPIC -shared "$@" -o hello.so hello.c ||
+        h_fail "hello.c (a plugin outside the tree) did not build with $*"
+    deps=$(cc -std=c11 "$@" -M hello.c) || h_fail "cc -M hello.c failed"
+    grep -qF "$header" <<<"$deps" || h_fail "hello.c did not use $header: $deps"
 }
 
 # Print publish lines "PREFIX<i><TAB>BODY" for i in FROM..TO (BODY default "body-<i>").

@@ -196,36 +196,11 @@ h_assert_eq "$(pkg-config --path idemd)" /usr/share/pkgconfig/idemd.pc "pkg-conf
 pkg-config --validate idemd || h_fail "idemd.pc does not validate"
 h_assert_eq "$(pkg-config --modversion idemd)" "$ver" "pkg-config --modversion idemd"
 h_assert_eq "$(pkg-config --variable=plugindir idemd)" /usr/lib/idemd/plugins "plugindir"
-abi=$(sed -n 's/^#define IDEMD_HANDLER_ABI_MAJOR //p;s/^#define IDEMD_HANDLER_ABI_MINOR //p' \
-    "$H_ROOT/include/idemd/handler.h" | paste -sd.)
-h_assert_eq "$(pkg-config --variable=handler_abi idemd)" "$abi" "handler_abi"
+h_assert_eq "$(pkg-config --variable=handler_abi idemd)" "$(h_handler_abi)" "handler_abi"
 
 # A plugin outside the tree, against idemd-dev's header only.
-cat >hello.c <<'EOF'
-/* hello.c: the smallest idemd handler: accepts every message. */
-#include <idemd/handler.h>
-
-static idemd_result_t hello_handle(void *state, struct st_mysql *db, const idemd_message_t *msg,
-                                   char *err, size_t errlen)
-{
-    (void)state, (void)db, (void)msg, (void)err, (void)errlen;
-    return IDEMD_RESULT_OK;
-}
-
-const idemd_handler_t idemd_handler = {
-    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
-    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
-    .name = "hello",
-    .handle = hello_handle,
-};
-EOF
-cflags=$(pkg-config --cflags idemd libmariadb)
-# shellcheck disable=SC2086 # cflags is a list of flags
-cc -std=c11 -Wall -Wextra -Werror -pedantic -shared -fPIC $cflags -o hello.so hello.c ||
-    h_fail "the plugin did not build against idemd-dev"
-# shellcheck disable=SC2086
-grep -qF /usr/include/idemd/handler.h <<<"$(cc -std=c11 $cflags -M hello.c)" ||
-    h_fail "hello.c did not use /usr/include/idemd/handler.h"
+# shellcheck disable=SC2046 # a list of flags
+h_hello_plugin /usr/include/idemd/handler.h $(pkg-config --cflags idemd libmariadb)
 
 # The packaged daemon runs it on the packaged schema: 20 messages, 20 records, queue empty.
 db=t_deb_package

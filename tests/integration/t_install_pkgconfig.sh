@@ -63,36 +63,11 @@ cflags=${cflags% } # pkgconf ends the list with a space
 h_assert_eq "$cflags" "-I$root/usr/include" "pkg-config --cflags idemd"
 h_assert_eq "$(pkg-config --variable=plugindir idemd)" "$root/usr/lib/idemd/plugins" "plugindir"
 h_assert_eq "$(pkg-config --modversion idemd)" "$("$IDEMD" --version | cut -d' ' -f2)" "version"
-abi=$(sed -n 's/^#define IDEMD_HANDLER_ABI_MAJOR //p;s/^#define IDEMD_HANDLER_ABI_MINOR //p' \
-    "$H_ROOT/include/idemd/handler.h" | paste -sd.)
-h_assert_eq "$(pkg-config --variable=handler_abi idemd)" "$abi" "handler_abi"
+h_assert_eq "$(pkg-config --variable=handler_abi idemd)" "$(h_handler_abi)" "handler_abi"
 
 # A minimal handler outside the tree, strict C11, with nothing but the installed header.
-cat >hello.c <<'EOF'
-/* hello.c: the smallest idemd handler: accepts every message. */
-#include <idemd/handler.h>
-
-static idemd_result_t hello_handle(void *state, struct st_mysql *db, const idemd_message_t *msg,
-                                   char *err, size_t errlen)
-{
-    (void)state, (void)db, (void)msg, (void)err, (void)errlen;
-    return IDEMD_RESULT_OK;
-}
-
-const idemd_handler_t idemd_handler = {
-    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
-    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
-    .name = "hello",
-    .handle = hello_handle,
-};
-EOF
 # shellcheck disable=SC2086 # cflags is a list of flags
-cc -std=c11 -Wall -Wextra -Werror -pedantic -fPIC -shared $cflags -o hello.so hello.c ||
-    h_fail "out-of-tree plugin did not build"
-# shellcheck disable=SC2086
-cc -std=c11 $cflags -M hello.c >hello.deps
-grep -qF "$root/usr/include/idemd/handler.h" hello.deps ||
-    h_fail "hello.c did not use the installed header: $(cat hello.deps)"
+h_hello_plugin "$root/usr/include/idemd/handler.h" $cflags
 if command -v c++ >/dev/null; then
     # shellcheck disable=SC2086
     c++ -Wall -Wextra -Werror -fsyntax-only $cflags -x c++ - <<<'#include <idemd/handler.h>' ||
