@@ -29,7 +29,9 @@ check_elf "$IDEMD" exe
 check_elf "$H_PLUGINS/order_pay.so" lib
 check_elf "$H_TEST_PLUGINS/counter.so" lib
 # The flags behind what readelf can see: the Makefile's compile line for idemd.
-flags=$(make -C "$H_ROOT" -n -B B=/nonexistent /nonexistent/obj/log.o 2>/dev/null || true)
+# (The default build's, also when this runs under make SANITIZE=1 test: not inherited.)
+flags=$(env -u MAKEFLAGS -u MAKELEVEL -u SANITIZE \
+    make -C "$H_ROOT" -n -B B=/nonexistent SANITIZE= /nonexistent/obj/log.o 2>/dev/null || true)
 for f in -fstack-protector-strong -fstack-clash-protection -D_FORTIFY_SOURCE=2 -fPIE; do
     grep -qF -- "$f" <<<"$flags" || h_fail "the compile line lacks $f: $flags"
 done
