@@ -29,7 +29,6 @@
 #   cl_sql N QUERY [DB]      run QUERY as root on node N (unix socket), rows tab-separated
 #   cl_sql_any QUERY [DB]    the same on the first node that answers
 #   cl_ctl N ARGS...         rabbitmqctl against node N, from the hub (Erlang distribution)
-#   cl_ctl_in N ARGS...      the same from inside node N's namespace (works while it is cut off)
 #   cl_mq N ARGS...          mqtool against node N
 # Variables (cl_vars): CL_HUB, CL_NET, CL_RNS/CL_GNS[1..3] (namespaces), CL_RIP/CL_GIP[1..3]
 # (addresses), CL_NODE[1..3] (Erlang node names rabbit@idcrN), CL_AMQP/CL_MYSQL[1..3] (ports,
@@ -88,12 +87,17 @@ cl_net_check()
     ip netns del "$probe"
 }
 
-# The hosts file of every namespace: the machine's own, plus the nodes' names.
+# The hosts file of every namespace: the machine's own, plus the nodes' names, and the
+# machine's hostname on the hub's address: rabbitmqctl, run in the hub, is an Erlang node
+# named after it, and the nodes must reach it there (list_queues streams from every node).
 cl_hosts()
 {
-    local n
-    cat /etc/hosts
+    local n host
+    host=$(hostname)
+    awk -v h="$host" '/^[ \t]*#/ { print; next }
+        { out = $1; for (i = 2; i <= NF; i++) if ($i != h) out = out " " $i; if (out != $1) print out }' /etc/hosts
     echo "# tests/chaos/cluster run $CL_ID"
+    echo "$CL_HUB_IP $host"
     for n in 1 2 3; do echo "${CL_RIP[$n]} idcr$n"; done
     for n in 1 2 3; do echo "${CL_GIP[$n]} idcg$n"; done
     echo "$CL_HUB_IP idchub"
@@ -154,13 +158,6 @@ cl_net_down()
 # ---------- clients ----------
 
 cl_ctl() { local n=$1; shift; timeout 60 "$H_RABBIT_BIN/rabbitmqctl" -q -n "${CL_NODE[$n]}" "$@"; }
-
-cl_ctl_in()
-{
-    local n=$1
-    shift
-    ip netns exec "${CL_RNS[$n]}" timeout 60 "$H_RABBIT_BIN/rabbitmqctl" -q -n "${CL_NODE[$n]}" "$@"
-}
 
 cl_mq() { local n=$1; shift; "$MQTOOL" -H "${CL_RIP[$n]}" -P "${CL_AMQP[$n]}" "$@"; }
 
