@@ -354,12 +354,19 @@ cl_galera_wait()
     done
     tail -n 30 "$CL_DIR/g$n/err.log" >&2
     cl_log "Galera node $n is not Synced in a cluster of 3 (last: '${st:-no answer}')"
+    cl_galera_report
+    return 1
+}
+
+# Log each Galera node's state, and whether it was voted out as inconsistent.
+cl_galera_report()
+{
+    local n
     for n in 1 2 3; do
         cl_log "Galera node $n: $(cl_galera_status "$n" "'wsrep_local_state_comment',
             'wsrep_cluster_size', 'wsrep_cluster_status'" || true);" \
             "$(grep -c 'Inconsistent by consensus' "$CL_DIR/g$n/err.log" || true) inconsistency votes lost"
     done
-    return 1
 }
 
 # The rsync SST daemon (run as root) drops to user nobody and also sets the permissions of
@@ -430,6 +437,11 @@ cl_part()
         if ((SECONDS - t0 >= 90)); then
             ip -n "$CL_HUB" link set "v$kind$n" up
             cl_log "$what: the partition was not seen by both sides within 90 s"
+            if [[ $kind == g ]]; then
+                cl_galera_report
+            else
+                cl_log "RabbitMQ node $((n % 3 + 1)) sees $(cl_rabbit_running $((n % 3 + 1))) running nodes"
+            fi
             return 1
         fi
         sleep 1
