@@ -122,8 +122,9 @@ chaos-high: check-build
 chaos-matrix: check-build
 	H_BUILD=$(abspath $(B)) bash tests/chaos/run --matrix $(CHAOS_ARGS)
 
-# The cluster chaos run (tests/chaos/cluster --help): 3-node RabbitMQ and Galera clusters on
-# loopback (needs galera-4 and rsync); not part of make test. CHAOS_ARGS=--short, --soak MIN.
+# The cluster chaos run (tests/chaos/cluster --help): 3-node RabbitMQ and Galera clusters, each
+# node in a network namespace (needs root, iproute2, galera-4 and rsync; exits 77 without root
+# or ip); not part of make test. CHAOS_ARGS=--short, --ci, --soak MIN.
 cluster-chaos: check-build
 	H_BUILD=$(abspath $(B)) bash tests/chaos/cluster $(CHAOS_ARGS)
 

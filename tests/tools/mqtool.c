@@ -3,6 +3,7 @@
 #include <amqp_tcp_socket.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -37,6 +38,7 @@ typedef struct mq_opts {
     const char *dlq;
     const char *type;
     double rate;
+    int timeout_s; /* -T: bound connect, RPCs and a publish's wait for the broker; 0 = none */
     long count;
     const char *args[4];
     int n_args;
@@ -64,17 +66,20 @@ static void mq_die(const char *fmt, ...)
 
 static void mq_usage(void)
 {
-    fputs("usage: mqtool [-H host] [-P port] [-u user] [-p password] [-V vhost] COMMAND ...\n"
-          "  publish [-e EXCHANGE] -r ROUTING_KEY [--id-header NAME] [--confirmed-file F] [--rate "
-          "N]\n"
-          "          stdin lines: ID<TAB>BODY[<TAB>HEADER=VALUE...]  (ID \"-\": no id)\n"
-          "  depth QUEUE                 prints READY CONSUMERS; exit 2 if no such queue\n"
-          "  get QUEUE [-n N] [--id-header NAME]  get+ack, prints ID<TAB>BODY<TAB>k=v;k=v\n"
-          "  declare QUEUE [--dlq NAME]  durable queue (dead-lettering to NAME via \"\")\n"
-          "  exchange NAME [-t TYPE]     durable exchange (default type direct)\n"
-          "  bind QUEUE EXCHANGE KEY\n"
-          "  purge QUEUE | delete QUEUE\n",
-          stderr);
+    fputs(
+        "usage: mqtool [-H host] [-P port] [-u user] [-p password] [-V vhost] [-T secs] COMMAND\n"
+        "  -T secs: give up (exit 1) on a connect or a reply, or in publish when the broker sent\n"
+        "           nothing for secs while confirms are due (a node cut off by a partition)\n"
+        "  publish [-e EXCHANGE] -r ROUTING_KEY [--id-header NAME] [--confirmed-file F] [--rate "
+        "N]\n"
+        "          stdin lines: ID<TAB>BODY[<TAB>HEADER=VALUE...]  (ID \"-\": no id)\n"
+        "  depth QUEUE                 prints READY CONSUMERS; exit 2 if no such queue\n"
+        "  get QUEUE [-n N] [--id-header NAME]  get+ack, prints ID<TAB>BODY<TAB>k=v;k=v\n"
+        "  declare QUEUE [--dlq NAME]  durable queue (dead-lettering to NAME via \"\")\n"
+        "  exchange NAME [-t TYPE]     durable exchange (default type direct)\n"
+        "  bind QUEUE EXCHANGE KEY\n"
+        "  purge QUEUE | delete QUEUE\n",
+        stderr);
     exit(MQ_EXIT_USAGE);
 }
 
@@ -139,9 +144,13 @@ static amqp_connection_state_t mq_connect(const mq_opts_t *o)
     amqp_socket_t *s = amqp_tcp_socket_new(c);
     if (!s)
         mq_die("cannot create socket");
-    int rc = amqp_socket_open(s, o->host, o->port);
+    struct timeval tv = {o->timeout_s, 0};
+    int rc = amqp_socket_open_noblock(s, o->host, o->port, o->timeout_s > 0 ? &tv : NULL);
     if (rc != AMQP_STATUS_OK)
         mq_die("connect %s:%d: %s", o->host, o->port, amqp_error_string2(rc));
+    if (o->timeout_s > 0 && (amqp_set_handshake_timeout(c, &tv) != AMQP_STATUS_OK ||
+                             amqp_set_rpc_timeout(c, &tv) != AMQP_STATUS_OK))
+        mq_die("cannot set the RPC timeouts");
     amqp_rpc_reply_t r =
         amqp_login(c, o->vhost, 0, 131072, 0, AMQP_SASL_METHOD_PLAIN, o->user, o->password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
@@ -167,7 +176,20 @@ typedef struct mq_pubstate {
     uint64_t next_unconfirmed; /* lowest seq not yet confirmed */
     uint64_t confirmed, nacked, returned;
     FILE *confirmed_out;
+    int64_t timeout_us; /* -T, 0 = none */
+    int64_t
+        last_rx_us; /* mono time of the last frame, or of the first publish since none was due */
 } mq_pubstate_t;
+
+/* With -T: die when confirms are due and the broker has sent nothing for that long. */
+static void mq_pub_check_stall(const mq_pubstate_t *st)
+{
+    if (st->timeout_us <= 0 || st->next_unconfirmed > st->n_pubs)
+        return;
+    if (mq_now_us(CLOCK_MONOTONIC) - st->last_rx_us > st->timeout_us)
+        mq_die("nothing from the broker for %" PRId64 " s with %" PRIu64 " unconfirmed",
+               st->timeout_us / 1000000, (uint64_t)st->n_pubs - st->next_unconfirmed + 1);
+}
 
 static void mq_pub_settle(mq_pubstate_t *st, uint64_t seq, bool ack)
 {
@@ -225,11 +247,25 @@ static uint64_t mq_returned_seq(const amqp_message_t *m)
 static int mq_pub_poll(mq_pubstate_t *st, struct timeval *tv)
 {
     amqp_frame_t f;
-    int rc = amqp_simple_wait_frame_noblock(st->conn, &f, tv);
+    struct timeval step = {1, 0};
+    int rc;
+    /* With -T, wait in steps of at most 1 s and check for a stalled broker between them. */
+    for (;;) {
+        struct timeval *wait = tv;
+        if (st->timeout_us > 0 && (!tv || tv->tv_sec >= 1))
+            wait = &step;
+        rc = amqp_simple_wait_frame_noblock(st->conn, &f, wait);
+        if (rc != AMQP_STATUS_TIMEOUT || wait == tv)
+            break;
+        mq_pub_check_stall(st);
+        if (tv)
+            return 1; /* the caller waits again with what is left */
+    }
     if (rc == AMQP_STATUS_TIMEOUT)
         return 1;
     if (rc != AMQP_STATUS_OK)
         mq_die("reading confirms: %s", amqp_error_string2(rc));
+    st->last_rx_us = mq_now_us(CLOCK_MONOTONIC);
     if (f.frame_type != AMQP_FRAME_METHOD)
         return 0; /* stray content frame: ignore */
     switch (f.payload.method.id) {
@@ -297,6 +333,19 @@ static void mq_pub_sleep_until(mq_pubstate_t *st, int64_t until_us)
     }
 }
 
+/*
+ * With -T: wait until the socket takes more data, so that a broker cut off
+ * by a partition (the send buffer full) is noticed instead of blocking.
+ */
+static void mq_pub_wait_writable(mq_pubstate_t *st)
+{
+    struct pollfd pfd = {.fd = amqp_get_sockfd(st->conn), .events = POLLOUT};
+    if (st->timeout_us <= 0)
+        return;
+    while (poll(&pfd, 1, 1000) == 0)
+        mq_pub_check_stall(st);
+}
+
 /* Split a line at tabs in place; returns the number of fields (at most max). */
 static int mq_split_tabs(char *line, char **fields, int max)
 {
@@ -322,6 +371,7 @@ static int mq_cmd_publish(const mq_opts_t *o)
         if (!st.confirmed_out)
             mq_die("%s: %s", o->confirmed_file, strerror(errno));
     }
+    st.timeout_us = (int64_t)o->timeout_s * 1000000;
     st.conn = mq_connect(o);
     amqp_confirm_select(st.conn, MQ_CHANNEL);
     mq_check(st.conn, "confirm.select");
@@ -361,6 +411,9 @@ static int mq_cmd_publish(const mq_opts_t *o)
             mq_pub_sleep_until(&st, t0 + (int64_t)((double)(seq - 1) * 1e6 / o->rate));
         while (seq - st.next_unconfirmed >= MQ_MAX_UNCONFIRMED)
             mq_pub_poll(&st, NULL);
+        if (st.next_unconfirmed == seq) /* nothing was due: the broker owed us nothing */
+            st.last_rx_us = mq_now_us(CLOCK_MONOTONIC);
+        mq_pub_wait_writable(&st);
 
         amqp_table_entry_t h[MQ_MAX_HEADERS + 3];
         int nh = 0;
@@ -708,6 +761,8 @@ int main(int argc, char **argv)
             o.password = mq_need_arg(argc, argv, &i);
         else if (!strcmp(a, "-V"))
             o.vhost = mq_need_arg(argc, argv, &i);
+        else if (!strcmp(a, "-T"))
+            o.timeout_s = atoi(mq_need_arg(argc, argv, &i));
         else if (!strcmp(a, "-e"))
             o.exchange = mq_need_arg(argc, argv, &i);
         else if (!strcmp(a, "-r"))
