@@ -663,11 +663,15 @@ static int ctl_status(ctl_t *ctl)
             json_object *t, *age;
             if (up >= 0)
                 snprintf(upbuf, sizeof(upbuf), "%lld/%d", up, q->workers);
-            if (dr)
-                snprintf(rsbuf, sizeof(rsbuf), "%lld",
-                         ctl_json_ll(dr, "crash") + ctl_json_ll(dr, "timeout") +
-                             ctl_json_ll(dr, "broker") + ctl_json_ll(dr, "database") +
-                             ctl_json_ll(dr, "config"));
+            if (dr) {
+                long long sum = 0;
+                json_object_object_foreach(dr, kind, count)
+                {
+                    (void)kind;
+                    sum += json_object_get_int64(count);
+                }
+                snprintf(rsbuf, sizeof(rsbuf), "%lld", sum);
+            }
             if (derror && json_object_object_get_ex(derror, "text", &t) &&
                 json_object_object_get_ex(derror, "age_seconds", &age))
                 snprintf(errbuf, sizeof(errbuf), "%.0fs ago: %s", json_object_get_double(age),

@@ -155,6 +155,14 @@ static sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
     return qs;
 }
 
+/* Copy a slot's last error into *into when it is newer (both may be empty). */
+static void sup_newer_error(log_sink_t *into, const log_sink_t *slot)
+{
+    log_sink_t e;
+    if (log_sink_get(slot, &e) && e.when_us > into->when_us)
+        *into = e;
+}
+
 /*
  * Worker entry w is given up (its process is gone): move its slot's
  * counters to its queue's stats, so that the slot starts from zero for
@@ -163,11 +171,9 @@ static sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
 static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
 {
     sup_qstats_t *qs = sup_qstats(s, w->q->name);
-    log_sink_t e;
     if (qs) {
         metrics_counters_add(&qs->c, &w->slot->c);
-        if (log_sink_get(&w->slot->last_error, &e) && e.when_us > qs->last_error.when_us)
-            qs->last_error = e;
+        sup_newer_error(&qs->last_error, &w->slot->last_error);
     }
     memset(&w->slot->c, 0, sizeof(w->slot->c));
     memset(&w->slot->last_error, 0, sizeof(w->slot->last_error));
@@ -591,9 +597,7 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
             if (!w->used || strcmp(w->q->name, qs->name) != 0)
                 continue;
             metrics_counters_add(&q->c, &w->slot->c);
-            log_sink_t e;
-            if (log_sink_get(&w->slot->last_error, &e) && e.when_us > q->last_error.when_us)
-                q->last_error = e;
+            sup_newer_error(&q->last_error, &w->slot->last_error);
             if (w->retiring) {
                 q->draining += w->pid != 0;
                 continue;

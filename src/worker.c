@@ -498,21 +498,21 @@ static int worker_guard(worker_t *w, int i)
     t->counted = true;
     if ((unsigned long long)crashes + 1 > t->attempt)
         t->attempt = (unsigned)crashes + 1;
-    if (crashes >= w->q->max_attempts) {
+    bool crashed = crashes >= w->q->max_attempts;
+    if (crashed || starts > (long long)w->q->max_attempts + WORKER_GUARD_UNCONFIRMED) {
         t->attempt = (unsigned)starts - 1; /* handler runs so far: this one will not run it */
         txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 "handler crashed: its worker died in the handler %lld times (a signal, "
-                 "handler_timeout or exit); started %lld times; not run again",
-                 crashes, starts - 1);
-    } else if (starts > (long long)w->q->max_attempts + WORKER_GUARD_UNCONFIRMED) {
-        t->attempt = (unsigned)starts - 1;
-        txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 "handler started %lld times without finishing, %lld of them crashes seen by "
-                 "idemd (the others cut short by a kill of the whole instance or of the worker, "
-                 "a lost connection or the OOM killer); not run again",
-                 starts - 1, crashes);
+        if (crashed)
+            snprintf(t->reason, sizeof(t->reason),
+                     "handler crashed: its worker died in the handler %lld times (a signal, "
+                     "handler_timeout or exit); started %lld times; not run again",
+                     crashes, starts - 1);
+        else
+            snprintf(t->reason, sizeof(t->reason),
+                     "handler started %lld times without finishing, %lld of them crashes seen by "
+                     "idemd (the others cut short by a kill of the whole instance or of the "
+                     "worker, a lost connection or the OOM killer); not run again",
+                     starts - 1, crashes);
     }
     return 0;
 }

@@ -43,8 +43,9 @@ typedef struct worker_slot {
     uint64_t lat[WORKER_LAT_BUCKETS];
     /* Crash note: while in_handler is 1 the worker is inside the handler on
      * the message crash_id (crash_counted: its start is counted already).
-     * A worker that finds it set at start died there: it counts that start
-     * for the crash-loop guard when crash_consumer is its own. */
+     * A worker that finds it set at start succeeds one that died there: when
+     * crash_consumer is its own and exit_signal says the handler did it, it
+     * counts the crash (and the start, unless counted) for the guard. */
     int in_handler;
     int crash_counted;
     uint32_t crash_id_len;
