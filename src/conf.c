@@ -255,6 +255,10 @@ static const conf_def_t conf_defs[] = {
              "seconds to wait for a reply; a lost reply to COMMIT is resolved after reconnecting"),
     CONF_INT("database", "write_timeout", conf_database_t, write_timeout, NR, "30", 1, 3600,
              "seconds to wait for a write to the server"),
+    CONF_INT("database", "galera_max_batch", conf_database_t, galera_max_batch, NR, "100", 0, 1000,
+             "on a Galera node (`wsrep_on`), at most this many messages per batch transaction "
+             "whatever a queue's `batch_size` says; 0 = no cap (docs/scaling.md: larger batches "
+             "made Galera nodes vote themselves inconsistent after a view change)"),
     CONF_GROUP("database", "tls", offsetof(conf_database_t, tls), "database_tls",
                "TLS to the database server (docs/tls.md)"),
 

@@ -99,6 +99,7 @@ typedef struct conf_database {
     int connect_timeout; /* seconds; default 5 */
     int read_timeout;    /* seconds; default 30 */
     int write_timeout;   /* seconds; default 30 */
+    int galera_max_batch; /* on a Galera node, messages per transaction at most; default 100; 0 = no cap */
     conf_database_tls_t tls;
 } conf_database_t;
 

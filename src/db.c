@@ -281,6 +281,19 @@ static int db_session(db_t *db, const conf_database_t *cfg, const char *where)
     if (strcmp(row[2], "READ-COMMITTED") != 0)
         log_warn("database %s: isolation is %s, not READ-COMMITTED", where, row[2]);
     mysql_free_result(res);
+    res = NULL;
+    /* A Galera node (MariaDB Galera Cluster, Percona XtraDB Cluster); MySQL has no such
+     * variable: not one. */
+    db->galera = false;
+    if (mysql_query(db->my, "SELECT @@wsrep_on") == 0 && (res = mysql_store_result(db->my))) {
+        if ((row = mysql_fetch_row(res)) != NULL && row[0] &&
+            (strcmp(row[0], "1") == 0 || strcasecmp(row[0], "ON") == 0))
+            db->galera = true;
+        mysql_free_result(res);
+        res = NULL;
+    }
+    if (db->galera)
+        log_info("database %s: a Galera node (wsrep_on)", where);
     /* The SELECT opened a transaction (autocommit is off): end it. */
     if (mysql_query(db->my, "ROLLBACK") != 0) {
         log_error("database %s: ROLLBACK: %s", where, mysql_error(db->my));

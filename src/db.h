@@ -37,6 +37,7 @@ typedef struct db {
     char id_buf[256];
     unsigned long id_len;
     unsigned last_errno; /* of the last statement that failed */
+    bool galera;         /* the server is a Galera node (wsrep_on = ON) */
     char record_table[65];
     char *sql; /* statement buffer of the set-based record calls, grown as needed */
     size_t sql_size;

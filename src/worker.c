@@ -55,6 +55,7 @@ typedef struct worker {
     const idemd_handler_t *h;
     worker_slot_t *slot;
     db_t *db;
+    int batch_max; /* batch_size, or less on a Galera node (database.galera_max_batch) */
     mq_t *mq;
     mq_t *pub;           /* republishing connection, opened when first needed */
     bool pub_failed;     /* the last round failed: declare our queues again first */
@@ -216,6 +217,14 @@ static int worker_connect_db(worker_t *w)
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
+    w->batch_max = w->q->batch_size;
+    int cap = w->conf->database.galera_max_batch;
+    if (w->db->galera && cap > 0 && w->batch_max > cap) {
+        w->batch_max = cap;
+        log_info("at most %d messages per batch transaction on this Galera node (queue batch_size "
+                 "%d, database.galera_max_batch %d)",
+                 cap, w->q->batch_size, cap);
+    }
     if (w->outbox)
         outbox_rebind(w->outbox, w->db);
     else if ((w->outbox = outbox_new(w->db)) == NULL)
@@ -1171,7 +1180,7 @@ static int worker_collect(worker_t *w)
     for (int i = 0; i < w->n; i++)
         bytes += w->batch[i].env.message.body.len;
     deadline = worker_now_ms() + (uint64_t)w->q->batch_wait_ms;
-    while (w->n < w->q->batch_size) {
+    while (w->n < w->batch_max) {
         uint64_t now = worker_now_ms();
         uint64_t left = deadline > now ? deadline - now : 0;
         tv.tv_sec = (time_t)(left / 1000);
@@ -1373,6 +1382,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     if (getppid() == 1)
         worker_stop = 1;
 
+    w.batch_max = q->batch_size;
     w.batch = calloc((size_t)q->batch_size, sizeof(*w.batch));
     w.tm = calloc((size_t)q->batch_size, sizeof(*w.tm));
     w.ids = calloc((size_t)q->batch_size, sizeof(*w.ids));

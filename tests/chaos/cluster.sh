@@ -36,6 +36,8 @@
 #
 # Galera per node: its own datadir and socket; gmcast.listen_addr, ist.recv_addr and the SST
 # address on the node's own address; a datadir the rsync SST daemon can write (cl_sst_writable).
+# CL_GALERA_OPTS adds wsrep_provider_options, CL_GALERA_CNF more lines of my.cnf (experiments:
+# e.g. "wsrep_log_conflicts = ON" logs every applier abort of a local transaction).
 
 CL_GALERA_LIB=${CL_GALERA_LIB:-/usr/lib/galera/libgalera_smm.so}
 declare -a CL_AMQP CL_NODE CL_MYSQL CL_RNS CL_GNS CL_RIP CL_GIP
@@ -315,7 +317,8 @@ wsrep_cluster_name = idemd_cl
 wsrep_cluster_address = gcomm://${CL_GIP[1]},${CL_GIP[2]},${CL_GIP[3]}
 wsrep_node_address = $ip
 wsrep_node_name = g$n
-wsrep_provider_options = "gmcast.listen_addr=tcp://$ip:4567;ist.recv_addr=$ip:4568;gcache.size=256M"
+wsrep_provider_options = "gmcast.listen_addr=tcp://$ip:4567;ist.recv_addr=$ip:4568;gcache.size=256M${CL_GALERA_OPTS:+;$CL_GALERA_OPTS}"
+${CL_GALERA_CNF:-}
 wsrep_sst_receive_address = $ip:4444
 wsrep_sst_method = rsync
 EOF
