@@ -91,15 +91,15 @@ typedef struct conf_database {
     int port;     /* default 3306 */
     char **hosts; /* "host[:port]" each, or NULL: host and port (or socket) */
     int n_hosts;
-    char *socket;        /* unix socket path or NULL */
-    char *user;          /* default "idemd" */
-    char *password;      /* from password or password_file; may be NULL */
-    char *database;      /* required */
-    char *record_table;  /* default "msg_id_record" */
-    int connect_timeout; /* seconds; default 5 */
-    int read_timeout;    /* seconds; default 30 */
-    int write_timeout;   /* seconds; default 30 */
-    int galera_max_batch; /* on a Galera node, messages per transaction at most; default 100; 0 = no cap */
+    char *socket;         /* unix socket path or NULL */
+    char *user;           /* default "idemd" */
+    char *password;       /* from password or password_file; may be NULL */
+    char *database;       /* required */
+    char *record_table;   /* default "msg_id_record" */
+    int connect_timeout;  /* seconds; default 5 */
+    int read_timeout;     /* seconds; default 30 */
+    int write_timeout;    /* seconds; default 30 */
+    int galera_max_batch; /* Galera: messages per transaction at most; 100; 0 = no cap */
     conf_database_tls_t tls;
 } conf_database_t;
 
