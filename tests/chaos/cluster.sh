@@ -4,7 +4,8 @@
 # Needs root and iproute2 (ip netns, veth, bridge). Two halves:
 #   In the root namespace (the caller that owns the run):
 #   cl_vars ID               set the names below from ID (the owning process's pid)
-#   cl_net_check             explain and fail unless root, ip and network namespaces work
+#   cl_net_check             explain and fail unless root, ip, network namespaces with a
+#                            bridge and veth pairs, galera-4 and rsync are there
 #   cl_net_up                create the namespaces: a hub $CL_HUB with bridge br0 ($CL_NET.254)
 #                            and one namespace per node, joined to br0 by a veth pair (vrN /
 #                            vgN in the hub, eth0 in the node's namespace): RabbitMQ node N at
@@ -81,12 +82,23 @@ cl_net_check()
         cl_log "needs ip (package iproute2) for network namespaces"
         return 1
     fi
-    local probe=idc$$probe
+    if [[ ! -f $CL_GALERA_LIB ]] || ! command -v rsync >/dev/null; then
+        cl_log "needs $CL_GALERA_LIB (package galera-4) and rsync (package rsync)"
+        return 1
+    fi
+    local probe=idc$$probe ok=1
     if ! ip netns add "$probe" 2>/dev/null; then
         cl_log "cannot create a network namespace (ip netns add) on this machine"
         return 1
     fi
+    # The bridge and the veth pairs too: a container may allow one and not the others.
+    if ! ip -n "$probe" link add br0 type bridge 2>/dev/null ||
+        ! ip -n "$probe" link add v0 type veth peer name v1 2>/dev/null; then
+        cl_log "cannot create a bridge and a veth pair in a network namespace on this machine"
+        ok=0
+    fi
     ip netns del "$probe"
+    ((ok))
 }
 
 # The hosts file of every namespace: the machine's own, plus the nodes' names, and the
