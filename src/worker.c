@@ -221,9 +221,9 @@ static int worker_connect_db(worker_t *w)
     int cap = w->conf->database.galera_max_batch;
     if (w->db->galera && cap > 0 && w->batch_max > cap) {
         w->batch_max = cap;
-        log_info("at most %d messages per batch transaction on this Galera node (queue batch_size "
-                 "%d, database.galera_max_batch %d)",
-                 cap, w->q->batch_size, cap);
+        log_info("at most %d messages per batch transaction on this Galera node "
+                 "(database.galera_max_batch; queue batch_size %d)",
+                 cap, w->q->batch_size);
     }
     if (w->outbox)
         outbox_rebind(w->outbox, w->db);
