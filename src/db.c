@@ -257,9 +257,12 @@ static int db_session(db_t *db, const conf_database_t *cfg, const char *where)
     char sql[96];
     long lock_wait, want = cfg->read_timeout / 2 > 0 ? cfg->read_timeout / 2 : 1;
 
-    for (size_t i = 0; i < sizeof(q) / sizeof(q[0]) && res == NULL; i++)
+    for (size_t i = 0; i < sizeof(q) / sizeof(q[0]) && res == NULL; i++) {
         if (mysql_query(db->my, q[i]) == 0)
             res = mysql_store_result(db->my);
+        else if (mysql_errno(db->my) != ER_UNKNOWN_SYSTEM_VARIABLE)
+            break; /* not a name MySQL 8 spells otherwise (1047 on a non-Primary Galera node) */
+    }
     if (res == NULL || (row = mysql_fetch_row(res)) == NULL || !row[0] || !row[2]) {
         log_error("database %s: cannot read the server's settings: %s", where, mysql_error(db->my));
         goto fail;
