@@ -16,20 +16,28 @@ PKGS := librabbitmq libmariadb libconfig libsystemd json-c libmicrohttpd libcryp
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 
+# A user's or packager's CFLAGS, CPPFLAGS and LDFLAGS (make CFLAGS=..., dpkg-buildflags) are
+# added after the build's own flags, never in place of them: the include paths, -D_GNU_SOURCE
+# and the warnings stay. CFLAGS defaults to -O2 -g.
 CFLAGS ?= -O2 -g
-CFLAGS += -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS)
+USER_FLAGS := $(CPPFLAGS) $(CFLAGS)
+override CPPFLAGS := -D_GNU_SOURCE -Iinclude $(PKG_CFLAGS) $(CPPFLAGS)
+override CFLAGS := -std=gnu11 -Wall -Wextra -Werror $(CPPFLAGS) $(CFLAGS)
 # Hardening (tests/integration/t_hardening.sh checks the result): stack protector and
 # stack clash checks everywhere; full RELRO (read-only GOT after start); idemd is a PIE.
-# FORTIFY needs an optimising build and is left to ASan in SANITIZE=1 builds.
-CFLAGS += -fstack-protector-strong -fstack-clash-protection
-LDFLAGS += -Wl,-z,relro,-z,now
+# FORTIFY needs an optimising build and is left to ASan in SANITIZE=1 builds; a packager's
+# own -D_FORTIFY_SOURCE (dpkg-buildflags) is kept as it is.
+override CFLAGS += -fstack-protector-strong -fstack-clash-protection
+override LDFLAGS := -Wl,-z,relro,-z,now $(LDFLAGS)
 B := build
 ifeq ($(SANITIZE),1)
 B := build-asan
-CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
-LDFLAGS += -fsanitize=address,undefined
-else ifneq ($(filter -O1 -O2 -O3 -Os -Og -Ofast,$(CFLAGS)),)
-CFLAGS += -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2
+override CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+override LDFLAGS += -fsanitize=address,undefined
+else ifneq ($(filter -O1 -O2 -O3 -Os -Og -Ofast,$(USER_FLAGS)),)
+ifeq ($(findstring _FORTIFY_SOURCE,$(USER_FLAGS)),)
+override CFLAGS += -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2
+endif
 endif
 LDLIBS += $(PKG_LIBS) -ldl -lm
 
@@ -55,7 +63,7 @@ check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
 	$(CC) $(CFLAGS) -fPIE -c -o $@ $<
 
-$(B)/idemd: LDFLAGS += -pie
+$(B)/idemd: override LDFLAGS += -pie
 $(B)/idemd: $(OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
@@ -135,7 +143,7 @@ demo: all $(TEST_TOOLS)
 	bash tests/demo
 
 # ---------- fuzzing ----------
-# libFuzzer targets under ASan + UBSan (clang; Debian: clang, libclang-rt-14-dev). Each links
+# libFuzzer targets under ASan + UBSan (clang; Debian: clang, libclang-rt-dev). Each links
 # only the module it tests; order_pay's target includes the plugin's source.
 FUZZ_CC ?= clang
 FUZZ_SECONDS ?= 60
@@ -176,7 +184,7 @@ INSTALL_SED = -e 's|/usr/local/lib/idemd/plugins|$(PLUGINDIR)|g' \
 	-e 's|/usr/local/lib/systemd/system|$(UNITDIR)|g' \
 	-e 's|/usr/local/sbin|$(BINDIR)|g' \
 	-e 's|/etc/idemd|$(SYSCONFDIR)/idemd|g'
-$(B)/obj/idemctl.o: CFLAGS += -DIDEMCTL_VERSION='"$(VERSION)"'
+$(B)/obj/idemctl.o: override CFLAGS += -DIDEMCTL_VERSION='"$(VERSION)"'
 # pkg-config: directories under PREFIX are written relative to ${prefix}.
 PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@INCLUDEDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))|g' \
@@ -256,8 +264,18 @@ clean:
 	rm -rf $(B) $(F)
 
 FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
+# The layout is clang-format 14's (Debian 12) with .clang-format: newer versions lay out some
+# constructs differently, so format-check uses clang-format-14 where it is installed, and only
+# says it skipped where another version is all there is (Debian 13 has 19).
+FORMAT_REF := 14
+CLANG_FORMAT ?= $(shell for c in clang-format-$(FORMAT_REF) clang-format; do \
+	v=$$($$c --version 2>/dev/null | sed -n 's/.*version \([0-9]*\)\..*/\1/p'); \
+	if [ "$$v" = $(FORMAT_REF) ]; then echo $$c; break; fi; done)
 format:
-	clang-format -i $(FORMAT_FILES)
+	@[ -n "$(CLANG_FORMAT)" ] || { echo "format: needs clang-format $(FORMAT_REF) (Debian 12: clang-format)" >&2; exit 1; }
+	$(CLANG_FORMAT) -i $(FORMAT_FILES)
 
 format-check:
-	clang-format --dry-run --Werror $(FORMAT_FILES)
+	@if [ -z "$(CLANG_FORMAT)" ]; then \
+		echo "format-check: skipped: clang-format $(FORMAT_REF) is not installed (the layout is that version's)"; \
+	else $(CLANG_FORMAT) --dry-run --Werror $(FORMAT_FILES) && echo "format-check: OK ($(CLANG_FORMAT))"; fi

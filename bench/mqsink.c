@@ -14,8 +14,7 @@
  *   -L the line ends with "latency n=K p50_us=P p99_us=Q": publish (the
  *   idemd-pub-us header mqtool sets) to ack, exact quantiles.
  */
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
+#include "../src/amqp_compat.h"
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>

@@ -2,7 +2,7 @@
 #ifndef IDEMD_DELIVERY_H
 #define IDEMD_DELIVERY_H
 
-#include <amqp.h>
+#include "amqp_compat.h"
 #include <stddef.h>
 
 #include "../include/idemd/handler.h"

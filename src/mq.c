@@ -1,9 +1,7 @@
 /* mq.c: one AMQP connection with one channel (rabbitmq-c): declare, consume, ack, publish. */
 #include "mq.h"
 
-#include <amqp_ssl_socket.h>
 #include <errno.h>
-#include <amqp_tcp_socket.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
 #ifndef IDEMD_MQ_H
 #define IDEMD_MQ_H
 
-#include <amqp.h>
+#include "amqp_compat.h"
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/time.h>

@@ -4,7 +4,7 @@
 #ifndef IDEMD_OUTBOX_H
 #define IDEMD_OUTBOX_H
 
-#include <amqp.h>
+#include "amqp_compat.h"
 #include <stdbool.h>
 #include <stddef.h>
 

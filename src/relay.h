@@ -3,7 +3,7 @@
 #ifndef IDEMD_RELAY_H
 #define IDEMD_RELAY_H
 
-#include <amqp.h>
+#include "amqp_compat.h"
 #include <stdbool.h>
 #include <stdint.h>
 

@@ -1,6 +1,6 @@
 /* fuzz_delivery.c: libFuzzer target: AMQP basic properties decoded from wire bytes (as rabbitmq-c
  * does for a broker's content header), then idemd's id extraction and header flattening. */
-#include <amqp.h>
+#include "../../src/amqp_compat.h"
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>

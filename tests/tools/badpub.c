@@ -21,8 +21,7 @@
  * --user-id, --app-id and --expiration set those properties (RabbitMQ checks user_id against the
  * user logged in; expiration is a per-message TTL in milliseconds).
  */
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
+#include "../../src/amqp_compat.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>

@@ -1,6 +1,5 @@
 /* mqtool.c: test publisher and queue inspector for idemd's tests and benchmarks (rabbitmq-c). */
-#include <amqp.h>
-#include <amqp_tcp_socket.h>
+#include "../../src/amqp_compat.h"
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
