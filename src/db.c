@@ -288,13 +288,14 @@ static int db_check_version(db_t *db, const char *where, char *refused, size_t r
 {
     const char *info = mysql_get_server_info(db->my);
     version_server_t flavour = version_db_flavour(info);
-    char msg[400];
+    char msg[400], qv[200];
     version_t min;
 
     version_minimum(flavour, &min);
     switch (version_check(flavour, info, &min, msg, sizeof(msg))) {
     case VERSION_OK:
-        log_debug("database %s: %s %s", where, version_server_name(flavour), info);
+        log_debug("database %s: %s %s", where, version_server_name(flavour),
+                  log_quote_str(info, qv, sizeof(qv)));
         return 0;
     case VERSION_UNKNOWN:
         log_warn("database %s: %s", where, msg);

@@ -252,7 +252,7 @@ static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
 static int mq_check_version(mq_t *mq, char *refused, size_t refused_len)
 {
     amqp_table_t *props = amqp_get_server_properties(mq->conn);
-    char product[64] = "", version[64] = "", msg[400];
+    char product[64] = "", version[64] = "", msg[400], qv[200];
     version_t min;
 
     for (int i = 0; props && i < props->num_entries; i++) {
@@ -271,16 +271,15 @@ static int mq_check_version(mq_t *mq, char *refused, size_t refused_len)
         }
     }
     if (strcmp(product, "RabbitMQ") != 0) {
-        char qp[200];
         log_warn("broker %s: the server is %s, not RabbitMQ: idemd is tested with RabbitMQ only; "
                  "going on without a version check",
-                 mq->where, product[0] ? log_quote_str(product, qp, sizeof(qp)) : "unnamed");
+                 mq->where, product[0] ? log_quote_str(product, qv, sizeof(qv)) : "unnamed");
         return 0;
     }
     version_minimum(VERSION_RABBITMQ, &min);
     switch (version_check(VERSION_RABBITMQ, version[0] ? version : NULL, &min, msg, sizeof(msg))) {
     case VERSION_OK:
-        log_debug("broker %s: RabbitMQ %s", mq->where, version);
+        log_debug("broker %s: RabbitMQ %s", mq->where, log_quote_str(version, qv, sizeof(qv)));
         return 0;
     case VERSION_UNKNOWN:
         log_warn("broker %s: %s", mq->where, msg);
