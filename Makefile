@@ -43,7 +43,7 @@ LDLIBS += $(PKG_LIBS) -ldl -lm
 
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its main and the modules it shares with the daemon.
-CTL_MODULES := idemctl conf db delivery log mq relay
+CTL_MODULES := idemctl conf db delivery log mq relay version
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out src/idemctl.c,$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
@@ -83,9 +83,9 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
-# outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c and conf.c); the broker side is stubbed.
-$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/conf.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/conf.c src/delivery.c src/log.c $(LDLIBS)
+# outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c, conf.c and version.c); the broker side is stubbed.
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/log.c $(LDLIBS)
 
 # test_relay_sig tests relay.c too (its signatures), beside test_relay (its headers).
 $(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit

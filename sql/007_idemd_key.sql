@@ -4,8 +4,9 @@
 -- (idemd-attempts, idemd-first-failure, idemd-original-*) with HMAC-SHA256
 -- under this key, and believes them on a delivery only when the signature
 -- checks out: a publisher cannot set idemd-attempts to skip retries. The
--- first worker to connect creates the one row with RANDOM_BYTES(32) (MariaDB
--- 10.10+, MySQL 5.6.17+); every instance on the database shares it. Keep the
+-- first worker to connect creates the one row: each offers 32 bytes of its own
+-- from getrandom(2) with INSERT IGNORE, the first row stays; every instance on
+-- the database shares it. Keep the
 -- row secret like the data. Deleting it makes a new key: copies in flight
 -- then count their attempts from 1 again. Safe to apply more than once.
 CREATE TABLE IF NOT EXISTS idemd_key (

@@ -3,14 +3,17 @@
 #include "db.h"
 
 #include <errmsg.h>
+#include <errno.h>
 #include <mysqld_error.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 
 #include "delivery.h"
 #include "log.h"
+#include "version.h"
 
 /*
  * Prepare a statement whose two parameters are (consumer, msg_id), bound to
@@ -126,17 +129,54 @@ long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start)
     return n == 0 ? 1 : (long long)n;
 }
 
+/*
+ * Insert key[0..len-1] as the relay key unless a row is there already
+ * (INSERT IGNORE: the first connection anywhere makes the key; the primary
+ * key, or Galera's certification, picks one row). 0 or -1 (logged).
+ */
+static int db_relay_key_offer(db_t *db, unsigned char *key, size_t len)
+{
+    static const char sql[] = "INSERT IGNORE INTO " DB_KEY_TABLE " (id, k) VALUES (1, ?)";
+    MYSQL_BIND bind[1];
+    unsigned long klen = (unsigned long)len;
+    MYSQL_STMT *stmt = mysql_stmt_init(db->my);
+    char qe[600];
+    int rc = -1;
+
+    memset(bind, 0, sizeof(bind));
+    bind[0].buffer_type = MYSQL_TYPE_BLOB;
+    bind[0].buffer = key;
+    bind[0].buffer_length = klen;
+    bind[0].length = &klen;
+    if (stmt == NULL || mysql_stmt_prepare(stmt, sql, sizeof(sql) - 1) != 0 ||
+        mysql_stmt_bind_param(stmt, bind) != 0 || mysql_stmt_execute(stmt) != 0) {
+        db->last_errno = stmt ? mysql_stmt_errno(stmt) : mysql_errno(db->my);
+        log_error(
+            "database: '%s': error %u: %s", sql, db->last_errno,
+            log_quote_str(stmt ? mysql_stmt_error(stmt) : mysql_error(db->my), qe, sizeof(qe)));
+        goto fail;
+    }
+    rc = 0;
+fail:
+    if (stmt)
+        mysql_stmt_close(stmt);
+    return rc;
+}
+
 int db_relay_key(db_t *db, unsigned char *key, size_t len)
 {
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     unsigned long *lens;
+    unsigned char fresh[32];
     int rc = -1;
 
-    /* The first connection anywhere makes the key; certification or the key picks one row. */
-    if (db_exec(db, "INSERT IGNORE INTO " DB_KEY_TABLE " (id, k) VALUES (1, RANDOM_BYTES(32))") !=
-            DB_OK ||
-        db_commit(db) != DB_OK)
+    /* Our candidate key, made here: the server's RANDOM_BYTES() exists only from MariaDB 10.10. */
+    if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
+        log_error("database: no random bytes for the relay key: %s", strerror(errno));
+        goto fail;
+    }
+    if (db_relay_key_offer(db, fresh, sizeof(fresh)) != 0 || db_commit(db) != DB_OK)
         goto fail;
     if (mysql_query(db->my, "SELECT k FROM " DB_KEY_TABLE " WHERE id = 1") != 0 ||
         (res = mysql_store_result(db->my)) == NULL) {
@@ -154,6 +194,7 @@ int db_relay_key(db_t *db, unsigned char *key, size_t len)
     memcpy(key, row[0], lens[0] < len ? lens[0] : len);
     rc = 0;
 fail:
+    explicit_bzero(fresh, sizeof(fresh));
     mysql_free_result(res);
     if (db_commit(db) != DB_OK) /* end the read's transaction (autocommit is off) */
         rc = -1;
@@ -238,6 +279,38 @@ static int db_check_tls(db_t *db, const conf_database_t *cfg, const char *where)
 }
 
 /*
+ * Hold the server's version (mysql_get_server_info: MariaDB or MySQL by
+ * its text) against the oldest idemd supports. 0; or -1 when it is older:
+ * the reason goes to refused (the caller reports it), or is logged when
+ * refused is NULL. A version we cannot read is warned about and used.
+ */
+static int db_check_version(db_t *db, const char *where, char *refused, size_t refused_len)
+{
+    const char *info = mysql_get_server_info(db->my);
+    version_server_t flavour = version_db_flavour(info);
+    char msg[400], qv[200];
+    version_t min;
+
+    version_minimum(flavour, &min);
+    switch (version_check(flavour, info, &min, msg, sizeof(msg))) {
+    case VERSION_OK:
+        log_debug("database %s: %s %s", where, version_server_name(flavour),
+                  log_quote_str(info, qv, sizeof(qv)));
+        return 0;
+    case VERSION_UNKNOWN:
+        log_warn("database %s: %s", where, msg);
+        return 0;
+    case VERSION_TOO_OLD:
+        break;
+    }
+    if (refused)
+        snprintf(refused, refused_len, "database %s: %s", where, msg);
+    else
+        log_error("database %s: %s", where, msg);
+    return -1;
+}
+
+/*
  * Read and log the server settings the protocol depends on, and keep the
  * session's lock waits well under the client's read timeout: a record
  * INSERT waiting for another transaction's key must end as 1205 (that
@@ -310,12 +383,14 @@ fail:
 }
 
 /* Connect to the one server cfg names (host, port or socket). See db_open. */
-static int db_open_one(const conf_database_t *cfg, const char *consumer, bool record, db_t **out)
+static int db_open_one(const conf_database_t *cfg, const char *consumer, bool record, char *refused,
+                       size_t refused_len, db_t **out)
 {
     char where[300], qe[600];
     db_t *db = calloc(1, sizeof(*db));
     unsigned int t;
     my_bool off = 0;
+    int rc = -1;
 
     *out = NULL;
     if (db == NULL || (db->my = mysql_init(NULL)) == NULL) {
@@ -365,6 +440,10 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
         explicit_bzero(db->my->passwd, strlen(db->my->passwd));
     if (db_check_tls(db, cfg, where) != 0)
         goto fail;
+    if (db_check_version(db, where, refused, refused_len) != 0) {
+        rc = DB_OPEN_REFUSED;
+        goto fail;
+    }
     if (mysql_autocommit(db->my, 0) != 0) {
         log_error("database: cannot turn autocommit off: %s", mysql_error(db->my));
         goto fail;
@@ -388,16 +467,17 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
     return 0;
 fail:
     db_close(db);
-    return -1;
+    return rc;
 }
 
-int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, db_t **out)
+int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, char *refused,
+            size_t refused_len, db_t **out)
 {
-    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1;
+    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1, n_refused = 0;
 
     *out = NULL;
     if (cfg->n_hosts == 0)
-        return db_open_one(cfg, consumer, record, out);
+        return db_open_one(cfg, consumer, record, refused, refused_len, out);
     start = start < 0 ? 0 : start % n;
     for (int k = 0; k < n; k++) {
         conf_database_t one = *cfg;
@@ -409,11 +489,19 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, int s
         }
         one.host = host;
         one.socket = NULL;
-        if (db_open_one(&one, consumer, record, out) == 0)
+        int rc = db_open_one(&one, consumer, record, refused, refused_len, out);
+        if (rc == 0)
             return 0;
+        n_refused += rc == DB_OPEN_REFUSED;
         if (k + 1 < n)
             log_info("database: trying the next of %d hosts", n);
     }
+    if (n_refused == n)
+        return DB_OPEN_REFUSED;
+    /* Some servers down, some too old: a temporary failure, but say why the old ones were not
+     * used. */
+    if (n_refused > 0 && refused)
+        log_error("%s", refused);
     return -1;
 }
 

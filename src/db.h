@@ -48,11 +48,16 @@ typedef struct db {
  * never MYSQL_OPT_RECONNECT. Keys are written for consumer; when record is
  * true the record insert is prepared too. With cfg->hosts, the servers are
  * tried once each, from hosts[start % n_hosts] on, the first that answers
- * wins (workers pass their index so they spread). Returns 0 and a new db_t
- * in *out (free with db_close), or -1 after logging why.
+ * wins (workers pass their index so they spread). The server's version is
+ * checked against the oldest idemd supports (src/version.h). Returns 0 and
+ * a new db_t in *out (free with db_close); -1 after logging why; or
+ * DB_OPEN_REFUSED when every server is older than that minimum: the reason
+ * is then in refused (refused_len bytes; the caller reports it), or logged
+ * when refused is NULL.
  */
-int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, db_t **out)
-    __attribute__((warn_unused_result));
+#define DB_OPEN_REFUSED (-2)
+int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, char *refused,
+            size_t refused_len, db_t **out) __attribute__((warn_unused_result));
 
 /*
  * Write later keys (records, attempts) for another consumer; the prepared
@@ -143,8 +148,9 @@ long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start)
 
 /*
  * Read the installation's relay key (sql/007_idemd_key.sql) into key (len
- * bytes, zero-padded), creating it first when no instance has yet.
- * 0, or -1 (logged; the table may be missing).
+ * bytes, zero-padded), creating it first when no instance has yet: each
+ * connection offers 32 bytes of its own from getrandom(2), INSERT IGNORE
+ * keeps the first. 0, or -1 (logged; the table may be missing).
  */
 int db_relay_key(db_t *db, unsigned char *key, size_t len) __attribute__((warn_unused_result));
 

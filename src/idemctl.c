@@ -218,7 +218,7 @@ static int ctl_db_open(const ctl_t *ctl, db_t **db)
     const char *consumer = ctl->consumer         ? ctl->consumer
                            : ctl->conf->n_queues ? ctl->conf->queues[0].consumer
                                                  : "";
-    if (db_open(&ctl->conf->database, consumer, false, 0, db) != 0) {
+    if (db_open(&ctl->conf->database, consumer, false, 0, NULL, 0, db) != 0) {
         fprintf(stderr, "idemctl: cannot connect to the database (see above)\n");
         return CTL_EXIT_CONNECT;
     }
@@ -580,7 +580,7 @@ static int ctl_status(ctl_t *ctl)
                 ctl->conf->path);
     }
 
-    if (mq_open(&ctl->conf->broker, "idemctl", 0, &mq) != 0) {
+    if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &mq) != 0) {
         fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
@@ -960,7 +960,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     int rc = CTL_EXIT_OK;
     char why[400];
 
-    if (mq_open(&ctl->conf->broker, "idemctl", 0, &rd) != 0) {
+    if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
         fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }

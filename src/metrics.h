@@ -81,7 +81,7 @@ typedef enum metrics_exit {
     METRICS_EXIT_TIMEOUT,   /* handler_timeout or reconcile_timeout (SIGALRM) */
     METRICS_EXIT_BROKER,    /* lost the broker */
     METRICS_EXIT_DATABASE,  /* lost the database */
-    METRICS_EXIT_CONFIG,    /* configuration, declaration or handler init refused */
+    METRICS_EXIT_CONFIG,    /* configuration, declaration, handler init or server version refused */
     METRICS_EXIT_KINDS
 } metrics_exit_t;
 

@@ -11,6 +11,7 @@
 
 #include "log.h"
 #include "relay.h"
+#include "version.h"
 
 /* A queue name the broker reserves ("amq." prefix): nobody can declare it, so a probe sent
  * there is returned and stored nowhere. */
@@ -242,11 +243,64 @@ static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
 }
 
 /*
+ * Hold the broker's version (connection.start server-properties "product"
+ * and "version") against the oldest idemd supports. 0, or -1 when it is
+ * older: the reason goes to refused (the caller reports it), or is logged
+ * when refused is NULL. A broker that is not RabbitMQ or sends no version
+ * we can read is warned about and used.
+ */
+static int mq_check_version(mq_t *mq, char *refused, size_t refused_len)
+{
+    amqp_table_t *props = amqp_get_server_properties(mq->conn);
+    char product[64] = "", version[64] = "", msg[400], qv[200];
+    version_t min;
+
+    for (int i = 0; props && i < props->num_entries; i++) {
+        const amqp_table_entry_t *e = &props->entries[i];
+        char *to = NULL;
+        if (e->value.kind != AMQP_FIELD_KIND_UTF8 && e->value.kind != AMQP_FIELD_KIND_BYTES)
+            continue;
+        if (e->key.len == 7 && memcmp(e->key.bytes, "product", 7) == 0)
+            to = product;
+        else if (e->key.len == 7 && memcmp(e->key.bytes, "version", 7) == 0)
+            to = version;
+        if (to) {
+            size_t n = e->value.value.bytes.len < 63 ? e->value.value.bytes.len : 63;
+            memcpy(to, e->value.value.bytes.bytes, n);
+            to[n] = '\0';
+        }
+    }
+    if (strcmp(product, "RabbitMQ") != 0) {
+        log_warn("broker %s: the server is %s, not RabbitMQ: idemd is tested with RabbitMQ only; "
+                 "going on without a version check",
+                 mq->where, product[0] ? log_quote_str(product, qv, sizeof(qv)) : "unnamed");
+        return 0;
+    }
+    version_minimum(VERSION_RABBITMQ, &min);
+    switch (version_check(VERSION_RABBITMQ, version[0] ? version : NULL, &min, msg, sizeof(msg))) {
+    case VERSION_OK:
+        log_debug("broker %s: RabbitMQ %s", mq->where, log_quote_str(version, qv, sizeof(qv)));
+        return 0;
+    case VERSION_UNKNOWN:
+        log_warn("broker %s: %s", mq->where, msg);
+        return 0;
+    case VERSION_TOO_OLD:
+        break;
+    }
+    if (refused)
+        snprintf(refused, refused_len, "broker %s: %s", mq->where, msg);
+    else
+        log_error("broker %s: %s", mq->where, msg);
+    return -1;
+}
+
+/*
  * Connect and open MQ_CHANNEL with the given heartbeat, each step bounded
- * (MQ_OPEN_MS, MQ_RPC_MS), calling tick(arg) between them. See mq_open.
+ * (MQ_OPEN_MS, MQ_RPC_MS), calling tick(arg) between them. See mq_open;
+ * MQ_OPEN_REFUSED when the broker's version is refused.
  */
 static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner, const char *role,
-                      mq_tick_fn tick, void *arg, mq_t **out)
+                      mq_tick_fn tick, void *arg, char *refused, size_t refused_len, mq_t **out)
 {
     mq_t *mq = calloc(1, sizeof(*mq));
     amqp_socket_t *sock;
@@ -255,7 +309,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
     amqp_table_t caps, props;
     amqp_rpc_reply_t r;
     struct timeval tv;
-    int st;
+    int st, rc = -1;
 
     *out = NULL;
     if (mq == NULL)
@@ -305,6 +359,10 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
         mq_fail(mq, "login", r);
         goto fail;
     }
+    if (mq_check_version(mq, refused, refused_len) != 0) {
+        rc = MQ_OPEN_REFUSED;
+        goto fail;
+    }
     mq_tick(mq);
     amqp_channel_open(mq->conn, MQ_CHANNEL);
     r = amqp_get_rpc_reply(mq->conn);
@@ -317,7 +375,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
     return 0;
 fail:
     mq_close(mq);
-    return -1;
+    return rc;
 }
 
 /*
@@ -325,13 +383,13 @@ fail:
  * until one answers (or to host:port without hosts). See mq_open.
  */
 static int mq_connect_any(const conf_broker_t *cfg, int start, const char *owner, const char *role,
-                          mq_tick_fn tick, void *arg, mq_t **out)
+                          mq_tick_fn tick, void *arg, char *refused, size_t refused_len, mq_t **out)
 {
-    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1;
+    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1, n_refused = 0;
 
     *out = NULL;
     if (cfg->n_hosts == 0)
-        return mq_connect(cfg, cfg->heartbeat, owner, role, tick, arg, out);
+        return mq_connect(cfg, cfg->heartbeat, owner, role, tick, arg, refused, refused_len, out);
     start = start < 0 ? 0 : start % n;
     for (int k = 0; k < n; k++) {
         conf_broker_t one = *cfg;
@@ -342,17 +400,27 @@ static int mq_connect_any(const conf_broker_t *cfg, int start, const char *owner
             continue;
         }
         one.host = host;
-        if (mq_connect(&one, cfg->heartbeat, owner, role, tick, arg, out) == 0)
+        int rc =
+            mq_connect(&one, cfg->heartbeat, owner, role, tick, arg, refused, refused_len, out);
+        if (rc == 0)
             return 0;
+        n_refused += rc == MQ_OPEN_REFUSED;
         if (k + 1 < n)
             log_info("broker: trying the next of %d hosts", n);
     }
+    if (n_refused == n)
+        return MQ_OPEN_REFUSED;
+    /* Some nodes down, some too old: a temporary failure, but say why the old ones were not used.
+     */
+    if (n_refused > 0 && refused)
+        log_error("%s", refused);
     return -1;
 }
 
-int mq_open(const conf_broker_t *cfg, const char *owner, int start, mq_t **out)
+int mq_open(const conf_broker_t *cfg, const char *owner, int start, char *refused,
+            size_t refused_len, mq_t **out)
 {
-    return mq_connect_any(cfg, start, owner, "consumer", NULL, NULL, out);
+    return mq_connect_any(cfg, start, owner, "consumer", NULL, NULL, refused, refused_len, out);
 }
 
 static int mq_probe(mq_t *mq);
@@ -365,7 +433,8 @@ int mq_open_publisher(const conf_broker_t *cfg, const char *owner, int start, mq
 
     if (mq_abort_init() != 0)
         return -1;
-    if (mq_connect_any(cfg, start, owner, "republisher", tick, arg, out) != 0)
+    /* The consumer's connection checked the version already: a refusal here is logged. */
+    if (mq_connect_any(cfg, start, owner, "republisher", tick, arg, NULL, 0, out) != 0)
         return -1;
     mq = *out;
     amqp_confirm_select(mq->conn, MQ_CHANNEL);

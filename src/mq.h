@@ -10,10 +10,14 @@
 #include "conf.h"
 
 #define MQ_CHANNEL 1
-#define MQ_OPEN_MS 10000   /* TCP (and TLS) connect */
-#define MQ_RPC_MS 15000    /* login handshake, and each RPC (declare, channel.open, close...) */
-#define MQ_SEND_MS 10000   /* one publish's socket writes */
-#define MQ_BLOCKED_MS 1000 /* after connection.blocked, wait this long for pending confirms */
+#define MQ_OPEN_MS 10000 /* TCP (and TLS) connect */
+#define MQ_RPC_MS 15000  /* login handshake, and each RPC (declare, channel.open, close...) */
+#define MQ_SEND_MS 10000 /* one publish's socket writes */
+#define MQ_BLOCKED_MS 1000
+#define MQ_OPEN_REFUSED                                                                            \
+    (-2) /* mq_open: the broker is older than idemd supports */ /* after connection.blocked, wait  \
+                                                                   this long for pending confirms  \
+                                                                 */
 
 typedef enum mq_status {
     MQ_OK = 0,
@@ -49,11 +53,14 @@ typedef struct mq {
  * operators), open channel MQ_CHANNEL. owner is only read during the call.
  * With cfg->hosts, the nodes are tried once each, from hosts[start %
  * n_hosts] on, the first that answers wins (workers pass their index so
- * they spread). Returns 0 and a new mq_t in *out (free with mq_close), or
- * -1 after logging why.
+ * they spread). The broker's version is checked against the oldest idemd
+ * supports (src/version.h). Returns 0 and a new mq_t in *out (free with
+ * mq_close); -1 after logging why; or MQ_OPEN_REFUSED when every node is
+ * older than that minimum: the reason is then in refused (refused_len
+ * bytes; the caller reports it), or logged when refused is NULL.
  */
-int mq_open(const conf_broker_t *cfg, const char *owner, int start, mq_t **out)
-    __attribute__((warn_unused_result));
+int mq_open(const conf_broker_t *cfg, const char *owner, int start, char *refused,
+            size_t refused_len, mq_t **out) __attribute__((warn_unused_result));
 
 /*
  * Open a connection for republishing ("idemd <owner> republisher"): the
@@ -62,7 +69,8 @@ int mq_open(const conf_broker_t *cfg, const char *owner, int start, mq_t **out)
  * reserves, so it is returned and stored nowhere) that tells whether the
  * broker blocks publishing: see mq_blocked. tick (may be NULL) is called with
  * arg between the steps and while waiting. Every step is bounded (MQ_OPEN_MS,
- * MQ_RPC_MS). Same ownership as mq_open.
+ * MQ_RPC_MS). Same ownership as mq_open; a refused version is logged and
+ * returns -1 (the consumer's mq_open reports it).
  */
 int mq_open_publisher(const conf_broker_t *cfg, const char *owner, int start, mq_tick_fn tick,
                       void *arg, mq_t **out) __attribute__((warn_unused_result));

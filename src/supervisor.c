@@ -26,6 +26,8 @@
 #define SUP_BACKOFF_MAX_MS 30000
 #define SUP_HEALTHY_MS 30000 /* a worker up this long resets its backoff */
 #define SUP_MAX_SLOTS 256    /* workers alive at once, old and new generations together */
+/* Failures that take sup_backoff to its cap: a server too old is tried again only that often. */
+#define SUP_HOLD_FAILURES 16
 
 typedef struct sup_worker {
     bool used;
@@ -40,6 +42,7 @@ typedef struct sup_worker {
     bool waiting;           /* started by a reload: waits for its queue's old workers */
     worker_slot_t *slot;
     char error[WORKER_ERROR_MAX]; /* its last failed declaration, until it consumes again */
+    int error_kind;               /* worker_error_t of error */
     uint64_t last_progress_ms;    /* when pid == 0: its last run's last progress */
 } sup_worker_t;
 
@@ -213,6 +216,7 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     __atomic_store_n(&w->slot->reconciling, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->consumed, 0, __ATOMIC_RELAXED);
     w->slot->error[0] = '\0';
+    w->slot->error_kind = WORKER_ERROR_DECLARE;
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for queue '%s' worker %d: %s", w->q->name, w->index, strerror(errno));
@@ -240,8 +244,9 @@ static void sup_describe_exit(int status, const sup_worker_t *w, char *buf, size
         int code = WEXITSTATUS(status);
         snprintf(buf, len, "exited with code %d%s", code,
                  code == WORKER_EXIT_TEMPFAIL ? " (lost broker or database)"
-                 : code == WORKER_EXIT_CONFIG ? " (configuration, declaration or handler problem)"
-                                              : "");
+                 : code == WORKER_EXIT_CONFIG
+                     ? " (configuration: declaration, handler or server version)"
+                     : "");
     } else if (WIFSIGNALED(status)) {
         int sig = WTERMSIG(status);
         if (sig == SIGALRM && __atomic_load_n(&w->slot->reconciling, __ATOMIC_RELAXED))
@@ -303,15 +308,16 @@ static uint64_t sup_backoff(sup_worker_t *w, uint64_t now)
 }
 
 /*
- * Whether a current worker of queue name other than skip already failed
- * to declare for the same reason (the reason is then logged already).
+ * Whether a current worker of queue name (of any queue when any) other
+ * than skip already failed for the same reason (the reason is then logged
+ * already).
  */
 static bool sup_error_known(const supervisor_t *s, const sup_worker_t *skip, const char *name,
-                            const char *error)
+                            bool any, const char *error)
 {
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const sup_worker_t *w = &s->workers[i];
-        if (w != skip && w->used && !w->retiring && strcmp(w->q->name, name) == 0 &&
+        if (w != skip && w->used && !w->retiring && (any || strcmp(w->q->name, name) == 0) &&
             strcmp(w->error, error) == 0)
             return true;
     }
@@ -319,22 +325,29 @@ static bool sup_error_known(const supervisor_t *s, const sup_worker_t *skip, con
 }
 
 /*
- * A worker exited after a failed declaration (the reason is in its slot;
- * the process is gone, so the slot is ours to read). The reason is logged
- * once per queue, not on every restart, and shown in STATUS= until a
- * worker of the queue consumes. Returns whether it was known already.
+ * A worker exited after a failed declaration, or found a server too old
+ * (the reason is in its slot; the process is gone, so the slot is ours to
+ * read). The reason is logged once per queue (a server's once for all
+ * queues), not on every restart, and shown in STATUS= until a worker of
+ * the queue consumes. Returns whether it was known already.
  */
 static bool sup_declare_failed(supervisor_t *s, sup_worker_t *w)
 {
-    bool known =
-        strcmp(w->error, w->slot->error) == 0 || sup_error_known(s, w, w->q->name, w->slot->error);
+    bool server = w->slot->error_kind == WORKER_ERROR_SERVER;
+    bool known = strcmp(w->error, w->slot->error) == 0 ||
+                 sup_error_known(s, w, w->q->name, server, w->slot->error);
     snprintf(w->error, sizeof(w->error), "%s", w->slot->error);
-    if (!known) {
+    w->error_kind = w->slot->error_kind;
+    if (!known && server)
+        log_error("queue '%s': %s; its workers try again every %d to %d s and take no "
+                  "messages meanwhile",
+                  w->q->name, w->error, SUP_BACKOFF_MAX_MS / 2000, SUP_BACKOFF_MAX_MS / 1000);
+    else if (!known)
         log_error("queue '%s': %s; its workers start again with backoff (at most %d s apart) "
                   "until the declaration succeeds",
                   w->q->name, w->error, SUP_BACKOFF_MAX_MS / 1000);
+    if (!known)
         s->next_status_ms = 0; /* show it in STATUS= now */
-    }
     return known;
 }
 
@@ -371,13 +384,20 @@ static void sup_reap(supervisor_t *s)
              */
             if (__atomic_load_n(&w->slot->consumed, __ATOMIC_RELAXED) && w->failures > 1)
                 w->failures = 1;
+            bool refused =
+                WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_CONFIG && w->slot->error[0];
+            /* A server's version does not change in a second: hold the queue at the cap. */
+            if (refused && w->slot->error_kind == WORKER_ERROR_SERVER)
+                w->failures = SUP_HOLD_FAILURES;
             uint64_t delay = sup_backoff(w, now);
             w->restart_at_ms = now + delay;
-            bool again = WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_CONFIG &&
-                         w->slot->error[0] && sup_declare_failed(s, w);
+            bool again = refused && sup_declare_failed(s, w);
             log_msg(again ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING,
                     "worker %s#%d (pid %d) %s%s; restarting in %llu ms", w->q->name, w->index,
-                    (int)pid, why, again ? ", declaration failed again" : "",
+                    (int)pid, why,
+                    !again                                 ? ""
+                    : w->error_kind == WORKER_ERROR_SERVER ? ", server still too old"
+                                                           : ", declaration failed again",
                     (unsigned long long)delay);
             log_set_sink(NULL);
             break;
@@ -431,13 +451,16 @@ static void sup_status(supervisor_t *s)
         int up = 0, n = 0;
         uint64_t qok = 0, qfail = 0;
         const char *error = NULL;
+        int kind = WORKER_ERROR_DECLARE;
         for (int i = 0; i < SUP_MAX_SLOTS; i++) {
             const sup_worker_t *w = &s->workers[i];
             if (!w->used || w->retiring || strcmp(w->q->name, name) != 0)
                 continue;
             n++;
-            if (w->error[0])
+            if (w->error[0]) {
                 error = w->error;
+                kind = w->error_kind;
+            }
             up += w->pid &&
                   __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING;
             qok += __atomic_load_n(&w->slot->c.n_ok, __ATOMIC_RELAXED);
@@ -448,20 +471,23 @@ static void sup_status(supervisor_t *s)
             (size_t)snprintf(buf + off, sizeof(buf) - off, "; %s: %d/%d up, %llu ok, %llu failed",
                              name, up, n, (unsigned long long)qok, (unsigned long long)qfail);
         if (error && off < sizeof(buf))
-            off += (size_t)snprintf(buf + off, sizeof(buf) - off, ", declare failed: %s", error);
+            off +=
+                (size_t)snprintf(buf + off, sizeof(buf) - off, ", %s: %s",
+                                 kind == WORKER_ERROR_SERVER ? "refused" : "declare failed", error);
     }
     sd_notify(0, buf);
 }
 
 /*
  * Every current worker consuming after startup or a reload, or failing to
- * declare its queue (its queue is shown in STATUS=, the others work):
- * announce readiness.
+ * declare its queue or refusing a server too old (shown in STATUS=, the
+ * others work): announce readiness. Not announcing would have systemd stop
+ * and restart the whole daemon in a loop.
  */
 static void sup_check_ready(supervisor_t *s)
 {
-    int n = 0, failed = 0;
-    char more[80] = "";
+    int n = 0, failed = 0, refused = 0;
+    char more[160] = "";
     if (s->ready)
         return;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
@@ -470,14 +496,18 @@ static void sup_check_ready(supervisor_t *s)
             continue;
         if (w->pid && __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
             n++;
+        else if (w->error[0] && w->error_kind == WORKER_ERROR_SERVER)
+            refused++;
         else if (w->error[0])
             failed++;
         else
             return;
     }
     s->ready = true;
-    if (failed)
-        snprintf(more, sizeof(more), "; %d not: their queue's declaration failed", failed);
+    if (failed || refused)
+        snprintf(more, sizeof(more), "; %d not: %s%s%s", failed + refused,
+                 failed ? "their queue's declaration failed" : "", failed && refused ? ", or " : "",
+                 refused ? "the broker or database is older than idemd supports" : "");
     log_info("ready: %d queues, %d workers consuming%s", s->conf->n_queues, n, more);
     sd_notify(0, "READY=1");
     sup_status(s);
@@ -842,7 +872,9 @@ static void sup_tick(supervisor_t *s, uint64_t now)
         sup_worker_t *w = &s->workers[i];
         if (w->used && w->pid && w->error[0] &&
             __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING) {
-            log_info("worker %s#%d declared its queues: consuming", w->q->name, w->index);
+            log_info("worker %s#%d %s: consuming", w->q->name, w->index,
+                     w->error_kind == WORKER_ERROR_SERVER ? "accepted the servers"
+                                                          : "declared its queues");
             w->error[0] = '\0';
             s->next_status_ms = 0;
         }

@@ -185,6 +185,18 @@ static void worker_connected(worker_t *w, worker_lost_t what)
     __atomic_store_n(&w->slot->lost, WORKER_LOST_NONE, __ATOMIC_RELAXED);
 }
 
+/*
+ * The broker or the database is older than idemd supports (the reason is
+ * in the slot's error): the supervisor logs it once, shows it in STATUS=
+ * and holds the queue. Returns WORKER_EXIT_CONFIG.
+ */
+static int worker_refused(worker_t *w, const char *why)
+{
+    snprintf(w->slot->error, sizeof(w->slot->error), "%s", why);
+    w->slot->error_kind = WORKER_ERROR_SERVER;
+    return WORKER_EXIT_CONFIG;
+}
+
 /* Sleep up to ms, waking early on stop; keeps showing progress while it waits. */
 static void worker_pause(worker_t *w, int ms)
 {
@@ -204,14 +216,17 @@ static void worker_pause(worker_t *w, int ms)
  */
 static int worker_connect_db(worker_t *w)
 {
-    char err[512] = "";
-    int delay = 250;
+    char err[512] = "", refused[WORKER_ERROR_MAX];
+    int delay = 250, rc;
 
     worker_set_state(w, WORKER_STATE_WAITING_DB);
     while (!worker_stop) {
-        if (db_open(&w->conf->database, w->q->consumer, w->q->dedup == CONF_DEDUP_TABLE, w->index,
-                    &w->db) == 0)
+        rc = db_open(&w->conf->database, w->q->consumer, w->q->dedup == CONF_DEDUP_TABLE, w->index,
+                     refused, sizeof(refused), &w->db);
+        if (rc == 0)
             break;
+        if (rc == DB_OPEN_REFUSED)
+            return worker_refused(w, refused);
         worker_pause(w, delay + rand() % (delay / 2 + 1));
         delay = delay * 2 > 10000 ? 10000 : delay * 2;
     }
@@ -283,8 +298,14 @@ static int worker_declare_failed(worker_t *w)
 /* Connect to the broker, declare and start consuming. Returns 0 or an exit code. */
 static int worker_connect_mq(worker_t *w)
 {
+    char refused[WORKER_ERROR_MAX];
+    int rc;
+
     worker_set_state(w, WORKER_STATE_CONNECTING);
-    if (mq_open(&w->conf->broker, w->name, w->index, &w->mq) != 0)
+    rc = mq_open(&w->conf->broker, w->name, w->index, refused, sizeof(refused), &w->mq);
+    if (rc == MQ_OPEN_REFUSED)
+        return worker_refused(w, refused);
+    if (rc != 0)
         return worker_lose(w, WORKER_LOST_BROKER);
     worker_connected(w, WORKER_LOST_BROKER);
     w->mq->quiet = true; /* declaration failures: reported by the supervisor, once */

@@ -61,8 +61,10 @@ typedef struct worker_slot {
     int log_level;   /* set by the supervisor: log_level_t in effect */
     int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
     /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
-     * declaration (the broker's reason); the supervisor logs it once. */
+     * declaration (the broker's reason) or on a server too old; the
+     * supervisor logs it once. error_kind: worker_error_t. */
     char error[WORKER_ERROR_MAX];
+    int error_kind;
     /* What the worker lost before it exited with WORKER_EXIT_TEMPFAIL
      * (worker_lost_t); the next run counts a reconnect when it connects. */
     int lost;
@@ -71,6 +73,12 @@ typedef struct worker_slot {
      * gone (its exit); read by the status endpoint. */
     log_sink_t last_error;
 } worker_slot_t;
+
+/* What kind of refusal a slot's error is (the supervisor words and paces it by this). */
+typedef enum worker_error {
+    WORKER_ERROR_DECLARE = 0, /* a declaration, or a table the worker needs */
+    WORKER_ERROR_SERVER = 1,  /* the broker or database is older than idemd supports */
+} worker_error_t;
 
 typedef enum worker_lost {
     WORKER_LOST_NONE = 0,
@@ -86,7 +94,9 @@ uint64_t worker_lat_bucket_floor(int bucket);
 /* Exit codes of a worker process. */
 #define WORKER_EXIT_STOPPED 0   /* asked to stop, clean */
 #define WORKER_EXIT_TEMPFAIL 75 /* lost broker or database: restart after a pause */
-#define WORKER_EXIT_CONFIG 78   /* cannot work with this configuration (plugin init, declare) */
+#define WORKER_EXIT_CONFIG                                                                         \
+    78 /* cannot work with this configuration (plugin init, declare,                               \
+          a server older than idemd supports) */
 
 /*
  * The body of a worker process: loads q's handler, then never returns,
