@@ -357,61 +357,63 @@ static void metrics_mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("metrics: %s", buf);
 }
 
-/* The entry of connection conn, or NULL. */
-static metrics_conn_t *metrics_conn_find(metrics_server_t *s, struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci == NULL)
-        return NULL;
-    for (int i = 0; i < METRICS_CONNECTIONS; i++)
-        if (s->conns[i].fd == ci->connect_fd)
-            return &s->conns[i];
-    return NULL;
-}
-
-/* Keep track of the connections: sockets for metrics_forget_fds, deadlines, peers for the log. */
+/*
+ * Keep track of the connections: sockets for metrics_forget_fds, deadlines, peers for the log.
+ * The entry rides in the connection's socket context from start to close. An entry still
+ * holding a starting connection's socket is stale (its close was never seen): it is reused.
+ */
 static void metrics_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                            enum MHD_ConnectionNotificationCode toe)
 {
     metrics_server_t *s = cls;
-    (void)socket_context;
+    metrics_conn_t *c = *socket_context;
     if (toe != MHD_CONNECTION_NOTIFY_STARTED) {
-        metrics_conn_t *c = metrics_conn_find(s, conn);
-        if (c)
+        if (c) {
+            log_debug("metrics: connection from %s closed", c->peer);
             c->fd = -1;
+        }
+        *socket_context = NULL;
         return;
     }
+    /* libmicrohttpd 1.0 answers every query of a connection in one union: copy at once. */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    const union MHD_ConnectionInfo *ai =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     if (ci == NULL)
         return;
-    for (int i = 0; i < METRICS_CONNECTIONS; i++) {
-        metrics_conn_t *c = &s->conns[i];
-        if (c->fd != -1)
-            continue;
-        c->fd = ci->connect_fd;
-        c->deadline_ms = metrics_now_ms() + METRICS_REQUEST_TIMEOUT * 1000;
-        snprintf(c->peer, sizeof(c->peer), "?");
-        if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET)
-            inet_ntop(AF_INET,
-                      &((const struct sockaddr_in *)(const void *)ai->client_addr)->sin_addr,
-                      c->peer, sizeof(c->peer));
-        else if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET6)
-            inet_ntop(AF_INET6,
-                      &((const struct sockaddr_in6 *)(const void *)ai->client_addr)->sin6_addr,
-                      c->peer, sizeof(c->peer));
+    int fd = ci->connect_fd;
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    c = NULL;
+    for (int i = 0; i < METRICS_CONNECTIONS && c == NULL; i++)
+        if (s->conns[i].fd == fd)
+            c = &s->conns[i];
+    for (int i = 0; i < METRICS_CONNECTIONS && c == NULL; i++)
+        if (s->conns[i].fd == -1)
+            c = &s->conns[i];
+    if (c == NULL)
         return;
-    }
+    c->fd = fd;
+    c->deadline_ms = metrics_now_ms() + METRICS_REQUEST_TIMEOUT * 1000;
+    snprintf(c->peer, sizeof(c->peer), "?");
+    if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ai->client_addr)->sin_addr,
+                  c->peer, sizeof(c->peer));
+    else if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET6)
+        inet_ntop(AF_INET6,
+                  &((const struct sockaddr_in6 *)(const void *)ai->client_addr)->sin6_addr, c->peer,
+                  sizeof(c->peer));
+    *socket_context = c;
+    log_debug("metrics: connection from %s opened", c->peer);
 }
 
 /* A request was answered (or failed): the next one on the connection gets its own deadline. */
 static void metrics_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                               enum MHD_RequestTerminationCode toe)
 {
-    metrics_conn_t *c = metrics_conn_find(cls, conn);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    metrics_conn_t *c = ci ? ci->socket_context : NULL;
+    (void)cls;
     (void)con_cls;
     (void)toe;
     if (c && c->deadline_ms)
