@@ -260,12 +260,15 @@ static int chores_reconcile(chores_t *c, uint64_t now)
     if (rc <= 0)
         return rc;
     uint64_t t0 = chores_now_ms(CLOCK_MONOTONIC);
-    __atomic_store_n(&c->slot->reconciling, 1, __ATOMIC_RELAXED);
+    /* The run's start, then the flag: the supervisor counts the worker alive until the
+     * timeout (release: it reads the flag, then the time). */
+    chores_progress(c);
+    __atomic_store_n(&c->slot->reconciling, 1, __ATOMIC_RELEASE);
     alarm((unsigned)c->conf->reconcile_timeout);
     int hr = c->h->reconcile(c->state, c->db->my, err, sizeof(err));
     alarm(0);
-    __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELAXED);
     chores_progress(c);
+    __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELEASE);
     __atomic_add_fetch(&c->slot->c.n_reconcile_runs, 1, __ATOMIC_RELAXED);
     uint64_t took = chores_now_ms(CLOCK_MONOTONIC) - t0;
     err[sizeof(err) - 1] = '\0';

@@ -38,6 +38,8 @@
 #define CTL_DEFAULT_CONF "/etc/idemd/idemd.conf"
 #define CTL_STATUS_TIMEOUT_MS 3000 /* to read the daemon's /status */
 #define CTL_STATUS_MAX (1 << 20)   /* longest /status answer taken */
+/* records purge keeps at least the longest retry delay plus this: see idemctl(8). */
+#define CTL_PURGE_MARGIN_S 86400
 
 typedef enum ctl_mode { CTL_LIST, CTL_COUNT, CTL_REPLAY, CTL_PURGE } ctl_mode_t;
 
@@ -83,7 +85,7 @@ static void ctl_usage(FILE *out)
           "  dlq replay QUEUE (--id ID... | --reason REGEX | --all) [--to-original | --to QUEUE]\n"
           "             [--consumer C]\n"
           "  dlq purge QUEUE [--reason REGEX] --yes\n"
-          "  records purge --older-than DURATION [--consumer C] [--batch N]\n"
+          "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
           "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
           "         -h, --help, -V, --version\n"
           "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n",
@@ -340,6 +342,91 @@ out:
 
 /* ---------- records purge ---------- */
 
+/* Seconds s as a duration idemctl reads back ("1d1m", "90s"), into buf. */
+static void ctl_format_duration(long long s, char *buf, size_t len)
+{
+    static const struct {
+        long long unit;
+        char c;
+    } units[] = {{86400, 'd'}, {3600, 'h'}, {60, 'm'}, {1, 's'}};
+    size_t n = 0;
+    buf[0] = '\0';
+    for (size_t u = 0; u < sizeof(units) / sizeof(units[0]) && n < len; u++) {
+        long long k = s / units[u].unit;
+        s %= units[u].unit;
+        if (k > 0 || (units[u].unit == 1 && n == 0))
+            n += (size_t)snprintf(buf + n, len - n, "%lld%c", k, units[u].c);
+    }
+}
+
+/*
+ * The shortest horizon records purge accepts for the consumers it would touch: the longest
+ * retry delay of their queues (of every queue when --consumer names none of them), rounded up
+ * to seconds, plus CTL_PURGE_MARGIN_S. That delay goes into *max_ms and its queue into
+ * *longest (NULL when no queue has one).
+ */
+static long long ctl_purge_floor(const ctl_t *ctl, const char **longest, int *max_ms)
+{
+    bool any = false;
+    *longest = NULL;
+    *max_ms = 0;
+    for (int pass = 0; pass < 2 && !any; pass++) {
+        for (int i = 0; i < ctl->conf->n_queues; i++) {
+            const conf_queue_t *q = &ctl->conf->queues[i];
+            if (pass == 0 && ctl->consumer && strcmp(q->consumer, ctl->consumer) != 0)
+                continue;
+            any = true;
+            for (int k = 0; k < q->n_retry_delays; k++) {
+                if (q->retry_delays_ms[k] > *max_ms) {
+                    *max_ms = q->retry_delays_ms[k];
+                    *longest = q->name;
+                }
+            }
+        }
+    }
+    return (*max_ms + 999LL) / 1000 + CTL_PURGE_MARGIN_S;
+}
+
+/*
+ * Refuse a records purge that would delete records a message can still come back for, or
+ * every consumer's without --yes. 0, or CTL_EXIT_USAGE (said on stderr).
+ */
+static int ctl_purge_check(const ctl_t *ctl, const char *const *cons, int n_cons)
+{
+    const char *longest = NULL;
+    int max_ms = 0;
+    long long floor_s = ctl_purge_floor(ctl, &longest, &max_ms);
+    char want[64], got[64], margin[64];
+
+    ctl_format_duration(floor_s, want, sizeof(want));
+    ctl_format_duration(ctl->older_s, got, sizeof(got));
+    ctl_format_duration(CTL_PURGE_MARGIN_S, margin, sizeof(margin));
+    if (ctl->older_s < floor_s) {
+        if (longest)
+            fprintf(stderr,
+                    "idemctl: records purge: --older-than %s is too short: keep records at least "
+                    "%s (%lld s), the longest retry delay (%d ms, queue '%s') plus %s for "
+                    "redeliveries and re-sends; a record deleted sooner lets its message apply "
+                    "twice\n",
+                    got, want, floor_s, max_ms, longest, margin);
+        else
+            fprintf(stderr,
+                    "idemctl: records purge: --older-than %s is too short: keep records at least "
+                    "%s (%lld s) for redeliveries and re-sends; a record deleted sooner lets its "
+                    "message apply twice\n",
+                    got, want, floor_s);
+        return CTL_EXIT_USAGE;
+    }
+    if (ctl->consumer == NULL && !ctl->yes) {
+        fprintf(stderr, "idemctl: records purge: this deletes the records of every consumer (");
+        for (int c = 0; c < n_cons; c++)
+            fprintf(stderr, "%s%s", c ? ", " : "", cons[c]);
+        fprintf(stderr, "): add --yes, or name one with --consumer; nothing was deleted\n");
+        return CTL_EXIT_USAGE;
+    }
+    return 0;
+}
+
 /* records purge: delete records older than --older-than, batch rows per committed DELETE. */
 static int ctl_records_purge(ctl_t *ctl)
 {
@@ -351,6 +438,10 @@ static int ctl_records_purge(ctl_t *ctl)
 
     if (cons == NULL)
         return CTL_EXIT_PARTIAL;
+    if (ctl_purge_check(ctl, cons, n_cons) != 0) {
+        free(cons);
+        return CTL_EXIT_USAGE;
+    }
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         goto out;
     for (int c = 0; c < n_cons; c++) {

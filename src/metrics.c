@@ -17,16 +17,33 @@
 #include "../include/idemd/handler.h"
 #include "log.h"
 
-#define METRICS_CONNECTIONS 16  /* scrapers at once; more are refused */
-#define METRICS_IDLE_TIMEOUT 10 /* seconds before an idle connection is closed */
+#define METRICS_CONNECTIONS 16 /* scrapers at once; more are refused */
+#define METRICS_PER_CLIENT 4   /* connections from one address at once; more are refused */
+/* Seconds from a connection's start, or its last answered request, to the end of the next
+ * request: a total deadline, so a slow sender cannot push it back byte by byte. */
+#define METRICS_REQUEST_TIMEOUT 5
+
+/* One open connection of the listener. */
+typedef struct metrics_conn {
+    int fd;               /* its socket (MHD's), -1: free */
+    uint64_t deadline_ms; /* CLOCK_MONOTONIC; 0 once it was shut down */
+    char peer[INET6_ADDRSTRLEN];
+} metrics_conn_t;
 
 struct metrics_server {
     struct MHD_Daemon *d;
     metrics_collect_fn collect;
     void *ctx;
     const char *version;
-    int conn_fds[METRICS_CONNECTIONS]; /* open connections' sockets, -1: free */
+    metrics_conn_t conns[METRICS_CONNECTIONS];
 };
+
+static uint64_t metrics_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
 
 void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from)
 {
@@ -340,22 +357,85 @@ static void metrics_mhd_log(void *cls, const char *fmt, va_list ap)
     log_warn("metrics: %s", buf);
 }
 
-/* Keep track of the connections' sockets, for metrics_forget_fds. */
+/*
+ * Keep track of the connections: sockets for metrics_forget_fds, deadlines, peers for the log.
+ * The entry rides in the connection's socket context from start to close. An entry still
+ * holding a starting connection's socket is stale (its close was never seen): it is reused.
+ */
 static void metrics_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                            enum MHD_ConnectionNotificationCode toe)
 {
     metrics_server_t *s = cls;
+    metrics_conn_t *c = *socket_context;
+    if (toe != MHD_CONNECTION_NOTIFY_STARTED) {
+        if (c) {
+            log_debug("metrics: connection from %s closed", c->peer);
+            c->fd = -1;
+        }
+        *socket_context = NULL;
+        return;
+    }
+    /* libmicrohttpd 1.0 answers every query of a connection in one union: copy at once. */
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    (void)socket_context;
     if (ci == NULL)
         return;
-    int fd = ci->connect_fd, want = toe == MHD_CONNECTION_NOTIFY_STARTED ? -1 : fd;
+    int fd = ci->connect_fd;
+    const union MHD_ConnectionInfo *ai =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    c = NULL;
+    for (int i = 0; i < METRICS_CONNECTIONS && c == NULL; i++)
+        if (s->conns[i].fd == fd)
+            c = &s->conns[i];
+    for (int i = 0; i < METRICS_CONNECTIONS && c == NULL; i++)
+        if (s->conns[i].fd == -1)
+            c = &s->conns[i];
+    if (c == NULL)
+        return;
+    c->fd = fd;
+    c->deadline_ms = metrics_now_ms() + METRICS_REQUEST_TIMEOUT * 1000;
+    snprintf(c->peer, sizeof(c->peer), "?");
+    if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ai->client_addr)->sin_addr,
+                  c->peer, sizeof(c->peer));
+    else if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET6)
+        inet_ntop(AF_INET6,
+                  &((const struct sockaddr_in6 *)(const void *)ai->client_addr)->sin6_addr, c->peer,
+                  sizeof(c->peer));
+    *socket_context = c;
+    log_debug("metrics: connection from %s opened", c->peer);
+}
+
+/* A request was answered (or failed): the next one on the connection gets its own deadline. */
+static void metrics_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                              enum MHD_RequestTerminationCode toe)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    metrics_conn_t *c = ci ? ci->socket_context : NULL;
+    (void)cls;
+    (void)con_cls;
+    (void)toe;
+    if (c && c->deadline_ms)
+        c->deadline_ms = metrics_now_ms() + METRICS_REQUEST_TIMEOUT * 1000;
+}
+
+/*
+ * Shut down the connections whose request did not end by its deadline. MHD's own timeout
+ * starts again with every byte read; this one does not. shutdown() leaves the socket to MHD,
+ * which sees the end of the stream at its next turn and closes it.
+ */
+static void metrics_expire(metrics_server_t *s)
+{
+    uint64_t now = metrics_now_ms();
     for (int i = 0; i < METRICS_CONNECTIONS; i++) {
-        if (s->conn_fds[i] == want) {
-            s->conn_fds[i] = toe == MHD_CONNECTION_NOTIFY_STARTED ? fd : -1;
-            return;
-        }
+        metrics_conn_t *c = &s->conns[i];
+        if (c->fd < 0 || !c->deadline_ms || now < c->deadline_ms)
+            continue;
+        log_info("metrics: closing a connection from %s: no complete request within %d s", c->peer,
+                 METRICS_REQUEST_TIMEOUT);
+        (void)shutdown(c->fd, SHUT_RDWR);
+        c->deadline_ms = 0;
     }
 }
 
@@ -430,7 +510,7 @@ metrics_server_t *metrics_start(const struct sockaddr_storage *addr, const char 
     s->ctx = ctx;
     s->version = version;
     for (int i = 0; i < METRICS_CONNECTIONS; i++)
-        s->conn_fds[i] = -1;
+        s->conns[i].fd = -1;
     if (addr->ss_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
         port = ntohs(((const struct sockaddr_in6 *)(const void *)addr)->sin6_port);
@@ -441,8 +521,10 @@ metrics_server_t *metrics_start(const struct sockaddr_storage *addr, const char 
     s->d = MHD_start_daemon(flags, port, NULL, NULL, metrics_answer, s, MHD_OPTION_EXTERNAL_LOGGER,
                             metrics_mhd_log, NULL, MHD_OPTION_SOCK_ADDR, addr,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_CONNECTIONS,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IDLE_TIMEOUT,
-                            MHD_OPTION_NOTIFY_CONNECTION, metrics_notify, s, MHD_OPTION_END);
+                            MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_PER_CLIENT,
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_REQUEST_TIMEOUT,
+                            MHD_OPTION_NOTIFY_CONNECTION, metrics_notify, s,
+                            MHD_OPTION_NOTIFY_COMPLETED, metrics_completed, s, MHD_OPTION_END);
     if (s->d == NULL) {
         log_error("metrics: cannot listen on %s (address in use or not local?)", listen);
         free(s);
@@ -462,8 +544,10 @@ int metrics_fd(const metrics_server_t *s)
 
 void metrics_serve(metrics_server_t *s)
 {
-    if (s)
-        (void)MHD_run(s->d);
+    if (s == NULL)
+        return;
+    (void)MHD_run(s->d);
+    metrics_expire(s);
 }
 
 void metrics_forget_fds(metrics_server_t *s)
@@ -477,8 +561,8 @@ void metrics_forget_fds(metrics_server_t *s)
     if (efd >= 0)
         close(efd);
     for (int k = 0; k < METRICS_CONNECTIONS; k++)
-        if (s->conn_fds[k] >= 0)
-            close(s->conn_fds[k]);
+        if (s->conns[k].fd >= 0)
+            close(s->conns[k].fd);
 }
 
 void metrics_stop(metrics_server_t *s)

@@ -130,7 +130,9 @@ typedef struct metrics_server metrics_server_t;
  * Listen on addr (as conf.c parsed metrics.listen) without a thread:
  * the caller polls metrics_fd() and calls metrics_serve() when it is
  * readable (and at least every second, for timeouts). GET /metrics and
- * GET /status answer with collect's view; everything else is 404. listen is addr as written,
+ * GET /status answer with collect's view; everything else is 404. At most
+ * 16 connections, 4 per client address; a request must end within 5 s of
+ * its connection's start or previous answer. listen is addr as written,
  * for the log. Returns NULL on error (logged). The caller's forked
  * children call metrics_forget_fds.
  */

@@ -48,16 +48,41 @@ void outbox_close(outbox_t *o)
     free(o);
 }
 
+/*
+ * Append consumer to out with '%' and ':' as %25 and %3A, so that the first ':' of an id
+ * ends the consumer ("svc" + "a:1" and "svc:a" + "1" differ). Names without either keep
+ * their ids of before. Returns the length written, or outlen when it does not fit.
+ */
+static size_t outbox_escape_consumer(const char *consumer, char *out, size_t outlen)
+{
+    size_t n = 0;
+    for (const char *c = consumer; *c; c++) {
+        const char *esc = *c == '%' ? "%25" : *c == ':' ? "%3A" : NULL;
+        size_t k = esc ? 3 : 1;
+        if (n + k >= outlen)
+            return outlen;
+        if (esc)
+            memcpy(out + n, esc, k);
+        else
+            out[n] = *c;
+        n += k;
+    }
+    out[n] = '\0';
+    return n;
+}
+
 size_t outbox_msg_id(const char *consumer, const char *source_id, size_t source_len, unsigned seq,
                      char *out, size_t outlen)
 {
     size_t cl = strlen(consumer);
-    bool printable = true;
+    char ec[OUTBOX_ID_MAX + 1];
+    size_t el = outbox_escape_consumer(consumer, ec, sizeof(ec));
+    bool readable = el < sizeof(ec);
     for (size_t i = 0; i < source_len; i++)
         if (source_id[i] < 0x21 || source_id[i] > 0x7e)
-            printable = false;
-    if (printable && cl + source_len + 12 < outlen && cl + source_len + 12 <= OUTBOX_ID_MAX) {
-        int n = snprintf(out, outlen, "%s:%.*s:%u", consumer, (int)source_len, source_id, seq);
+            readable = false;
+    if (readable && el + source_len + 12 < outlen && el + source_len + 12 <= OUTBOX_ID_MAX) {
+        int n = snprintf(out, outlen, "%s:%.*s:%u", ec, (int)source_len, source_id, seq);
         return n > 0 ? (size_t)n : 0;
     }
     /* Two FNV-1a 64 hashes with different offsets: 128 bits of the inputs. */

@@ -59,9 +59,12 @@ int outbox_depth(outbox_t *o, long long *rows, double *oldest_s);
 
 /*
  * The default id of a source's seq-th onward message: "<consumer>:<source
- * id>:<seq>" when that is printable and fits, else "idemd-ob-" and a hash.
- * The same inputs give the same id, so a redelivered or replayed source
- * message sends the same ids and the next consumer's dedup absorbs them.
+ * id>:<seq>" with '%' and ':' of the consumer written %25 and %3A, when the
+ * source id is printable and it all fits, else "idemd-ob-" and a hash. The
+ * consumer ends at the first ':' and seq starts after the last, so no two
+ * inputs share an id. The same inputs give the same id, so a redelivered
+ * or replayed source message sends the same ids and the next consumer's
+ * dedup absorbs them.
  */
 size_t outbox_msg_id(const char *consumer, const char *source_id, size_t source_len, unsigned seq,
                      char *out, size_t outlen);

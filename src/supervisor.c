@@ -514,6 +514,23 @@ static void sup_check_ready(supervisor_t *s)
     s->next_status_ms = sup_now_ms() + 5000;
 }
 
+/*
+ * When running worker w last showed progress, as the watchdog and /metrics see it. A worker
+ * inside reconcile() counts as alive (now) until reconcile_timeout, plus slack, has passed
+ * since the run began (its progress_ms); SIGALRM ends it at the timeout. Past that (the
+ * signal blocked, say) it shows its real age, and the watchdog stops pinging. 0 before
+ * its first progress.
+ */
+static uint64_t sup_progress_ms(const sup_worker_t *w, uint64_t now, uint64_t slack_ms)
+{
+    /* Acquire: the worker stores progress_ms before it changes reconciling (release). */
+    int reconciling = __atomic_load_n(&w->slot->reconciling, __ATOMIC_ACQUIRE);
+    uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
+    if (p && reconciling && now < p + (uint64_t)w->conf->reconcile_timeout * 1000 + slack_ms)
+        return now;
+    return p;
+}
+
 /* Ping the watchdog only while every running worker showed progress within the interval. */
 static void sup_watchdog(supervisor_t *s, uint64_t now)
 {
@@ -525,7 +542,7 @@ static void sup_watchdog(supervisor_t *s, uint64_t now)
         const sup_worker_t *w = &s->workers[i];
         if (!w->used || !w->pid)
             continue;
-        uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
+        uint64_t p = sup_progress_ms(w, now, limit_ms / 2);
         if (p && now > p && now - p > limit_ms / 2) {
             log_warn("worker %s#%d shows no progress for %llu ms: withholding watchdog ping",
                      w->q->name, w->index, (unsigned long long)(now - p));
@@ -634,7 +651,7 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
             }
             uint64_t last = w->last_progress_ms;
             if (w->pid) {
-                uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
+                uint64_t p = sup_progress_ms(w, now, 0);
                 last = p ? p : w->started_ms;
                 if (__atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
                     q->consuming++;

@@ -54,6 +54,22 @@ int main(void)
     outbox_msg_id("ab", "c\x01", 2, 0, a, sizeof(a));
     outbox_msg_id("a", "bc\x01", 3, 0, b, sizeof(b));
     t_check(strcmp(a, b) != 0, "consumer and source id are kept apart in the hash");
+    outbox_msg_id("svc", "a:1", 3, 0, a, sizeof(a));
+    outbox_msg_id("svc:a", "1", 1, 0, b, sizeof(b));
+    t_check(strcmp(a, b) != 0, "consumer 'svc' + source 'a:1' and 'svc:a' + '1' differ");
+    t_check(strcmp(a, "svc:a:1:0") == 0 && strcmp(b, "svc%3Aa:1:0") == 0,
+            "a ':' in the consumer is escaped, one in the source id is not");
+    outbox_msg_id("svc%3Aa", "1", 1, 0, a, sizeof(a));
+    t_check(strcmp(a, "svc%253Aa:1:0") == 0 && strcmp(a, b) != 0,
+            "a '%' in the consumer is escaped too, so an escaped-looking name stays apart");
+    outbox_msg_id("a", "b:1", 3, 2, a, sizeof(a));
+    outbox_msg_id("a:b", "1", 1, 2, b, sizeof(b));
+    t_check(strcmp(a, b) != 0, "the same holds for every index");
+    memset(big, ':', 120);
+    big[120] = '\0';
+    la = outbox_msg_id(big, "s", 1, 0, a, sizeof(a));
+    t_check(la <= OUTBOX_ID_MAX && strncmp(a, "idemd-ob-", 9) == 0,
+            "a consumer too long once escaped is hashed");
     memset(big, 'x', sizeof(big));
     la = outbox_msg_id("orders", big, 255, 7, a, sizeof(a));
     t_check(la <= OUTBOX_ID_MAX && strncmp(a, "idemd-ob-", 9) == 0,
