@@ -351,6 +351,12 @@ static const conf_def_t conf_defs[] = {
                 "queue idemd publishes rejected and exhausted messages to (with reason headers, "
                 "confirmed before the original is acked); always declared; `\"\"`: none, "
                 "rejected messages are basic.reject'ed (broker DLX or dropped)"),
+    CONF_BOOL("declare", "dead_letter_policy", conf_queue_t, dead_letter_policy, NR, "false",
+              "true: the queue dead-letters what is rejected into its dead letter queue by a "
+              "broker policy (or arguments idemd did not declare), so idemd may reject there a "
+              "delivery it cannot decode (headers nested deeper than 100 levels); idemd "
+              "declares that itself for a new queue. false: unless idemd declared it so, such "
+              "a delivery is requeued, and the queue stops at it"),
     CONF_ARGS("declare", "arguments", conf_queue_t, args, n_args, NR,
               "more x-arguments of queue.declare; each value a string or an integer. A length "
               "limit (`x-max-length`, `x-max-length-bytes`) needs `x-overflow = "

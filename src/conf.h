@@ -46,6 +46,7 @@ typedef struct conf_queue {
     bool declare;              /* declare the queue at startup; default true */
     bool durable;              /* default true */
     bool quorum;               /* x-queue-type=quorum; default false */
+    bool dead_letter_policy;   /* the broker dead-letters its rejects (a policy); default false */
     char *dead_letter_queue;   /* optional: declared and wired as the DLX target */
     conf_arg_t *args;          /* declare.arguments */
     int n_args;

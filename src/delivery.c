@@ -4,6 +4,7 @@
 #include "log.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -84,7 +85,22 @@ int delivery_id(const amqp_basic_properties_t *props, const char *id_header, cha
         if (v->kind == AMQP_FIELD_KIND_UTF8 || v->kind == AMQP_FIELD_KIND_BYTES) {
             bytes = v->value.bytes.bytes;
             n = v->value.bytes.len;
+        } else if ((v->kind == AMQP_FIELD_KIND_U64 || v->kind == AMQP_FIELD_KIND_TIMESTAMP) &&
+                   v->value.u64 > INT64_MAX) {
+            snprintf(err, errlen,
+                     "id header '%s' is %" PRIu64 ", above %" PRId64 ": integer ids must be "
+                     "within 0..%" PRId64 " (RabbitMQ 4.x would deliver it as %" PRId64 ")",
+                     id_header, v->value.u64, INT64_MAX, INT64_MAX, (int64_t)v->value.u64);
+            return -1;
         } else if (delivery_field_int(v, &i) == 0) {
+            if (i < 0) {
+                snprintf(err, errlen,
+                         "id header '%s' is %" PRId64 ", negative: integer ids must be within "
+                         "0..%" PRId64 " (RabbitMQ 4.x delivers an unsigned 64-bit id above "
+                         "that as a negative one)",
+                         id_header, i, INT64_MAX);
+                return -1;
+            }
             n = (size_t)snprintf(num, sizeof(num), "%" PRId64, i);
             bytes = num;
         } else {
@@ -161,4 +177,31 @@ long long delivery_header_int(const amqp_basic_properties_t *props, const char *
 const char *delivery_id_printable(const char *id, size_t len, char *out, size_t outlen)
 {
     return log_quote(id, len, out, outlen);
+}
+
+/* Whether v, at depth (the headers' own values are at 0), nests no deeper than the limit. */
+static bool delivery_value_fits(const amqp_field_value_t *v, int depth)
+{
+    if (depth > DELIVERY_DEPTH_MAX)
+        return false;
+    if (v->kind == AMQP_FIELD_KIND_TABLE) {
+        for (int i = 0; i < v->value.table.num_entries; i++)
+            if (!delivery_value_fits(&v->value.table.entries[i].value, depth + 1))
+                return false;
+    } else if (v->kind == AMQP_FIELD_KIND_ARRAY) {
+        for (int i = 0; i < v->value.array.num_entries; i++)
+            if (!delivery_value_fits(&v->value.array.entries[i], depth + 1))
+                return false;
+    }
+    return true;
+}
+
+int delivery_too_deep(const amqp_basic_properties_t *props)
+{
+    if (!(props->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int i = 0; i < props->headers.num_entries; i++)
+        if (!delivery_value_fits(&props->headers.entries[i].value, 0))
+            return i;
+    return -1;
 }

@@ -1047,7 +1047,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     unsigned depth = 0, consumers = 0;
     uint64_t *kept = NULL; /* tags not acked, ascending */
     long n_kept = 0;
-    long scanned = 0, matched = 0, done = 0;
+    long scanned = 0, matched = 0, done = 0, undecodable = 0;
     int rc = CTL_EXIT_OK;
     char why[400];
 
@@ -1095,6 +1095,23 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             break;
         l.tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
         r = amqp_read_message(rd->conn, MQ_CHANNEL, &l.msg, 0);
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_BAD_AMQP_DATA) {
+            /* rabbitmq-c 0.14+ refuses headers nested deeper than 100 levels, and its input
+             * stays stuck on that frame: nothing more can be read on this connection. The
+             * letter is not acked, so it returns to the queue when the connection closes. */
+            rd->deaf = true;
+            undecodable++;
+            fprintf(stderr,
+                    "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
+                    "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
+                    "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
+                    "were not read. A client that decodes it (librabbitmq 0.11, or another "
+                    "library) can move it\n",
+                    scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             log_error("broker %s: reading a message of %s: %s", rd->where, queue,
                       mq_reply_text(r, why, sizeof(why)));
@@ -1135,7 +1152,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             break;
         }
     }
-    if (n_kept > 0 && rd->channel_open)
+    if (n_kept > 0 && rd->channel_open && !rd->deaf)
         ctl_requeue(rd, queue, kept, n_kept);
     if (rc == CTL_EXIT_OK && matched == 0)
         rc = CTL_EXIT_NOMATCH;
@@ -1144,6 +1161,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         json_object_object_add(ctl->out, "queue", json_object_new_string(queue));
         json_object_object_add(ctl->out, "scanned", json_object_new_int64(scanned));
         json_object_object_add(ctl->out, "matched", json_object_new_int64(matched));
+        json_object_object_add(ctl->out, "undecodable", json_object_new_int64(undecodable));
         if (mode == CTL_REPLAY || mode == CTL_PURGE)
             json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(done));
         json_object_object_add(ctl->out, "complete",

@@ -2,10 +2,12 @@
 #include "mq.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -16,7 +18,9 @@
 /* A queue name the broker reserves ("amq." prefix): nobody can declare it, so a probe sent
  * there is returned and stored nowhere. */
 #define MQ_PROBE_QUEUE "amq.idemd.probe"
-#define MQ_SLICE_MS 200 /* waits call the tick at least this often */
+#define MQ_SLICE_MS 200  /* waits call the tick at least this often */
+#define MQ_DRAIN_MS 5000 /* a deaf connection's close: wait at most this long (mq_close_deaf) */
+#define MQ_DRAIN_QUIET_MS 1000 /* ... and over TLS at least this long */
 
 static uint64_t mq_now_ms(void)
 {
@@ -316,6 +320,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
         return -1;
     mq->tick = tick;
     mq->tick_arg = arg;
+    mq->tls = cfg->tls.enabled;
     snprintf(mq->where, sizeof(mq->where), "%s:%d%s vhost %s", cfg->host, cfg->port,
              cfg->tls.enabled ? " (TLS)" : "", cfg->vhost);
     mq->conn = amqp_new_connection();
@@ -798,13 +803,71 @@ int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target,
     return mq_declare_args(mq, name, durable, quorum, args);
 }
 
+/*
+ * Close a deaf connection (its input cannot be decoded any more, sending
+ * works): the acks and the reject just sent must reach the broker before
+ * the socket goes, and closing a socket with unread input resets it. So:
+ * send connection.close, then read and throw away what the broker sends,
+ * without decoding, until its close-ok shows (sent once every channel has
+ * finished, so everything before it was taken in). The read starts at no
+ * frame boundary, so close-ok is found by its 12 bytes; over TLS they are
+ * not visible, and the wait ends instead once the broker's kernel has
+ * acknowledged every byte we sent and MQ_DRAIN_QUIET_MS passed. At most
+ * MQ_DRAIN_MS either way.
+ */
+static void mq_close_deaf(mq_t *mq)
+{
+    static const unsigned char close_ok[12] = {AMQP_FRAME_METHOD, 0, 0, 0, 0, 0, 4, 0, 10, 0, 51,
+                                               AMQP_FRAME_END};
+    amqp_connection_close_t m;
+    unsigned char buf[16384 + sizeof(close_ok)];
+    size_t kept = 0;
+    int fd = amqp_get_sockfd(mq->conn);
+    uint64_t start = mq_now_ms();
+
+    memset(&m, 0, sizeof(m));
+    m.reply_code = AMQP_REPLY_SUCCESS;
+    m.reply_text = amqp_cstring_bytes("idemd: a delivery could not be decoded");
+    if (fd < 0 || amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_METHOD, &m) != 0)
+        return;
+    for (;;) {
+        uint64_t now = mq_now_ms();
+        int outq = -1;
+        if (mq->tls && now - start >= MQ_DRAIN_QUIET_MS && ioctl(fd, TIOCOUTQ, &outq) == 0 &&
+            outq == 0)
+            return;
+        if (now - start >= MQ_DRAIN_MS) {
+            log_warn("broker %s: no close-ok within %d ms of closing a connection that cannot "
+                     "read: closing it anyway",
+                     mq->where, MQ_DRAIN_MS);
+            return;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, MQ_SLICE_MS);
+        if (r <= 0)
+            continue; /* a timeout, EINTR: the clock decides */
+        ssize_t n = recv(fd, buf + kept, sizeof(buf) - kept, 0);
+        if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN))
+            return; /* closed by the broker */
+        if (n < 0)
+            continue;
+        size_t len = kept + (size_t)n;
+        if (memmem(buf, len, close_ok, sizeof(close_ok)) != NULL)
+            return;
+        kept = len < sizeof(close_ok) - 1 ? len : sizeof(close_ok) - 1;
+        memmove(buf, buf + len - kept, kept);
+    }
+}
+
 void mq_close(mq_t *mq)
 {
     if (mq == NULL)
         return;
     mq_round_begin(mq);
     free(mq->round);
-    if (mq->conn && mq->broken) {
+    if (mq->conn && mq->deaf && !mq->broken) {
+        mq_close_deaf(mq);
+    } else if (mq->conn && mq->broken) {
         /* Reset, so that the kernel drops what the broker has not read yet. */
         struct linger lg = {1, 0};
         int fd = amqp_get_sockfd(mq->conn);
@@ -820,9 +883,84 @@ void mq_close(mq_t *mq)
     free(mq);
 }
 
+/* The value of q's declare argument key, or NULL when absent. */
+static const conf_arg_t *mq_conf_arg(const conf_queue_t *q, const char *key)
+{
+    for (int i = 0; i < q->n_args; i++)
+        if (strcmp(q->args[i].key, key) == 0)
+            return &q->args[i];
+    return NULL;
+}
+
+/*
+ * The arguments that make q's queue dead-letter what it rejects into q's dead
+ * letter queue, appended at e (room for 4): x-dead-letter-exchange "" and
+ * x-dead-letter-routing-key. On a quorum queue also x-dead-letter-strategy
+ * at-least-once, which needs x-overflow reject-publish (a no-op without a
+ * length limit; conf.c allows no other overflow with one): the broker keeps a
+ * rejected message until the dead letter queue confirmed it. None when q has
+ * no dead letter queue or its declare.arguments name a dead-letter exchange
+ * (theirs is used as is). Returns how many.
+ */
+static int mq_dead_letter_args(const conf_queue_t *q, amqp_table_entry_t *e)
+{
+    int n = 0;
+    if (q->dead_letter_queue == NULL || mq_conf_arg(q, "x-dead-letter-exchange"))
+        return 0;
+    mq_entry_str(&e[n++], "x-dead-letter-exchange", "");
+    mq_entry_str(&e[n++], "x-dead-letter-routing-key", q->dead_letter_queue);
+    if (q->quorum && !mq_conf_arg(q, "x-dead-letter-strategy")) {
+        const conf_arg_t *ov = mq_conf_arg(q, "x-overflow");
+        if (ov == NULL)
+            mq_entry_str(&e[n++], "x-overflow", "reject-publish");
+        if (ov == NULL || (!ov->is_int && strcmp(ov->sval, "reject-publish") == 0))
+            mq_entry_str(&e[n++], "x-dead-letter-strategy", "at-least-once");
+    }
+    return n;
+}
+
+/*
+ * Declare q's queue with args plus its dead-letter arguments (n_dl of them,
+ * right after args). When it exists without them (406 PRECONDITION_FAILED: an
+ * older idemd declared it), open the channel again and declare it with args
+ * alone. Sets mq->dead_letters / mq->dead_letter_fallback. 0 or -1 (logged).
+ */
+static int mq_declare_main(mq_t *mq, const conf_queue_t *q, amqp_table_t args, int n_dl)
+{
+    amqp_table_t all = {args.num_entries + n_dl, args.entries};
+    amqp_rpc_reply_t r;
+
+    mq->dead_letters = mq_conf_arg(q, "x-dead-letter-exchange") != NULL;
+    mq->dead_letter_fallback = false;
+    if (n_dl == 0)
+        return mq_declare_args(mq, q->name, q->durable, q->quorum, args);
+    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name), 0, q->durable, 0, 0, all);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL) {
+        mq->dead_letters = true;
+        return 0;
+    }
+    if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD ||
+        ((amqp_channel_close_t *)r.reply.decoded)->reply_code != AMQP_PRECONDITION_FAILED) {
+        char what[300];
+        snprintf(what, sizeof(what), "declaring queue '%s'", q->name);
+        return mq_fail(mq, what, r);
+    }
+    amqp_channel_close_ok_t ok;
+    amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
+    amqp_channel_open(mq->conn, MQ_CHANNEL);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return mq_fail(mq, "channel.open after a refused declaration", r);
+    if (mq_declare_args(mq, q->name, q->durable, q->quorum, args) != 0)
+        return -1;
+    mq->dead_letter_fallback = true;
+    return 0;
+}
+
 int mq_declare(mq_t *mq, const conf_queue_t *q)
 {
-    amqp_table_entry_t *e = calloc((size_t)q->n_args + 3, sizeof(*e));
+    amqp_table_entry_t *e = calloc((size_t)q->n_args + 7, sizeof(*e));
     amqp_table_t args = {0, e};
     amqp_rpc_reply_t r;
     char what[300];
@@ -842,7 +980,7 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
         else
             mq_entry_str(&e[args.num_entries++], q->args[i].key, q->args[i].sval);
     }
-    if (mq_declare_args(mq, q->name, q->durable, q->quorum, args) != 0)
+    if (mq_declare_main(mq, q, args, mq_dead_letter_args(q, &e[args.num_entries])) != 0)
         goto fail;
     for (int i = 0; i < q->n_bindings; i++) {
         amqp_queue_bind(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name),
@@ -957,7 +1095,13 @@ static int mq_props_clone(const amqp_basic_properties_t *in, amqp_basic_properti
     return 0;
 }
 
-/* Wait for the next frame on MQ_CHANNEL of a delivery under way. 0, or -1 (logged). */
+/*
+ * Wait for the next frame on MQ_CHANNEL of a delivery under way. 0, -1
+ * (logged), or -2 when its header frame cannot be decoded: rabbitmq-c 0.14+
+ * refuses headers nested deeper than 100 levels and then keeps failing on the
+ * same frame (its input state is not reset), so mq turns deaf (not logged:
+ * the caller knows which delivery it was).
+ */
 static int mq_content_frame(mq_t *mq, amqp_frame_t *f, uint8_t type)
 {
     int st;
@@ -967,6 +1111,11 @@ static int mq_content_frame(mq_t *mq, amqp_frame_t *f, uint8_t type)
            (f->payload.method.id == AMQP_CONNECTION_BLOCKED_METHOD ||
             f->payload.method.id == AMQP_CONNECTION_UNBLOCKED_METHOD))
         (void)mq_dispatch_frame(mq, f);
+    if (st == AMQP_STATUS_BAD_AMQP_DATA) {
+        mq->deaf = true;
+        if (type == AMQP_FRAME_HEADER)
+            return -2;
+    }
     if (st != AMQP_STATUS_OK) {
         log_error("broker %s: reading a delivery: %s", mq->where, amqp_error_string2(st));
         return -1;
@@ -990,7 +1139,8 @@ static int mq_content_frame(mq_t *mq, amqp_frame_t *f, uint8_t type)
  * just read, into env->message. A body larger than max_body is read frame
  * by frame and thrown away (never held whole): env->message.body stays
  * empty and *dropped holds its size. The connection's frames are released
- * after each one, so memory stays at one frame. 0, or -1 (logged).
+ * after each one, so memory stays at one frame. 0, -1 (logged), or -2 when
+ * the header frame cannot be decoded (mq is deaf).
  */
 static int mq_read_content(mq_t *mq, amqp_envelope_t *env, size_t max_body, uint64_t *dropped)
 {
@@ -999,8 +1149,9 @@ static int mq_read_content(mq_t *mq, amqp_envelope_t *env, size_t max_body, uint
     size_t got = 0;
 
     init_amqp_pool(&m->pool, 4096);
-    if (mq_content_frame(mq, &f, AMQP_FRAME_HEADER) != 0)
-        return -1;
+    int rc = mq_content_frame(mq, &f, AMQP_FRAME_HEADER);
+    if (rc != 0)
+        return rc;
     uint64_t size = f.payload.properties.body_size;
     if (mq_props_clone(f.payload.properties.decoded, &m->properties, &m->pool) != 0) {
         log_error("broker %s: out of memory copying a delivery's properties", mq->where);
@@ -1068,7 +1219,10 @@ mq_status_t mq_next(mq_t *mq, const struct timeval *timeout, size_t max_body, am
         log_error("broker %s: out of memory reading a delivery", mq->where);
         goto fail;
     }
-    if (mq_read_content(mq, env, max_body, dropped) != 0)
+    int rc = mq_read_content(mq, env, max_body, dropped);
+    if (rc == -2)
+        return MQ_UNDECODABLE; /* env keeps the tag and route for the caller's log */
+    if (rc != 0)
         goto fail;
     return MQ_OK;
 fail:

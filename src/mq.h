@@ -21,8 +21,12 @@
 
 typedef enum mq_status {
     MQ_OK = 0,
-    MQ_TIMEOUT = 1,    /* no delivery within the timeout */
-    MQ_CANCELLED = 2,  /* the broker cancelled our consumer (queue deleted) */
+    MQ_TIMEOUT = 1,   /* no delivery within the timeout */
+    MQ_CANCELLED = 2, /* the broker cancelled our consumer (queue deleted) */
+    /* A delivery whose properties the library cannot decode (rabbitmq-c 0.14+ refuses
+     * headers nested deeper than 100 levels): only its delivery tag and route are known.
+     * The connection can still send (acks, reject) but never read again: mq_close it. */
+    MQ_UNDECODABLE = 3,
     MQ_ERR_CLOSED = -1 /* connection or channel unusable: discard this mq_t */
 } mq_status_t;
 
@@ -41,6 +45,12 @@ typedef struct mq {
     /* The last failed RPC: "what: reason" (e.g. the broker's close text). */
     char error[400];
     bool quiet; /* log failed RPCs at debug level only: the caller reports error */
+    bool deaf;  /* a frame could not be decoded: the library's input is stuck, sending works */
+    bool tls;
+    /* mq_declare: the queue dead-letters what is rejected (x-dead-letter-exchange as idemd
+     * declared it), or it exists without idemd's dead-letter arguments (declared as before). */
+    bool dead_letters;
+    bool dead_letter_fallback;
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
     struct mq_copy *round;
@@ -145,10 +155,19 @@ int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
 /*
  * Close channel and connection (unacked deliveries return to their queues) and
  * free; NULL ok. A broken connection is only reset: no close handshake to wait for.
+ * A deaf one is sent connection.close and read to its end without decoding, so
+ * that the acks and rejects sent before reach the broker (see mq_close_deaf).
  */
 void mq_close(mq_t *mq);
 
-/* Declare the queue, its dead-letter queue and bindings as configured. 0 or -1 (logged). */
+/*
+ * Declare the queue, its dead-letter queue and bindings as configured. With a
+ * dead letter queue, the queue itself is declared to dead-letter into it
+ * (x-dead-letter-exchange "", x-dead-letter-routing-key; on a quorum queue
+ * at-least-once), so that a delivery idemd cannot decode can be rejected there
+ * (mq->dead_letters). A queue that exists without those arguments (406) is
+ * declared again as before and mq->dead_letter_fallback set. 0 or -1 (logged).
+ */
 int mq_declare(mq_t *mq, const conf_queue_t *q) __attribute__((warn_unused_result));
 
 /* basic.qos(prefetch) then basic.consume with manual acks. 0 or -1 (logged). */
@@ -156,7 +175,9 @@ int mq_consume(mq_t *mq, const char *queue, int prefetch) __attribute__((warn_un
 
 /*
  * Wait up to timeout for the next delivery (NULL timeout: block). On MQ_OK
- * *env holds it (the caller destroys it with amqp_destroy_envelope). A body
+ * *env holds it (the caller destroys it with amqp_destroy_envelope). On
+ * MQ_UNDECODABLE *env holds its tag, exchange and routing key only (destroy
+ * it too), and mq is deaf. A body
  * over max_body bytes is read and discarded frame by frame, never held
  * whole: env's body is then empty and *dropped its size (else 0). Other
  * frames (cancel, close, heartbeats) are handled here; errors are logged.

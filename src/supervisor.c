@@ -181,6 +181,7 @@ static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
     memset(&w->slot->c, 0, sizeof(w->slot->c));
     memset(&w->slot->last_error, 0, sizeof(w->slot->last_error));
     w->slot->lost = WORKER_LOST_NONE; /* not a reconnect for the slot's next worker */
+    w->slot->dlx_warned = 0;
     w->used = false;
 }
 

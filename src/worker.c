@@ -95,6 +95,12 @@ typedef struct worker {
     chores_t chores; /* retention and reconcile, between batches */
     uint64_t next_pub_service_ms;
     unsigned char relay_key[RELAY_KEY_LEN]; /* signs and checks our own headers */
+    /* A delivery mq_next could not decode (MQ_UNDECODABLE): the batch before it is
+     * settled first, then worker_undecodable rejects or requeues it and reconnects. */
+    bool undecodable;
+    uint64_t undecodable_tag;
+    char undecodable_route[600]; /* "exchange=... routing_key=..." for the log */
+    int undecodable_streak;      /* requeued ones in a row (the queue does not dead-letter) */
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -315,6 +321,16 @@ static int worker_connect_mq(worker_t *w)
     if (worker_declare_own(w, w->mq) != 0)
         return worker_declare_failed(w);
     w->mq->quiet = false;
+    if (w->mq->dead_letter_fallback && !w->q->dead_letter_policy && w->index == 0 &&
+        !__atomic_exchange_n(&w->slot->dlx_warned, 1, __ATOMIC_RELAXED))
+        log_warn("queue '%s' exists without the dead-letter arguments idemd declares now "
+                 "(x-dead-letter-exchange \"\", x-dead-letter-routing-key \"%s\"): declared as "
+                 "it is. A delivery whose headers this librabbitmq (%s) cannot decode (nested "
+                 "deeper than 100 levels) is then requeued, never dropped, and the queue stops "
+                 "at it. Remedy: drain and delete the queue so that idemd declares it anew, or "
+                 "set a policy with dead-letter-exchange \"\" and dead-letter-routing-key \"%s\" "
+                 "and declare.dead_letter_policy = true (README: \"Hostile input\")",
+                 w->q->name, w->q->dead_letter_queue, amqp_version(), w->q->dead_letter_queue);
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
         return worker_lose(w, WORKER_LOST_BROKER);
     worker_set_state(w, WORKER_STATE_CONSUMING);
@@ -1152,6 +1168,22 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
     m->trusted =
         t->id_len > 0 && relay_trusted(p, w->relay_key, w->q->name, t->id, t->id_len, &attempts);
     t->attempt = m->trusted ? attempts + 1 : 1;
+    /*
+     * Headers nested deeper than rabbitmq-c 0.14+ decodes: with such a library
+     * the delivery never reaches here (worker_undecodable); with 0.11 it does,
+     * and gets the same outcome: dead-lettered, never handled. Its copy leaves
+     * the deep headers out (relay_copy_init), so any client can read it.
+     */
+    int deep = delivery_too_deep(p);
+    if (deep >= 0 && t->state == TXN_NEW) {
+        const amqp_bytes_t *k = &p->headers.entries[deep].key;
+        char qk[300];
+        txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "header %s nests deeper than %d levels, which newer AMQP clients (rabbitmq-c "
+                 "0.14+) refuse to decode: not handled; the dead letter leaves it out",
+                 log_quote(k->bytes, k->len, qk, sizeof(qk)), DELIVERY_DEPTH_MAX);
+    }
     /* Over max_body_bytes: mq_next kept no body; never handled, never retried. */
     if (m->dropped) {
         if (t->state == TXN_NEW)
@@ -1162,10 +1194,24 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
     }
 }
 
-/* Receive one delivery into m (body bounded by max_body_bytes). */
+/*
+ * Receive one delivery into m (body bounded by max_body_bytes). One that
+ * cannot be decoded is noted in w (worker_undecodable deals with it) and
+ * freed; the caller stops collecting: the connection cannot read any more.
+ */
 static mq_status_t worker_next(worker_t *w, struct timeval *tv, worker_msg_t *m)
 {
-    return mq_next(w->mq, tv, (size_t)w->q->max_body_bytes, &m->env, &m->dropped);
+    char qe[300], qr[300];
+    mq_status_t st = mq_next(w->mq, tv, (size_t)w->q->max_body_bytes, &m->env, &m->dropped);
+    if (st != MQ_UNDECODABLE)
+        return st;
+    w->undecodable = true;
+    w->undecodable_tag = m->env.delivery_tag;
+    snprintf(w->undecodable_route, sizeof(w->undecodable_route), "exchange=%s routing_key=%s",
+             log_quote(m->env.exchange.bytes, m->env.exchange.len, qe, sizeof(qe)),
+             log_quote(m->env.routing_key.bytes, m->env.routing_key.len, qr, sizeof(qr)));
+    amqp_destroy_envelope(&m->env);
+    return st;
 }
 
 /*
@@ -1189,7 +1235,7 @@ static int worker_collect(worker_t *w)
         w->has_carry = false;
     } else {
         st = worker_next(w, &tv, &w->batch[0]);
-        if (st == MQ_TIMEOUT)
+        if (st == MQ_TIMEOUT || st == MQ_UNDECODABLE)
             return 0;
         if (st != MQ_OK)
             return -1;
@@ -1207,8 +1253,8 @@ static int worker_collect(worker_t *w)
         tv.tv_sec = (time_t)(left / 1000);
         tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
         st = worker_next(w, &tv, &w->batch[w->n]);
-        if (st == MQ_TIMEOUT)
-            break;
+        if (st == MQ_TIMEOUT || st == MQ_UNDECODABLE)
+            break; /* undecodable: the batch so far runs and is settled first */
         if (st != MQ_OK)
             return -1; /* what we hold goes back to the queue with the connection */
         worker_accept(w, &w->batch[w->n], &w->tm[w->n]);
@@ -1315,11 +1361,65 @@ static int worker_check_db(worker_t *w)
     return 0;
 }
 
+/*
+ * The delivery w->undecodable_tag could not be decoded (worker_next), and
+ * the consuming connection can no longer read; the batch received before it
+ * is settled. When the queue dead-letters (idemd declared it so, or
+ * declare.dead_letter_policy says a policy does) it is rejected there;
+ * otherwise it is requeued, never dropped, and the queue stops at it: the
+ * next try waits 1 s doubling to 60 s. Then the connection is discarded
+ * (what else it held returns to the queue) and a new one consumes. 0, or an
+ * exit code.
+ */
+static int worker_undecodable(worker_t *w)
+{
+    bool reject = w->mq->dead_letters || w->q->dead_letter_policy;
+    uint64_t tag = w->undecodable_tag;
+    char qq[300], qd[300], why[200];
+    int delay = 0;
+
+    w->undecodable = false;
+    snprintf(why, sizeof(why),
+             "this librabbitmq (%s) cannot decode its properties: headers nested deeper than "
+             "100 levels?",
+             amqp_version());
+    log_quote_str(w->q->name, qq, sizeof(qq));
+    if (reject) {
+        w->undecodable_streak = 0;
+        log_quote_str(w->q->dead_letter_queue ? w->q->dead_letter_queue : "", qd, sizeof(qd));
+        log_error("outcome=reject queue=%s tag=%llu %s then=\"rejected to the broker, which "
+                  "dead-letters it to %s\" reason=\"%s\"",
+                  qq, (unsigned long long)tag, w->undecodable_route, qd, why);
+        worker_count(&w->slot->c.n_reject);
+    } else {
+        delay = 1000 << (w->undecodable_streak < 6 ? w->undecodable_streak : 6);
+        w->undecodable_streak++;
+        log_error("outcome=requeue queue=%s tag=%llu %s then=\"requeued: the queue does not "
+                  "dead-letter (see the warning at start), so it stops here; next try in %d "
+                  "ms\" reason=\"%s\"",
+                  qq, (unsigned long long)tag, w->undecodable_route, delay, why);
+    }
+    /* Sent after the batch's acks, on the same connection: the broker takes them in order. */
+    if (mq_nack(w->mq, tag, !reject) != 0)
+        log_warn("queue %s: tag=%llu returns to the queue with the connection instead", qq,
+                 (unsigned long long)tag);
+    worker_release(w, true);
+    mq_close(w->mq);
+    w->mq = NULL;
+    (void)worker_lose(w, WORKER_LOST_BROKER); /* counted as a reconnect below */
+    worker_pause(w, delay);
+    if (worker_stop)
+        return WORKER_EXIT_STOPPED;
+    return worker_connect_mq(w);
+}
+
 static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
 
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
+    int code;
+
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     if (w->h->abi_minor >= 3)
         chores_set_sweep(&w->chores, worker_sweep, w);
@@ -1335,8 +1435,11 @@ static int worker_loop(worker_t *w)
             worker_release(w, true);
             return worker_lose(w, WORKER_LOST_BROKER);
         }
-        if (w->n == 0)
+        if (w->n == 0) {
+            if (w->undecodable && (code = worker_undecodable(w)) != 0)
+                return code;
             continue;
+        }
         worker_count(&w->slot->c.n_batches);
         metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds,
                         METRICS_BATCH_N, (uint64_t)w->n);
@@ -1354,6 +1457,8 @@ static int worker_loop(worker_t *w)
             return worker_lose(w, WORKER_LOST_BROKER);
         }
         worker_release_settled(w);
+        if (w->undecodable && (code = worker_undecodable(w)) != 0)
+            return code;
     }
     worker_release(w, true);
     return WORKER_EXIT_STOPPED;

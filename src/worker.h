@@ -68,6 +68,9 @@ typedef struct worker_slot {
     /* What the worker lost before it exited with WORKER_EXIT_TEMPFAIL
      * (worker_lost_t); the next run counts a reconnect when it connects. */
     int lost;
+    /* 1 once a worker of this slot warned that its queue exists without idemd's
+     * dead-letter arguments (mq_declare fell back): the warning is given once. */
+    int dlx_warned;
     /* The last error or warning about this slot's workers: written by the
      * worker (log_set_sink), and by the supervisor about a worker that is
      * gone (its exit); read by the status endpoint. */

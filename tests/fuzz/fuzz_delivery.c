@@ -59,6 +59,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             name[n] = '\0';
             fuzz_id(p, name);
         }
+        int deep = delivery_too_deep(p);
+        if (deep < -1 ||
+            deep >= ((p->_flags & AMQP_BASIC_HEADERS_FLAG) ? p->headers.num_entries : 0))
+            abort();
         size_t n = delivery_headers(p, hs, 16, scratch, sizeof(scratch));
         if (n > 16)
             abort();

@@ -44,15 +44,14 @@ bp -r "$qm" --id types --body m9 \
     --header v=void: --header arr=array:a,b,c --header tab=table:k=v \
     --header raw='bytes:\x00\xff' --header 'k\xff=str:non-utf8 key' --header empty=str: \
     --header idemd-attempts=str:not-a-number --header idemd-pub-us=f64:1e300
-bp -r "$qm" --id deep1000 --body m10 --nested deep=1000
-bp -r "$qm" --id deep18000 --body m11 --nested deep=18000
+# Headers nested deeper than 100 levels: t_hostile_headers (librabbitmq 0.14+ cannot read
+# them, so their dead letters are the broker's there, which mqtool could not read here).
 # A client-set x-delivery-count on a classic queue (where only quorum queues set it) on a
 # first delivery: the message has never been near a handler.
 bp -r "$qm" --id xdc --body m13 --header x-delivery-count=i64:7
 # ---- message_id: dead-lettered ----
 bp -r "$qm" --id '' --body m5-empty-id
 bp -r "$qm" --body m6-no-id
-bp -r "$qm" --id deeprej --body reject --nested deep=18000
 bp -r "$qm" --id deep100rej --body reject --nested deep=100
 # Headers within a few hundred bytes of the frame size (131072): the dead letter copy,
 # with idemd's reason headers added, no longer fits in one frame.
@@ -87,10 +86,8 @@ bp -r "$qh" --body h14 --header x-id=str:
 bp -r "$qh" --body h15 --header "x-id=str:$h255"
 bp -r "$qh" --body h16 --header x-id=i8:7
 bp -r "$qh" --body h17 --id only-message-id
-# Retry copies whose headers must be trimmed (nested deeper than 100 levels, or too big for
-# one frame beside idemd's): the x-id header stays, so they come back, are retried and
-# processed once.
-bp -r "$qh" --body retry-once --header x-id=str:deepretry --nested deep=101
+# A retry copy whose headers must be trimmed (too big for one frame beside idemd's): the
+# x-id header stays, so it comes back, is retried and processed once.
 bp -r "$qh" --body retry-once --header x-id=str:bigretry --big big=130900
 
 # ---- order_pay bodies ----
@@ -110,8 +107,8 @@ bp -r "$qp" --id probe-p --body '{"orderId": 4}'
 h_wait_sql "SELECT COUNT(*) FROM effects WHERE msg_id IN ('probe-m', 'probe-h')" 2 20 ||
     c_soft_fail "the probes were not processed within 20 s"
 h_wait_sql "SELECT status FROM orders WHERE id = 4" 2 20 || c_soft_fail "the order_pay probe was not processed"
-h_wait_depth "$qm.dlq" 7 20 || c_soft_fail "$qm.dlq does not hold 7 dead letters"
-h_wait_depth "$qh.dlq" 12 20 || c_soft_fail "$qh.dlq does not hold 12 dead letters"
+h_wait_depth "$qm.dlq" 6 20 || c_soft_fail "$qm.dlq does not hold 6 dead letters"
+h_wait_depth "$qh.dlq" 13 20 || c_soft_fail "$qh.dlq does not hold 13 dead letters"
 h_wait_depth "$qp.dlq" 5 20 || c_soft_fail "$qp.dlq does not hold 5 dead letters"
 h_daemon_alive || h_fail "idemd died"
 c_soft_eq "$(h_count_log idemd.log "killed by signal|exited with code")" 0 "worker crashes and exits"
@@ -121,13 +118,13 @@ hex() { printf '%s' "$1" | od -An -v -tx1 | tr -d ' \n' | tr a-f A-F; }
 want_m=$(
     # shellcheck disable=SC2016 # a literal $(id)
     for id in 'bin'$'\xff\xfe\x80' "q'; DROP TABLE x; --" 'dq"`\$(id)' "$a255" empty-body big-body types \
-        deep1000 deep18000 xdc uidok probe-m; do
+        xdc uidok probe-m; do
         printf '%s\t1\n' "$(hex "$id")"
     done
     printf '%s\t1\n' 6E756C0062797465 # nul\0byte
 )
 c_soft_set_eq "$(hexes "$qm")" "$want_m" "effects of $qm (hex id<TAB>n)"
-want_h=$(for id in -42 1700000000 'raw'$'\xff' "$h255" 7 probe-h deepretry bigretry; do printf '%s\t1\n' "$(hex "$id")"; done)
+want_h=$(for id in 1700000000 'raw'$'\xff' "$h255" 7 probe-h bigretry; do printf '%s\t1\n' "$(hex "$id")"; done)
 c_soft_set_eq "$(hexes "$qh")" "$want_h" "effects of $qh (hex id<TAB>n)"
 c_soft_eq "$(h_sql "SELECT COUNT(*) FROM x")" 0 "table x (still there)"
 c_soft_eq "$(h_sql "SELECT id, status, pay_count FROM orders ORDER BY id")" \
@@ -141,10 +138,8 @@ for id in bigrej uidrej; do
     ((loops <= 4)) || c_soft_fail "$id was rejected $loops times in a row (requeued each time: a hot loop)"
 done
 c_soft_eq "$(h_count_log idemd.log "outcome=reject queue=$qm id=xdc ")" 0 "rejects of xdc"
-for id in deepretry bigretry; do
-    c_soft_eq "$(h_count_log idemd.log "outcome=retry queue=$qh id=$id .*then=\"retry scheduled")" 1 \
-        "retries of $id (its copy's headers trimmed)"
-done
+c_soft_eq "$(h_count_log idemd.log "outcome=retry queue=$qh id=bigretry .*then=\"retry scheduled")" 1 \
+    "retries of bigretry (its copy's headers trimmed)"
 
 h_daemon_stop || c_soft_fail "idemd exited with status $? on SIGTERM"
 c_soft_eq "$(h_depth "$qm")$(h_depth "$qh")$(h_depth "$qp")" 000 "work queue depths"
@@ -167,17 +162,13 @@ dl()
 }
 dl dlq_m.txt 2 m5-empty-id "id is empty"
 dl dlq_m.txt 2 m6-no-id "no message_id property"
-dl dlq_m.txt 1 deeprej "test reject"
 dl dlq_m.txt 1 deep100rej "test reject"
 dl dlq_m.txt 1 bigrej "test reject"
 dl dlq_m.txt 1 ttlrej "test reject" # read well after its 2 s TTL
 dl dlq_m.txt 1 uidrej "test reject"
-# Headers nested up to 100 levels survive dead-lettering; deeper ones are dropped and marked.
+# Headers nested up to 100 levels survive dead-lettering (deeper ones: t_hostile_headers).
 [[ $(c_hdr "$(awk -F'\t' '$1 == "deep100rej"' dlq_m.txt)" deep) == table ]] ||
     c_soft_fail "the header nested 100 levels deep did not survive dead-lettering"
-line=$(awk -F'\t' '$1 == "deeprej"' dlq_m.txt)
-[[ -z "$(c_hdr "$line" deep)" && $(c_hdr "$line" idemd-headers-dropped) == true ]] ||
-    c_soft_fail "the header nested 18000 levels deep was not dropped and marked"
 dl dlq_h.txt 2 h1 "id is 256 bytes, longer than 255"
 dl dlq_h.txt 2 h2 "id is 10240 bytes, longer than 255"
 dl dlq_h.txt 2 h3 "type 'd'"
@@ -187,7 +178,9 @@ dl dlq_h.txt 2 h6 "type 'F'"
 dl dlq_h.txt 2 h7 "type 'A'"
 dl dlq_h.txt 2 h8 "type 'V'"
 dl dlq_h.txt 2 h9 "type 'D'"
-dl dlq_h.txt 2 h10 "type 'L'"
+# An integer id must be within 0..INT64_MAX (RabbitMQ 4.x delivers this u64 as -1).
+dl dlq_h.txt 2 h10 "integer ids must be within 0..9223372036854775807"
+dl dlq_h.txt 2 h11 "negative: integer ids must be within 0..9223372036854775807"
 dl dlq_h.txt 2 h14 "id is empty"
 dl dlq_h.txt 2 h17 "no id header 'x-id'"
 grep -qF "$h10k"$'\th2' dlq_h.txt || c_soft_fail "the 10 KB id did not reach the dead letter queue intact"
@@ -196,6 +189,6 @@ dl dlq_p.txt 1 p3 "body is not JSON"
 dl dlq_p.txt 1 p4 "body is not JSON"
 dl dlq_p.txt 1 p5 "empty body"
 dl dlq_p.txt 1 p6 "body of 10485760 bytes is over max_body_bytes (1048576)"
-c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "7 12 5" "dead letters per queue"
+c_soft_eq "$(wc -l <dlq_m.txt) $(wc -l <dlq_h.txt) $(wc -l <dlq_p.txt)" "6 13 5" "dead letters per queue"
 c_soft_done
 echo "t_fail_bad_input: ok"

@@ -20,6 +20,7 @@
  * bytes ("yyy..."), to bring the content header close to the frame size (131072).
  * --user-id, --app-id and --expiration set those properties (RabbitMQ checks user_id against the
  * user logged in; expiration is a per-message TTL in milliseconds).
+ * badpub --librabbitmq-version prints the version of the librabbitmq it runs with.
  */
 #include "../../src/amqp_compat.h"
 #include <errno.h>
@@ -245,6 +246,10 @@ int main(int argc, char **argv)
     int nh = 0;
 
     signal(SIGPIPE, SIG_IGN);
+    if (argc == 2 && !strcmp(argv[1], "--librabbitmq-version")) {
+        printf("%s\n", amqp_version()); /* which limits the stack's decoder has */
+        return 0;
+    }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (i + 1 >= argc)
