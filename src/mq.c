@@ -242,6 +242,28 @@ static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
 }
 
 /*
+ * The major version in the broker's connection.start server properties
+ * ("version": "4.0.5" gives 4); 0 when it sent none we can read.
+ */
+static int mq_server_major(amqp_connection_state_t conn)
+{
+    const amqp_table_t *p = amqp_get_server_properties(conn);
+    for (int i = 0; p && i < p->num_entries; i++) {
+        const amqp_table_entry_t *e = &p->entries[i];
+        if (e->key.len != 7 || memcmp(e->key.bytes, "version", 7) != 0 ||
+            (e->value.kind != AMQP_FIELD_KIND_UTF8 && e->value.kind != AMQP_FIELD_KIND_BYTES))
+            continue;
+        const char *v = e->value.value.bytes.bytes;
+        int major = 0;
+        for (size_t k = 0;
+             k < e->value.value.bytes.len && v[k] >= '0' && v[k] <= '9' && major < 1000; k++)
+            major = major * 10 + (v[k] - '0');
+        return major;
+    }
+    return 0;
+}
+
+/*
  * Connect and open MQ_CHANNEL with the given heartbeat, each step bounded
  * (MQ_OPEN_MS, MQ_RPC_MS), calling tick(arg) between them. See mq_open.
  */
@@ -305,6 +327,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
         mq_fail(mq, "login", r);
         goto fail;
     }
+    mq->broker_major = mq_server_major(mq->conn);
     mq_tick(mq);
     amqp_channel_open(mq->conn, MQ_CHANNEL);
     r = amqp_get_rpc_reply(mq->conn);
@@ -479,6 +502,33 @@ static int mq_round_pending(const mq_t *mq)
 }
 
 /*
+ * A publish the broker refused for its size closes the channel with 406 and
+ * "message size N is larger than configured max size M" (RabbitMQ 3.x and
+ * 4.x; 4.0 lowered the default M from 128 MiB to 16 MiB): keep M in
+ * mq->max_message, so that the publisher's owner sends such copies without
+ * their body.
+ */
+static void mq_learn_max_message(mq_t *mq, const amqp_channel_close_t *m)
+{
+    static const char tag[] = "configured max size ";
+    char text[256];
+    unsigned long long max;
+
+    if (m->reply_code != AMQP_PRECONDITION_FAILED || m->reply_text.len >= sizeof(text))
+        return;
+    memcpy(text, m->reply_text.bytes, m->reply_text.len);
+    text[m->reply_text.len] = '\0';
+    const char *at = strstr(text, tag);
+    if (strstr(text, "message size ") == NULL || at == NULL ||
+        sscanf(at + sizeof(tag) - 1, "%llu", &max) != 1 || max == 0)
+        return;
+    mq->max_message = max;
+    log_warn("broker %s: its max message size is %llu bytes: copies with a larger body go out "
+             "without it (header idemd-body-dropped)",
+             mq->where, max);
+}
+
+/*
  * The broker closed the channel or the connection (f holds its close
  * method): log its reply code and text, answer with the close-ok it waits
  * for, and mark the channel closed. role prefixes "channel"/"connection" in
@@ -492,6 +542,7 @@ static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *rol
         amqp_channel_close_ok_t ok;
         log_error("broker %s: %schannel closed by broker: %u %s", mq->where, role, m->reply_code,
                   log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
+        mq_learn_max_message(mq, m);
         amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
     } else {
         amqp_connection_close_t *m = f->payload.method.decoded;
@@ -671,25 +722,103 @@ bool mq_round_ok(const mq_t *mq, int index)
     return index >= 0 && index < mq->round_n && mq->round[index].state == MQ_COPY_ACKED;
 }
 
-/* queue.declare with arguments; 0 or -1 (logged). quorum: say how to move an older queue. */
-static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum, amqp_table_t args)
+/* Whether the broker closed the channel with reply code 406 and a text containing what. */
+static bool mq_refused_for(amqp_rpc_reply_t r, const char *what)
 {
-    char what[300];
-    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name), 0, durable, 0, 0, args);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(mq->conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        snprintf(what, sizeof(what), "declaring queue '%s'", name);
-        mq_fail(mq, what, r);
-        if (quorum && r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-            r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
-            ((amqp_channel_close_t *)r.reply.decoded)->reply_code == AMQP_PRECONDITION_FAILED)
-            log_error("queue '%s' exists with other arguments, e.g. as a classic queue from before "
-                      "declare.quorum = true: drain and delete it (README: \"Moving to quorum "
-                      "queues\")",
-                      name);
+    if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD)
+        return false;
+    const amqp_channel_close_t *m = r.reply.decoded;
+    return m->reply_code == AMQP_PRECONDITION_FAILED &&
+           memmem(m->reply_text.bytes, m->reply_text.len, what, strlen(what)) != NULL;
+}
+
+/*
+ * After the broker closed MQ_CHANNEL (a refused RPC): answer with the
+ * close-ok it waits for and open the channel again. 0, or -1 (logged).
+ */
+static int mq_channel_reopen(mq_t *mq)
+{
+    amqp_channel_close_ok_t ok;
+    amqp_rpc_reply_t r;
+
+    if (amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) !=
+        AMQP_STATUS_OK) {
+        mq->broken = true;
+        log_error("broker %s: cannot answer the channel's close", mq->where);
         return -1;
     }
+    amqp_channel_open(mq->conn, MQ_CHANNEL);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return mq_fail(mq, "channel.open", r);
+    mq->channel_open = true;
     return 0;
+}
+
+/*
+ * queue.declare with arguments, the last n_limit of them from
+ * mq_limit_args. A queue that exists without them (declared by an older
+ * idemd) cannot get them now: the broker refuses the declaration as
+ * inequivalent, so it is declared again without them and the broker's
+ * delivery limit stays (logged, with the remedy). quorum: say how to move an
+ * older classic queue. 0 (declared with the limit arguments), 1 (declared
+ * without them) or -1 (logged).
+ */
+static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum, amqp_table_t args,
+                           int n_limit)
+{
+    char what[300];
+    bool quiet = mq->quiet;
+    amqp_rpc_reply_t r;
+
+    for (int pass = 0; pass < 2; pass++) {
+        amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name), 0, durable, 0, 0, args);
+        r = amqp_get_rpc_reply(mq->conn);
+        if (r.reply_type == AMQP_RESPONSE_NORMAL)
+            return pass;
+        if (pass > 0 || n_limit == 0 || !mq_refused_for(r, "x-delivery-limit"))
+            break;
+        mq->quiet = true; /* expected from an older deployment: the warning below says it */
+        snprintf(what, sizeof(what), "declaring queue '%s' with x-delivery-limit", name);
+        mq_fail(mq, what, r);
+        mq->quiet = quiet;
+        if (mq_channel_reopen(mq) != 0)
+            return -1;
+        log_warn("queue '%s' exists without x-delivery-limit (declared by an older idemd): on "
+                 "RabbitMQ 4.x it keeps the broker's delivery limit (default 20), past which a "
+                 "message returned that often is deleted or dead-lettered by the broker; idemd "
+                 "cannot change an existing queue's arguments: apply a policy with "
+                 "\"delivery-limit\": -1 to it (docs/rabbitmq.md, \"Delivery limits\")",
+                 name);
+        args.num_entries -= n_limit;
+    }
+    snprintf(what, sizeof(what), "declaring queue '%s'", name);
+    mq_fail(mq, what, r);
+    if (quorum && mq_refused_for(r, ""))
+        log_error("queue '%s' exists with other arguments, e.g. as a classic queue from before "
+                  "declare.quorum = true: drain and delete it (README: \"Moving to quorum "
+                  "queues\")",
+                  name);
+    return -1;
+}
+
+/*
+ * The arguments that keep the broker from deleting a message of a quorum
+ * queue idemd declares, for every queue idemd declares or reads (the main
+ * queue, delay tiers, dead letters). RabbitMQ 4.0+ gives a quorum queue
+ * without x-delivery-limit a limit of 20 returns, past which a message is
+ * dead-lettered, or deleted where the queue has no dead-letter exchange
+ * (idemd's own queues have none): -1 turns it off. RabbitMQ 3.x has no
+ * default limit, and takes -1 as a limit that every return passes (the
+ * message is deleted at its first return): nothing there. Fills e[0..] and
+ * returns how many (0 or 1). Keep every change of these lists here.
+ */
+static int mq_limit_args(const mq_t *mq, amqp_table_entry_t *e)
+{
+    if (mq->broker_major < 4)
+        return 0;
+    mq_entry_int(&e[0], "x-delivery-limit", -1);
+    return 1;
 }
 
 /*
@@ -709,24 +838,34 @@ static size_t mq_quorum_args(amqp_table_entry_t *e)
 
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
 {
-    amqp_table_entry_t e[3];
-    amqp_table_t args = {quorum ? (int)mq_quorum_args(e) : 0, e};
-    return mq_declare_args(mq, name, durable, quorum, args);
+    amqp_table_entry_t e[4];
+    amqp_table_t args = {0, e};
+    int n_limit = 0;
+    if (quorum) {
+        args.num_entries = (int)mq_quorum_args(e);
+        n_limit = mq_limit_args(mq, &e[args.num_entries]);
+        args.num_entries += n_limit;
+    }
+    return mq_declare_args(mq, name, durable, quorum, args, n_limit) < 0 ? -1 : 0;
 }
 
 int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable,
                      bool quorum)
 {
-    amqp_table_entry_t e[6];
+    amqp_table_entry_t e[7];
+    int n_limit = 0;
     mq_entry_int(&e[0], "x-message-ttl", ttl_ms);
     e[0].value.kind = AMQP_FIELD_KIND_I32; /* as first declared: the broker compares types */
     e[0].value.value.i32 = ttl_ms;
     mq_entry_str(&e[1], "x-dead-letter-exchange", "");
     mq_entry_str(&e[2], "x-dead-letter-routing-key", target);
     amqp_table_t args = {3, e};
-    if (quorum)
+    if (quorum) {
         args.num_entries += (int)mq_quorum_args(&e[3]);
-    return mq_declare_args(mq, name, durable, quorum, args);
+        n_limit = mq_limit_args(mq, &e[args.num_entries]);
+        args.num_entries += n_limit;
+    }
+    return mq_declare_args(mq, name, durable, quorum, args, n_limit) < 0 ? -1 : 0;
 }
 
 void mq_close(mq_t *mq)
@@ -753,11 +892,12 @@ void mq_close(mq_t *mq)
 
 int mq_declare(mq_t *mq, const conf_queue_t *q)
 {
-    amqp_table_entry_t *e = calloc((size_t)q->n_args + 3, sizeof(*e));
+    amqp_table_entry_t *e = calloc((size_t)q->n_args + 4, sizeof(*e));
     amqp_table_t args = {0, e};
     amqp_rpc_reply_t r;
     char what[300];
-    int rc = -1;
+    int rc = -1, n_limit = 0, st;
+    bool own_limit = false;
 
     if (e == NULL)
         return -1;
@@ -768,13 +908,20 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
         mq_entry_str(&e[args.num_entries++], "x-queue-type", "quorum");
     }
     for (int i = 0; i < q->n_args; i++) {
+        own_limit |= strcmp(q->args[i].key, "x-delivery-limit") == 0;
         if (q->args[i].is_int)
             mq_entry_int(&e[args.num_entries++], q->args[i].key, q->args[i].ival);
         else
             mq_entry_str(&e[args.num_entries++], q->args[i].key, q->args[i].sval);
     }
-    if (mq_declare_args(mq, q->name, q->durable, q->quorum, args) != 0)
+    /* The limit arguments go last: mq_declare_args leaves them off an older queue. */
+    if (q->quorum && !own_limit) {
+        n_limit = mq_limit_args(mq, &e[args.num_entries]);
+        args.num_entries += n_limit;
+    }
+    if ((st = mq_declare_args(mq, q->name, q->durable, q->quorum, args, n_limit)) < 0)
         goto fail;
+    mq->limit_unsure = st > 0 || own_limit;
     for (int i = 0; i < q->n_bindings; i++) {
         amqp_queue_bind(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name),
                         amqp_cstring_bytes(q->bindings[i].exchange),

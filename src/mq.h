@@ -36,7 +36,10 @@ typedef struct mq {
     char where[160]; /* "host:port vhost" for logs */
     /* The last failed RPC: "what: reason" (e.g. the broker's close text). */
     char error[400];
-    bool quiet; /* log failed RPCs at debug level only: the caller reports error */
+    bool quiet;           /* log failed RPCs at debug level only: the caller reports error */
+    int broker_major;     /* the broker's major version (server property "version"); 0: unknown */
+    bool limit_unsure;    /* a quorum queue mq_declare declared kept the broker's delivery limit */
+    uint64_t max_message; /* the broker's max message size, learned from a refusal; 0: unknown */
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
     struct mq_copy *round;
@@ -130,7 +133,11 @@ bool mq_round_ok(const mq_t *mq, int index);
 int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable,
                      bool quorum) __attribute__((warn_unused_result));
 
-/* Declare a queue for dead letters, quorum or classic as above. 0 or -1 (logged). */
+/*
+ * Declare a queue for dead letters, quorum or classic as above. Every quorum
+ * queue idemd declares gets no delivery limit (mq_limit_args). 0 or -1
+ * (logged).
+ */
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
     __attribute__((warn_unused_result));
 
@@ -140,7 +147,12 @@ int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
  */
 void mq_close(mq_t *mq);
 
-/* Declare the queue, its dead-letter queue and bindings as configured. 0 or -1 (logged). */
+/*
+ * Declare the queue, its dead-letter queue and bindings as configured. 0 or
+ * -1 (logged). A quorum queue that exists from before without
+ * x-delivery-limit keeps the broker's limit (logged with the remedy); then
+ * mq->limit_unsure is set for the main queue.
+ */
 int mq_declare(mq_t *mq, const conf_queue_t *q) __attribute__((warn_unused_result));
 
 /* basic.qos(prefetch) then basic.consume with manual acks. 0 or -1 (logged). */
