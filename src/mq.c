@@ -397,6 +397,7 @@ int mq_open_publisher(const conf_broker_t *cfg, const char *owner, int start, mq
         mq_fail(mq, "confirm.select", r);
         goto fail;
     }
+    mq->confirms = true;
     if (mq_probe(mq) != 0)
         goto fail;
     return 0;
@@ -752,6 +753,15 @@ static int mq_channel_reopen(mq_t *mq)
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         return mq_fail(mq, "channel.open", r);
     mq->channel_open = true;
+    if (mq->confirms) {
+        /* A new channel: confirm mode again, and its publish sequence starts at 1. */
+        amqp_confirm_select(mq->conn, MQ_CHANNEL);
+        r = amqp_get_rpc_reply(mq->conn);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL)
+            return mq_fail(mq, "confirm.select", r);
+        mq_round_begin(mq);
+        mq->pub_seq = 0;
+    }
     return 0;
 }
 

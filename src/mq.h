@@ -40,6 +40,7 @@ typedef struct mq {
     int broker_major;     /* the broker's major version (server property "version"); 0: unknown */
     bool limit_unsure;    /* a quorum queue mq_declare declared kept the broker's delivery limit */
     uint64_t max_message; /* the broker's max message size, learned from a refusal; 0: unknown */
+    bool confirms;        /* the channel is in confirm mode (a publisher) */
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
     struct mq_copy *round;
