@@ -855,14 +855,20 @@ static void worker_tick(void *arg)
 
 /*
  * Open the republishing connection. After a failed round the queues we
- * publish to are declared again first: someone may have deleted them, and
- * a copy to a missing queue is returned, which would requeue its message
- * for ever. 0, or -1 (logged).
+ * publish to are declared again first (unless the connection is blocked:
+ * then on a later one): someone may have deleted them, and a copy to a
+ * missing queue is returned, which would requeue its message for ever. 0,
+ * or -1 (logged).
  */
 static int worker_open_publisher(worker_t *w)
 {
     if (mq_open_publisher(&w->conf->broker, w->name, w->index, worker_tick, w, &w->pub) != 0)
         return -1;
+    /* Blocked by a resource alarm, the broker reads nothing more from this connection: a
+     * declaration would wait out MQ_RPC_MS without progress. Nothing is published on it
+     * while blocked, so the queues are declared on the next connection. */
+    if (mq_blocked(w->pub))
+        return 0;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);
         w->pub = NULL;
