@@ -35,6 +35,8 @@
 
 #define CTL_CONFIRM_MS 30000
 #define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_dlq */
+/* A letter returned this often (x-delivery-count) is near RabbitMQ 4's default delivery limit. */
+#define CTL_RETURNS_WARN 10
 #define CTL_DEFAULT_CONF "/etc/idemd/idemd.conf"
 #define CTL_STATUS_TIMEOUT_MS 3000 /* to read the daemon's /status */
 #define CTL_STATUS_MAX (1 << 20)   /* longest /status answer taken */
@@ -1048,6 +1050,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     uint64_t *kept = NULL; /* tags not acked, ascending */
     long n_kept = 0;
     long scanned = 0, matched = 0, done = 0, undecodable = 0;
+    long long returns = 0; /* the highest x-delivery-count seen */
     int rc = CTL_EXIT_OK;
     char why[400];
 
@@ -1119,6 +1122,9 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             break;
         }
         scanned++;
+        long long dc = delivery_header_int(&l.msg.properties, "x-delivery-count");
+        if (dc > returns)
+            returns = dc;
         ctl_letter_fields(ctl, &l);
         bool acked = false, stop = false;
         /* Past --limit the pass still takes every message: a quorum queue puts returned
@@ -1154,6 +1160,15 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     }
     if (n_kept > 0 && rd->channel_open && !rd->deaf)
         ctl_requeue(rd, queue, kept, n_kept);
+    /* idemd declares its quorum queues without a delivery limit; one from an older idemd
+     * keeps RabbitMQ 4's, and on 4.0-4.2 every pass counts a return for each letter. */
+    if (returns >= CTL_RETURNS_WARN)
+        log_warn("queue %s: a letter was returned %lld times (x-delivery-count; RabbitMQ "
+                 "4.0-4.2 count each pass): harmless where the queue has no delivery limit (as "
+                 "idemd declares it), but one from an older idemd keeps RabbitMQ 4's limit of 20, "
+                 "which deletes it: apply a policy with \"delivery-limit\": -1 "
+                 "(docs/rabbitmq.md, \"Delivery limits\")",
+                 queue, returns);
     if (rc == CTL_EXIT_OK && matched == 0)
         rc = CTL_EXIT_NOMATCH;
     if (ctl->json) {

@@ -248,7 +248,8 @@ static void mq_log_open_error(mq_t *mq, const conf_broker_t *cfg, int st)
 
 /*
  * Hold the broker's version (connection.start server-properties "product"
- * and "version") against the oldest idemd supports. 0, or -1 when it is
+ * and "version") against the oldest idemd supports, and note its major
+ * version in mq->broker_major (0: unknown). 0, or -1 when it is
  * older: the reason goes to refused (the caller reports it), or is logged
  * when refused is NULL. A broker that is not RabbitMQ or sends no version
  * we can read is warned about and used.
@@ -274,6 +275,8 @@ static int mq_check_version(mq_t *mq, char *refused, size_t refused_len)
             to[n] = '\0';
         }
     }
+    version_t got;
+    mq->broker_major = version_parse(version, &got) == 0 ? got.major : 0;
     if (strcmp(product, "RabbitMQ") != 0) {
         log_warn("broker %s: the server is %s, not RabbitMQ: idemd is tested with RabbitMQ only; "
                  "going on without a version check",
@@ -448,6 +451,7 @@ int mq_open_publisher(const conf_broker_t *cfg, const char *owner, int start, mq
         mq_fail(mq, "confirm.select", r);
         goto fail;
     }
+    mq->confirms = true;
     if (mq_probe(mq) != 0)
         goto fail;
     return 0;
@@ -553,6 +557,33 @@ static int mq_round_pending(const mq_t *mq)
 }
 
 /*
+ * A publish the broker refused for its size closes the channel with 406 and
+ * "message size N is larger than configured max size M" (RabbitMQ 3.x and
+ * 4.x; 4.0 lowered the default M from 128 MiB to 16 MiB): keep M in
+ * mq->max_message, so that the publisher's owner sends such copies without
+ * their body.
+ */
+static void mq_learn_max_message(mq_t *mq, const amqp_channel_close_t *m)
+{
+    static const char tag[] = "configured max size ";
+    char text[256];
+    unsigned long long max;
+
+    if (m->reply_code != AMQP_PRECONDITION_FAILED || m->reply_text.len >= sizeof(text))
+        return;
+    memcpy(text, m->reply_text.bytes, m->reply_text.len);
+    text[m->reply_text.len] = '\0';
+    const char *at = strstr(text, tag);
+    if (strstr(text, "message size ") == NULL || at == NULL ||
+        sscanf(at + sizeof(tag) - 1, "%llu", &max) != 1 || max == 0)
+        return;
+    mq->max_message = max;
+    log_warn("broker %s: its max message size is %llu bytes: copies with a larger body go out "
+             "without it (header idemd-body-dropped)",
+             mq->where, max);
+}
+
+/*
  * The broker closed the channel or the connection (f holds its close
  * method): log its reply code and text, answer with the close-ok it waits
  * for, and mark the channel closed. role prefixes "channel"/"connection" in
@@ -566,6 +597,7 @@ static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *rol
         amqp_channel_close_ok_t ok;
         log_error("broker %s: %schannel closed by broker: %u %s", mq->where, role, m->reply_code,
                   log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
+        mq_learn_max_message(mq, m);
         amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
     } else {
         amqp_connection_close_t *m = f->payload.method.decoded;
@@ -745,25 +777,133 @@ bool mq_round_ok(const mq_t *mq, int index)
     return index >= 0 && index < mq->round_n && mq->round[index].state == MQ_COPY_ACKED;
 }
 
-/* queue.declare with arguments; 0 or -1 (logged). quorum: say how to move an older queue. */
-static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum, amqp_table_t args)
+/* Whether the broker closed the channel with reply code 406 and a text containing what. */
+static bool mq_refused_for(amqp_rpc_reply_t r, const char *what)
 {
-    char what[300];
-    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name), 0, durable, 0, 0, args);
-    amqp_rpc_reply_t r = amqp_get_rpc_reply(mq->conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-        snprintf(what, sizeof(what), "declaring queue '%s'", name);
-        mq_fail(mq, what, r);
-        if (quorum && r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
-            r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
-            ((amqp_channel_close_t *)r.reply.decoded)->reply_code == AMQP_PRECONDITION_FAILED)
-            log_error("queue '%s' exists with other arguments, e.g. as a classic queue from before "
-                      "declare.quorum = true: drain and delete it (README: \"Moving to quorum "
-                      "queues\")",
-                      name);
+    if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD)
+        return false;
+    const amqp_channel_close_t *m = r.reply.decoded;
+    return m->reply_code == AMQP_PRECONDITION_FAILED &&
+           memmem(m->reply_text.bytes, m->reply_text.len, what, strlen(what)) != NULL;
+}
+
+/*
+ * After the broker closed MQ_CHANNEL (a refused RPC): answer with the
+ * close-ok it waits for and open the channel again. 0, or -1 (logged).
+ */
+static int mq_channel_reopen(mq_t *mq)
+{
+    amqp_channel_close_ok_t ok;
+    amqp_rpc_reply_t r;
+
+    if (amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) !=
+        AMQP_STATUS_OK) {
+        mq->broken = true;
+        log_error("broker %s: cannot answer the channel's close", mq->where);
         return -1;
     }
+    amqp_channel_open(mq->conn, MQ_CHANNEL);
+    r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return mq_fail(mq, "channel.open", r);
+    mq->channel_open = true;
+    if (mq->confirms) {
+        /* A new channel: confirm mode again, and its publish sequence starts at 1. */
+        amqp_confirm_select(mq->conn, MQ_CHANNEL);
+        r = amqp_get_rpc_reply(mq->conn);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL)
+            return mq_fail(mq, "confirm.select", r);
+        mq_round_begin(mq);
+        mq->pub_seq = 0;
+    }
     return 0;
+}
+
+/* What mq_declare_args had to leave off an existing queue (a bit mask). */
+#define MQ_LEFT_LIMIT 1 /* the delivery limit arguments (mq_limit_args) */
+#define MQ_LEFT_DL 2    /* the dead-letter arguments (mq_dead_letter_args) */
+
+/*
+ * queue.declare with arguments: args holds the fixed ones, then n_dl from
+ * mq_dead_letter_args, then n_limit from mq_limit_args (last). A queue that
+ * exists without one of those groups (declared by an older idemd) cannot get
+ * it now: the broker refuses the declaration as inequivalent, naming the
+ * argument, so the group it names is left off and the queue declared again
+ * (the limit: logged with the remedy; dead letters: the caller warns).
+ * quorum: say how to move an older classic queue. Returns the MQ_LEFT_* mask
+ * of what was left off (0: declared as asked), or -1 (logged).
+ */
+static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum, amqp_table_t args,
+                           int n_dl, int n_limit)
+{
+    char what[300];
+    bool quiet = mq->quiet;
+    amqp_rpc_reply_t r;
+    int left = 0;
+
+    for (;;) {
+        amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name), 0, durable, 0, 0, args);
+        r = amqp_get_rpc_reply(mq->conn);
+        if (r.reply_type == AMQP_RESPONSE_NORMAL)
+            return left;
+        bool limit = n_limit > 0 && mq_refused_for(r, "x-delivery-limit");
+        bool dl = !limit && n_dl > 0 &&
+                  (mq_refused_for(r, "x-dead-letter-") || mq_refused_for(r, "x-overflow"));
+        if (!limit && !dl)
+            break;
+        mq->quiet = true; /* expected from an older deployment: said below or by the caller */
+        snprintf(what, sizeof(what), "declaring queue '%s' with %s", name,
+                 limit ? "x-delivery-limit" : "its dead-letter arguments");
+        mq_fail(mq, what, r);
+        mq->quiet = quiet;
+        if (mq_channel_reopen(mq) != 0)
+            return -1;
+        if (limit) {
+            log_warn("queue '%s' exists without x-delivery-limit (declared by an older idemd): "
+                     "on RabbitMQ 4.x it keeps the broker's delivery limit (default 20), past "
+                     "which a message returned that often is deleted or dead-lettered by the "
+                     "broker; idemd cannot change an existing queue's arguments: apply a policy "
+                     "with \"delivery-limit\": -1 to it (docs/rabbitmq.md, \"Delivery limits\")",
+                     name);
+            args.num_entries -= n_limit;
+            n_limit = 0;
+            left |= MQ_LEFT_LIMIT;
+        } else {
+            /* The limit group, if still there, moves down over the dead-letter one. */
+            amqp_table_entry_t *dl_at = &args.entries[args.num_entries - n_limit - n_dl];
+            memmove(dl_at, dl_at + n_dl, (size_t)n_limit * sizeof(*dl_at));
+            args.num_entries -= n_dl;
+            n_dl = 0;
+            left |= MQ_LEFT_DL;
+        }
+    }
+    snprintf(what, sizeof(what), "declaring queue '%s'", name);
+    mq_fail(mq, what, r);
+    if (quorum && mq_refused_for(r, ""))
+        log_error("queue '%s' exists with other arguments, e.g. as a classic queue from before "
+                  "declare.quorum = true: drain and delete it (README: \"Moving to quorum "
+                  "queues\")",
+                  name);
+    return -1;
+}
+
+/*
+ * The arguments that keep the broker from deleting a message of a quorum
+ * queue idemd declares, for every queue idemd declares or reads (the main
+ * queue, delay tiers, dead letters). RabbitMQ 4.0+ gives a quorum queue
+ * without x-delivery-limit a limit of 20 returns, past which a message is
+ * dead-lettered, or deleted where the queue has no dead-letter exchange
+ * (idemd's own queues have none): -1 turns it off. RabbitMQ 3.x has no
+ * default limit, and takes -1 as a limit that every return passes (the
+ * message is deleted at its first return): nothing there. Fills e[0..] and
+ * returns how many (0 or 1). Keep every change of these lists here.
+ */
+static int mq_limit_args(const mq_t *mq, amqp_table_entry_t *e)
+{
+    if (mq->broker_major < 4)
+        return 0;
+    mq_entry_int(&e[0], "x-delivery-limit", -1);
+    return 1;
 }
 
 /*
@@ -783,24 +923,34 @@ static size_t mq_quorum_args(amqp_table_entry_t *e)
 
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
 {
-    amqp_table_entry_t e[3];
-    amqp_table_t args = {quorum ? (int)mq_quorum_args(e) : 0, e};
-    return mq_declare_args(mq, name, durable, quorum, args);
+    amqp_table_entry_t e[4];
+    amqp_table_t args = {0, e};
+    int n_limit = 0;
+    if (quorum) {
+        args.num_entries = (int)mq_quorum_args(e);
+        n_limit = mq_limit_args(mq, &e[args.num_entries]);
+        args.num_entries += n_limit;
+    }
+    return mq_declare_args(mq, name, durable, quorum, args, 0, n_limit) < 0 ? -1 : 0;
 }
 
 int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable,
                      bool quorum)
 {
-    amqp_table_entry_t e[6];
+    amqp_table_entry_t e[7];
+    int n_limit = 0;
     mq_entry_int(&e[0], "x-message-ttl", ttl_ms);
     e[0].value.kind = AMQP_FIELD_KIND_I32; /* as first declared: the broker compares types */
     e[0].value.value.i32 = ttl_ms;
     mq_entry_str(&e[1], "x-dead-letter-exchange", "");
     mq_entry_str(&e[2], "x-dead-letter-routing-key", target);
     amqp_table_t args = {3, e};
-    if (quorum)
+    if (quorum) {
         args.num_entries += (int)mq_quorum_args(&e[3]);
-    return mq_declare_args(mq, name, durable, quorum, args);
+        n_limit = mq_limit_args(mq, &e[args.num_entries]);
+        args.num_entries += n_limit;
+    }
+    return mq_declare_args(mq, name, durable, quorum, args, 0, n_limit) < 0 ? -1 : 0;
 }
 
 /*
@@ -919,52 +1069,15 @@ static int mq_dead_letter_args(const conf_queue_t *q, amqp_table_entry_t *e)
     return n;
 }
 
-/*
- * Declare q's queue with args plus its dead-letter arguments (n_dl of them,
- * right after args). When it exists without them (406 PRECONDITION_FAILED: an
- * older idemd declared it), open the channel again and declare it with args
- * alone. Sets mq->dead_letters / mq->dead_letter_fallback. 0 or -1 (logged).
- */
-static int mq_declare_main(mq_t *mq, const conf_queue_t *q, amqp_table_t args, int n_dl)
-{
-    amqp_table_t all = {args.num_entries + n_dl, args.entries};
-    amqp_rpc_reply_t r;
-
-    mq->dead_letters = mq_conf_arg(q, "x-dead-letter-exchange") != NULL;
-    mq->dead_letter_fallback = false;
-    if (n_dl == 0)
-        return mq_declare_args(mq, q->name, q->durable, q->quorum, args);
-    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name), 0, q->durable, 0, 0, all);
-    r = amqp_get_rpc_reply(mq->conn);
-    if (r.reply_type == AMQP_RESPONSE_NORMAL) {
-        mq->dead_letters = true;
-        return 0;
-    }
-    if (r.reply_type != AMQP_RESPONSE_SERVER_EXCEPTION || r.reply.id != AMQP_CHANNEL_CLOSE_METHOD ||
-        ((amqp_channel_close_t *)r.reply.decoded)->reply_code != AMQP_PRECONDITION_FAILED) {
-        char what[300];
-        snprintf(what, sizeof(what), "declaring queue '%s'", q->name);
-        return mq_fail(mq, what, r);
-    }
-    amqp_channel_close_ok_t ok;
-    amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
-    amqp_channel_open(mq->conn, MQ_CHANNEL);
-    r = amqp_get_rpc_reply(mq->conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL)
-        return mq_fail(mq, "channel.open after a refused declaration", r);
-    if (mq_declare_args(mq, q->name, q->durable, q->quorum, args) != 0)
-        return -1;
-    mq->dead_letter_fallback = true;
-    return 0;
-}
-
 int mq_declare(mq_t *mq, const conf_queue_t *q)
 {
-    amqp_table_entry_t *e = calloc((size_t)q->n_args + 7, sizeof(*e));
+    /* Room for x-queue-type, 4 dead-letter and 1 limit arguments beside the configured ones. */
+    amqp_table_entry_t *e = calloc((size_t)q->n_args + 6, sizeof(*e));
     amqp_table_t args = {0, e};
     amqp_rpc_reply_t r;
     char what[300];
-    int rc = -1;
+    int rc = -1, n_dl, n_limit = 0, left;
+    bool own_limit = false;
 
     if (e == NULL)
         return -1;
@@ -975,13 +1088,25 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
         mq_entry_str(&e[args.num_entries++], "x-queue-type", "quorum");
     }
     for (int i = 0; i < q->n_args; i++) {
+        own_limit |= strcmp(q->args[i].key, "x-delivery-limit") == 0;
         if (q->args[i].is_int)
             mq_entry_int(&e[args.num_entries++], q->args[i].key, q->args[i].ival);
         else
             mq_entry_str(&e[args.num_entries++], q->args[i].key, q->args[i].sval);
     }
-    if (mq_declare_main(mq, q, args, mq_dead_letter_args(q, &e[args.num_entries])) != 0)
+    /* The dead-letter arguments, then the limit ones: each left off an older queue. */
+    n_dl = mq_dead_letter_args(q, &e[args.num_entries]);
+    args.num_entries += n_dl;
+    if (q->quorum && !own_limit) {
+        n_limit = mq_limit_args(mq, &e[args.num_entries]);
+        args.num_entries += n_limit;
+    }
+    if ((left = mq_declare_args(mq, q->name, q->durable, q->quorum, args, n_dl, n_limit)) < 0)
         goto fail;
+    mq->limit_unsure = (left & MQ_LEFT_LIMIT) || own_limit;
+    mq->dead_letter_fallback = (left & MQ_LEFT_DL) != 0;
+    mq->dead_letters =
+        mq_conf_arg(q, "x-dead-letter-exchange") != NULL || (n_dl > 0 && !mq->dead_letter_fallback);
     for (int i = 0; i < q->n_bindings; i++) {
         amqp_queue_bind(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(q->name),
                         amqp_cstring_bytes(q->bindings[i].exchange),

@@ -51,6 +51,10 @@ typedef struct mq {
      * declared it), or it exists without idemd's dead-letter arguments (declared as before). */
     bool dead_letters;
     bool dead_letter_fallback;
+    int broker_major;     /* the broker's major version (server property "version"); 0: unknown */
+    bool limit_unsure;    /* a quorum queue mq_declare declared kept the broker's delivery limit */
+    uint64_t max_message; /* the broker's max message size, learned from a refusal; 0: unknown */
+    bool confirms;        /* the channel is in confirm mode (a publisher) */
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
     struct mq_copy *round;
@@ -148,7 +152,11 @@ bool mq_round_ok(const mq_t *mq, int index);
 int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable,
                      bool quorum) __attribute__((warn_unused_result));
 
-/* Declare a queue for dead letters, quorum or classic as above. 0 or -1 (logged). */
+/*
+ * Declare a queue for dead letters, quorum or classic as above. Every quorum
+ * queue idemd declares gets no delivery limit (mq_limit_args). 0 or -1
+ * (logged).
+ */
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
     __attribute__((warn_unused_result));
 
@@ -165,8 +173,10 @@ void mq_close(mq_t *mq);
  * dead letter queue, the queue itself is declared to dead-letter into it
  * (x-dead-letter-exchange "", x-dead-letter-routing-key; on a quorum queue
  * at-least-once), so that a delivery idemd cannot decode can be rejected there
- * (mq->dead_letters). A queue that exists without those arguments (406) is
- * declared again as before and mq->dead_letter_fallback set. 0 or -1 (logged).
+ * (mq->dead_letters). On RabbitMQ 4.x a quorum queue gets x-delivery-limit -1
+ * (no limit). A queue that exists without either group of arguments (406) is
+ * declared again without it: mq->dead_letter_fallback, or mq->limit_unsure
+ * (logged with the remedy). 0 or -1 (logged).
  */
 int mq_declare(mq_t *mq, const conf_queue_t *q) __attribute__((warn_unused_result));
 

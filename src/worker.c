@@ -26,6 +26,12 @@
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
 /* Starts past max_attempts, without confirmed crashes, before the guard gives up (worker_guard). */
 #define WORKER_GUARD_UNCONFIRMED 10
+/*
+ * Returns (x-delivery-count) after which a message of a quorum queue whose
+ * delivery limit idemd could not turn off is dead-lettered by idemd, before
+ * RabbitMQ 4's default limit of 20 deletes it (worker_accept).
+ */
+#define WORKER_RETURNS_MAX 15
 
 /* One message as the handler sees it, with the buffers its strings point into. */
 typedef struct worker_hmsg {
@@ -101,6 +107,8 @@ typedef struct worker {
     uint64_t undecodable_tag;
     char undecodable_route[600]; /* "exchange=... routing_key=..." for the log */
     int undecodable_streak;      /* requeued ones in a row (the queue does not dead-letter) */
+    bool returns_guard;   /* the queue may have a broker delivery limit: WORKER_RETURNS_MAX */
+    uint64_t max_message; /* the broker's max message size once a copy was refused for it */
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -331,6 +339,14 @@ static int worker_connect_mq(worker_t *w)
                  "set a policy with dead-letter-exchange \"\" and dead-letter-routing-key \"%s\" "
                  "and declare.dead_letter_policy = true (README: \"Hostile input\")",
                  w->q->name, w->q->dead_letter_queue, amqp_version(), w->q->dead_letter_queue);
+    /* RabbitMQ 4 may keep a delivery limit on a queue idemd did not declare, or declared
+     * before it sent x-delivery-limit: dead-letter with a reason before it deletes. */
+    w->returns_guard = w->mq->broker_major >= 4 && w->q->dead_letter_queue &&
+                       (!w->q->declare || w->mq->limit_unsure);
+    if (w->returns_guard)
+        log_info("queue %s: a message returned %d times (x-delivery-count) is dead-lettered, "
+                 "before a broker delivery limit could delete it",
+                 w->q->name, WORKER_RETURNS_MAX);
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
         return worker_lose(w, WORKER_LOST_BROKER);
     worker_set_state(w, WORKER_STATE_CONSUMING);
@@ -876,14 +892,20 @@ static void worker_tick(void *arg)
 
 /*
  * Open the republishing connection. After a failed round the queues we
- * publish to are declared again first: someone may have deleted them, and
- * a copy to a missing queue is returned, which would requeue its message
- * for ever. 0, or -1 (logged).
+ * publish to are declared again first (unless the connection is blocked:
+ * then on a later one): someone may have deleted them, and a copy to a
+ * missing queue is returned, which would requeue its message for ever. 0,
+ * or -1 (logged).
  */
 static int worker_open_publisher(worker_t *w)
 {
     if (mq_open_publisher(&w->conf->broker, w->name, w->index, worker_tick, w, &w->pub) != 0)
         return -1;
+    /* Blocked by a resource alarm, the broker reads nothing more from this connection: a
+     * declaration would wait out MQ_RPC_MS without progress. Nothing is published on it
+     * while blocked, so the queues are declared on the next connection. */
+    if (mq_blocked(w->pub))
+        return 0;
     if (w->pub_failed && worker_declare_own(w, w->pub) != 0) {
         mq_close(w->pub);
         w->pub = NULL;
@@ -952,12 +974,22 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
                                                  &delay_ms)
                                  ?: w->q->name;
         relay_copy_t c;
+        amqp_bytes_t body = m->env.message.body;
         if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, t->id, t->id_len, m->trusted,
                             w->relay_key, t->attempt, t->reason, now_ms) != 0)
             goto fail;
-        if (m->dropped)
+        if (w->max_message > 0 && body.len > w->max_message) {
+            /* The broker would refuse the copy and close the channel: it goes without it. */
+            log_warn("queue %s: the copy of message tag=%llu to '%s' goes without its body of "
+                     "%zu bytes: over the broker's max message size (%llu bytes)",
+                     w->q->name, (unsigned long long)m->env.delivery_tag, target, body.len,
+                     (unsigned long long)w->max_message);
+            relay_copy_body_dropped(&c, body.len);
+            body = amqp_empty_bytes;
+        } else if (m->dropped) {
             relay_copy_body_dropped(&c, m->dropped);
-        m->copy_index = mq_publish(w->pub, target, &c.props, m->env.message.body);
+        }
+        m->copy_index = mq_publish(w->pub, target, &c.props, body);
         relay_copy_free(&c);
         if (m->copy_index < 0)
             goto fail;
@@ -975,6 +1007,9 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
 fail:
     worker_count_copies(w, ms, n);
 close:
+    /* A copy refused for its size: the next round sends such copies without their body. */
+    if (w->pub && w->pub->max_message > 0)
+        w->max_message = w->pub->max_message;
     /* What the broker confirmed stays confirmed; the rest are held or requeued. */
     mq_close(w->pub);
     w->pub = NULL;
@@ -1184,8 +1219,26 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
                  "0.14+) refuse to decode: not handled; the dead letter leaves it out",
                  log_quote(k->bytes, k->len, qk, sizeof(qk)), DELIVERY_DEPTH_MAX);
     }
+    /* A retry copy that went without its body (over the broker's max message size). */
+    long long gone = m->trusted ? delivery_header_int(p, RELAY_H_BODY_DROPPED) : -1;
+    if (gone > 0 && m->dropped == 0 && t->state == TXN_NEW) {
+        m->dropped = (uint64_t)gone;
+        txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "its body of %lld bytes was dropped from its retry copy (over the broker's max "
+                 "message size): not handled",
+                 gone);
+    }
+    /* Returned so often that a broker delivery limit could delete it next: dead-letter it. */
+    if (w->returns_guard && dcount >= WORKER_RETURNS_MAX && t->state == TXN_NEW) {
+        txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "returned to the queue %lld times (x-delivery-count): dead-lettered before a "
+                 "broker delivery limit deletes it (docs/rabbitmq.md, \"Delivery limits\")",
+                 dcount);
+    }
     /* Over max_body_bytes: mq_next kept no body; never handled, never retried. */
-    if (m->dropped) {
+    if (m->dropped && gone <= 0) {
         if (t->state == TXN_NEW)
             txn_move(t, TXN_REJECT);
         snprintf(t->reason, sizeof(t->reason),

@@ -13,6 +13,8 @@
  * counts retries that come back through delay queues, where the broker's
  * redelivered flag is false again); "segv" -> SIGSEGV; "abort" -> abort();
  * "hang" -> never returns; "skip" -> OK without any SQL (no effect);
+ * a body starting with "big-reject:" -> REJECT, "big-retry:" -> RETRY every
+ * time (large bodies from badpub --body TEXT --body-size N);
  * "reject-until-fixed" -> REJECT until a row named 'fixed' is in counter_flags
  * (tests/schema.sql: a test "fixes the handler" by inserting it), then OK;
  * "reject-echo:TEXT" -> REJECT with TEXT (any bytes, up to a NUL) as the reason,
@@ -211,6 +213,14 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
             return IDEMD_RESULT_REJECT;
         }
         return IDEMD_RESULT_OK;
+    }
+    if (msg->body_len >= 11 && memcmp(msg->body, "big-reject:", 11) == 0) {
+        snprintf(err, errlen, "test big-reject");
+        return IDEMD_RESULT_REJECT;
+    }
+    if (msg->body_len >= 10 && memcmp(msg->body, "big-retry:", 10) == 0) {
+        snprintf(err, errlen, "test big-retry");
+        return IDEMD_RESULT_RETRY;
     }
     if (counter_body_is(msg, "retry")) {
         snprintf(err, errlen, "test retry");

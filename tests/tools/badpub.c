@@ -2,13 +2,14 @@
 
 /*
  * usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]
- *               -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]
+ *               -r ROUTING_KEY [--id ID] [--body TEXT] [--body-size N]
  *               [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]
  *               [--user-id USER] [--app-id APP] [--expiration MS] [--repeat N]
  *
  * Publishes one persistent message (or N copies) with the mandatory flag and
  * publisher confirms, prints "published N confirmed N" and exits 1 unless every
  * copy was confirmed (nacked or returned ones are reported on stderr).
+ * --body-size N sends N bytes: TEXT (if given), then "x" up to N.
  *
  * ID, TEXT and string VALUEs take \xNN escapes (and \\), so non-UTF-8 bytes and
  * NULs can be sent. --id sets the message_id property (a shortstr: 255 bytes at
@@ -53,7 +54,7 @@ static void bp_die(const char *fmt, ...)
 static void bp_usage(void)
 {
     fputs("usage: badpub [-H host] [-P port] [-u user] [-p password] [-V vhost] [-e EXCHANGE]\n"
-          "              -r ROUTING_KEY [--id ID] [--body TEXT | --body-size N]\n"
+          "              -r ROUTING_KEY [--id ID] [--body TEXT] [--body-size N]\n"
           "              [--header NAME=KIND:VALUE]... [--nested NAME=DEPTH] [--big NAME=BYTES]\n"
           "              [--user-id USER] [--app-id APP] [--expiration MS] [--repeat N]\n"
           "  KIND: str bytes bool i8 u8 i16 u16 i32 u32 i64 u64 f32 f64 decimal timestamp void\n"
@@ -240,7 +241,7 @@ int main(int argc, char **argv)
     const char *app_id = NULL;
     int port = 5672;
     long repeat = 1, body_size = -1;
-    amqp_bytes_t id = {0, NULL}, body = amqp_cstring_bytes("badpub");
+    amqp_bytes_t id = {0, NULL}, body = amqp_cstring_bytes("badpub"), text = {0, NULL};
     bool have_id = false;
     amqp_table_entry_t h[BP_MAX_HEADERS];
     int nh = 0;
@@ -273,7 +274,7 @@ int main(int argc, char **argv)
             id = bp_unescape(v);
             have_id = true;
         } else if (!strcmp(a, "--body"))
-            body = bp_unescape(v);
+            text = body = bp_unescape(v);
         else if (!strcmp(a, "--body-size"))
             body_size = (long)bp_int(v, a);
         else if (!strcmp(a, "--user-id"))
@@ -318,6 +319,8 @@ int main(int argc, char **argv)
         if (body.bytes == NULL)
             bp_die("out of memory");
         memset(body.bytes, 'x', body.len);
+        if (text.len > 0)
+            memcpy(body.bytes, text.bytes, text.len < body.len ? text.len : body.len);
     }
 
     amqp_connection_state_t c = amqp_new_connection();

@@ -36,6 +36,7 @@ typedef struct mq_opts {
     const char *confirmed_file;
     const char *dlq;
     const char *type;
+    int quorum; /* declare: 1 --quorum, 2 --quorum-own */
     double rate;
     int timeout_s; /* -T: bound connect, RPCs and a publish's wait for the broker; 0 = none */
     long count;
@@ -74,7 +75,9 @@ static void mq_usage(void)
         "          stdin lines: ID<TAB>BODY[<TAB>HEADER=VALUE...]  (ID \"-\": no id)\n"
         "  depth QUEUE                 prints READY CONSUMERS; exit 2 if no such queue\n"
         "  get QUEUE [-n N] [--id-header NAME]  get+ack, prints ID<TAB>BODY<TAB>k=v;k=v\n"
-        "  declare QUEUE [--dlq NAME]  durable queue (dead-lettering to NAME via \"\")\n"
+        "  declare QUEUE [--dlq NAME] [--quorum|--quorum-own]  durable queue (dead-lettering to\n"
+        "          NAME via \"\"); a quorum queue as idemd declared it before it sent\n"
+        "          x-delivery-limit: --quorum its main queue, --quorum-own its dead letter queue\n"
         "  exchange NAME [-t TYPE]     durable exchange (default type direct)\n"
         "  bind QUEUE EXCHANGE KEY\n"
         "  purge QUEUE | delete QUEUE\n",
@@ -661,8 +664,8 @@ static int mq_cmd_declare(const mq_opts_t *o)
     if (o->n_args != 1)
         mq_usage();
     amqp_connection_state_t c = mq_connect(o);
-    amqp_table_entry_t e[2];
-    amqp_table_t args = amqp_empty_table;
+    amqp_table_entry_t e[5];
+    amqp_table_t args = {0, e};
     if (o->dlq) {
         amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(o->dlq), 0, 1, 0, 0, amqp_empty_table);
         mq_check(c, "queue.declare (dead-letter queue)");
@@ -673,7 +676,17 @@ static int mq_cmd_declare(const mq_opts_t *o)
         e[1].value.kind = AMQP_FIELD_KIND_UTF8;
         e[1].value.value.bytes = amqp_cstring_bytes(o->dlq);
         args.num_entries = 2;
-        args.entries = e;
+    }
+    if (o->quorum) {
+        static const char *const kv[][2] = {{"x-queue-type", "quorum"},
+                                            {"x-dead-letter-strategy", "at-least-once"},
+                                            {"x-overflow", "reject-publish"}};
+        for (int k = 0; k < (o->quorum > 1 ? 3 : 1); k++) {
+            amqp_table_entry_t *q = &e[args.num_entries++];
+            q->key = amqp_cstring_bytes(kv[k][0]);
+            q->value.kind = AMQP_FIELD_KIND_UTF8;
+            q->value.value.bytes = amqp_cstring_bytes(kv[k][1]);
+        }
     }
     amqp_queue_declare(c, MQ_CHANNEL, amqp_cstring_bytes(o->args[0]), 0, 1, 0, 0, args);
     mq_check(c, "queue.declare");
@@ -778,6 +791,10 @@ int main(int argc, char **argv)
             o.rate = atof(mq_need_arg(argc, argv, &i));
         else if (!strcmp(a, "--dlq"))
             o.dlq = mq_need_arg(argc, argv, &i);
+        else if (!strcmp(a, "--quorum"))
+            o.quorum = 1;
+        else if (!strcmp(a, "--quorum-own"))
+            o.quorum = 2;
         else if (!strcmp(a, "-h") || !strcmp(a, "--help"))
             mq_usage();
         else if (a[0] == '-' && a[1] != '\0') {
