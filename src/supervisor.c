@@ -22,6 +22,9 @@
 #include "plugin.h"
 #include "worker.h"
 
+/* How often a held-back watchdog ping is tried again. */
+#define SUP_WATCHDOG_RECHECK_MS 100
+
 #define SUP_BACKOFF_MIN_MS 200
 #define SUP_BACKOFF_MAX_MS 30000
 #define SUP_HEALTHY_MS 30000 /* a worker up this long resets its backoff */
@@ -81,7 +84,8 @@ typedef struct supervisor {
     bool stopping;
     uint64_t stop_deadline_ms;
     uint64_t watchdog_usec;
-    uint64_t next_watchdog_ms;
+    uint64_t next_watchdog_ms;     /* the next WATCHDOG=1 is due then */
+    uint64_t next_withhold_log_ms; /* a ping still held back is logged again from then */
     uint64_t next_status_ms;
     const char *version;
     sup_qstats_t *qstats;
@@ -532,25 +536,50 @@ static uint64_t sup_progress_ms(const sup_worker_t *w, uint64_t now, uint64_t sl
     return p;
 }
 
-/* Ping the watchdog only while every running worker showed progress within the interval. */
+/*
+ * Ping the watchdog every half interval, but only while every running worker showed progress
+ * within the last half interval. A ping held back is tried again at every turn of the loop
+ * (SUP_WATCHDOG_RECHECK_MS apart) and sent as soon as every worker shows progress again, not a
+ * half interval later: otherwise a worker late by a few milliseconds at one check (an idle
+ * worker shows progress about once a second) stretches the gap between two pings to the whole
+ * interval, and systemd kills a healthy service.
+ */
 static void sup_watchdog(supervisor_t *s, uint64_t now)
 {
-    uint64_t limit_ms = s->watchdog_usec / 1000;
+    uint64_t half_ms = s->watchdog_usec / 2000;
     if (!s->watchdog_usec || now < s->next_watchdog_ms)
         return;
-    s->next_watchdog_ms = now + limit_ms / 2;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const sup_worker_t *w = &s->workers[i];
         if (!w->used || !w->pid)
             continue;
-        uint64_t p = sup_progress_ms(w, now, limit_ms / 2);
-        if (p && now > p && now - p > limit_ms / 2) {
-            log_warn("worker %s#%d shows no progress for %llu ms: withholding watchdog ping",
-                     w->q->name, w->index, (unsigned long long)(now - p));
+        uint64_t p = sup_progress_ms(w, now, half_ms);
+        if (p && now > p && now - p > half_ms) {
+            if (now >= s->next_withhold_log_ms) {
+                log_warn("worker %s#%d shows no progress for %llu ms: withholding watchdog ping",
+                         w->q->name, w->index, (unsigned long long)(now - p));
+                s->next_withhold_log_ms = now + half_ms;
+            }
             return;
         }
     }
     sd_notify(0, "WATCHDOG=1");
+    s->next_watchdog_ms = now + half_ms;
+    s->next_withhold_log_ms = 0;
+}
+
+/* How long the loop may wait for a signal: until the next watchdog ping is due, at most 100 ms
+ * before ready and 500 ms after; SUP_WATCHDOG_RECHECK_MS while a ping is held back. */
+static int sup_poll_ms(const supervisor_t *s, uint64_t now)
+{
+    int ms = s->ready ? 500 : 100;
+    if (!s->watchdog_usec || s->stopping)
+        return ms;
+    if (now >= s->next_watchdog_ms)
+        return SUP_WATCHDOG_RECHECK_MS;
+    if (s->next_watchdog_ms - now < (uint64_t)ms)
+        ms = (int)(s->next_watchdog_ms - now);
+    return ms;
 }
 
 /* Value below which a fraction q of the merged latency samples fall, in microseconds. */
@@ -954,7 +983,7 @@ int supervisor_run(conf_t *conf, int log_level_override, const char *version)
     for (;;) {
         /* Metrics are served from this loop, without a thread: see metrics.h. */
         struct pollfd pfd[2] = {{s->sigfd, POLLIN, 0}, {metrics_fd(s->metrics), POLLIN, 0}};
-        int r = poll(pfd, 2, s->ready ? 500 : 100);
+        int r = poll(pfd, 2, sup_poll_ms(s, sup_now_ms()));
         uint64_t now = sup_now_ms();
         metrics_serve(s->metrics);
         if (r > 0 && (pfd[0].revents & POLLIN)) {

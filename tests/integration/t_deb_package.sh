@@ -31,6 +31,16 @@ ver=$(sed -n 's/^#define IDEMD_VERSION "\(.*\)"$/\1/p' "$H_ROOT/src/main.c")
 debver=$(dpkg-parsechangelog -l "$H_ROOT/debian/changelog" -S Version)
 h_assert_eq "${debver%-*}" "$ver" "debian/changelog's upstream version"
 arch=$(dpkg --print-architecture)
+# Where the units belong, as debian/rules decides it: debhelper 13.11.6 and later take them
+# under /usr (Debian 13's lintian flags /lib/systemd/system as an aliased location); Debian
+# 12's 13.11.4 reads only /lib/systemd/system.
+dh_ver=$(dpkg-query -W -f='${Version}' debhelper 2>/dev/null) || dh_ver=
+if [[ -n "$dh_ver" ]] && dpkg --compare-versions "$dh_ver" ge 13.11.6~; then
+    want_unitdir=/usr/lib/systemd/system
+else
+    want_unitdir=/lib/systemd/system
+fi
+h_log "debhelper ${dh_ver:-?}: units under $want_unitdir"
 
 # ---------- build ----------
 # The work tree as it is (uncommitted changes included), without ignored files like build/.
@@ -74,7 +84,7 @@ deb_files() { dpkg-deb --fsys-tarfile "$1" | tar -tf - | grep -v '/$' | sed 's|^
     deb_files "$deb"
     deb_files "$dev"
 } | grep -vE '^/usr/share/(doc|lintian)/' | sort >packaged.txt
-env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$src" install-list PREFIX=/usr SYSCONFDIR=/etc UNITDIR=/lib/systemd/system \
+env -u MAKEFLAGS -u MFLAGS -u MAKELEVEL make -s -C "$src" install-list PREFIX=/usr SYSCONFDIR=/etc UNITDIR="$want_unitdir" \
     PKGCONFIGDIR=/usr/share/pkgconfig | sed 's|^\(/usr/share/man/.*\)$|\1.gz|' >expected.txt
 echo /usr/lib/sysusers.d/idemd.conf >>expected.txt
 sort -o expected.txt expected.txt
@@ -176,11 +186,27 @@ made_conf=0
 # (any output line is a finding), and not enabled.
 unitdir=$(dirname "$(grep '/systemd/system/idemd\.service$' listed.txt)")
 [[ -d "$unitdir" ]] || h_fail "no idemd.service installed"
+h_assert_eq "$unitdir" "$want_unitdir" "the units' directory"
 grep -qxF 'ExecStart=/usr/sbin/idemd -c /etc/idemd/idemd.conf' "$unitdir/idemd.service" ||
     h_fail "idemd.service: ExecStart is '$(grep ^ExecStart= "$unitdir/idemd.service")'"
+# Documentation= is checked with man -w, not by systemd-analyze (--man=no): systemd-analyze
+# runs `man PAGE` with the output to /dev/null, and man-db, run as root with the standard
+# width, saves the formatted page in its cache (/var/cache/man/cat5/idemd.conf.5.gz,
+# cat8/idemd.8.gz). Those belong to no package, the purge cannot remove them, and man-db
+# expires them itself (its daily job deletes cat pages unread for a week); an admin reading
+# `man idemd` as root makes the same. man -w only looks the page up, so the machine is left
+# as it was found, which the snapshot below checks.
 for u in idemd.service idemd@.service; do
+    docs=$(sed -n 's/^Documentation=//p' "$unitdir/$u")
+    [[ -n "$docs" ]] || h_fail "$u has no Documentation="
+    for d in $docs; do
+        [[ $d == man:* ]] || continue
+        [[ $d =~ ^man:([^()]+)\(([0-9])\)$ ]] || h_fail "$u: Documentation=$d is no man:PAGE(SECTION)"
+        h_assert_eq "$(man -w "${BASH_REMATCH[2]}" "${BASH_REMATCH[1]}")" \
+            "/usr/share/man/man${BASH_REMATCH[2]}/${BASH_REMATCH[1]}.${BASH_REMATCH[2]}.gz" "$u: man -w for $d"
+    done
     rc=0
-    out=$(SYSTEMD_LOG_COLOR=0 systemd-analyze verify "$unitdir/$u" 2>&1) || rc=$?
+    out=$(SYSTEMD_LOG_COLOR=0 systemd-analyze verify --man=no "$unitdir/$u" 2>&1) || rc=$?
     echo "systemd-analyze verify $unitdir/$u: exit $rc${out:+: $out}"
     if ((rc != 0)) || [[ -n "$out" ]]; then h_fail "systemd-analyze verify $u: exit $rc: $out"; fi
 done

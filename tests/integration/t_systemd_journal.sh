@@ -4,10 +4,49 @@
 # listens on /run/systemd/journal/socket, the address sd_journal_sendv() sends to; it prints
 # one line per entry with the fields separated by a literal "\n". idemd's stderr is a file
 # whose DEVICE:INODE go into JOURNAL_STREAM, which is how systemd marks its stream socket.
+#
+# In a plain chroot, where / is not a mount point, `unshare --propagation private` fails
+# (EINVAL), and the chroot's directory may sit on a shared mount: a tmpfs mounted over /run
+# there would show up in the host's mount table too. There the case listens on
+# /run/systemd/journal/socket directly instead, which it only does where nothing is there (no
+# journald in the chroot), under a lock, and removes afterwards.
 NOTIFYSOCK=${NOTIFYSOCK:-$H_BUILD/tests/tools/notifysock}
 [[ -x "$NOTIFYSOCK" ]] || h_fail "no notifysock at $NOTIFYSOCK (make check-build)"
-unshare --mount --propagation private true ||
-    h_fail "cannot create a mount namespace (unshare needs root or CAP_SYS_ADMIN)"
+if unshare --mount --propagation private true 2>unshare.err; then
+    mode=namespace
+elif unshare --mount --propagation unchanged true 2>/dev/null; then
+    mode=direct # a namespace, but / cannot be made private: a plain chroot
+    h_log "$(cat unshare.err): / is not a mount point; listening on the real journal socket path"
+else
+    h_fail "cannot create a mount namespace (unshare needs root or CAP_SYS_ADMIN): $(cat unshare.err)"
+fi
+jdir=/run/systemd/journal
+marker=$jdir/idemd-t_systemd_journal
+made_dirs=()
+direct_cleanup()
+{
+    local i
+    rm -f "$jdir/socket" "$marker"
+    for ((i = ${#made_dirs[@]} - 1; i >= 0; i--)); do rmdir "${made_dirs[i]}" 2>/dev/null || true; done
+}
+if [[ $mode == direct ]]; then
+    lockdir=/run/lock
+    [[ -d $lockdir && -w $lockdir ]] || lockdir=/tmp
+    exec {lock_fd}>>"$lockdir/idemd-t_systemd_journal.lock"
+    flock -w 150 "$lock_fd" || h_fail "another t_systemd_journal held the lock for 150 s"
+    # Under the lock, a socket with this case's marker is a leftover of a killed run.
+    if [[ -e $jdir/socket || -L $jdir/socket ]] && [[ ! -e $marker ]]; then
+        h_fail "$jdir/socket exists (a journald?): it cannot be faked here"
+    fi
+    for d in /run/systemd "$jdir"; do
+        [[ -d $d ]] && continue
+        mkdir "$d" || h_fail "cannot create $d"
+        made_dirs+=("$d")
+    done
+    rm -f "$jdir/socket"
+    : >"$marker"
+    trap direct_cleanup EXIT
+fi
 db=t_systemd_journal
 q=t_systemd_journal.q
 h_new_db "$db"
@@ -18,9 +57,10 @@ h_new_db "$db"
 chmod 0600 idemd.conf # it holds the broker password: idemd warns (on stderr) about a readable one
 
 cat >inner.sh <<'EOF'
-# Runs in the private mount namespace: fake journald, then idemd with stderr on a "journal stream".
+# Runs in the private mount namespace (or, with "direct", where nothing hides /run): fake
+# journald, then idemd with stderr on a "journal stream".
 set -eu
-mount -t tmpfs tmpfs /run
+[[ $1 == direct ]] || mount -t tmpfs tmpfs /run
 mkdir -p /run/systemd/journal
 "$NOTIFYSOCK" -t 120 /run/systemd/journal/socket >journal.log 2>notifysock.err &
 ns=$!
@@ -41,7 +81,11 @@ wait "$ns" || true
 EOF
 export NOTIFYSOCK
 rm -f daemon.pid daemon.rc journal.log stderr.log
-setsid unshare --mount --propagation private bash inner.sh </dev/null >inner.out 2>&1 &
+if [[ $mode == namespace ]]; then
+    setsid unshare --mount --propagation private bash inner.sh namespace </dev/null >inner.out 2>&1 &
+else
+    setsid bash inner.sh direct </dev/null >inner.out 2>&1 &
+fi
 inner=$!
 mkdir -p "$H_DIR/daemons"
 : >"$H_DIR/daemons/$inner" # the harness kills this process group if the case dies

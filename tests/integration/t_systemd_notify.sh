@@ -10,6 +10,7 @@ db=t_systemd_notify
 qa=t_systemd_notify.a
 qb=t_systemd_notify.b
 qh=t_systemd_notify.hang
+qs=t_systemd_notify.slow
 h_new_db "$db"
 
 cat >idemd-notify <<EOF
@@ -107,7 +108,33 @@ mapfile -t stopping < <(notify_times notify.log STOPPING=1)
 awk -v s="${stopping[0]}" -v t="$t_term" 'BEGIN { exit !(s >= t) }' ||
     h_fail "STOPPING=1 at ${stopping[0]} before SIGTERM at $t_term"
 
-# ---------- run 2: a handler hangs; the supervisor must withhold the pings ----------
+# ---------- run 2: a worker shows progress every 1.3 s: more than half the interval ----------
+# Each message takes 1.3 s, so a check may find the worker's last progress older than 1 s and
+# hold the ping back; it must go out as soon as the worker moves again, not a whole half
+# interval later (that made 2 s gaps, a watchdog kill under systemd, for a working service).
+{
+    h_conf_common "$db"
+    cat <<CONF
+queues = ( { name = "$qs"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1;
+             settings = { sleep_ms = 1300; }; } );
+CONF
+} >slow.conf
+ns_start notify-slow.log
+IDEMD=$PWD/idemd-notify h_daemon_start slow.conf slow.log
+h_wait_log notify-slow.log ' WATCHDOG=1$' 2 10 || h_fail "no WATCHDOG=1 pings before the slow messages"
+out=$(h_gen s 1 6 | h_mq publish -r "$qs")
+h_assert_eq "$out" "published 6 confirmed 6" "publisher (slow)"
+h_wait_sql "SELECT COUNT(*) FROM effects WHERE queue = '$qs'" 6 30
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM (slow messages)"
+ns_stop
+(($(h_count_log slow.log 'withholding watchdog ping') >= 1)) ||
+    h_fail "no ping was held back: the 1.3 s messages did not test anything"
+mapfile -t wd < <(notify_times notify-slow.log WATCHDOG=1)
+printf '%s\n' "${wd[@]}" | awk 'NR > 1 { d = $1 - p; printf "watchdog gap %.3f s (slow messages)\n", d;
+        if (d < 0.5 || d > 1.9) bad++ } { p = $1 } END { exit bad > 0 }' ||
+    h_fail "a WATCHDOG=1 gap outside 0.5..1.9 s while a worker showed progress every 1.3 s"
+
+# ---------- run 3: a handler hangs; the supervisor must withhold the pings ----------
 {
     h_conf_common "$db" | sed 's/shutdown_timeout = 30/shutdown_timeout = 2/'
     cat <<CONF

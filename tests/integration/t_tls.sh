@@ -4,14 +4,17 @@
 # listener on 127.0.0.1 and 127.0.0.2, plain listener for mqtool) and its own mariadbd
 # (require_secure_transport, user REQUIRE X509), with certificates made here by openssl.
 # The server certificate names localhost and 127.0.0.1 only: 127.0.0.2 reaches the same
-# servers under a name the certificate does not carry. Both servers are stopped on exit.
+# servers under a name the certificate does not carry. For the plain-text checks: the
+# harness's RabbitMQ, and a third mariadbd started with --skip-ssl (from 11.4 on mariadbd
+# offers TLS with a certificate it makes itself, so the harness's is no plain-text server).
+# The servers are stopped on exit.
 db=t_tls
 q=t_tls.q
 T_DIR=$PWD/tls
 H_AMQP_PLAIN=$AMQP_PORT # the harness's servers, for the "server without TLS" checks
-H_MYSQL_TCP=$MYSQL_PORT
 T_RABBIT_PGID=
 T_MARIADB_PGID=
+T_PLAIN_PGID=
 
 t_cleanup()
 {
@@ -24,8 +27,11 @@ t_cleanup()
     if [[ -n "$T_MARIADB_PGID" ]]; then
         h_kill_group "$T_MARIADB_PGID" TERM 30
     fi
+    if [[ -n "$T_PLAIN_PGID" ]]; then
+        h_kill_group "$T_PLAIN_PGID" TERM 30
+    fi
     # The logs stay with the case's output; the data directories (100+ MB) go.
-    [[ "${H_KEEP:-0}" == 1 ]] || rm -rf "$T_DIR/mysql/data" "$T_DIR/rabbit/mnesia"
+    [[ "${H_KEEP:-0}" == 1 ]] || rm -rf "$T_DIR/mysql/data" "$T_DIR/plain/data" "$T_DIR/rabbit/mnesia"
     return $rc
 }
 trap t_cleanup EXIT
@@ -124,6 +130,36 @@ t_mariadb_start()
     T_MARIADB_PGID=$!
 }
 
+# A mariadbd without TLS, TCP on 127.0.0.1 only.
+t_plain_mariadb_start()
+{
+    local d=$T_DIR/plain user=()
+    mkdir -p "$d/data" "$d/tmp"
+    [[ $(id -u) == 0 ]] && user=(--user=root)
+    mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
+        --skip-test-db "${user[@]}" >"$d/install.log" 2>&1 ||
+        { tail -n 30 "$d/install.log" >&2; h_fail "mariadb-install-db failed (plain server)"; }
+    setsid mariadbd --no-defaults --datadir="$d/data" --socket="$d/sock" --port="$T_PLAIN_PORT" \
+        --bind-address=127.0.0.1 "${user[@]}" --pid-file="$d/mariadbd.pid" \
+        --log-error="$d/err.log" --tmpdir="$d/tmp" --skip-name-resolve --skip-ssl \
+        </dev/null >"$d/stdout.log" 2>&1 &
+    T_PLAIN_PGID=$!
+}
+
+# Wait up to 60 s for the plain mariadbd (a client of 11.4 or later needs --skip-ssl for it).
+t_plain_mariadb_wait()
+{
+    local deadline=$((SECONDS + 60))
+    while ((SECONDS < deadline)); do
+        mariadb --no-defaults --skip-ssl -S "$T_DIR/plain/sock" -uroot -N -e 'SELECT 1' >/dev/null 2>&1 &&
+            return 0
+        kill -0 "$T_PLAIN_PGID" 2>/dev/null || break
+        sleep 0.2
+    done
+    tail -n 30 "$T_DIR/plain/err.log" >&2
+    h_fail "the plain mariadbd did not start"
+}
+
 # Print an idemd config. Variables (defaults: everything verified against our CA):
 # BHOST BPORT BCA BVERIFY_HOST DHOST DPORT DCA DVERIFY.
 t_conf()
@@ -190,11 +226,16 @@ while :; do # rabbitmqctl uses DIST_PORT+10000.. for itself
     h_port_used $((T_DIST_PORT + 10000)) || break
 done
 T_MYSQL_PORT=$(h_free_port 54000 4000)
+while :; do
+    T_PLAIN_PORT=$(h_free_port 54000 4000)
+    [[ $T_PLAIN_PORT != "$T_MYSQL_PORT" ]] && break
+done
 T_RABBIT_NODE="idemdtls$$@localhost"
 T_MYSQL_SOCK=$T_DIR/mysql/sock
 
 t_rabbit_start
 t_mariadb_start
+t_plain_mariadb_start
 # From here on the h_* helpers talk to our servers.
 export AMQP_PORT=$T_AMQP_PORT MYSQL_SOCK=$T_MYSQL_SOCK
 h_mariadb_wait "$T_MARIADB_PGID" "$T_DIR/mysql" || h_fail "the TLS mariadbd did not start"
@@ -243,10 +284,12 @@ t_refused broker-plain-port "broker 127\.0\.0\.1:[0-9]+ \(TLS\) vhost /: TLS han
     BPORT="$H_AMQP_PLAIN"
 t_refused db-wrong-ca "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"?TLS/SSL error: .*certificate" \
     DCA="$T_DIR/other-ca.pem"
-t_refused db-wrong-name "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: .*[Vv]alidation of SSL server certificate failed" \
+# The wrong host name, in libmariadb 3.3's words (Debian 12) or 3.4's (Debian 13).
+t_refused db-wrong-name "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"TLS/SSL error: (Validation of SSL server certificate failed|Hostname verification failed)\" " \
     DHOST=127.0.0.2
+t_plain_mariadb_wait
 t_refused db-plain-server "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: .*SSL is required, but the server does not support it" \
-    DPORT="$H_MYSQL_TCP"
+    DPORT="$T_PLAIN_PORT"
 
 # ---------- the host name checks turned off: 127.0.0.2 is accepted, the rest is processed ----------
 BHOST=127.0.0.2 BVERIFY_HOST=false DHOST=127.0.0.2 DVERIFY=false t_conf >idemd-noname.conf
