@@ -12,7 +12,7 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 UNITDIR ?= $(LIBDIR)/systemd/system
 
 CC ?= cc
-PKGS := librabbitmq libmariadb libconfig libsystemd json-c libmicrohttpd libcrypto
+PKGS := librabbitmq libmariadb libconfig libsystemd json-c libmicrohttpd libssl libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 

@@ -4,7 +4,10 @@
 
 #include <errmsg.h>
 #include <errno.h>
+#include <mariadb_version.h>
 #include <mysqld_error.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,6 +228,39 @@ static const char *db_where(const conf_database_t *cfg, char *buf, size_t len)
  * "localhost", TLS 1.2 or newer, an empty key passphrase so that an
  * encrypted key fails instead of OpenSSL prompting. 0, or -1 after logging.
  */
+#if MARIADB_PACKAGE_VERSION_ID >= 30400
+/*
+ * Connector/C 3.4 checks the server's host name whenever it checks the
+ * chain, and MYSQL_OPT_SSL_VERIFY_SERVER_CERT = 0 does not turn that off
+ * alone (Debian 13: "Hostname verification failed" with it off and a CA
+ * set). With tls.verify_server_cert = false and a ca_file, idemd promises
+ * the chain checked and the host name not: this verification callback
+ * (MARIADB_OPT_TLS_VERIFICATION_CALLBACK, 3.4+) replaces the library's and
+ * accepts the server when OpenSSL verified its chain against ca_file during
+ * the handshake (the library's handshake callback records every error and
+ * goes on, so the verify result holds the last one). The library hands its
+ * MARIADB_TLS, whose public fields start data, pvio, ssl (ma_tls.h, which
+ * needs headers Debian does not ship): the prefix is declared here.
+ * 0 accepts, 1 refuses.
+ */
+struct db_ma_tls_prefix {
+    void *data;
+    void *pvio;
+    SSL *ssl;
+};
+
+static int db_tls_chain_only(void *ctls, unsigned int flags)
+{
+    const struct db_ma_tls_prefix *t = ctls;
+    X509 *cert;
+    (void)flags;
+    if (t == NULL || t->ssl == NULL || (cert = SSL_get1_peer_certificate(t->ssl)) == NULL)
+        return 1;
+    X509_free(cert);
+    return SSL_get_verify_result(t->ssl) == X509_V_OK ? 0 : 1;
+}
+#endif
+
 static int db_set_tls(db_t *db, const conf_database_t *cfg, const char *where)
 {
     const conf_database_tls_t *t = &cfg->tls;
@@ -241,6 +277,14 @@ static int db_set_tls(db_t *db, const conf_database_t *cfg, const char *where)
     bad |= mysql_options(db->my, MARIADB_OPT_TLS_PASSPHRASE, "");
     if (t->ca_file)
         bad |= mysql_options(db->my, MYSQL_OPT_SSL_CA, t->ca_file);
+#if MARIADB_PACKAGE_VERSION_ID >= 30400
+    if (t->ca_file && !t->verify_server_cert) {
+        verify = 1; /* the library then calls the callback, which checks the chain only */
+        bad |= mysql_options(db->my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+        bad |= mysql_optionsv(db->my, MARIADB_OPT_TLS_VERIFICATION_CALLBACK,
+                              (void *)db_tls_chain_only);
+    }
+#endif
     if (t->cert_file) {
         bad |= mysql_options(db->my, MYSQL_OPT_SSL_CERT, t->cert_file);
         bad |= mysql_options(db->my, MYSQL_OPT_SSL_KEY, t->key_file);

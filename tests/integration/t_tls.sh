@@ -287,6 +287,10 @@ t_refused db-wrong-ca "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect
 # The wrong host name, in libmariadb 3.3's words (Debian 12) or 3.4's (Debian 13).
 t_refused db-wrong-name "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"TLS/SSL error: (Validation of SSL server certificate failed|Hostname verification failed)\" " \
     DHOST=127.0.0.2
+# With the host name check off, the chain is still checked (libmariadb 3.4: idemd's own
+# verification callback; 3.3: the library's).
+t_refused db-wrong-ca-noname "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"?TLS/SSL error: .*certificate" \
+    DHOST=127.0.0.2 DVERIFY=false DCA="$T_DIR/other-ca.pem"
 t_plain_mariadb_wait
 t_refused db-plain-server "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: .*SSL is required, but the server does not support it" \
     DPORT="$T_PLAIN_PORT"
