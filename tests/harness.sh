@@ -24,6 +24,10 @@
 #   h_handler_abi                       the plugin ABI of include/idemd/handler.h, "MAJOR.MINOR"
 #   h_hello_plugin HEADER CFLAGS...     build ./hello.so, the smallest handler, strict C11 with
 #                                       CFLAGS; fail unless it took <idemd/handler.h> from HEADER
+#   h_notify_wrapper [WATCHDOG_USEC]    write ./idemd-notify: idemd as a Type=notify unit starts
+#   h_notify_start LOG [SECS]           notifysock on ./notify.sock, datagrams to LOG; h_notify_stop
+#   h_notify_times LOG TEXT             epoch seconds of LOG's notify lines that are exactly TEXT
+#   h_log_epoch LINE                    epoch seconds of an idemd log line's timestamp
 #   h_assert_eq ACTUAL EXPECTED WHAT    fail unless equal
 #   h_fail MSG               print MSG and exit 1
 
@@ -517,6 +521,48 @@ HELLO
     deps=$(cc -std=c11 "$@" -M hello.c) || h_fail "cc -M hello.c failed"
     grep -qF "$header" <<<"$deps" || h_fail "hello.c did not use $header: $deps"
 }
+
+# ---------- sd_notify as systemd sees it (no systemd here) ----------
+# h_notify_wrapper [WATCHDOG_USEC]: write ./idemd-notify, which starts idemd the way systemd
+# starts a Type=notify unit: NOTIFY_SOCKET=./notify.sock and, with WATCHDOG_USEC, the
+# watchdog variables (WATCHDOG_PID is the wrapper's pid, which exec keeps).
+h_notify_wrapper()
+{
+    {
+        echo '#!/usr/bin/env bash'
+        echo 'export NOTIFY_SOCKET=$PWD/notify.sock'
+        [[ -z "${1:-}" ]] || echo "export WATCHDOG_USEC=$1 WATCHDOG_PID=\$\$"
+        echo "exec \"$IDEMD\" \"\$@\""
+    } >idemd-notify
+    chmod +x idemd-notify
+}
+
+# h_notify_start LOG [SECS]: notifysock (tests/tools/notifysock.c) on ./notify.sock for at most
+# SECS (default 240), printing "EPOCH.USEC pid=PID TEXT" per datagram to LOG; waits until it
+# is bound. h_notify_stop ends it (safe to call twice, e.g. from an EXIT trap).
+h_notify_start()
+{
+    local tool=${NOTIFYSOCK:-$H_BUILD/tests/tools/notifysock}
+    [[ -x "$tool" ]] || h_fail "no notifysock at $tool (make check-build)"
+    rm -f notify.sock
+    "$tool" -t "${2:-240}" notify.sock >"$1" 2>>notifysock.err &
+    H_NOTIFY_PID=$!
+    for _ in $(seq 50); do [[ -S notify.sock ]] && return 0; sleep 0.1; done
+    h_fail "notifysock did not bind notify.sock: $(cat notifysock.err)"
+}
+h_notify_stop()
+{
+    [[ -n "${H_NOTIFY_PID:-}" ]] || return 0
+    kill "$H_NOTIFY_PID" 2>/dev/null || true
+    wait "$H_NOTIFY_PID" 2>/dev/null || true
+    H_NOTIFY_PID=
+}
+
+# h_notify_times LOG TEXT: epoch seconds of LOG's notify lines whose text is exactly TEXT.
+h_notify_times() { awk -v t="$2" '{ x = $0; sub(/^[^ ]+ [^ ]+ /, "", x) } x == t { print $1 }' "$1"; }
+# h_log_epoch LINE: epoch seconds (with ms) of an idemd log line's timestamp
+# ("2026-11-29 10:00:00.123 ...").
+h_log_epoch() { date -d "$(cut -c1-23 <<<"$1")" +%s.%3N; }
 
 # Print publish lines "PREFIX<i><TAB>BODY" for i in FROM..TO (BODY default "body-<i>").
 h_gen()

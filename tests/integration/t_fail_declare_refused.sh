@@ -2,28 +2,14 @@
 #
 # NOTIFY_SOCKET points at notifysock (tests/tools/notifysock.c, see t_systemd_notify), which
 # prints "EPOCH.USEC pid=PID TEXT" for each datagram the daemon sends.
-NOTIFYSOCK=${NOTIFYSOCK:-$H_BUILD/tests/tools/notifysock}
-[[ -x "$NOTIFYSOCK" ]] || h_fail "no notifysock at $NOTIFYSOCK (make check-build)"
 db=t_fail_declare_refused
 qbad=t_fail_declare_refused.bad
 qok=t_fail_declare_refused.ok
 h_new_db "$db"
 
-cat >idemd-notify <<EOF
-#!/usr/bin/env bash
-# Start idemd the way systemd starts a Type=notify unit.
-export NOTIFY_SOCKET=\$PWD/notify.sock
-exec "$IDEMD" "\$@"
-EOF
-chmod +x idemd-notify
-rm -f notify.sock
-"$NOTIFYSOCK" -t 240 notify.sock >notify.log 2>notifysock.err &
-ns_pid=$!
-trap 'kill "$ns_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 50); do [[ -S notify.sock ]] && break; sleep 0.1; done
-[[ -S notify.sock ]] || h_fail "notifysock did not bind notify.sock: $(cat notifysock.err)"
-# Epoch seconds (with ms) of an idemd log line's timestamp.
-log_epoch() { date -d "$(cut -c1-23 <<<"$1")" +%s.%3N; }
+h_notify_wrapper
+h_notify_start notify.log
+trap h_notify_stop EXIT
 
 # The queue exists with x-dead-letter-* arguments; idemd declares it without: 406.
 h_mq declare "$qbad" --dlq "$qbad.theirs"
@@ -45,8 +31,8 @@ grep -q "ready: 2 queues, 1 workers consuming; 1 not: their queue's declaration 
 exits="worker $qbad#0 \(pid [0-9]+\) exited with code 78"
 h_wait_log idemd.log "$exits" 6 60 || h_fail "fewer than 6 exits of $qbad#0"
 mapfile -t ex < <(grep -E -- "$exits" idemd.log)
-t1=$(log_epoch "${ex[0]}")
-t6=$(log_epoch "${ex[5]}")
+t1=$(h_log_epoch "${ex[0]}")
+t6=$(h_log_epoch "${ex[5]}")
 awk -v a="$t1" -v b="$t6" 'BEGIN { exit !(b - a >= 3.0) }' ||
     h_fail "6 exits within $t1..$t6: no backoff between restarts"
 h_assert_eq "$(h_count_log idemd.log 'PRECONDITION_FAILED')" 1 "lines with the broker's reason"

@@ -4,29 +4,15 @@
 # IDEMD_TEST_MIN_RABBITMQ (src/version.h; they can only raise the minimum) make the running
 # servers "too old". NOTIFY_SOCKET points at notifysock (tests/tools/notifysock.c, see
 # t_systemd_notify), which prints "EPOCH.USEC pid=PID TEXT" for each datagram.
-NOTIFYSOCK=${NOTIFYSOCK:-$H_BUILD/tests/tools/notifysock}
-[[ -x "$NOTIFYSOCK" ]] || h_fail "no notifysock at $NOTIFYSOCK (make check-build)"
 IDEMCTL=$H_BUILD/idemctl
 db=t_server_versions
 qa=t_server_versions.a
 qb=t_server_versions.b
 h_new_db "$db"
 
-cat >idemd-notify <<EOF
-#!/usr/bin/env bash
-# Start idemd the way systemd starts a Type=notify unit.
-export NOTIFY_SOCKET=\$PWD/notify.sock
-exec "$IDEMD" "\$@"
-EOF
-chmod +x idemd-notify
-rm -f notify.sock
-"$NOTIFYSOCK" -t 300 notify.sock >notify.log 2>notifysock.err &
-ns_pid=$!
-trap 'kill "$ns_pid" 2>/dev/null || true' EXIT
-for _ in $(seq 50); do [[ -S notify.sock ]] && break; sleep 0.1; done
-[[ -S notify.sock ]] || h_fail "notifysock did not bind notify.sock: $(cat notifysock.err)"
-# Epoch seconds (with ms) of an idemd log line's timestamp.
-log_epoch() { date -d "$(cut -c1-23 <<<"$1")" +%s.%3N; }
+h_notify_wrapper
+h_notify_start notify.log 300
+trap h_notify_stop EXIT
 
 {
     h_conf_common "$db"
@@ -56,8 +42,8 @@ h_wait_log db.log "$exits" 1 10 || h_fail "$qa#0 did not exit with 78"
 h_assert_eq "$(h_count_log db.log "$exits.*$held")" 1 "first exits of $qa#0 that hold the queue for 15-30 s"
 h_wait_log db.log "$exits" 2 45 || h_fail "no second start of $qa#0 within 45 s"
 mapfile -t ex < <(grep -E -- "$exits" db.log)
-t1=$(log_epoch "${ex[0]}")
-t2=$(log_epoch "${ex[1]}")
+t1=$(h_log_epoch "${ex[0]}")
+t2=$(h_log_epoch "${ex[1]}")
 [[ "${ex[1]}" == *", server still too old; restarting in "* ]] ||
     h_fail "the second refusal is not reported as known: ${ex[1]}"
 awk -v a="$t1" -v b="$t2" 'BEGIN { exit !(b - a >= 15.0) }' ||

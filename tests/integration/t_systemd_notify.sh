@@ -4,8 +4,6 @@
 # (tests/tools/notifysock.c), which prints "EPOCH.USEC pid=PID TEXT" for each datagram.
 # WATCHDOG_USEC=2000000 as WatchdogSec=2s would set it; WATCHDOG_PID must be the daemon's
 # own pid, so a wrapper exports its $$ and then execs idemd (same pid).
-NOTIFYSOCK=${NOTIFYSOCK:-$H_BUILD/tests/tools/notifysock}
-[[ -x "$NOTIFYSOCK" ]] || h_fail "no notifysock at $NOTIFYSOCK (make check-build)"
 db=t_systemd_notify
 qa=t_systemd_notify.a
 qb=t_systemd_notify.b
@@ -13,38 +11,11 @@ qh=t_systemd_notify.hang
 qs=t_systemd_notify.slow
 h_new_db "$db"
 
-cat >idemd-notify <<EOF
-#!/usr/bin/env bash
-# Start idemd the way systemd starts a Type=notify unit with WatchdogSec=2s.
-export NOTIFY_SOCKET=\$PWD/notify.sock WATCHDOG_USEC=2000000
-export WATCHDOG_PID=\$\$
-exec "$IDEMD" "\$@"
-EOF
-chmod +x idemd-notify
+h_notify_wrapper 2000000 # WatchdogSec=2s
 
 now() { date +%s.%N; }
-# Epoch seconds (with ms) of an idemd log line's timestamp ("2026-11-29 10:00:00.123 ...").
-log_epoch() { date -d "$(cut -c1-23 <<<"$1")" +%s.%3N; }
-# Epoch seconds of notify lines whose text is exactly $2, one a line.
-notify_times() { awk -v t="$2" '{ x = $0; sub(/^[^ ]+ [^ ]+ /, "", x) } x == t { print $1 }' "$1"; }
 
-ns_pid=
-ns_start()
-{
-    rm -f notify.sock
-    "$NOTIFYSOCK" -t 240 notify.sock >"$1" 2>>notifysock.err &
-    ns_pid=$!
-    for _ in $(seq 50); do [[ -S notify.sock ]] && return 0; sleep 0.1; done
-    h_fail "notifysock did not bind notify.sock: $(cat notifysock.err)"
-}
-ns_stop()
-{
-    [[ -n "$ns_pid" ]] || return 0
-    kill "$ns_pid" 2>/dev/null || true
-    wait "$ns_pid" 2>/dev/null || true
-    ns_pid=
-}
-trap ns_stop EXIT
+trap h_notify_stop EXIT
 
 # ---------- run 1: a healthy daemon, three workers on two queues ----------
 {
@@ -54,7 +25,7 @@ queues = ( { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; 
            { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; } );
 CONF
 } >idemd.conf
-ns_start notify.log
+h_notify_start notify.log
 IDEMD=$PWD/idemd-notify h_daemon_start idemd.conf idemd.log
 pid=$H_DAEMON_PID
 h_wait_log notify.log ' READY=1$' 1 10 || h_fail "no READY=1 after the log said ready"
@@ -69,7 +40,7 @@ h_wait_log notify.log ' WATCHDOG=1$' 6 15 || h_fail "fewer than 6 WATCHDOG=1 pin
 t_term=$(now)
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 sleep 0.3
-ns_stop
+h_notify_stop
 cat notify.log
 
 # Every datagram comes from the main process (NotifyAccess=main would drop the others).
@@ -77,12 +48,12 @@ others=$(awk -v p="pid=$pid" '$2 != p' notify.log | wc -l)
 ((others == 0)) || h_fail "$others notification(s) not from the main pid $pid"
 
 # READY=1: once, and not before the log says every worker consumes.
-mapfile -t ready < <(notify_times notify.log READY=1)
+mapfile -t ready < <(h_notify_times notify.log READY=1)
 ((${#ready[@]} == 1)) || h_fail "READY=1 sent ${#ready[@]} times"
 for ctx in "$qa#0" "$qa#1" "$qb#0"; do
     line=$(grep -F " $ctx info: consuming queue " idemd.log | head -n 1) ||
         h_fail "no 'consuming' line for worker $ctx"
-    t=$(log_epoch "$line")
+    t=$(h_log_epoch "$line")
     awk -v r="${ready[0]}" -v c="$t" 'BEGIN { exit !(r >= c) }' ||
         h_fail "READY=1 at ${ready[0]} came before worker $ctx consumed at $t"
     echo "worker $ctx consuming at $t, READY=1 at ${ready[0]}"
@@ -96,14 +67,14 @@ rd_line=$(grep -m1 -n ' READY=1$' notify.log | cut -d: -f1)
     h_fail "fewer than 2 STATUS= lines with worker counts"
 
 # WATCHDOG=1 about every second (half of WATCHDOG_USEC), never a gap near the 2 s limit.
-mapfile -t wd < <(notify_times notify.log WATCHDOG=1)
+mapfile -t wd < <(h_notify_times notify.log WATCHDOG=1)
 ((${#wd[@]} >= 6)) || h_fail "only ${#wd[@]} WATCHDOG=1 pings"
 printf '%s\n' "${wd[@]}" | awk 'NR > 1 { d = $1 - p; printf "watchdog gap %.3f s\n", d;
         if (d < 0.5 || d > 1.9) bad++ } { p = $1 } END { exit bad > 0 }' ||
     h_fail "a WATCHDOG=1 gap outside 0.5..1.9 s (WATCHDOG_USEC is 2 s)"
 
 # STOPPING=1: once, after SIGTERM.
-mapfile -t stopping < <(notify_times notify.log STOPPING=1)
+mapfile -t stopping < <(h_notify_times notify.log STOPPING=1)
 ((${#stopping[@]} == 1)) || h_fail "STOPPING=1 sent ${#stopping[@]} times"
 awk -v s="${stopping[0]}" -v t="$t_term" 'BEGIN { exit !(s >= t) }' ||
     h_fail "STOPPING=1 at ${stopping[0]} before SIGTERM at $t_term"
@@ -119,17 +90,17 @@ queues = ( { name = "$qs"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1;
              settings = { sleep_ms = 1300; }; } );
 CONF
 } >slow.conf
-ns_start notify-slow.log
+h_notify_start notify-slow.log
 IDEMD=$PWD/idemd-notify h_daemon_start slow.conf slow.log
 h_wait_log notify-slow.log ' WATCHDOG=1$' 2 10 || h_fail "no WATCHDOG=1 pings before the slow messages"
 out=$(h_gen s 1 6 | h_mq publish -r "$qs")
 h_assert_eq "$out" "published 6 confirmed 6" "publisher (slow)"
 h_wait_sql "SELECT COUNT(*) FROM effects WHERE queue = '$qs'" 6 30
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM (slow messages)"
-ns_stop
+h_notify_stop
 (($(h_count_log slow.log 'withholding watchdog ping') >= 1)) ||
     h_fail "no ping was held back: the 1.3 s messages did not test anything"
-mapfile -t wd < <(notify_times notify-slow.log WATCHDOG=1)
+mapfile -t wd < <(h_notify_times notify-slow.log WATCHDOG=1)
 printf '%s\n' "${wd[@]}" | awk 'NR > 1 { d = $1 - p; printf "watchdog gap %.3f s (slow messages)\n", d;
         if (d < 0.5 || d > 1.9) bad++ } { p = $1 } END { exit bad > 0 }' ||
     h_fail "a WATCHDOG=1 gap outside 0.5..1.9 s while a worker showed progress every 1.3 s"
@@ -142,7 +113,7 @@ queues = ( { name = "$qh"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1;
              handler_timeout = 3600; } );
 CONF
 } >hang.conf
-ns_start notify2.log
+h_notify_start notify2.log
 IDEMD=$PWD/idemd-notify h_daemon_start hang.conf hang.log
 h_wait_log notify2.log ' WATCHDOG=1$' 3 10 || h_fail "no WATCHDOG=1 pings before the hang"
 t_hang=$(now)
@@ -159,14 +130,14 @@ h_daemon_alive || h_fail "idemd died while its worker hung"
 ! grep -E "worker $qh#0 .*(killed|exited)" hang.log || h_fail "the hung worker was restarted"
 t_end=$(now)
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM (hung worker)"
-ns_stop
+h_notify_stop
 cat notify2.log
 grep -q 'shutdown_timeout reached: killing 1 workers' hang.log || h_fail "the hung worker was not killed"
 
 # Healthy pings before the hang, none from 2 s after it (the worker's last progress was at
 # most ~1 s before the message, plus one ping period) until the stop.
-before=$(notify_times notify2.log WATCHDOG=1 | awk -v t="$t_hang" '$1 < t' | wc -l)
-late=$(notify_times notify2.log WATCHDOG=1 | awk -v t="$t_hang" -v e="$t_end" '$1 > t + 2.0 && $1 <= e' | wc -l)
+before=$(h_notify_times notify2.log WATCHDOG=1 | awk -v t="$t_hang" '$1 < t' | wc -l)
+late=$(h_notify_times notify2.log WATCHDOG=1 | awk -v t="$t_hang" -v e="$t_end" '$1 > t + 2.0 && $1 <= e' | wc -l)
 echo "pings before the hang: $before; pings from 2 s after it: $late"
 ((before >= 3)) || h_fail "only $before pings before the hang"
 ((late == 0)) || h_fail "$late WATCHDOG=1 ping(s) while the worker was wedged"
