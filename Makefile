@@ -83,9 +83,9 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
-# outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c, conf.c and version.c); the broker side is stubbed.
-$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/log.c $(LDLIBS)
+# outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c, conf.c and version.c) and signs dead letters with relay.c; the broker side is stubbed.
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(LDLIBS)
 
 # test_relay_sig tests relay.c too (its signatures), beside test_relay (its headers).
 $(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit

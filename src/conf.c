@@ -186,6 +186,13 @@ static const conf_def_t conf_defs[] = {
     CONF_INT("daemon", "outbox_grace", conf_t, outbox_grace, 0, "30", 1, 3600,
              "seconds an outbox row is left to the worker that wrote it before the sweeper "
              "sends it"),
+    CONF_INT("daemon", "outbox_max_attempts", conf_t, outbox_max_attempts, 0, "16", 1, 1000,
+             "sends of an onward message the broker refuses (unroutable, exchange missing, "
+             "nack) before it is dead-lettered to its source queue's `dead_letter_queue`; "
+             "16 with the default backoff is about 40 minutes"),
+    CONF_INT("daemon", "outbox_backoff_ms", conf_t, outbox_backoff_ms, 0, "1000", 10, 300000,
+             "wait after an onward message's first refused send; doubled after each, at most "
+             "5 minutes"),
 
     CONF_STRING("broker", "host", conf_broker_t, host, NR | CONF_F_BY_HOSTS, "127.0.0.1", 1, 255,
                 NULL, "host name or address of RabbitMQ"),

@@ -112,11 +112,13 @@ typedef struct conf_metrics {
 
 typedef struct conf {
     char *path;
-    int log_level;          /* log_level_t; daemon.log_level, default "info" */
-    int shutdown_timeout;   /* seconds; daemon.shutdown_timeout, default 30 */
-    int reconcile_interval; /* seconds; daemon.reconcile_interval, default 0 = off */
-    int reconcile_timeout;  /* seconds; daemon.reconcile_timeout, default 30 */
-    int outbox_grace;       /* seconds; daemon.outbox_grace, default 30 */
+    int log_level;           /* log_level_t; daemon.log_level, default "info" */
+    int shutdown_timeout;    /* seconds; daemon.shutdown_timeout, default 30 */
+    int reconcile_interval;  /* seconds; daemon.reconcile_interval, default 0 = off */
+    int reconcile_timeout;   /* seconds; daemon.reconcile_timeout, default 30 */
+    int outbox_grace;        /* seconds; daemon.outbox_grace, default 30 */
+    int outbox_max_attempts; /* daemon.outbox_max_attempts, default 16 */
+    int outbox_backoff_ms;   /* daemon.outbox_backoff_ms, default 1000 */
     conf_broker_t broker;
     conf_database_t database;
     conf_metrics_t metrics;

@@ -255,6 +255,22 @@ void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *ver
         metrics_label(out, qs[i].name);
         fprintf(out, "\"} %lld\n", qs[i].outbox_rows);
     }
+    metrics_head(out, "idemd_outbox_rows", "gauge",
+                 "Rows in idemd_outbox for the queue's consumer by state: waiting (never refused), "
+                 "retrying (refused by the broker, waiting out their backoff), exhausted "
+                 "(refused outbox_max_attempts times and no dead_letter_queue to take them).");
+    for (int i = 0; i < n; i++) {
+        if (!qs[i].outbox_known)
+            continue;
+        static const char *const states[] = {"waiting", "retrying", "exhausted"};
+        long long v[] = {qs[i].outbox_rows - qs[i].outbox_retrying - qs[i].outbox_exhausted,
+                         qs[i].outbox_retrying, qs[i].outbox_exhausted};
+        for (int k = 0; k < 3; k++) {
+            fputs("idemd_outbox_rows{queue=\"", out);
+            metrics_label(out, qs[i].name);
+            fprintf(out, "\",state=\"%s\"} %lld\n", states[k], v[k] > 0 ? v[k] : 0);
+        }
+    }
     metrics_head(out, "idemd_outbox_oldest_age_seconds", "gauge",
                  "Age of the oldest row in idemd_outbox for the queue's consumer (0 when none).");
     for (int i = 0; i < n; i++) {
@@ -328,6 +344,15 @@ char *metrics_status_json(const metrics_queue_t *qs, int n, const char *version)
             metrics_json_int(r, exits[e], (long long)q->restarts[e]);
         json_object_object_add(o, "restarts", r);
         json_object_object_add(o, "last_error", metrics_json_error(&q->last_error));
+        if (q->outbox_known) {
+            json_object *ob = json_object_new_object();
+            metrics_json_int(ob, "rows", q->outbox_rows);
+            metrics_json_int(ob, "retrying", q->outbox_retrying);
+            metrics_json_int(ob, "exhausted", q->outbox_exhausted);
+            json_object_object_add(ob, "oldest_age_seconds",
+                                   json_object_new_double(q->outbox_oldest_s));
+            json_object_object_add(o, "outbox", ob);
+        }
         json_object_array_add(arr, o);
     }
     json_object_object_add(doc, "queues", arr);

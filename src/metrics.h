@@ -98,6 +98,7 @@ typedef struct metrics_queue {
     double progress_age_s; /* longest time a current worker has gone without progress */
     bool outbox_known;     /* a worker of the queue swept the outbox (handlers that publish) */
     long long outbox_rows; /* as the newest sweep saw it */
+    long long outbox_retrying, outbox_exhausted; /* of them: refused before; out of attempts */
     double outbox_oldest_s;
     log_sink_t last_error; /* the newest error or warning about the queue's workers */
 } metrics_queue_t;

@@ -471,16 +471,22 @@ typedef enum mq_copy_state { MQ_COPY_PENDING, MQ_COPY_ACKED, MQ_COPY_REFUSED } m
 /* One publish of the round and what the broker said of it. */
 typedef struct mq_copy {
     uint64_t seq;
+    char *exchange;    /* owned */
     char *routing_key; /* owned */
-    bool returned;     /* basic.return seen for its queue: its ack means "refused" */
+    bool returned;     /* its basic.return came: its ack means "refused" */
     mq_copy_state_t state;
+    char why[MQ_WHY_MAX]; /* refused: the broker's words */
 } mq_copy_t;
 
 void mq_round_begin(mq_t *mq)
 {
-    for (int i = 0; i < mq->round_n; i++)
+    for (int i = 0; i < mq->round_n; i++) {
+        free(mq->round[i].exchange);
         free(mq->round[i].routing_key);
+    }
     mq->round_n = 0;
+    mq->returning = false;
+    mq->closed_why[0] = '\0';
 }
 
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
@@ -489,13 +495,47 @@ int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t 
     return mq_publish_to(mq, "", routing_key, props, body);
 }
 
+/*
+ * props with header MQ_H_PUBLISH = seq added (one of the same name left
+ * out) into *out, its table in tab (cap entries) or, when that is too
+ * small, in *heap (the caller frees it). 0, or -1 when out of memory.
+ */
+static int mq_tag_props(const amqp_basic_properties_t *props, uint64_t seq, amqp_table_entry_t *tab,
+                        int cap, amqp_table_entry_t **heap, amqp_basic_properties_t *out)
+{
+    int have = (props->_flags & AMQP_BASIC_HEADERS_FLAG) ? props->headers.num_entries : 0, n = 0;
+    amqp_table_entry_t *e = tab;
+
+    *out = *props;
+    if (have + 1 > cap && (e = *heap = calloc((size_t)have + 1, sizeof(*e))) == NULL)
+        return -1;
+    for (int i = 0; i < have; i++) {
+        amqp_bytes_t k = props->headers.entries[i].key;
+        if (k.len == sizeof(MQ_H_PUBLISH) - 1 && memcmp(k.bytes, MQ_H_PUBLISH, k.len) == 0)
+            continue;
+        e[n++] = props->headers.entries[i];
+    }
+    e[n].key = amqp_cstring_bytes(MQ_H_PUBLISH);
+    e[n].value.kind = AMQP_FIELD_KIND_I64;
+    e[n].value.value.i64 = (int64_t)seq;
+    out->_flags |= AMQP_BASIC_HEADERS_FLAG;
+    out->headers.entries = e;
+    out->headers.num_entries = n + 1;
+    return 0;
+}
+
 int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
                   const amqp_basic_properties_t *props, amqp_bytes_t body)
 {
-    if (mq->blocked || mq->broken) {
+    amqp_table_entry_t tab[MQ_TAG_ENTRIES], *heap = NULL;
+    amqp_basic_properties_t tagged;
+    int rc = -1;
+
+    if (mq->blocked || mq->broken || !mq->channel_open) {
         log_error("broker %s: not publishing to '%s': %s", mq->where, routing_key,
-                  mq->blocked ? "the broker blocks this connection (resource alarm)"
-                              : "the connection is broken");
+                  mq->blocked  ? "the broker blocks this connection (resource alarm)"
+                  : mq->broken ? "the connection is broken"
+                               : "the channel is closed");
         return -1;
     }
     if (mq->round_n == mq->round_cap) {
@@ -507,11 +547,16 @@ int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
         mq->round_cap = cap;
     }
     mq_copy_t *c = &mq->round[mq->round_n];
-    if ((c->routing_key = strdup(routing_key)) == NULL)
-        return -1;
+    c->exchange = strdup(exchange);
+    c->routing_key = strdup(routing_key);
+    if (c->exchange == NULL || c->routing_key == NULL ||
+        mq_tag_props(props, mq->pub_seq + 1, tab, MQ_TAG_ENTRIES, &heap, &tagged) != 0) {
+        log_error("broker %s: out of memory publishing to '%s'", mq->where, routing_key);
+        goto fail;
+    }
     mq_abort_arm(amqp_get_sockfd(mq->conn), MQ_SEND_MS);
     int st = amqp_basic_publish(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(exchange),
-                                amqp_cstring_bytes(routing_key), 1, 0, props, body);
+                                amqp_cstring_bytes(routing_key), 1, 0, &tagged, body);
     bool aborted = mq_abort_disarm();
     mq_tick(mq);
     if (aborted)
@@ -525,13 +570,20 @@ int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
             log_error("broker %s: publishing to '%s' (exchange '%s'): %s", mq->where, routing_key,
                       exchange, amqp_error_string2(st));
         mq->broken = true;
-        free(c->routing_key);
-        return -1;
+        goto fail;
     }
     c->seq = ++mq->pub_seq;
     c->returned = false;
     c->state = MQ_COPY_PENDING;
-    return mq->round_n++;
+    c->why[0] = '\0';
+    rc = mq->round_n++;
+    goto out;
+fail:
+    free(c->exchange);
+    free(c->routing_key);
+out:
+    free(heap);
+    return rc;
 }
 
 /* Settle the round's copies covered by a basic.ack or basic.nack. */
@@ -542,9 +594,11 @@ static void mq_settle(mq_t *mq, uint64_t tag, bool multiple, bool acked)
         if (c->state != MQ_COPY_PENDING || (multiple ? c->seq > tag : c->seq != tag))
             continue;
         c->state = acked && !c->returned ? MQ_COPY_ACKED : MQ_COPY_REFUSED;
+        if (!acked)
+            snprintf(c->why, sizeof(c->why), "refused by the broker (basic.nack)");
         if (c->state == MQ_COPY_REFUSED && strcmp(c->routing_key, MQ_PROBE_QUEUE) != 0)
-            log_error("broker %s: copy to '%s' refused (%s)", mq->where, c->routing_key,
-                      acked ? "returned: no such queue" : "nack");
+            log_error("broker %s: copy to exchange '%s' routing key '%s' refused: %s", mq->where,
+                      c->exchange, c->routing_key, c->why);
     }
 }
 
@@ -597,6 +651,8 @@ static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *rol
         amqp_channel_close_ok_t ok;
         log_error("broker %s: %schannel closed by broker: %u %s", mq->where, role, m->reply_code,
                   log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
+        snprintf(mq->closed_why, sizeof(mq->closed_why), "channel closed by the broker: %u %.*s",
+                 m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
         mq_learn_max_message(mq, m);
         amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
     } else {
@@ -610,6 +666,59 @@ static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *rol
     mq->channel_open = false;
 }
 
+/* The value of integer header name in p, or -1. */
+static long long mq_int_header(const amqp_basic_properties_t *p, const char *name)
+{
+    if (p == NULL || !(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return -1;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len != strlen(name) || memcmp(e->key.bytes, name, e->key.len) != 0)
+            continue;
+        switch (e->value.kind) {
+        case AMQP_FIELD_KIND_I64:
+            return e->value.value.i64;
+        case AMQP_FIELD_KIND_U64:
+            return e->value.value.u64 > (uint64_t)INT64_MAX ? -1 : (long long)e->value.value.u64;
+        case AMQP_FIELD_KIND_I32:
+            return e->value.value.i32;
+        case AMQP_FIELD_KIND_U32:
+            return e->value.value.u32;
+        default:
+            return -1;
+        }
+    }
+    return -1;
+}
+
+/*
+ * The content header of a basic.return (props): mark the copy it answers.
+ * Its MQ_H_PUBLISH header names the copy exactly; without it (a broker that
+ * dropped it), the first pending copy of the same exchange and routing key,
+ * as the broker returns in publishing order.
+ */
+static void mq_returned(mq_t *mq, const amqp_basic_properties_t *props)
+{
+    long long seq = mq_int_header(props, MQ_H_PUBLISH);
+    mq_copy_t *hit = NULL;
+
+    mq->returning = false;
+    for (int i = 0; i < mq->round_n && hit == NULL; i++) {
+        mq_copy_t *c = &mq->round[i];
+        if (c->state != MQ_COPY_PENDING || c->returned)
+            continue;
+        if (seq >= 0 ? c->seq == (uint64_t)seq
+                     : strcmp(c->exchange, mq->ret_exchange) == 0 &&
+                           strcmp(c->routing_key, mq->ret_key) == 0)
+            hit = c;
+    }
+    if (hit == NULL)
+        return; /* a copy of an earlier round, given up already */
+    hit->returned = true;
+    snprintf(hit->why, sizeof(hit->why), "unroutable: returned by the broker: %d %s", mq->ret_code,
+             mq->ret_text);
+}
+
 /*
  * Act on one frame that arrived on a publishing connection: confirms,
  * returns, connection.blocked / unblocked, close. 0, or -1 when the broker
@@ -617,8 +726,12 @@ static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *rol
  */
 static int mq_pub_frame(mq_t *mq, const amqp_frame_t *f)
 {
+    if (f->frame_type == AMQP_FRAME_HEADER && mq->returning) {
+        mq_returned(mq, f->payload.properties.decoded);
+        return 0;
+    }
     if (f->frame_type != AMQP_FRAME_METHOD)
-        return 0; /* content of a basic.return */
+        return 0; /* the body of a basic.return */
     switch (f->payload.method.id) {
     case AMQP_BASIC_ACK_METHOD: {
         amqp_basic_ack_t *a = f->payload.method.decoded;
@@ -631,14 +744,16 @@ static int mq_pub_frame(mq_t *mq, const amqp_frame_t *f)
         return 0;
     }
     case AMQP_BASIC_RETURN_METHOD: {
-        /* No tag on a return: every pending copy to that queue is unroutable too. */
+        /* No tag on a return: its content header names the copy (mq_returned). */
         amqp_basic_return_t *m = f->payload.method.decoded;
-        for (int i = 0; i < mq->round_n; i++) {
-            mq_copy_t *c = &mq->round[i];
-            if (c->state == MQ_COPY_PENDING && strlen(c->routing_key) == m->routing_key.len &&
-                memcmp(c->routing_key, m->routing_key.bytes, m->routing_key.len) == 0)
-                c->returned = true;
-        }
+        mq->returning = true;
+        mq->ret_code = m->reply_code;
+        snprintf(mq->ret_text, sizeof(mq->ret_text), "%.*s", (int)m->reply_text.len,
+                 (char *)m->reply_text.bytes);
+        snprintf(mq->ret_exchange, sizeof(mq->ret_exchange), "%.*s", (int)m->exchange.len,
+                 (char *)m->exchange.bytes);
+        snprintf(mq->ret_key, sizeof(mq->ret_key), "%.*s", (int)m->routing_key.len,
+                 (char *)m->routing_key.bytes);
         return 0;
     }
     case AMQP_CONNECTION_BLOCKED_METHOD: {
@@ -706,8 +821,11 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
             break;
     }
     for (int i = 0; i < mq->round_n; i++) {
-        if (mq->round[i].state == MQ_COPY_PENDING)
+        if (mq->round[i].state == MQ_COPY_PENDING) {
             mq->round[i].state = MQ_COPY_REFUSED;
+            snprintf(mq->round[i].why, sizeof(mq->round[i].why), "not confirmed%s%s",
+                     mq->closed_why[0] ? ": " : "", mq->closed_why);
+        }
         if (mq->round[i].state != MQ_COPY_ACKED)
             rc = -1;
     }
@@ -777,6 +895,24 @@ bool mq_round_ok(const mq_t *mq, int index)
     return index >= 0 && index < mq->round_n && mq->round[index].state == MQ_COPY_ACKED;
 }
 
+bool mq_channel_usable(const mq_t *mq)
+{
+    return mq->channel_open && !mq->broken;
+}
+
+const char *mq_round_why(const mq_t *mq, int index)
+{
+    if (index < 0 || index >= mq->round_n)
+        return "not published";
+    const mq_copy_t *c = &mq->round[index];
+    return c->state == MQ_COPY_ACKED ? NULL : c->why[0] ? c->why : "not confirmed";
+}
+
+bool mq_round_returned(const mq_t *mq, int index)
+{
+    return index >= 0 && index < mq->round_n && mq->round[index].returned;
+}
+
 /* Whether the broker closed the channel with reply code 406 and a text containing what. */
 static bool mq_refused_for(amqp_rpc_reply_t r, const char *what)
 {
@@ -794,7 +930,6 @@ static bool mq_refused_for(amqp_rpc_reply_t r, const char *what)
 static int mq_channel_reopen(mq_t *mq)
 {
     amqp_channel_close_ok_t ok;
-    amqp_rpc_reply_t r;
 
     if (amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok) !=
         AMQP_STATUS_OK) {
@@ -802,6 +937,17 @@ static int mq_channel_reopen(mq_t *mq)
         log_error("broker %s: cannot answer the channel's close", mq->where);
         return -1;
     }
+    return mq_channel_restore(mq);
+}
+
+int mq_channel_restore(mq_t *mq)
+{
+    amqp_rpc_reply_t r;
+
+    if (mq->broken)
+        return -1;
+    if (mq->channel_open)
+        return 0;
     amqp_channel_open(mq->conn, MQ_CHANNEL);
     r = amqp_get_rpc_reply(mq->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)

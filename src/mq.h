@@ -14,6 +14,14 @@
 #define MQ_RPC_MS 15000  /* login handshake, and each RPC (declare, channel.open, close...) */
 #define MQ_SEND_MS 10000 /* one publish's socket writes */
 #define MQ_BLOCKED_MS 1000
+/*
+ * Every copy idemd publishes carries this header: its publish sequence
+ * number on the channel, so that a basic.return (which has no delivery tag)
+ * names the very copy it answers.
+ */
+#define MQ_H_PUBLISH "idemd-publish-seq"
+#define MQ_TAG_ENTRIES 72 /* header entries copied on the stack when tagging a publish */
+#define MQ_WHY_MAX 400    /* why a copy was refused, in the broker's words */
 #define MQ_OPEN_REFUSED                                                                            \
     (-2) /* mq_open: the broker is older than idemd supports */ /* after connection.blocked, wait  \
                                                                    this long for pending confirms  \
@@ -59,6 +67,12 @@ typedef struct mq {
     uint64_t pub_seq; /* last publish sequence number */
     struct mq_copy *round;
     int round_n, round_cap;
+    /* A basic.return whose content header has not come yet (mq_returned). */
+    bool returning;
+    int ret_code;
+    char ret_text[MQ_WHY_MAX / 2];
+    char ret_exchange[256], ret_key[256];
+    char closed_why[MQ_WHY_MAX / 2]; /* the broker closed the channel during the round: why */
 } mq_t;
 
 /*
@@ -142,6 +156,29 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms) __attribute__((warn_unused_result
 
 /* Whether copy index of the round was acked by the broker. */
 bool mq_round_ok(const mq_t *mq, int index);
+
+/*
+ * Why copy index of the round was not acked, in the broker's words
+ * ("unroutable: returned by the broker: 312 NO_ROUTE", "refused by the
+ * broker (basic.nack)", "not confirmed: channel closed by the broker: 404
+ * NOT_FOUND - no exchange ..."); NULL when it was acked. Valid until the
+ * next mq_round_begin.
+ */
+const char *mq_round_why(const mq_t *mq, int index);
+
+/* Whether copy index came back with basic.return (routed to no queue). */
+bool mq_round_returned(const mq_t *mq, int index);
+
+/*
+ * After the broker closed the channel of a publishing connection (a
+ * refused publish: mq_wait_confirms returned -1 and the connection is not
+ * broken), open it again in confirm mode; this starts a new round. 0, or
+ * -1 (logged; close this mq_t).
+ */
+int mq_channel_restore(mq_t *mq) __attribute__((warn_unused_result));
+
+/* Whether the channel is open (false after the broker closed it). */
+bool mq_channel_usable(const mq_t *mq);
 
 /*
  * Declare a queue with a message TTL that dead-letters back to target (a

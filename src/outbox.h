@@ -40,22 +40,46 @@ void outbox_close(outbox_t *o);
 int outbox_add(outbox_t *o, const char *source_id, size_t source_len, unsigned seq,
                const idemd_publish_t *p, char *err, size_t errlen);
 
+/* How a worker's outbox treats onward messages the broker refuses (outbox_set_policy). */
+typedef struct outbox_policy {
+    const char *queue;        /* the source queue (borrowed): dead letters name it */
+    const char *dlq;          /* its dead_letter_queue (borrowed), or NULL / "" for none */
+    unsigned max_attempts;    /* daemon.outbox_max_attempts */
+    int backoff_ms;           /* daemon.outbox_backoff_ms: doubled per refusal, 5 min at most */
+    const unsigned char *key; /* RELAY_KEY_LEN bytes (borrowed): signs the dead letters */
+} outbox_policy_t;
+
+/* Set (copy) the policy; the strings and key it points to must outlive o. */
+void outbox_set_policy(outbox_t *o, const outbox_policy_t *pol);
+
 /*
  * Publish with confirms on pub, in id order, the outbox rows of the k
  * sources src[0..k-1] (right after their COMMIT), or with k = -1 the rows
- * older than grace_s seconds (the sweeper), at most limit of them; delete
- * the rows the broker confirmed and COMMIT. Returns the number of messages
- * sent, -1 when the database failed (connection: the caller reconnects),
- * -2 when the broker did not take them all (the rest stay for later).
+ * older than grace_s seconds (the sweeper); rows waiting out a backoff are
+ * left for later. Rows are read in slices of at most 500 rows and 16 MiB,
+ * at most slices of them. Per slice: delete the rows the broker confirmed;
+ * a row it refused (returned as unroutable, nack, a closed channel, a body
+ * over its max message size) costs only itself: its attempts grow and it
+ * waits out its backoff; after max_attempts it is dead-lettered to the
+ * source queue's dead-letter queue with the reason (confirmed first, then
+ * deleted); then COMMIT. Returns the number of messages sent, -1 when the
+ * database failed (connection: the caller reconnects), -2 when the
+ * broker's connection is lost or another failure left rows unsettled
+ * (they stay for later).
  */
 int outbox_relay(outbox_t *o, mq_t *pub, const char *const *src, const size_t *src_len, int k,
-                 int grace_s, int limit);
+                 int grace_s, int slices);
 
-/*
- * How many rows the consumer has in the outbox and the age in seconds of
- * the oldest (0 when none), for the metrics. 0, or -1 (logged).
- */
-int outbox_depth(outbox_t *o, long long *rows, double *oldest_s);
+/* The consumer's outbox by state (metrics, idemctl). */
+typedef struct outbox_depth {
+    long long rows;      /* all */
+    long long retrying;  /* refused at least once, attempts left */
+    long long exhausted; /* attempts used up, not dead-lettered (no dead_letter_queue) */
+    double oldest_s;     /* age of the oldest row; 0 when none */
+} outbox_depth_t;
+
+/* The consumer's outbox rows by state into *d. 0, or -1 (logged). */
+int outbox_depth(outbox_t *o, outbox_depth_t *d);
 
 /*
  * The default id of a source's seq-th onward message: "<consumer>:<source

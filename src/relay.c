@@ -100,9 +100,9 @@ static void relay_mac_field(unsigned char *buf, size_t *off, const void *data, s
  * the queue, the message id, attempts, first failure and original route.
  * Writes RELAY_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
  */
-static int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
-                      uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange,
-                      amqp_bytes_t rkey, char *out)
+int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
+               uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,
+               char *out)
 {
     static const char tag[] = "idemd-sig-v1";
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -130,6 +130,15 @@ static int relay_sign(const unsigned char *key, const char *queue, const char *i
     for (unsigned i = 0; i < mac_len; i++)
         snprintf(out + 2 * i, 3, "%02x", mac[i]);
     return 0;
+}
+
+void relay_iso_time(uint64_t ms, char *out, size_t len)
+{
+    time_t secs = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&secs, &tm);
+    snprintf(out, len, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1,
+             tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
 bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, const char *queue,
@@ -260,8 +269,6 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     int n_orig = (p->_flags & AMQP_BASIC_HEADERS_FLAG) ? p->headers.num_entries : 0;
     int n;
     bool dropped;
-    struct tm tm;
-    time_t secs = (time_t)(now_ms / 1000);
 
     memset(c, 0, sizeof(*c));
     c->entries = calloc((size_t)n_orig + 11, sizeof(*c->entries));
@@ -280,9 +287,7 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
         c->entries[n++].value.value.boolean = 1;
     }
 
-    gmtime_r(&secs, &tm);
-    snprintf(c->now, sizeof(c->now), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-             tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(now_ms % 1000));
+    relay_iso_time(now_ms, c->now, sizeof(c->now));
     snprintf(c->error, sizeof(c->error), "%.*s", (int)sizeof(c->error) - 1, error ? error : "");
 
     c->entries[n].key = amqp_cstring_bytes(RELAY_H_ATTEMPTS);

@@ -19,6 +19,11 @@
 #define RELAY_H_QUEUE "idemd-queue" /* the queue whose handler failed */
 #define RELAY_H_SIG "idemd-sig"     /* hex HMAC-SHA256 of the headers above (relay_trusted) */
 #define RELAY_H_BODY_DROPPED "idemd-body-dropped" /* int: size of a body over max_body_bytes */
+/* Dead letters of onward messages (outbox.c): int 1, and the source message's id. */
+#define RELAY_H_ONWARD "idemd-onward"
+#define RELAY_H_ONWARD_SOURCE "idemd-onward-source"
+#define RELAY_ONWARD_PREFIX "onward:" /* the queue a dead onward message's idemd-sig is bound to   \
+                                       */
 
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072
@@ -84,6 +89,20 @@ bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, c
 void relay_copy_body_dropped(relay_copy_t *c, uint64_t size);
 
 void relay_copy_free(relay_copy_t *c);
+
+/*
+ * The signature idemd-sig carries: hex HMAC-SHA256 under key (RELAY_KEY_LEN
+ * bytes) of queue, the message id, attempts, first failure and original
+ * route, each length-prefixed. Dead letters of onward messages (outbox.c)
+ * are signed with queue = RELAY_ONWARD_PREFIX + the source queue. Writes
+ * RELAY_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
+ */
+int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
+               uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,
+               char *out);
+
+/* ms (CLOCK_REALTIME milliseconds) as ISO 8601 UTC with milliseconds, into out. */
+void relay_iso_time(uint64_t ms, char *out, size_t len);
 
 /*
  * Name of the delay queue for a message that failed its attempt-th attempt

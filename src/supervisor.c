@@ -698,6 +698,8 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
                 outbox_seen = seen;
                 q->outbox_known = true;
                 q->outbox_rows = __atomic_load_n(&w->slot->outbox_rows, __ATOMIC_RELAXED);
+                q->outbox_retrying = __atomic_load_n(&w->slot->outbox_retrying, __ATOMIC_RELAXED);
+                q->outbox_exhausted = __atomic_load_n(&w->slot->outbox_exhausted, __ATOMIC_RELAXED);
                 q->outbox_oldest_s =
                     (double)__atomic_load_n(&w->slot->outbox_oldest_us, __ATOMIC_RELAXED) / 1e6;
             }

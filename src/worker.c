@@ -22,6 +22,8 @@
 
 #define WORKER_MAX_HEADERS 64
 #define WORKER_CONFIRM_MS 15000   /* a round's wait for the broker to confirm its copies, in all */
+#define WORKER_RELAY_SLICES 1000  /* outbox slices after a COMMIT: all the batch's rows */
+#define WORKER_SWEEP_SLICES 20    /* outbox slices per sweep (500 rows, 16 MiB each) */
 #define WORKER_IDLE_PING_MS 1000  /* ping the database before a batch after this long unused */
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
 /* Starts past max_attempts, without confirmed crashes, before the guard gives up (worker_guard). */
@@ -258,6 +260,12 @@ static int worker_connect_db(worker_t *w)
         outbox_rebind(w->outbox, w->db);
     else if ((w->outbox = outbox_new(w->db)) == NULL)
         return WORKER_EXIT_TEMPFAIL;
+    outbox_policy_t pol = {.queue = w->q->name,
+                           .dlq = w->q->dead_letter_queue,
+                           .max_attempts = (unsigned)w->conf->outbox_max_attempts,
+                           .backoff_ms = w->conf->outbox_backoff_ms,
+                           .key = w->relay_key};
+    outbox_set_policy(w->outbox, &pol);
     worker_connected(w, WORKER_LOST_DATABASE);
     if (db_attempt_prepare(w->db) != 0) {
         snprintf(w->slot->error, sizeof(w->slot->error),
@@ -676,7 +684,7 @@ static void worker_relay(worker_t *w)
                  "sweeper");
         return;
     }
-    int n = outbox_relay(w->outbox, w->pub, w->ids, w->id_lens, k, 0, 1000000);
+    int n = outbox_relay(w->outbox, w->pub, w->ids, w->id_lens, k, 0, WORKER_RELAY_SLICES);
     if (n >= 0) {
         log_debug("outbox: sent %d onward message(s)", n);
         return;
@@ -696,7 +704,8 @@ static int worker_sweep(void *arg)
     worker_t *w = arg;
     if (worker_ready_publisher(w) != 0)
         return 0;
-    int n = outbox_relay(w->outbox, w->pub, NULL, NULL, -1, w->conf->outbox_grace, 500);
+    int n =
+        outbox_relay(w->outbox, w->pub, NULL, NULL, -1, w->conf->outbox_grace, WORKER_SWEEP_SLICES);
     if (n == -1)
         return -1;
     if (n == -2) {
@@ -706,11 +715,12 @@ static int worker_sweep(void *arg)
     } else if (n > 0) {
         log_info("outbox: sweeper sent %d onward message(s) left behind", n);
     }
-    long long rows;
-    double oldest;
-    if (outbox_depth(w->outbox, &rows, &oldest) == 0) {
-        __atomic_store_n(&w->slot->outbox_rows, (int64_t)rows, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(oldest * 1e6), __ATOMIC_RELAXED);
+    outbox_depth_t d;
+    if (outbox_depth(w->outbox, &d) == 0) {
+        __atomic_store_n(&w->slot->outbox_rows, (int64_t)d.rows, __ATOMIC_RELAXED);
+        __atomic_store_n(&w->slot->outbox_retrying, (int64_t)d.retrying, __ATOMIC_RELAXED);
+        __atomic_store_n(&w->slot->outbox_exhausted, (int64_t)d.exhausted, __ATOMIC_RELAXED);
+        __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(d.oldest_s * 1e6), __ATOMIC_RELAXED);
         __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
     }
     return 0;

@@ -55,6 +55,7 @@ typedef struct worker_slot {
     /* The outbox as the last sweep saw it (metrics): rows, age of the oldest in
      * microseconds, and when (CLOCK_MONOTONIC ms; 0 = never swept here). */
     int64_t outbox_rows, outbox_oldest_us;
+    int64_t outbox_retrying, outbox_exhausted; /* rows refused before; rows out of attempts */
     uint64_t outbox_seen_ms;
     int exit_signal; /* set by the supervisor at reap: the signal that ended the last worker, or 0
                       */

@@ -36,6 +36,26 @@ bool mq_round_ok(const mq_t *mq, int index)
     (void)mq, (void)index;
     return false;
 }
+const char *mq_round_why(const mq_t *mq, int index)
+{
+    (void)mq, (void)index;
+    return "stub";
+}
+bool mq_round_returned(const mq_t *mq, int index)
+{
+    (void)mq, (void)index;
+    return false;
+}
+int mq_channel_restore(mq_t *mq)
+{
+    (void)mq;
+    return -1;
+}
+bool mq_channel_usable(const mq_t *mq)
+{
+    (void)mq;
+    return false;
+}
 
 int main(void)
 {
