@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <json-c/json.h>
+#include <mysqld_error.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <regex.h>
@@ -20,6 +21,7 @@
 #include "delivery.h"
 #include "log.h"
 #include "mq.h"
+#include "outbox.h"
 #include "relay.h"
 
 #ifndef IDEMCTL_VERSION
@@ -88,6 +90,7 @@ static void ctl_usage(FILE *out)
           "             [--consumer C]\n"
           "  dlq purge QUEUE [--reason REGEX] --yes\n"
           "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
+          "  outbox list [QUEUE] [--limit N]\n"
           "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
           "         -h, --help, -V, --version\n"
           "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n",
@@ -620,6 +623,150 @@ out:
     return doc;
 }
 
+/*
+ * The consumer's rows in idemd_outbox into ob: all, retrying (refused, attempts
+ * left), exhausted (daemon.outbox_max_attempts used up). 0; 1 when the table
+ * (sql/005) or its attempts column (sql/009) is missing (rows only, or
+ * nothing, is known: ob[] = -1 where unknown); -1 on another error (logged).
+ */
+static int ctl_outbox_counts(const ctl_t *ctl, db_t *db, const char *consumer, long long ob[3])
+{
+    char sql[800];
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    char *hc = ctl_hex(consumer, strlen(consumer));
+    int rc = -1, max = ctl->conf->outbox_max_attempts;
+
+    ob[0] = ob[1] = ob[2] = -1;
+    if (hc == NULL)
+        return -1;
+    snprintf(sql, sizeof(sql),
+             "SELECT COUNT(*), COALESCE(SUM(attempts > 0 AND attempts < %d), 0), "
+             "COALESCE(SUM(attempts >= %d), 0) FROM " OUTBOX_TABLE " WHERE consumer = %s",
+             max, max, hc);
+    if (mysql_query(db->my, sql) != 0 || (res = mysql_store_result(db->my)) == NULL) {
+        unsigned e = mysql_errno(db->my);
+        if (e == ER_NO_SUCH_TABLE || e == ER_BAD_FIELD_ERROR)
+            rc = 1;
+        else
+            log_error("database: counting outbox rows: %s", mysql_error(db->my));
+        goto out;
+    }
+    if ((row = mysql_fetch_row(res)) != NULL && row[0] && row[1] && row[2]) {
+        ob[0] = atoll(row[0]);
+        ob[1] = atoll(row[1]);
+        ob[2] = atoll(row[2]);
+    }
+    rc = 0;
+out:
+    if (res)
+        mysql_free_result(res);
+    (void)mysql_rollback(db->my);
+    free(hc);
+    return rc;
+}
+
+/*
+ * outbox list: the rows of QUEUE's consumer (or of every configured queue's)
+ * in idemd_outbox, oldest first, at most --limit: id, consumer, message id,
+ * exchange, routing key, attempts, state, seconds to the next try, age,
+ * last error. CTL_EXIT_NOMATCH when there is none.
+ */
+static int ctl_outbox_list(ctl_t *ctl, const char *queue)
+{
+    db_t *db = NULL;
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    int rc, shown = 0, max = ctl->conf->outbox_max_attempts;
+    size_t cap = 1024;
+    char *sql = NULL, *p;
+    long limit = ctl->limit > 0 ? ctl->limit : 1000;
+
+    for (int i = 0; i < ctl->conf->n_queues; i++)
+        cap += 2 * strlen(ctl->conf->queues[i].consumer) + 8;
+    if ((sql = malloc(cap)) == NULL)
+        return CTL_EXIT_PARTIAL;
+    p = sql + sprintf(sql,
+                      "SELECT id, consumer, msg_id, exchange, routing_key, attempts, "
+                      "COALESCE(GREATEST(TIMESTAMPDIFF(MICROSECOND, NOW(3), next_at), 0), 0), "
+                      "TIMESTAMPDIFF(MICROSECOND, created_at, NOW(3)), COALESCE(last_error, '') "
+                      "FROM " OUTBOX_TABLE " WHERE consumer IN (");
+    int n = 0;
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const conf_queue_t *q = &ctl->conf->queues[i];
+        if (queue && strcmp(q->name, queue) != 0)
+            continue;
+        char *hc = ctl_hex(q->consumer, strlen(q->consumer));
+        if (hc == NULL) {
+            free(sql);
+            return CTL_EXIT_PARTIAL;
+        }
+        p += sprintf(p, "%s%s", n++ ? ", " : "", hc);
+        free(hc);
+    }
+    if (n == 0) {
+        fprintf(stderr, "idemctl: queue '%s' is not in %s\n", queue, ctl->conf->path);
+        free(sql);
+        return CTL_EXIT_NOMATCH;
+    }
+    sprintf(p, ") ORDER BY id LIMIT %ld", limit);
+    if ((rc = ctl_db_open(ctl, &db)) != 0)
+        goto out;
+    if (mysql_query(db->my, sql) != 0 || (res = mysql_store_result(db->my)) == NULL) {
+        fprintf(stderr, "idemctl: reading %s: %s%s\n", OUTBOX_TABLE, mysql_error(db->my),
+                mysql_errno(db->my) == ER_BAD_FIELD_ERROR
+                    ? " (apply sql/009_idemd_outbox_attempts.sql)"
+                    : "");
+        rc = CTL_EXIT_PARTIAL;
+        goto out;
+    }
+    if (ctl->json)
+        ctl->out = json_object_new_array();
+    while ((row = mysql_fetch_row(res)) != NULL) {
+        unsigned long *len = mysql_fetch_lengths(res);
+        long long attempts = atoll(row[5]);
+        const char *state = attempts == 0 ? "waiting" : attempts < max ? "retrying" : "exhausted";
+        double next_s = (double)atoll(row[6]) / 1e6, age_s = (double)atoll(row[7]) / 1e6;
+        shown++;
+        if (ctl->json) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "row", json_object_new_int64(atoll(row[0])));
+            ctl_json_str(o, "consumer", row[1], len[1]);
+            ctl_json_str(o, "msg_id", row[2], len[2]);
+            ctl_json_str(o, "exchange", row[3], len[3]);
+            ctl_json_str(o, "routing_key", row[4], len[4]);
+            json_object_object_add(o, "attempts", json_object_new_int64(attempts));
+            json_object_object_add(o, "state", json_object_new_string(state));
+            json_object_object_add(o, "next_try_in_seconds", json_object_new_double(next_s));
+            json_object_object_add(o, "age_seconds", json_object_new_double(age_s));
+            ctl_json_str(o, "last_error", row[8], len[8]);
+            json_object_array_add(ctl->out, o);
+            continue;
+        }
+        printf("%s\t", row[0]);
+        ctl_put(stdout, row[1], len[1]);
+        fputc('\t', stdout);
+        ctl_put(stdout, row[2], len[2]);
+        fputc('\t', stdout);
+        ctl_put(stdout, row[3], len[3]);
+        fputc('\t', stdout);
+        ctl_put(stdout, row[4], len[4]);
+        printf("\tattempts=%lld\t%s\tnext_in=%.1fs\tage=%.1fs\t", attempts, state, next_s, age_s);
+        ctl_put(stdout, row[8], len[8]);
+        fputc('\n', stdout);
+    }
+    rc = shown > 0 ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
+out:
+    ctl_json_flush(ctl);
+    if (res)
+        mysql_free_result(res);
+    if (db)
+        (void)mysql_rollback(db->my);
+    db_close(db);
+    free(sql);
+    return rc;
+}
+
 /* The queue named name in the daemon's status document, or NULL. */
 static json_object *ctl_daemon_queue(json_object *doc, const char *name)
 {
@@ -724,6 +871,12 @@ static int ctl_status(ctl_t *ctl)
             goto out;
         }
         attempts = got == 1 ? atoll(vals[0]) : 0;
+        long long ob[3];
+        int obs = ctl_outbox_counts(ctl, db, q->consumer, ob);
+        if (obs < 0) {
+            rc = CTL_EXIT_PARTIAL;
+            goto out;
+        }
         json_object *dq = ctl_daemon_queue(daemon, q->name), *derror = NULL, *dr = NULL, *v;
         if (dq && json_object_object_get_ex(dq, "last_error", &v) && v)
             derror = v;
@@ -746,13 +899,24 @@ static int ctl_status(ctl_t *ctl)
             json_object_object_add(o, "records_last_60s", json_object_new_int64(recent));
             json_object_object_add(o, "rate_per_s", json_object_new_double(recent / 60.0));
             json_object_object_add(o, "attempt_rows", json_object_new_int64(attempts));
+            if (obs == 0) {
+                json_object *oo = json_object_new_object();
+                json_object_object_add(oo, "rows", json_object_new_int64(ob[0]));
+                json_object_object_add(oo, "retrying", json_object_new_int64(ob[1]));
+                json_object_object_add(oo, "exhausted", json_object_new_int64(ob[2]));
+                json_object_object_add(o, "outbox", oo);
+            } else {
+                json_object_object_add(o, "outbox", NULL);
+            }
             json_object_object_add(o, "daemon", json_object_new_string(dstate));
             json_object_object_add(o, "workers_up", up >= 0 ? json_object_new_int64(up) : NULL);
             json_object_object_add(o, "restarts", dr ? json_object_get(dr) : NULL);
             json_object_object_add(o, "last_error", derror ? json_object_get(derror) : NULL);
             json_object_array_add(ctl->out, o);
         } else {
-            char upbuf[32] = "?", rsbuf[32] = "?", errbuf[600] = "none";
+            char upbuf[32] = "?", rsbuf[32] = "?", errbuf[600] = "none", obbuf[80] = "-";
+            if (obs == 0)
+                snprintf(obbuf, sizeof(obbuf), "%lld/%lld/%lld", ob[0], ob[1], ob[2]);
             json_object *t, *age;
             if (up >= 0)
                 snprintf(upbuf, sizeof(upbuf), "%lld/%d", up, q->workers);
@@ -770,10 +934,10 @@ static int ctl_status(ctl_t *ctl)
                 snprintf(errbuf, sizeof(errbuf), "%.0fs ago: %s", json_object_get_double(age),
                          json_object_get_string(t));
             printf("%s\t%s\tconsumers=%u/%d\tready=%u\tdead_letters=%u\tdelayed=%u\t"
-                   "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\tworkers_up=%s\t"
+                   "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\toutbox=%s\tworkers_up=%s\t"
                    "restarts=%s\tlast_error=%s\n",
                    q->name, present ? "present" : "absent", consumers, q->workers, ready, dl,
-                   delayed, recent, recent / 60.0, attempts, upbuf, rsbuf, errbuf);
+                   delayed, recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf);
         }
     }
     if (ctl->conf->metrics.listen && daemon == NULL)
@@ -1353,6 +1517,9 @@ int main(int argc, char **argv)
             return ctl_bad("dlq replay: --to and --to-original exclude each other%s", "");
         if (ctl.to_queue && strcmp(ctl.to_queue, args[2]) == 0)
             return ctl_bad("dlq replay: --to %s is the dead letter queue itself", ctl.to_queue);
+    } else if (!strcmp(cmd, "outbox") && !strcmp(sub, "list")) {
+        if (n_args > 3)
+            return ctl_bad("outbox list: at most one QUEUE%s", "");
     } else if (!strcmp(cmd, "records") && !strcmp(sub, "purge")) {
         if (n_args != 2)
             return ctl_bad("records purge takes no arguments%s", "");
@@ -1377,6 +1544,8 @@ int main(int argc, char **argv)
         rc = ctl_lookup(&ctl, args + 1, n_args - 1);
     else if (!strcmp(cmd, "records"))
         rc = ctl_records_purge(&ctl);
+    else if (!strcmp(cmd, "outbox"))
+        rc = ctl_outbox_list(&ctl, n_args > 2 ? args[2] : NULL);
     else if (!strcmp(sub, "list"))
         rc = ctl_dlq(&ctl, args[2], CTL_LIST);
     else if (!strcmp(sub, "replay"))

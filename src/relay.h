@@ -22,8 +22,9 @@
 /* Dead letters of onward messages (outbox.c): int 1, and the source message's id. */
 #define RELAY_H_ONWARD "idemd-onward"
 #define RELAY_H_ONWARD_SOURCE "idemd-onward-source"
-#define RELAY_ONWARD_PREFIX "onward:" /* the queue a dead onward message's idemd-sig is bound to   \
-                                       */
+#define RELAY_ONWARD_PREFIX                                                                        \
+    "onward:" /* the queue a dead onward message's idemd-sig is bound to                           \
+               */
 
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072

@@ -34,6 +34,15 @@ h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 't_ob_b
 h_wait_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 't_ob_blk.missing' AND last_error LIKE '%404 NOT_FOUND%'" $good 30 ||
     h_fail "missing-exchange rows without the broker's reason: $(h_sql "SELECT last_error FROM idemd_outbox WHERE exchange = 't_ob_blk.missing' LIMIT 3")"
 h_assert_eq "$(h_depth "$q.dlq")" 0 "nothing dead-lettered before outbox_max_attempts"
+# The operator sees them: idemctl outbox list and status.
+ctl() { "$H_BUILD/idemctl" -c idemd.conf "$@"; }
+ctl outbox list "$q" --limit 5000 >list.txt || h_fail "idemctl outbox list exited with $?"
+h_assert_eq "$(awk -F'\t' '$7 == "retrying"' list.txt | wc -l)" $((bad + 2 * good)) "rows listed as retrying"
+h_assert_eq "$(awk -F'\t' '$4 == "t_ob_blk.missing" && $10 ~ /404 NOT_FOUND/' list.txt | wc -l)" $good \
+    "missing-exchange rows listed with the broker's reason"
+ctl status >status.txt || h_fail "idemctl status exited with $?"
+[[ "$(cat status.txt)" == *$'\toutbox='$((bad + 2 * good))/$((bad + 2 * good))/0$'\t'* ]] ||
+    h_fail "idemctl status: $(cat status.txt)"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 h_mq get "$sink" -n 1000 >sink.txt
 h_assert_eq "$(cut -f1 sink.txt | sort -u | wc -l)" $good "distinct good onward messages"
