@@ -532,6 +532,19 @@ static int outbox_dead_letter(outbox_t *o, mq_t *pub, MYSQL_ROW row, const unsig
     return mq_publish_to(pub, "", o->pol.dlq, &props, body);
 }
 
+/* Whether a body of len bytes is over the broker's max message size as pub learned it; then r says
+ * so. */
+static bool outbox_too_big(const mq_t *pub, unsigned long len, outbox_row_t *r)
+{
+    if (pub->max_message == 0 || len + RELAY_RESERVE <= pub->max_message)
+        return false;
+    r->state = OUTBOX_REFUSED;
+    snprintf(r->why, sizeof(r->why),
+             "a body of %lu bytes is over the broker's max message size (%llu bytes)", len,
+             (unsigned long long)pub->max_message);
+    return true;
+}
+
 /*
  * Publish the rows of the fetched result res (rows[0..n-1], in id order)
  * and note in each what became of it. A publish the broker closed the
@@ -559,13 +572,8 @@ static int outbox_send_slice(outbox_t *o, mq_t *pub, MYSQL_RES *res, outbox_row_
         const unsigned long *len = mysql_fetch_lengths(res);
         rows[i].attempts = (unsigned)strtoul(row[8], NULL, 10);
         rows[i].failed_s = strtoll(row[9], NULL, 10);
-        if (pub->max_message && len[6] + RELAY_RESERVE > pub->max_message) {
-            rows[i].state = OUTBOX_REFUSED;
-            snprintf(rows[i].why, sizeof(rows[i].why),
-                     "a body of %lu bytes is over the broker's max message size (%llu bytes)",
-                     len[6], (unsigned long long)pub->max_message);
+        if (outbox_too_big(pub, len[6], &rows[i]))
             continue;
-        }
         if (!mq_channel_usable(pub) || (copy[i] = outbox_send(pub, row, len)) < 0)
             break;
     }
@@ -593,6 +601,8 @@ static int outbox_send_slice(outbox_t *o, mq_t *pub, MYSQL_RES *res, outbox_row_
                 continue;
             if (mq_channel_restore(pub) != 0)
                 goto done;
+            if (outbox_too_big(pub, mysql_fetch_lengths(res)[6], &rows[i]))
+                continue;
             mq_round_begin(pub);
             int c = outbox_send(pub, row, mysql_fetch_lengths(res));
             if (c < 0)

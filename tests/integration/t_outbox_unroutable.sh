@@ -20,6 +20,8 @@ queues = (
 );
 CONF
 } >idemd.conf
+# A channel reads the broker's max message size when it opens: set it before idemd connects.
+h_rabbitmqctl eval "application:set_env(rabbit, max_message_size, 200000), catch persistent_term:put(max_message_size, 200000), ok." >/dev/null
 h_daemon_start idemd.conf idemd.log
 seq 1 $n | awk '{ printf "m%d\tbody%d\n", $1, $1 }' | h_mq publish -r "$q" >pub.txt || h_fail "publish: $(cat pub.txt)"
 h_assert_eq "$(cat pub.txt)" "published $n confirmed $n" "publisher"
@@ -37,13 +39,29 @@ h_assert_eq "$(h_count_log idemd.log "outbox: onward message \(row [0-9]+\) refu
 curl -sf "http://127.0.0.1:$mport/metrics" >metrics.txt || h_fail "no /metrics"
 h_assert_eq "$(awk -v q="$q" '$1 ~ "^idemd_outbox_rows\\{queue=\"" q "\"" { s += $2 } END { print s + 0 }' metrics.txt)" 0 \
     "idemd_outbox_rows after the drain"
+
+# An onward message over the broker's max message size: refused (the broker closes the
+# channel, idemd learns the limit), then dead-lettered without its body, never sent for ever.
+printf 'big1\tbig:300000\n' | h_mq publish -r "$q" >pub.txt || h_fail "publish: $(cat pub.txt)"
+h_wait_depth "$q.dlq" $((n + 2)) 60 || h_fail "the two onward messages over the max size are not dead-lettered"
+h_wait_sql "SELECT COUNT(*) FROM idemd_outbox" 0 30 || h_fail "the outbox did not drain after the big one"
+h_assert_eq "$(h_depth "$sink")" $n "messages in $sink after the big one"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 
 h_mq get "$sink" -n 100 >sink.txt
 h_assert_eq "$(cut -f1 sink.txt | sort -u | wc -l)" $n "distinct ids in $sink"
 h_assert_eq "$(cut -f1 sink.txt | grep -c ':0$')" $n "$sink holds the amq.topic copies (seq 0)"
-h_mq get "$q.dlq" -n 100 >dlq.txt
+h_mq get "$q.dlq" -n 100 >all.txt
+grep -v '^t_ob_unr.q:big1:' all.txt >dlq.txt || true
+grep '^t_ob_unr.q:big1:' all.txt >big.txt || true
 h_assert_eq "$(wc -l <dlq.txt)" $n "dead letters read"
+h_assert_eq "$(wc -l <big.txt)" 2 "dead letters of the big onward messages"
+while IFS= read -r line; do
+    id=${line%%$'\t'*}
+    h_assert_eq "$(c_hdr "$line" idemd-body-dropped)" 300000 "$id: idemd-body-dropped"
+    [[ "$(c_hdr "$line" idemd-error)" == *"max message size"* ]] || h_fail "$id: idemd-error '$(c_hdr "$line" idemd-error)'"
+    h_assert_eq "$(cut -f2 <<<"$line")" "" "$id: body left out"
+done <big.txt
 while IFS= read -r line; do
     id=${line%%$'\t'*}
     [[ "$id" == *:1 ]] || h_fail "dead letter $id is not an amq.direct copy (seq 1)"

@@ -4,7 +4,8 @@
  * settings.routes = "EXCHANGE KEY;EXCHANGE KEY;...": per handled message,
  * one onward message (the message's body) to each route, in that order,
  * with the host's derived ids; exchange "-" is the default exchange. A
- * message whose body is "route:N" goes to route N (0-based) only.
+ * message whose body is "route:N" goes to route N (0-based) only; one whose
+ * body is "big:N" sends N bytes of 'x' instead of its body.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,8 +61,19 @@ static idemd_result_t onward_handle(void *state, struct st_mysql *db, const idem
 {
     onward_state_t *st = state;
     int only = -1;
-    if (msg->body_len > 6 && msg->body_len < 16 && memcmp(msg->body, "route:", 6) == 0)
-        only = atoi((const char *)msg->body + 6);
+    char num[16];
+    size_t big = 0;
+    if (msg->body_len > 4 && msg->body_len < 16) {
+        memcpy(num, msg->body, msg->body_len);
+        num[msg->body_len] = '\0';
+        if (strncmp(num, "route:", 6) == 0)
+            only = atoi(num + 6);
+        else if (strncmp(num, "big:", 4) == 0)
+            big = (size_t)strtoul(num + 4, NULL, 10);
+    }
+    char *fill = big ? malloc(big) : NULL;
+    if (fill)
+        memset(fill, 'x', big);
     for (int i = 0; i < st->n; i++) {
         if (only >= 0 && i != only)
             continue;
@@ -69,11 +81,14 @@ static idemd_result_t onward_handle(void *state, struct st_mysql *db, const idem
         memset(&p, 0, sizeof(p));
         p.exchange = strcmp(st->exchange[i], "-") == 0 ? "" : st->exchange[i];
         p.routing_key = st->key[i];
-        p.body = msg->body;
-        p.body_len = msg->body_len;
-        if (st->host->publish(db, msg, &p, err, errlen) != 0)
+        p.body = fill ? fill : msg->body;
+        p.body_len = fill ? big : msg->body_len;
+        if (st->host->publish(db, msg, &p, err, errlen) != 0) {
+            free(fill);
             return IDEMD_RESULT_RETRY;
+        }
     }
+    free(fill);
     return IDEMD_RESULT_OK;
 }
 
