@@ -628,17 +628,21 @@ metrics_server_t *metrics_start(const struct sockaddr_storage *addr, const char 
 
 void metrics_set_token(metrics_server_t *s, const char *token)
 {
+    unsigned char sha[SHA256_DIGEST_LENGTH] = {0};
     if (s == NULL)
         return;
-    bool was = s->auth;
-    s->auth = token != NULL;
     if (token)
-        SHA256((const unsigned char *)token, strlen(token), s->token_sha);
+        SHA256((const unsigned char *)token, strlen(token), sha);
+    bool changed = s->auth != (token != NULL) || CRYPTO_memcmp(sha, s->token_sha, sizeof(sha));
+    s->auth = token != NULL;
+    memcpy(s->token_sha, sha, sizeof(sha));
+    explicit_bzero(sha, sizeof(sha));
+    if (!changed)
+        return;
+    if (s->auth)
+        log_info("metrics: bearer token set from metrics.token_file: requests without it get 401");
     else
-        explicit_bzero(s->token_sha, sizeof(s->token_sha));
-    if (was != s->auth)
-        log_info("metrics: %s", s->auth ? "requests need the bearer token of metrics.token_file"
-                                        : "requests need no token (metrics.token_file unset)");
+        log_info("metrics: no bearer token (metrics.token_file not set): requests need none");
 }
 
 int metrics_fd(const metrics_server_t *s)
