@@ -1,9 +1,17 @@
-# t_metrics_token: with metrics.token_file, /metrics and /status answer 401 (WWW-Authenticate: Bearer) without the token or with a wrong one, 200 with it; idemctl status sends it; a reload reads a new token; a token file others may read, or a short token, is refused naming the file and the setting.
+# t_metrics_token: with metrics.token_file, /metrics and /status answer 401 (WWW-Authenticate: Bearer) without the token or with a wrong one, 200 with it; idemctl status and Prometheus (docs/monitoring.md's credentials_file) send it; a reload reads a new token; a token file others may read, or a short token, is refused naming the file and the setting.
 IDEMCTL=$H_BUILD/idemctl
 db=t_metrics_token
 q=t_metrics_token.q
 h_new_db "$db"
 mport=$(h_free_port 33000 2000)
+pport=$(h_free_port 35000 2000)
+prom_pid=
+mt_cleanup()
+{
+    [[ -n "$prom_pid" ]] && kill "$prom_pid" 2>/dev/null && wait "$prom_pid" 2>/dev/null
+    true
+}
+trap mt_cleanup EXIT
 tok=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
 other=$(od -An -N24 -tx1 /dev/urandom | tr -d ' \n')
 (
@@ -92,6 +100,53 @@ cat status.err
 grep -qF "did not answer GET /status: answered 401: it wants another token than metrics.token_file holds" status.err ||
     h_fail "idemctl status does not say the token was refused: $(cat status.err)"
 
+# Prometheus with the scrape config of docs/monitoring.md (authorization.credentials_file)
+# scrapes it; a job with a wrong token is down.
+(
+    umask 077
+    printf '%s\n' "$tok" >prom.token
+    printf '%s\n' "$other" >prom-wrong.token
+)
+awk '/^```yaml/ { b = ""; p = 1; next } p && /^```/ { if (b ~ /credentials_file/) { printf "%s", b; exit } p = 0 } p { b = b $0 "\n" }' \
+    "$H_ROOT/docs/monitoring.md" >doc-scrape.yml
+grep -q 'credentials_file: /etc/prometheus/idemd.token' doc-scrape.yml || h_fail "no scrape config with credentials_file in docs/monitoring.md"
+{
+    echo "global: { scrape_interval: 1s }"
+    sed -e "s|/etc/prometheus/idemd.token|$PWD/prom.token|; s|127.0.0.1:9187|127.0.0.1:$mport|; s|scrape_interval: 15s|scrape_interval: 1s|" doc-scrape.yml
+    cat <<YML
+  - job_name: idemd-wrong
+    authorization: { credentials_file: $PWD/prom-wrong.token }
+    static_configs: [ { targets: [ "127.0.0.1:$mport" ] } ]
+YML
+} >prom.yml
+cat prom.yml
+promtool check config prom.yml >promtool.log 2>&1 || { cat promtool.log; h_fail "promtool check config"; }
+prometheus --config.file=prom.yml --storage.tsdb.path="$PWD/prom-data" \
+    --web.listen-address="127.0.0.1:$pport" >prom.log 2>&1 &
+prom_pid=$!
+deadline=$((SECONDS + 60))
+until curl -sf --max-time 2 "http://127.0.0.1:$pport/-/ready" >/dev/null; do
+    kill -0 "$prom_pid" 2>/dev/null || { tail prom.log; h_fail "prometheus exited"; }
+    ((SECONDS < deadline)) || { tail prom.log; h_fail "prometheus not ready"; }
+    sleep 0.5
+done
+# prom_wait QUERY WANT SECONDS: until PromQL QUERY gives WANT.
+prom_wait()
+{
+    local deadline=$((SECONDS + $3)) got
+    while :; do
+        got=$(curl -sS --max-time 5 "http://127.0.0.1:$pport/api/v1/query" --data-urlencode "query=$1" |
+            sed -n 's/.*"value":\[[^,]*,"\([^"]*\)"\].*/\1/p') || true
+        [[ "$got" == "$2" ]] && return 0
+        ((SECONDS < deadline)) || h_fail "PromQL $1 gave '$got', expected '$2' after $3 s"
+        sleep 0.5
+    done
+}
+prom_wait "sum(idemd_messages_total{job=\"idemd\",queue=\"$q\",outcome=\"ok\"})" 3 30
+prom_wait 'up{job="idemd"}' 1 10
+prom_wait 'up{job="idemd-wrong"}' 0 10
+h_assert_eq "$(h_count_log idemd.log 'metrics: refused a request')" 1 "refusals logged after the wrong job's scrapes (one line a minute)"
+
 # A reload reads the file again: the new token works, the old one no longer does.
 printf '%s\n' "$other" >token
 kill -HUP "$H_DAEMON_PID"
@@ -99,6 +154,15 @@ h_wait_log idemd.log 'metrics: bearer token set from metrics.token_file' 2 30 ||
 h_assert_eq "$(code /metrics -H "Authorization: Bearer $other")" 200 "the new token after the reload"
 h_assert_eq "$(code /metrics -H "Authorization: Bearer $tok")" 401 "the old token after the reload"
 "$IDEMCTL" -c idemd.conf status >/dev/null 2>status.err || h_fail "idemctl status after the reload: $(cat status.err)"
+# Prometheus reads its credentials file at each scrape: the new token there, no restart, and
+# both jobs are up.
+printf '%s\n' "$other" >prom.token.new
+mv prom.token.new prom.token
+since=$(date +%s)
+prom_wait "up{job=\"idemd\"} == 1 and timestamp(up{job=\"idemd\"}) > $since" 1 15
+prom_wait 'up{job="idemd-wrong"}' 1 10
+mt_cleanup
+prom_pid=
 # A reload onto a token file others may read is refused; the running token stays.
 chmod 0604 token
 kill -HUP "$H_DAEMON_PID"
