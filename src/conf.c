@@ -288,8 +288,14 @@ static const conf_def_t conf_defs[] = {
 
     CONF_STRING("metrics", "listen", conf_metrics_t, listen, 0, NULL, 1, 64, "none (off)",
                 "`\"ADDR:PORT\"` (IPv6: `\"[ADDR]:PORT\"`, numeric) where the supervisor serves "
-                "`/metrics` over HTTP without authentication: keep it on loopback or a trusted "
-                "network"),
+                "`/metrics` and `/status` over plain HTTP: keep it on loopback or a trusted "
+                "network, and set `token_file`"),
+    CONF_STRING("metrics", "token_file", conf_metrics_t, token_file, CONF_F_READABLE, NULL, 1,
+                PATH_MAX - 1, "none (no authentication)",
+                "file holding a bearer token (trailing newlines removed; at least 16 bytes of "
+                "letters, digits, `-._~+/`, then `=` padding) that every request must send as "
+                "`Authorization: Bearer TOKEN`, else 401; refused when others may read it or "
+                "its group write it. Read again on reload; `idemctl status` sends it"),
 
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),
@@ -703,17 +709,66 @@ static int conf_enum_error(conf_ctx_t *ctx, const conf_def_t *d, const config_se
     return conf_error(ctx, s, sp, "must be one of %s (got %s)", names, conf_type_name(s));
 }
 
+/* What a secret file holds; the kinds differ in what they ask of the file. */
+typedef enum conf_secret_kind {
+    CONF_SECRET_PASSWORD, /* a mode every user may read is warned about */
+    CONF_SECRET_TOKEN,    /* metrics.token_file: see conf_check_token */
+} conf_secret_kind_t;
+
+#define CONF_TOKEN_MIN 16 /* bytes of a bearer token at least */
+
+/*
+ * A bearer token must stay the service's (and its readers'): a mode that lets others read or
+ * use it, or the group change it, is refused, not warned about, since the token is the only
+ * thing between the listener and anyone who can reach it. A group may read it (root:idemd
+ * 0640), as for password files. It must be long enough not to be guessed, and fit in an
+ * Authorization header as RFC 6750's b64token: letters, digits, -._~+/ then '=' padding.
+ */
+static int conf_check_token(conf_ctx_t *ctx, const config_setting_t *s, const char *sp,
+                            const char *file, const struct stat *st, const char *tok, size_t len)
+{
+    size_t i = 0;
+    if (st->st_mode & 0027)
+        return conf_error(ctx, s, sp,
+                          "\"%s\" holds the metrics bearer token and %s (mode %04o): chmod g-w,o= "
+                          "it",
+                          file,
+                          (st->st_mode & 0007) ? "others may use it" : "its group may change it",
+                          (unsigned)(st->st_mode & 07777));
+    if (len < CONF_TOKEN_MIN)
+        return conf_error(ctx, s, sp,
+                          "\"%s\" holds %zu bytes: a bearer token needs at least %d (e.g. "
+                          "`openssl rand -hex 32`)",
+                          file, len, CONF_TOKEN_MIN);
+    while (i < len && (((tok[i] | 0x20) >= 'a' && (tok[i] | 0x20) <= 'z') ||
+                       (tok[i] >= '0' && tok[i] <= '9') || strchr("-._~+/", tok[i])))
+        i++;
+    while (i < len && tok[i] == '=')
+        i++;
+    if (i < len)
+        return conf_error(ctx, s, sp,
+                          "\"%s\": byte %zu is not allowed in a bearer token (letters, digits, "
+                          "-._~+/, then = at the end)",
+                          file, i + 1);
+    return 0;
+}
+
 /* Read a secret from a file: the whole content, trailing CR/LF removed.
  * On success *field owns a new string (the old one is freed). */
 static int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const char *sp,
-                            const char *file, char **field)
+                            const char *file, conf_secret_kind_t kind, char **field)
 {
     char buf[CONF_SECRET_MAX + 1];
     size_t len = 0;
     int rc = -1;
+    struct stat st;
     int fd = open(file, O_RDONLY | O_CLOEXEC | O_NOCTTY);
     if (fd < 0)
         return conf_error(ctx, s, sp, "cannot open \"%s\": %s", file, strerror(errno));
+    if (fstat(fd, &st) != 0) {
+        conf_error(ctx, s, sp, "cannot stat \"%s\": %s", file, strerror(errno));
+        goto fail;
+    }
     for (;;) {
         ssize_t n = read(fd, buf + len, sizeof(buf) - len);
         if (n < 0 && errno == EINTR)
@@ -741,10 +796,11 @@ static int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const ch
         goto fail;
     }
     buf[len] = '\0';
+    if (kind == CONF_SECRET_TOKEN && conf_check_token(ctx, s, sp, file, &st, buf, len) < 0)
+        goto fail;
     rc = conf_set_string(ctx, s, sp, field, buf);
     /* A group may be how the service account reads it (root:idemd 0640); others never. */
-    struct stat st;
-    if (rc == 0 && fstat(fd, &st) == 0 && (st.st_mode & S_IROTH))
+    if (rc == 0 && kind == CONF_SECRET_PASSWORD && (st.st_mode & S_IROTH))
         rc = conf_warn(ctx, s, sp,
                        "\"%s\" holds a password and is readable by every user (mode %04o): "
                        "chmod o= it",
@@ -981,7 +1037,8 @@ static int conf_load_one(conf_ctx_t *ctx, const conf_def_t *d, const config_sett
         const char *file = config_setting_get_string(s);
         if (!file[0])
             return conf_error(ctx, s, sp, "must not be empty");
-        return conf_read_secret(ctx, s, sp, file, CONF_AT(base, d->off, char *));
+        return conf_read_secret(ctx, s, sp, file, CONF_SECRET_PASSWORD,
+                                CONF_AT(base, d->off, char *));
     }
     case CONF_T_ARGS:
         return conf_load_args(ctx, d, s, base, sp);
@@ -1105,7 +1162,8 @@ static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, c
     return conf_set_string(ctx, at, sp, &q->handler, full);
 }
 
-/* metrics.listen: a numeric address and a port, parsed for the supervisor. */
+/* metrics.token_file: the token read (conf_read_secret checks it); metrics.listen: a numeric
+ * address and a port, parsed for the supervisor. */
 static int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                               const char *path)
 {
@@ -1115,6 +1173,12 @@ static int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void
     size_t hlen;
     char *end;
 
+    if (m->token_file) {
+        conf_path(sp, path, "token_file");
+        if (conf_read_secret(ctx, config_setting_get_member(grp, "token_file"), sp, m->token_file,
+                             CONF_SECRET_TOKEN, &m->token) < 0)
+            return -1;
+    }
     if (m->listen == NULL)
         return 0;
     conf_path(sp, path, "listen");
@@ -1785,6 +1849,10 @@ void conf_free(conf_t *conf)
     if (!conf)
         return;
     conf_free_section("root", conf);
+    if (conf->metrics.token) {
+        explicit_bzero(conf->metrics.token, strlen(conf->metrics.token));
+        free(conf->metrics.token);
+    }
     for (int i = 0; i < conf->n_warnings; i++)
         free(conf->warnings[i]);
     free(conf->warnings);
@@ -2310,6 +2378,7 @@ static const conf_example_t conf_examples[] = {
     {"database_tls", "cert_file", "\"/etc/idemd/tls/client.pem\"", false},
     {"database_tls", "key_file", "\"/etc/idemd/tls/client.key\"", false},
     {"metrics", "listen", "\"127.0.0.1:9187\"", false},
+    {"metrics", "token_file", "\"/etc/idemd/metrics.token\"", false},
     {"queue", "name", "\"orders.pay\"", true},
     {"queue", "handler", "\"/usr/local/lib/idemd/plugins/order_pay.so\"", true},
     {"queue", "consumer", "\"orders.pay\"", false},

@@ -108,6 +108,8 @@ typedef struct conf_database {
 typedef struct conf_metrics {
     char *listen;                 /* "ADDR:PORT", "[ADDR]:PORT", or NULL: off (default) */
     struct sockaddr_storage addr; /* listen parsed (when set) */
+    char *token_file;             /* file holding the bearer token, or NULL: none (default) */
+    char *token;                  /* its content, read at load (owned; wiped by conf_free) */
 } conf_metrics_t;
 
 typedef struct conf {

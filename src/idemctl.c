@@ -539,20 +539,27 @@ static int ctl_wait_fd(int fd, short events, int ms)
 
 /*
  * GET /status from the daemon at metrics.listen (HTTP/1.0, the answer read
- * to its end). Returns the parsed document (the caller puts it), or NULL
- * with why written to err.
+ * to its end), with the token of metrics.token_file when that is set. Returns the parsed document
+ * (the caller puts it), or NULL with why written to err.
  */
 static json_object *ctl_daemon_status(const conf_t *conf, char *err, size_t errlen)
 {
     const struct sockaddr_storage *a = &conf->metrics.addr;
     socklen_t alen =
         a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    static const char req[] = "GET /status HTTP/1.0\r\nHost: idemd\r\n\r\n";
-    char *buf = NULL;
+    const char *tok = conf->metrics.token;
+    char *buf = NULL, *req = NULL;
     size_t len = 0, cap = 0;
     json_object *doc = NULL;
     int fd = socket(a->ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    int reqlen = asprintf(&req, "GET /status HTTP/1.0\r\nHost: idemd\r\n%s%s%s\r\n",
+                          tok ? "Authorization: Bearer " : "", tok ? tok : "", tok ? "\r\n" : "");
 
+    if (reqlen < 0) {
+        req = NULL;
+        snprintf(err, errlen, "out of memory");
+        goto out;
+    }
     if (fd < 0) {
         snprintf(err, errlen, "socket: %s", strerror(errno));
         goto out;
@@ -573,7 +580,7 @@ static json_object *ctl_daemon_status(const conf_t *conf, char *err, size_t errl
             goto out;
         }
     }
-    if (send(fd, req, sizeof(req) - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof(req) - 1)) {
+    if (send(fd, req, (size_t)reqlen, MSG_NOSIGNAL) != (ssize_t)reqlen) {
         snprintf(err, errlen, "send: %s", strerror(errno));
         goto out;
     }
@@ -604,6 +611,13 @@ static json_object *ctl_daemon_status(const conf_t *conf, char *err, size_t errl
     }
     buf[len] = '\0';
     const char *body = strstr(buf, "\r\n\r\n");
+    if (strncmp(buf, "HTTP/1.", 7) == 0 && strlen(buf) >= 12 && strncmp(buf + 9, "401", 3) == 0) {
+        snprintf(err, errlen,
+                 tok ? "answered 401: it wants another token than metrics.token_file holds "
+                       "(changed without a reload of idemd?)"
+                     : "answered 401: it wants a token, and metrics.token_file is not set here");
+        goto out;
+    }
     if (strncmp(buf, "HTTP/1.", 7) != 0 || strlen(buf) < 12 || strncmp(buf + 9, "200", 3) != 0 ||
         body == NULL) {
         buf[strcspn(buf, "\r\n")] = '\0';
@@ -619,6 +633,10 @@ static json_object *ctl_daemon_status(const conf_t *conf, char *err, size_t errl
 out:
     if (fd >= 0)
         close(fd);
+    if (req) {
+        explicit_bzero(req, strlen(req));
+        free(req);
+    }
     free(buf);
     return doc;
 }

@@ -7,10 +7,13 @@
 #include <json-c/json.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
+#include <openssl/sha.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -22,6 +25,7 @@
 /* Seconds from a connection's start, or its last answered request, to the end of the next
  * request: a total deadline, so a slow sender cannot push it back byte by byte. */
 #define METRICS_REQUEST_TIMEOUT 5
+#define METRICS_REFUSED_LOG_MS 60000 /* one log line about refused tokens per minute at most */
 
 /* One open connection of the listener. */
 typedef struct metrics_conn {
@@ -36,6 +40,10 @@ struct metrics_server {
     void *ctx;
     const char *version;
     metrics_conn_t conns[METRICS_CONNECTIONS];
+    bool auth;                                     /* a bearer token is required */
+    unsigned char token_sha[SHA256_DIGEST_LENGTH]; /* SHA-256 of the token: the token is not kept */
+    uint64_t refused_logged_ms;                    /* when a refusal was last logged */
+    unsigned refused_unlogged;                     /* refusals since, not logged */
 };
 
 static uint64_t metrics_now_ms(void)
@@ -464,7 +472,56 @@ static void metrics_expire(metrics_server_t *s)
     }
 }
 
-/* Answer one request: GET or HEAD /metrics or /status, else 404 / 405. */
+/*
+ * Whether the request carries the bearer token (always, without one): the scheme matched
+ * without regard to case (RFC 9110), the token exactly. The digests, not the tokens, are
+ * compared, in constant time, so neither the content nor the length of the token leaks through
+ * the time an answer takes. *why is what was wrong, for the log.
+ */
+static bool metrics_authorized(const metrics_server_t *s, struct MHD_Connection *conn,
+                               const char **why)
+{
+    unsigned char got[SHA256_DIGEST_LENGTH];
+    if (!s->auth)
+        return true;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (h == NULL || strncasecmp(h, "Bearer ", 7) != 0) {
+        *why = h ? "an Authorization header that is not Bearer" : "no Authorization header";
+        return false;
+    }
+    for (h += 7; *h == ' '; h++)
+        ;
+    SHA256((const unsigned char *)h, strlen(h), got);
+    if (CRYPTO_memcmp(got, s->token_sha, sizeof(got)) != 0) {
+        *why = "a wrong bearer token";
+        return false;
+    }
+    return true;
+}
+
+/* Log a refused request: the first, then at most one line a minute with a count. */
+static void metrics_log_refused(metrics_server_t *s, struct MHD_Connection *conn, const char *why)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    const metrics_conn_t *c = ci ? ci->socket_context : NULL;
+    uint64_t now = metrics_now_ms();
+    if (s->refused_logged_ms && now - s->refused_logged_ms < METRICS_REFUSED_LOG_MS) {
+        s->refused_unlogged++;
+        return;
+    }
+    char more[80] = "";
+    if (s->refused_unlogged)
+        snprintf(more, sizeof(more), "; %u more refused since the last such line",
+                 s->refused_unlogged);
+    log_warn("metrics: refused a request from %s with 401: %s (see metrics.token_file)%s",
+             c ? c->peer : "?", why, more);
+    s->refused_logged_ms = now;
+    s->refused_unlogged = 0;
+}
+
+/* Answer one request: 401 without the token (when one is set); GET or HEAD /metrics or /status,
+ * else 404 / 405. */
 static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, const char *url,
                                       const char *method, const char *version,
                                       const char *upload_data, size_t *upload_data_size,
@@ -481,7 +538,12 @@ static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, co
     (void)upload_data_size;
     (void)con_cls;
 
-    if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
+    const char *why = NULL;
+    if (!metrics_authorized(s, conn, &why)) {
+        metrics_log_refused(s, conn, why);
+        code = MHD_HTTP_UNAUTHORIZED;
+        body = strdup("idemd needs Authorization: Bearer TOKEN (metrics.token_file)\n");
+    } else if (strcmp(method, "GET") != 0 && strcmp(method, "HEAD") != 0) {
         code = MHD_HTTP_METHOD_NOT_ALLOWED;
         body = strdup("only GET\n");
     } else if (strcmp(url, "/status") == 0) {
@@ -515,6 +577,11 @@ static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, co
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE,
                             code == MHD_HTTP_OK ? type : "text/plain; charset=utf-8");
+    if (code == MHD_HTTP_UNAUTHORIZED)
+        MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                why && strcmp(why, "a wrong bearer token") == 0
+                                    ? "Bearer realm=\"idemd\", error=\"invalid_token\""
+                                    : "Bearer realm=\"idemd\"");
     enum MHD_Result ret = MHD_queue_response(conn, code, r);
     MHD_destroy_response(r);
     return ret;
@@ -559,6 +626,25 @@ metrics_server_t *metrics_start(const struct sockaddr_storage *addr, const char 
     return s;
 }
 
+void metrics_set_token(metrics_server_t *s, const char *token)
+{
+    unsigned char sha[SHA256_DIGEST_LENGTH] = {0};
+    if (s == NULL)
+        return;
+    if (token)
+        SHA256((const unsigned char *)token, strlen(token), sha);
+    bool changed = s->auth != (token != NULL) || CRYPTO_memcmp(sha, s->token_sha, sizeof(sha));
+    s->auth = token != NULL;
+    memcpy(s->token_sha, sha, sizeof(sha));
+    explicit_bzero(sha, sizeof(sha));
+    if (!changed)
+        return;
+    if (s->auth)
+        log_info("metrics: bearer token set from metrics.token_file: requests without it get 401");
+    else
+        log_info("metrics: no bearer token (metrics.token_file not set): requests need none");
+}
+
 int metrics_fd(const metrics_server_t *s)
 {
     if (s == NULL)
@@ -588,6 +674,7 @@ void metrics_forget_fds(metrics_server_t *s)
     for (int k = 0; k < METRICS_CONNECTIONS; k++)
         if (s->conns[k].fd >= 0)
             close(s->conns[k].fd);
+    explicit_bzero(s->token_sha, sizeof(s->token_sha));
 }
 
 void metrics_stop(metrics_server_t *s)
@@ -595,5 +682,6 @@ void metrics_stop(metrics_server_t *s)
     if (s == NULL)
         return;
     MHD_stop_daemon(s->d);
+    explicit_bzero(s->token_sha, sizeof(s->token_sha));
     free(s);
 }

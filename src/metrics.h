@@ -140,6 +140,13 @@ typedef struct metrics_server metrics_server_t;
 metrics_server_t *metrics_start(const struct sockaddr_storage *addr, const char *listen,
                                 metrics_collect_fn collect, void *ctx, const char *version);
 
+/*
+ * Require "Authorization: Bearer TOKEN" on every request from now on (401 with
+ * WWW-Authenticate otherwise); NULL: no authentication, as after metrics_start. Only a digest
+ * of token is kept; the caller keeps token. NULL s is fine.
+ */
+void metrics_set_token(metrics_server_t *s, const char *token);
+
 /* One descriptor to poll for input; -1 when s is NULL. */
 int metrics_fd(const metrics_server_t *s);
 

@@ -710,9 +710,9 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
 }
 
 /*
- * Serve metrics.listen of conf (nothing when unset). Called at startup and
- * after a reload: a changed address gets a new listener; when it cannot
- * listen there, the old one goes on. 0, or -1 (logged).
+ * Serve metrics.listen of conf (nothing when unset), asking for its token (a digest is kept).
+ * Called at startup and after a reload: a changed address gets a new listener; when it cannot
+ * listen there, the old one goes on, with the new token. 0, or -1 (logged).
  */
 static int sup_metrics_listen(supervisor_t *s, const conf_t *conf)
 {
@@ -720,8 +720,10 @@ static int sup_metrics_listen(supervisor_t *s, const conf_t *conf)
     char was[sizeof(s->metrics_on)];
     struct sockaddr_storage was_addr = s->metrics_addr;
 
-    if (want == NULL ? s->metrics == NULL : s->metrics && strcmp(s->metrics_on, want) == 0)
+    if (want == NULL ? s->metrics == NULL : s->metrics && strcmp(s->metrics_on, want) == 0) {
+        metrics_set_token(s->metrics, conf->metrics.token);
         return 0;
+    }
     snprintf(was, sizeof(was), "%s", s->metrics_on);
     metrics_stop(s->metrics);
     s->metrics = NULL;
@@ -732,12 +734,14 @@ static int sup_metrics_listen(supervisor_t *s, const conf_t *conf)
     }
     s->metrics = metrics_start(&conf->metrics.addr, want, sup_collect, s, s->version);
     if (s->metrics) {
+        metrics_set_token(s->metrics, conf->metrics.token);
         snprintf(s->metrics_on, sizeof(s->metrics_on), "%s", want);
         s->metrics_addr = conf->metrics.addr;
         return 0;
     }
     if (was[0]) {
         s->metrics = metrics_start(&was_addr, was, sup_collect, s, s->version);
+        metrics_set_token(s->metrics, conf->metrics.token);
         if (s->metrics)
             snprintf(s->metrics_on, sizeof(s->metrics_on), "%s", was);
     }

@@ -1048,6 +1048,72 @@ static void test_metrics(void)
                  "\"127.0.0.1:9187\" or \"[::1]:9187\"");
 }
 
+static char *dump_to_string(const conf_t *c);
+
+/* metrics.token_file: read and kept; a mode others may use, a short token or a byte that
+ * cannot go in an Authorization header is an error naming the file and the setting. */
+static void test_metrics_token(void)
+{
+    char tok[PATH_MAX + 64], text[2 * PATH_MAX], msg[3 * PATH_MAX];
+    static const char good[] = "0123456789abcdefABCDEF-._~+/==";
+    snprintf(tok, sizeof(tok), "%s",
+             write_file_mode("token", "0123456789abcdefABCDEF-._~+/==\n", 0640));
+    snprintf(text, sizeof(text),
+             DB "metrics = {\n  listen = \"127.0.0.1:9187\";\n  token_file = \"%s\";\n};\n" Q1(""),
+             tok);
+    conf_t *c = must_load("metrics.token_file, mode 0640", text);
+    if (c) {
+        ok(c->metrics.token && strcmp(c->metrics.token, good) == 0,
+           "the token is the file's content without its newline");
+        char *d = dump_to_string(c);
+        ok(d && strstr(d, "token_file = ") && !strstr(d, "0123456789abcdef"),
+           "the dump names the token file, not the token");
+        free(d);
+        conf_free(c);
+    }
+    c = must_load("no metrics.token_file",
+                  DB "metrics = { listen = \"127.0.0.1:9187\"; };\n" Q1(""));
+    if (c) {
+        ok(c->metrics.token == NULL, "no token unless token_file is set");
+        conf_free(c);
+    }
+
+    write_file_mode("token", "0123456789abcdefABCDEF\n", 0644);
+    snprintf(msg, sizeof(msg),
+             "metrics.token_file: \"%s\" holds the metrics bearer token and others may use it "
+             "(mode 0644): chmod g-w,o= it",
+             tok);
+    expect_error("a world-readable token file", text, "token_file", msg);
+    write_file_mode("token", "0123456789abcdefABCDEF\n", 0660);
+    snprintf(msg, sizeof(msg),
+             "metrics.token_file: \"%s\" holds the metrics bearer token and its group may change "
+             "it (mode 0660): chmod g-w,o= it",
+             tok);
+    expect_error("a group-writable token file", text, "token_file", msg);
+    write_file_mode("token", "0123456789abcde\n", 0600);
+    snprintf(msg, sizeof(msg),
+             "metrics.token_file: \"%s\" holds 15 bytes: a bearer token needs at least 16 (e.g. "
+             "`openssl rand -hex 32`)",
+             tok);
+    expect_error("a token of 15 bytes", text, "token_file", msg);
+    write_file_mode("token", "0123456789abcdef ghij\n", 0600);
+    snprintf(msg, sizeof(msg),
+             "metrics.token_file: \"%s\": byte 17 is not allowed in a bearer token (letters, "
+             "digits, -._~+/, then = at the end)",
+             tok);
+    expect_error("a token with a space", text, "token_file", msg);
+    write_file_mode("token", "0123456789abcdef=g\n", 0600);
+    snprintf(msg, sizeof(msg),
+             "metrics.token_file: \"%s\": byte 18 is not allowed in a bearer token (letters, "
+             "digits, -._~+/, then = at the end)",
+             tok);
+    expect_error("a token with a byte after its padding", text, "token_file", msg);
+    unlink(tok);
+    snprintf(msg, sizeof(msg), "metrics.token_file: cannot open \"%s\": No such file or directory",
+             tok);
+    expect_error("a missing token file", text, "token_file", msg);
+}
+
 static void test_password_permissions(void)
 {
     const char *text = "broker = {\n  password = \"amqp\"; };\n"
@@ -1424,7 +1490,7 @@ static void remove_dir(void)
     static const char *const names[] = {
         "t.conf",  "amqp.pw",   "db.pw",     "inner.pw", "empty.pw",      "inc.conf", "main.conf",
         "dump.pw", "dump.conf", "ca.pem",    "crt.pem",  "key.pem",       "w1.conf",  "w2.conf",
-        "w3.conf", "w4.conf",   "perm.conf", "perm.pw",  "perm-inc.conf", NULL};
+        "w3.conf", "w4.conf",   "perm.conf", "perm.pw",  "perm-inc.conf", "token",    NULL};
     char path[PATH_MAX + 64];
     for (int i = 0; names[i]; i++) {
         snprintf(path, sizeof(path), "%s/%s", t_dir, names[i]);
@@ -1463,6 +1529,7 @@ int main(int argc, char **argv)
     test_tls();
     test_plain_remote();
     test_metrics();
+    test_metrics_token();
     test_password_permissions();
     test_file_errors();
     test_dump();
