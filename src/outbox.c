@@ -762,12 +762,17 @@ int outbox_relay(outbox_t *o, mq_t *pub, const char *const *src, const size_t *s
         res = NULL;
         if ((rc = outbox_settle(o, rows, n)) != 0)
             goto done;
-        for (int i = 0; i < n; i++)
+        int settled = 0;
+        for (int i = 0; i < n; i++) {
             sent += rows[i].state == OUTBOX_SENT;
+            settled += rows[i].state == OUTBOX_SENT || rows[i].state == OUTBOX_DEAD;
+        }
         if (lost != 0) {
             rc = -2;
             goto done;
         }
+        if (o->legacy && settled < n)
+            break; /* refused rows are not marked: the next slice would read them again */
         if (got < OUTBOX_SLICE_ROWS && n == got) {
             rc = 0;
             break; /* that was the last slice */
