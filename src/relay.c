@@ -95,14 +95,9 @@ static void relay_mac_field(unsigned char *buf, size_t *off, const void *data, s
     *off += len;
 }
 
-/*
- * The signature of idemd's headers on a copy: hex HMAC-SHA256 under key of
- * the queue, the message id, attempts, first failure and original route.
- * Writes RELAY_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
- */
-static int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
-                      uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange,
-                      amqp_bytes_t rkey, char *out)
+int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
+               uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,
+               char *out)
 {
     static const char tag[] = "idemd-sig-v1";
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -132,7 +127,13 @@ static int relay_sign(const unsigned char *key, const char *queue, const char *i
     return 0;
 }
 
-bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, const char *queue,
+const char *relay_onward_queue(const char *source_queue, char *buf, size_t len)
+{
+    int n = snprintf(buf, len, "onward:%s", source_queue);
+    return n < 0 || (size_t)n >= len ? NULL : buf;
+}
+
+bool relay_trusted(const amqp_basic_properties_t *p, const relay_keys_t *keys, const char *queue,
                    const char *id, size_t id_len, unsigned *attempts)
 {
     amqp_bytes_t first, exchange, rkey, sig;
@@ -143,8 +144,14 @@ bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, c
         sig.len != RELAY_SIG_HEX || !relay_str(p, RELAY_H_FIRST_FAILURE, &first) ||
         !relay_str(p, RELAY_H_EXCHANGE, &exchange) || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
         return false;
-    if (relay_sign(key, queue, id, id_len, (uint64_t)n, first, exchange, rkey, want) != 0 ||
-        CRYPTO_memcmp(want, sig.bytes, RELAY_SIG_HEX) != 0)
+    /* Every key is tried, also after a match: the time taken does not tell which one. */
+    bool ok = false;
+    for (int i = 0; i < keys->n && i < RELAY_KEYS_MAX; i++)
+        if (relay_sign(keys->k[i], queue, id, id_len, (uint64_t)n, first, exchange, rkey, want) ==
+                0 &&
+            CRYPTO_memcmp(want, sig.bytes, RELAY_SIG_HEX) == 0)
+            ok = true;
+    if (!ok)
         return false;
     *attempts = (unsigned)n;
     return true;
