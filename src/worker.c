@@ -1431,7 +1431,8 @@ static void worker_reread_keys(worker_t *w)
         return;
     w->keys_read_ms = worker_now_ms();
     w->db_used_ms = w->keys_read_ms;
-    if (db_relay_keys(w->db, false, &fresh) != 0) {
+    /* create: when row 1 was deleted, every worker moves to the one new key. */
+    if (db_relay_keys(w->db, true, &fresh) != 0) {
         log_warn("relay keys not read again (see above): the %d held still sign and check",
                  w->relay_keys.n);
         return;
