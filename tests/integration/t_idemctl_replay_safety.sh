@@ -1,4 +1,4 @@
-# t_idemctl_replay_safety: dlq replay checks idemd-sig (a letter published into a dead letter queue is refused, one loud line each, and stays; --unverified replays it with a warning), sends a real dead letter back to the queue that dead-lettered it only (not to a second queue bound to the same exchange), refuses a letter whose body was dropped unless --allow-empty-body (which keeps idemd-body-dropped); cannot read the keys: refuses.
+# t_idemctl_replay_safety: dlq replay checks idemd-sig (a letter published into a dead letter queue is refused, one loud line each, and stays; --unverified replays it with a warning), sends a real dead letter back to the queue that dead-lettered it only (not to a second queue bound to the same exchange), refuses a letter whose body was dropped unless --allow-empty-body (which keeps idemd-body-dropped); a dead onward message signed as idemd signs it goes to its intended route, one signed for the queue itself is refused; cannot read the keys: refuses.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_ictl_safety
 q=t_ictl_safety.q
@@ -91,13 +91,52 @@ h_assert_eq "$(cut -f1,2 <<<"$got")" $'b1\t' "b1 in $side, empty"
 h_assert_eq "$(c_hdr "$got" idemd-body-dropped)" 2000 "b1 keeps idemd-body-dropped"
 h_assert_eq "$(c_hdr "$got" idemd-sig)" "" "b1's other idemd headers are dropped"
 
+# Dead onward messages (idemd-onward = 1), signed as idemd signs them: relay_sign under the
+# installation's key with "onward:<source queue>" and the message_id property. o1 goes to its
+# intended route; o2, signed as a letter of the queue itself, is refused.
+sig_field() # one length-prefixed field of the signed text (8 bytes little-endian, then $1)
+{
+    local i n=${#1}
+    for i in 0 1 2 3 4 5 6 7; do
+        # shellcheck disable=SC2059 # the format is the octal escape of one byte
+        printf "\\$(printf '%03o' $(((n >> (8 * i)) & 255)))"
+    done
+    printf '%s' "$1"
+}
+sign() # sign BOUND_QUEUE ID ATTEMPTS FIRST EXCHANGE ROUTING_KEY: the hex signature
+{
+    local f
+    for f in idemd-sig-v1 "$@"; do sig_field "$f"; done |
+        openssl dgst -sha256 -mac HMAC -macopt "hexkey:$(h_sql "SELECT HEX(k) FROM idemd_key WHERE id = 1")" -r |
+        cut -d' ' -f1
+}
+onward=(--header idemd-onward=i64:1 --header "idemd-queue=str:$q" --header idemd-attempts=i64:5
+    --header idemd-first-failure=str:2026-01-01T00:00:00.000Z --header idemd-original-exchange=str:
+    --header "idemd-original-routing-key=str:$side" --header "idemd-error=str:unroutable")
+bp -r "$dlq" --id o1 --body onward-1 "${onward[@]}" \
+    --header "idemd-sig=str:$(sign "onward:$q" o1 5 2026-01-01T00:00:00.000Z "" "$side")"
+bp -r "$dlq" --id o2 --body onward-2 "${onward[@]}" \
+    --header "idemd-sig=str:$(sign "$q" o2 5 2026-01-01T00:00:00.000Z "" "$side")"
+h_wait_depth "$dlq" 3 10 || h_fail "$dlq does not hold f2, o1, o2"
+rc=0
+out=$(ctl dlq replay "$dlq" --id o1 o2 2>onward.err) || rc=$?
+cat onward.err >&2
+h_assert_eq "$rc:$out" "4:replayed 1 of 3 dead letters in $dlq (2 matched, 1 refused and kept: see above)" \
+    "replay of the onward letters"
+h_assert_eq "$(h_count_log onward.err "NOT REPLAYED: dead letter o2 .*idemd-sig does not verify")" 1 "o2 refused"
+h_wait_depth "$side" 1 10 || h_fail "o1 did not reach its intended route"
+got=$(h_mq get "$side")
+h_assert_eq "$(cut -f1,2 <<<"$got")" $'o1\tonward-1' "o1 at its intended route"
+h_assert_eq "$(c_hdr "$got" idemd-onward)" "" "o1's copy without idemd headers"
+h_assert_eq "$(ids "$(ctl dlq list "$dlq")")" "f2 o2 " "dead letters left"
+
 # Without the keys nothing is replayed, unless --unverified.
 h_sql "RENAME TABLE idemd_key TO idemd_key_away"
 rc=0
 ctl dlq replay "$dlq" --all >/dev/null 2>nokey.err || rc=$?
 h_assert_eq "$rc" 3 "no keys: exit status"
 h_assert_eq "$(h_count_log nokey.err "cannot read the relay keys .*nothing was replayed")" 1 "no keys: refusal"
-h_assert_eq "$(h_depth "$dlq")" 1 "f2 stays"
+h_assert_eq "$(h_depth "$dlq")" 2 "f2 and o2 stay"
 h_sql "RENAME TABLE idemd_key_away TO idemd_key"
 
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects WHERE n <> 1")" 0 "no effect applied twice"
