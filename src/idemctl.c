@@ -1099,8 +1099,11 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
         for (int i = 0; i < ctl->conf->n_queues && !l->q; i++)
             if (strcmp(ctl->conf->queues[i].name, l->queue) == 0)
                 l->q = &ctl->conf->queues[i];
-    l->has_id =
-        delivery_id(p, l->q ? l->q->id_header : NULL, l->id, &l->id_len, err, sizeof(err)) == 0;
+    /* A dead onward message's id is its message_id property, whatever its source queue uses. */
+    l->onward = delivery_header_int(p, RELAY_H_ONWARD) == 1;
+    l->id_len = 0;
+    l->has_id = delivery_id(p, l->q && !l->onward ? l->q->id_header : NULL, l->id, &l->id_len, err,
+                            sizeof(err)) == 0;
     if (!ctl_header(p, RELAY_H_ERROR, l->reason, sizeof(l->reason)))
         l->reason[0] = '\0';
     if (!ctl_header(p, RELAY_H_FIRST_FAILURE, l->first, sizeof(l->first)))
@@ -1114,7 +1117,6 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
     l->has_routing_key = ctl_header(p, RELAY_H_ROUTING_KEY, l->routing_key, sizeof(l->routing_key));
     if (!l->has_routing_key)
         l->routing_key[0] = '\0';
-    l->onward = delivery_header_int(p, RELAY_H_ONWARD) == 1;
     l->body_dropped = ctl_header(p, RELAY_H_BODY_DROPPED, num, sizeof(num));
     l->verified = false;
     l->unverified[0] = '\0';
@@ -1132,30 +1134,22 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
 static void ctl_letter_verify(const ctl_t *ctl, ctl_letter_t *l)
 {
     const amqp_basic_properties_t *p = &l->msg.properties;
-    char oq[300], id[DELIVERY_ID_MAX + 1], err[128];
-    const char *bound = l->queue;
-    size_t id_len = l->id_len;
+    char oq[300], sig[RELAY_SIG_HEX + 8];
+    const char *bound = l->onward ? relay_onward_queue(l->queue, oq, sizeof(oq)) : l->queue;
     unsigned attempts;
-    bool has_id = l->has_id;
 
-    if (l->onward) {
-        bound = relay_onward_queue(l->queue, oq, sizeof(oq));
-        has_id = delivery_id(p, NULL, id, &id_len, err, sizeof(err)) == 0;
-    } else {
-        memcpy(id, l->id, l->id_len);
-    }
     if (ctl->keys.n == 0)
         snprintf(l->unverified, sizeof(l->unverified), "the relay keys could not be read");
     else if (!l->queue[0])
         snprintf(l->unverified, sizeof(l->unverified), "it has no %s header", RELAY_H_QUEUE);
-    else if (!ctl_header(p, RELAY_H_SIG, err, sizeof(err)))
+    else if (!ctl_header(p, RELAY_H_SIG, sig, sizeof(sig)))
         snprintf(l->unverified, sizeof(l->unverified),
                  "it has no %s: idemd did not dead-letter it (published into the queue?)",
                  RELAY_H_SIG);
-    else if (!has_id || bound == NULL)
+    else if (!l->has_id || bound == NULL)
         snprintf(l->unverified, sizeof(l->unverified), "it has no message id to check %s against",
                  RELAY_H_SIG);
-    else if (!relay_trusted(p, &ctl->keys, bound, id, id_len, &attempts))
+    else if (!relay_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts))
         snprintf(l->unverified, sizeof(l->unverified),
                  "%s does not verify under the %d key(s) in table " DB_KEY_TABLE
                  " for queue '%.100s'%s: forged or changed headers, or a retired key",
