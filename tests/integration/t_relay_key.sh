@@ -1,10 +1,18 @@
-# t_relay_key: a relay key under 32 bytes is refused (the worker names the table and the remedy, and acks nothing); idemctl key stage / promote / retire change the key while idemd runs: each step early is refused, workers pick the keys up without a restart, and a copy signed by the old key still counts its attempts after the new one signs, so the message reaches the dead letter queue at max_attempts with idemd-attempts = max.
+# t_relay_key: sql/009 adds idemd_key.since to an old table (twice is harmless); a relay key under 32 bytes is refused (the worker names the table and the remedy, and acks nothing); idemctl key stage / promote / retire change the key while idemd runs: each step early is refused, workers pick the keys up without a restart, and a copy signed by the old key still counts its attempts after the new one signs, so the message reaches the dead letter queue at max_attempts with idemd-attempts = max.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_relay_key
 q=t_relay_key.q
 IDEMCTL=$H_BUILD/idemctl
 ctl() { "$IDEMCTL" -c idemd.conf "$@"; }
 h_new_db "$db"
+# sql/009 on a table made by the old 007 (no since column): adds it; twice is harmless.
+h_sql "ALTER TABLE idemd_key DROP COLUMN since"
+for _ in 1 2; do
+    h_mysql "$db" <"$H_SQL_DIR/009_idemd_key_since.sql" || h_fail "sql/009 failed"
+done
+h_assert_eq "$(h_sql "SELECT COLUMN_NAME, IS_NULLABLE FROM information_schema.COLUMNS
+                      WHERE TABLE_SCHEMA = '$db' AND TABLE_NAME = 'idemd_key' ORDER BY ORDINAL_POSITION")" \
+    $'id\tNO\nk\tNO\nsince\tNO' "idemd_key's columns after sql/009"
 c_fresh_queues $q $q.dlq $q.retry.4000
 h_mq declare "$q" --dlq "$q.dlq" # as idemd declares it: s1 waits there before any worker runs
 {
