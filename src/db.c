@@ -16,6 +16,7 @@
 
 #include "delivery.h"
 #include "log.h"
+#include "relay.h"
 #include "version.h"
 
 /*
@@ -166,37 +167,60 @@ fail:
     return rc;
 }
 
-int db_relay_key(db_t *db, unsigned char *key, size_t len)
+int db_relay_keys(db_t *db, bool create, relay_keys_t *keys)
 {
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     unsigned long *lens;
-    unsigned char fresh[32];
+    unsigned char fresh[RELAY_KEY_LEN];
     int rc = -1;
 
+    keys->n = 0;
     /* Our candidate key, made here: the server's RANDOM_BYTES() exists only from MariaDB 10.10. */
-    if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
+    if (create && getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
         log_error("database: no random bytes for the relay key: %s", strerror(errno));
         goto fail;
     }
-    if (db_relay_key_offer(db, fresh, sizeof(fresh)) != 0 || db_commit(db) != DB_OK)
+    if (create && (db_relay_key_offer(db, fresh, sizeof(fresh)) != 0 || db_commit(db) != DB_OK))
         goto fail;
-    if (mysql_query(db->my, "SELECT k FROM " DB_KEY_TABLE " WHERE id = 1") != 0 ||
+    _Static_assert(RELAY_KEYS_MAX == 3, "the query below reads rows 1..RELAY_KEYS_MAX");
+    if (mysql_query(db->my, "SELECT id, k FROM " DB_KEY_TABLE
+                            " WHERE id BETWEEN 1 AND 3 ORDER BY id") != 0 ||
         (res = mysql_store_result(db->my)) == NULL) {
         log_error("database: reading the relay key from " DB_KEY_TABLE ": error %u: %s",
                   mysql_errno(db->my), mysql_error(db->my));
         goto fail;
     }
-    row = mysql_fetch_row(res);
-    lens = row ? mysql_fetch_lengths(res) : NULL;
-    if (row == NULL || lens == NULL || lens[0] < 16) {
-        log_error("database: " DB_KEY_TABLE " holds no usable key (row id 1, at least 16 bytes)");
+    while ((row = mysql_fetch_row(res)) != NULL && (lens = mysql_fetch_lengths(res)) != NULL) {
+        int id = row[0] ? atoi(row[0]) : 0;
+        if (row[1] == NULL || lens[1] < RELAY_KEY_LEN) {
+            log_error("database: table " DB_KEY_TABLE " row id %d holds a key of %lu bytes; a "
+                      "key needs %d random bytes and a shorter one is refused: delete that row "
+                      "(DELETE FROM " DB_KEY_TABLE " WHERE id = %d)%s",
+                      id, row[1] ? lens[1] : 0UL, RELAY_KEY_LEN, id,
+                      id == 1 ? ": idemd then makes a new 32-byte key (copies in flight count "
+                                "their attempts from 1 again)"
+                              : ", then idemctl key stage makes a new one");
+            goto fail;
+        }
+        if (id == 1 && keys->n == 0) {
+            memcpy(keys->k[0], row[1], RELAY_KEY_LEN);
+            keys->n = 1;
+        } else if (id > 1 && keys->n >= 1 && keys->n < RELAY_KEYS_MAX) {
+            memcpy(keys->k[keys->n++], row[1], RELAY_KEY_LEN);
+        }
+    }
+    if (keys->n == 0) {
+        log_error("database: table " DB_KEY_TABLE " holds no signing key (row id 1)%s",
+                  create ? "" : ": idemd makes it when it first connects");
         goto fail;
     }
-    memset(key, 0, len);
-    memcpy(key, row[0], lens[0] < len ? lens[0] : len);
     rc = 0;
 fail:
+    if (rc != 0) {
+        explicit_bzero(keys, sizeof(*keys));
+        keys->n = 0;
+    }
     explicit_bzero(fresh, sizeof(fresh));
     mysql_free_result(res);
     if (db_commit(db) != DB_OK) /* end the read's transaction (autocommit is off) */

@@ -146,13 +146,20 @@ long long db_attempt_bump(db_t *db, const char *id, size_t len, long long *crash
  */
 long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start);
 
+struct relay_keys; /* relay.h */
+
 /*
- * Read the installation's relay key (sql/007_idemd_key.sql) into key (len
- * bytes, zero-padded), creating it first when no instance has yet: each
- * connection offers 32 bytes of its own from getrandom(2), INSERT IGNORE
- * keeps the first. 0, or -1 (logged; the table may be missing).
+ * Read the installation's relay keys (sql/007_idemd_key.sql, sql/010) into
+ * keys: row id 1, the signing key, into k[0], rows 2..RELAY_KEYS_MAX (keys
+ * accepted for checking only, during a rotation) after it. With create,
+ * row 1 is made first when no instance has yet: each connection offers 32
+ * bytes of its own from getrandom(2), INSERT IGNORE keeps the first. A key
+ * under RELAY_KEY_LEN bytes is refused (logged with the remedy); of a
+ * longer one the first RELAY_KEY_LEN bytes are used. 0, or -1 (logged;
+ * the table may be missing; keys then holds none).
  */
-int db_relay_key(db_t *db, unsigned char *key, size_t len) __attribute__((warn_unused_result));
+int db_relay_keys(db_t *db, bool create, struct relay_keys *keys)
+    __attribute__((warn_unused_result));
 
 /* Delete the message's attempts row inside the current transaction. */
 db_status_t db_attempt_clear(db_t *db, const char *id, size_t len);

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <openssl/evp.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -45,6 +47,11 @@
 /* records purge keeps at least the longest retry delay plus this: see idemctl(8). */
 #define CTL_PURGE_MARGIN_S 86400
 
+/* key promote waits this long after key stage: two of the workers' key re-reads. */
+#define CTL_KEY_SETTLE_S (2 * RELAY_KEY_REREAD_MS / 1000)
+/* key retire waits the settle time, the longest retry delay and this. */
+#define CTL_KEY_RETIRE_MARGIN_S 600
+
 typedef enum ctl_mode { CTL_LIST, CTL_COUNT, CTL_REPLAY, CTL_PURGE } ctl_mode_t;
 
 /* The command line, and what the command shares. */
@@ -59,6 +66,9 @@ typedef struct ctl {
     const char **ids;
     int n_ids;
     bool all, yes, to_original;
+    bool unverified;       /* dlq replay: letters whose idemd-sig does not verify too */
+    bool allow_empty_body; /* dlq replay: letters whose body was dropped too */
+    relay_keys_t keys;     /* dlq replay: the installation's relay keys (n = 0: unread) */
     const char *to_queue;
     long slow_ms;
     long long older_s; /* records purge */
@@ -76,6 +86,10 @@ typedef struct ctl_letter {
     size_t id_len;
     long long attempts;
     bool has_exchange, has_routing_key;
+    bool onward;          /* idemd-onward = 1: an onward message idemd could not deliver */
+    bool body_dropped;    /* idemd-body-dropped: the body was not kept */
+    bool verified;        /* idemd-sig verifies (ctl_letter_verify) */
+    char unverified[300]; /* why not, when not */
     char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
 } ctl_letter_t;
 
@@ -87,10 +101,11 @@ static void ctl_usage(FILE *out)
           "  lookup [--consumer C] ID...\n"
           "  dlq list QUEUE [--reason REGEX] [--limit N]\n"
           "  dlq replay QUEUE (--id ID... | --reason REGEX | --all) [--to-original | --to QUEUE]\n"
-          "             [--consumer C]\n"
+          "             [--consumer C] [--unverified] [--allow-empty-body]\n"
           "  dlq purge QUEUE [--reason REGEX] --yes\n"
           "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
           "  outbox list [QUEUE] [--limit N]\n"
+          "  key (status | stage | promote | retire)\n"
           "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
           "         -h, --help, -V, --version\n"
           "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n",
@@ -490,6 +505,257 @@ out:
                ctl->older_s);
     }
     free(cons);
+    db_close(db);
+    return rc;
+}
+
+/* ---------- relay keys ---------- */
+
+/* One row of the key table as key commands see it. */
+typedef struct ctl_key_row {
+    bool present;
+    unsigned long len;
+    long long age_s; /* since its role began, by the database's clock */
+    char since[32];
+    unsigned char k[64];
+} ctl_key_row_t;
+
+/*
+ * Read rows 1..3 of the key table into rows[1..3] (rows[0] unused), locked
+ * FOR UPDATE when lock (the caller commits or rolls back). 0, or -1 (logged).
+ */
+static int ctl_key_read(db_t *db, bool lock, ctl_key_row_t *rows)
+{
+    const char *sql =
+        lock ? "SELECT id, k, since, TIMESTAMPDIFF(SECOND, since, NOW()) FROM " DB_KEY_TABLE
+               " WHERE id BETWEEN 1 AND 3 ORDER BY id FOR UPDATE"
+             : "SELECT id, k, since, TIMESTAMPDIFF(SECOND, since, NOW()) FROM " DB_KEY_TABLE
+               " WHERE id BETWEEN 1 AND 3 ORDER BY id";
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    unsigned long *lens;
+
+    memset(rows, 0, 4 * sizeof(*rows));
+    if (mysql_query(db->my, sql) != 0 || (res = mysql_store_result(db->my)) == NULL) {
+        log_error(
+            "database: '%s': %s (apply sql/007_idemd_key.sql and sql/010_idemd_key_since.sql)", sql,
+            mysql_error(db->my));
+        return -1;
+    }
+    while ((row = mysql_fetch_row(res)) != NULL && (lens = mysql_fetch_lengths(res)) != NULL) {
+        int id = row[0] ? atoi(row[0]) : 0;
+        if (id < 1 || id > 3 || row[1] == NULL)
+            continue;
+        ctl_key_row_t *r = &rows[id];
+        r->present = true;
+        r->len = lens[1];
+        memcpy(r->k, row[1], lens[1] < sizeof(r->k) ? lens[1] : sizeof(r->k));
+        snprintf(r->since, sizeof(r->since), "%s", row[2] ? row[2] : "-");
+        r->age_s = row[3] ? atoll(row[3]) : 0;
+    }
+    mysql_free_result(res);
+    return 0;
+}
+
+/* A short fingerprint of a key (hex of the first 6 bytes of its SHA-256) into buf (13+ bytes). */
+static void ctl_key_fingerprint(const ctl_key_row_t *r, char *buf, size_t len)
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int md_len = 0;
+    size_t n = r->len < sizeof(r->k) ? r->len : sizeof(r->k);
+
+    snprintf(buf, len, "-");
+    if (EVP_Digest(r->k, n, md, &md_len, EVP_sha256(), NULL) != 1 || md_len < 6)
+        return;
+    for (int i = 0; i < 6 && (size_t)(2 * i + 2) < len; i++)
+        snprintf(buf + 2 * i, len - 2 * (size_t)i, "%02x", md[i]);
+}
+
+/* Run sql (no result) in the current transaction. 0, or -1 (logged). */
+static int ctl_key_exec(db_t *db, const char *sql, const char *what)
+{
+    if (mysql_query(db->my, sql) == 0)
+        return 0;
+    log_error("database: %s in table " DB_KEY_TABLE ": %s", what, mysql_error(db->my));
+    return -1;
+}
+
+/* "UPDATE ... X'<hex of k>' ..." helper: the key's bytes as an X'' literal into buf. */
+static void ctl_key_literal(const unsigned char *k, size_t n, char *buf, size_t len)
+{
+    size_t o = (size_t)snprintf(buf, len, "X'");
+    for (size_t i = 0; i < n && o + 3 < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%02x", k[i]);
+    snprintf(buf + o, len - o, "'");
+}
+
+/*
+ * key status / stage / promote / retire: change the relay key so that
+ * every copy in flight keeps verifying (docs/security.md). Row 1 signs;
+ * stage adds row 2 (accepted only); promote, once every worker has read it
+ * (CTL_KEY_SETTLE_S), makes it row 1 and keeps the old one as row 3
+ * (accepted only); retire deletes row 3 once no copy it signed can still
+ * be in a delay queue. Returns CTL_EXIT_*.
+ */
+static int ctl_key(ctl_t *ctl, const char *sub)
+{
+    ctl_key_row_t rows[4];
+    db_t *db = NULL;
+    unsigned char fresh[RELAY_KEY_LEN];
+    char sql[400], lit[2 * 64 + 4], fp[16], wait[64];
+    int rc;
+
+    if ((rc = ctl_db_open(ctl, &db)) != 0)
+        return rc;
+    rc = CTL_EXIT_PARTIAL;
+    if (ctl_key_read(db, strcmp(sub, "status") != 0, rows) != 0)
+        goto out;
+    if (!strcmp(sub, "status")) {
+        json_object *arr = ctl->json ? json_object_new_array() : NULL;
+        static const char *roles[] = {"", "signing", "staged", "previous"};
+        for (int id = 1; id <= 3; id++) {
+            if (!rows[id].present)
+                continue;
+            ctl_key_fingerprint(&rows[id], fp, sizeof(fp));
+            const char *bad = rows[id].len < RELAY_KEY_LEN ? "too short: refused" : "ok";
+            if (arr) {
+                json_object *o = json_object_new_object();
+                json_object_object_add(o, "id", json_object_new_int(id));
+                json_object_object_add(o, "role", json_object_new_string(roles[id]));
+                json_object_object_add(o, "bytes", json_object_new_int64((int64_t)rows[id].len));
+                json_object_object_add(o, "since", json_object_new_string(rows[id].since));
+                json_object_object_add(o, "age_s", json_object_new_int64(rows[id].age_s));
+                json_object_object_add(o, "fingerprint", json_object_new_string(fp));
+                json_object_object_add(o, "usable", json_object_new_boolean(*bad == 'o'));
+                json_object_array_add(arr, o);
+            } else {
+                printf("%d\t%s\t%lu bytes\t%s\t%s\t%s\n", id, roles[id], rows[id].len,
+                       rows[id].since, fp, bad);
+            }
+        }
+        if (arr) {
+            ctl->out = json_object_new_object();
+            json_object_object_add(ctl->out, "keys", arr);
+        }
+        rc = rows[1].present ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
+        if (!rows[1].present)
+            fprintf(stderr, "idemctl: no signing key (row 1): idemd makes it when it first "
+                            "connects\n");
+        goto out;
+    }
+    if (!rows[1].present) {
+        fprintf(stderr,
+                "idemctl: key %s: no signing key (row 1) yet: start idemd once, it makes "
+                "one\n",
+                sub);
+        rc = CTL_EXIT_USAGE;
+        goto out;
+    }
+    if (!strcmp(sub, "stage")) {
+        if (rows[2].present || rows[3].present) {
+            fprintf(stderr, "idemctl: key stage: %s; nothing was changed\n",
+                    rows[2].present ? "a key is staged already (row 2): key promote it, or "
+                                      "delete row 2 to abandon it"
+                                    : "the key a promotion replaced (row 3) is still accepted: "
+                                      "key retire it first");
+            rc = CTL_EXIT_USAGE;
+            goto out;
+        }
+        if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
+            log_error("key stage: no random bytes: %s", strerror(errno));
+            goto out;
+        }
+        ctl_key_literal(fresh, sizeof(fresh), lit, sizeof(lit));
+        explicit_bzero(fresh, sizeof(fresh));
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO " DB_KEY_TABLE " (id, k, since) VALUES (2, %s, NOW())", lit);
+        if (ctl_key_exec(db, sql, "staging the new key") != 0 || db_commit(db) != DB_OK)
+            goto out;
+        ctl_format_duration(CTL_KEY_SETTLE_S, wait, sizeof(wait));
+        printf("staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
+               "every %d s: run idemctl key promote in %s or later\n",
+               RELAY_KEY_REREAD_MS / 1000, wait);
+    } else if (!strcmp(sub, "promote")) {
+        if (!rows[2].present || rows[3].present) {
+            fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
+                    rows[3].present ? "the key a promotion replaced (row 3) is still accepted: "
+                                      "key retire it first"
+                                    : "no key is staged (row 2): key stage first");
+            rc = rows[3].present ? CTL_EXIT_USAGE : CTL_EXIT_NOMATCH;
+            goto out;
+        }
+        if (rows[2].len < RELAY_KEY_LEN) {
+            fprintf(stderr,
+                    "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
+                    "%d; delete it and key stage again\n",
+                    rows[2].len, RELAY_KEY_LEN);
+            rc = CTL_EXIT_USAGE;
+            goto out;
+        }
+        if (rows[2].age_s < CTL_KEY_SETTLE_S) {
+            ctl_format_duration(CTL_KEY_SETTLE_S - rows[2].age_s, wait, sizeof(wait));
+            fprintf(stderr,
+                    "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
+                    "every worker (they read the keys every %d s) accepts it before any signs "
+                    "with it; nothing was changed\n",
+                    rows[2].age_s, wait, RELAY_KEY_REREAD_MS / 1000);
+            rc = CTL_EXIT_USAGE;
+            goto out;
+        }
+        ctl_key_literal(rows[1].k, rows[1].len < 64 ? rows[1].len : 64, lit, sizeof(lit));
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO " DB_KEY_TABLE " (id, k, since) VALUES (3, %s, NOW())", lit);
+        if (ctl_key_exec(db, sql, "keeping the old key as row 3") != 0)
+            goto out;
+        ctl_key_literal(rows[2].k, rows[2].len < 64 ? rows[2].len : 64, lit, sizeof(lit));
+        snprintf(sql, sizeof(sql), "UPDATE " DB_KEY_TABLE " SET k = %s, since = NOW() WHERE id = 1",
+                 lit);
+        if (ctl_key_exec(db, sql, "promoting the staged key") != 0 ||
+            ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 2", "removing row 2") != 0 ||
+            db_commit(db) != DB_OK)
+            goto out;
+        const char *longest;
+        int max_ms;
+        (void)ctl_purge_floor(ctl, &longest, &max_ms);
+        ctl_format_duration(CTL_KEY_SETTLE_S + (max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S,
+                            wait, sizeof(wait));
+        printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
+               "(row 3). Run idemctl key retire in %s or later\n",
+               wait);
+    } else {
+        if (!rows[3].present) {
+            fprintf(stderr, "idemctl: key retire: no replaced key (row 3) to retire\n");
+            rc = CTL_EXIT_NOMATCH;
+            goto out;
+        }
+        const char *longest;
+        int max_ms;
+        (void)ctl_purge_floor(ctl, &longest, &max_ms);
+        long long floor_s = CTL_KEY_SETTLE_S + (max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S;
+        if (rows[3].age_s < floor_s) {
+            ctl_format_duration(floor_s - rows[3].age_s, wait, sizeof(wait));
+            fprintf(stderr,
+                    "idemctl: key retire: the key was replaced %lld s ago; wait %s more: copies "
+                    "it signed may still sit in a delay queue (longest retry delay %d ms%s%s) and "
+                    "would count their attempts from 1 again; nothing was changed\n",
+                    rows[3].age_s, wait, max_ms, longest ? ", queue " : "", longest ? longest : "");
+            rc = CTL_EXIT_USAGE;
+            goto out;
+        }
+        if (ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 3", "retiring row 3") != 0 ||
+            db_commit(db) != DB_OK)
+            goto out;
+        printf("retired the replaced key (row 3). Dead letters it signed no longer verify: dlq "
+               "replay refuses them unless --unverified\n");
+    }
+    rc = CTL_EXIT_OK;
+out:
+    if (rc != CTL_EXIT_OK)
+        (void)db_rollback(db);
+    explicit_bzero(rows, sizeof(rows));
+    explicit_bzero(lit, sizeof(lit));
+    explicit_bzero(sql, sizeof(sql));
+    ctl_json_flush(ctl);
     db_close(db);
     return rc;
 }
@@ -1015,8 +1281,11 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
         for (int i = 0; i < ctl->conf->n_queues && !l->q; i++)
             if (strcmp(ctl->conf->queues[i].name, l->queue) == 0)
                 l->q = &ctl->conf->queues[i];
-    l->has_id =
-        delivery_id(p, l->q ? l->q->id_header : NULL, l->id, &l->id_len, err, sizeof(err)) == 0;
+    /* A dead onward message's id is its message_id property, whatever its source queue uses. */
+    l->onward = delivery_header_int(p, RELAY_H_ONWARD) == 1;
+    l->id_len = 0;
+    l->has_id = delivery_id(p, l->q && !l->onward ? l->q->id_header : NULL, l->id, &l->id_len, err,
+                            sizeof(err)) == 0;
     if (!ctl_header(p, RELAY_H_ERROR, l->reason, sizeof(l->reason)))
         l->reason[0] = '\0';
     if (!ctl_header(p, RELAY_H_FIRST_FAILURE, l->first, sizeof(l->first)))
@@ -1030,6 +1299,46 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
     l->has_routing_key = ctl_header(p, RELAY_H_ROUTING_KEY, l->routing_key, sizeof(l->routing_key));
     if (!l->has_routing_key)
         l->routing_key[0] = '\0';
+    l->body_dropped = ctl_header(p, RELAY_H_BODY_DROPPED, num, sizeof(num));
+    l->verified = false;
+    l->unverified[0] = '\0';
+}
+
+/*
+ * Whether l's idemd headers (queue, id, attempts, first failure, original
+ * route) were signed by idemd under one of ctl->keys: sets l->verified, or
+ * l->unverified to why not. A letter of a queue idemd dead-lettered is
+ * bound to that queue (idemd-queue) and its id (the queue's id_header, or
+ * the message_id property when the queue is not configured here); a dead
+ * onward message (idemd-onward) to "onward:" and its source queue, and the
+ * message_id property.
+ */
+static void ctl_letter_verify(const ctl_t *ctl, ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    char oq[300], sig[RELAY_SIG_HEX + 8];
+    const char *bound = l->onward ? relay_onward_queue(l->queue, oq, sizeof(oq)) : l->queue;
+    unsigned attempts;
+
+    if (ctl->keys.n == 0)
+        snprintf(l->unverified, sizeof(l->unverified), "the relay keys could not be read");
+    else if (!l->queue[0])
+        snprintf(l->unverified, sizeof(l->unverified), "it has no %s header", RELAY_H_QUEUE);
+    else if (!ctl_header(p, RELAY_H_SIG, sig, sizeof(sig)))
+        snprintf(l->unverified, sizeof(l->unverified),
+                 "it has no %s: idemd did not dead-letter it (published into the queue?)",
+                 RELAY_H_SIG);
+    else if (!l->has_id || bound == NULL)
+        snprintf(l->unverified, sizeof(l->unverified), "it has no message id to check %s against",
+                 RELAY_H_SIG);
+    else if (!relay_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts))
+        snprintf(l->unverified, sizeof(l->unverified),
+                 "%s does not verify under the %d key(s) in table " DB_KEY_TABLE
+                 " for queue '%.100s'%s: forged or changed headers, or a retired key",
+                 RELAY_H_SIG, ctl->keys.n, l->queue,
+                 l->onward || l->q ? "" : " (not in this configuration: id taken from message_id)");
+    else
+        l->verified = true;
 }
 
 /* Whether the command's selection (--reason, --id) takes l. */
@@ -1084,9 +1393,16 @@ static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_objec
     fputc('\n', stdout);
 }
 
-/* Headers a replayed copy must not carry: idemd's failure headers and the broker's. */
+/*
+ * Headers a replayed copy must not carry: idemd's failure headers and the
+ * broker's. idemd-body-dropped stays, so that whoever gets the empty body
+ * knows why.
+ */
 static bool ctl_header_dropped(amqp_bytes_t key)
 {
+    size_t bd = strlen(RELAY_H_BODY_DROPPED);
+    if (key.len == bd && memcmp(key.bytes, RELAY_H_BODY_DROPPED, bd) == 0)
+        return false;
     static const char *prefixes[] = {"idemd-", "x-death", "x-first-death-", "x-last-death-",
                                      "x-delivery-count"};
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
@@ -1099,8 +1415,11 @@ static bool ctl_header_dropped(amqp_bytes_t key)
 
 /*
  * Replay one dead letter: publish a copy (confirmed, mandatory) to its
- * original route or --to, clear its attempts row, then ack it on rd.
- * Returns 0, or -1 (logged) when the letter stays in the queue unacked.
+ * route (ctl_replay_route), clear its attempts row, then ack it on rd. A
+ * letter whose signature does not verify (without --unverified) or whose
+ * body was dropped (without --allow-empty-body) is refused: said on stderr,
+ * one line, and kept. Returns 0 when replayed, 1 when refused, or -1
+ * (logged) when the letter stays in the queue unacked and the pass stops.
  */
 static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const ctl_letter_t *l)
 {
@@ -1112,18 +1431,42 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const
     int n = 0, rc = -1;
 
     delivery_id_printable(l->has_id ? l->id : "-", l->has_id ? l->id_len : 1, pid, sizeof(pid));
+    if (!l->verified && !ctl->unverified) {
+        fprintf(stderr,
+                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
+                "letter queue; check it, then --unverified replays it anyway\n",
+                pid, l->queue[0] ? l->queue : "-", l->unverified);
+        return 1;
+    }
+    if (!l->verified)
+        fprintf(
+            stderr,
+            "idemctl: WARNING: replaying dead letter %s (queue '%s') unverified (--unverified): "
+            "%s\n",
+            pid, l->queue[0] ? l->queue : "-", l->unverified);
+    if (l->body_dropped && !ctl->allow_empty_body) {
+        fprintf(stderr,
+                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
+                "the copy would be empty. It stays; --allow-empty-body replays it with the "
+                "header kept\n",
+                pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
+        return 1;
+    }
     if (ctl->to_queue) {
         rk = ctl->to_queue;
-    } else if (l->has_exchange && l->exchange[0]) {
+    } else if ((ctl->to_original || l->onward) && l->has_exchange && l->exchange[0]) {
+        /* An onward message goes where it was meant to go; --to-original sends a letter
+         * back through its original exchange, to every queue bound there. */
         exchange = l->exchange;
         rk = l->routing_key;
-    } else if (l->has_routing_key && l->routing_key[0]) {
+    } else if ((ctl->to_original || l->onward) && l->has_routing_key && l->routing_key[0]) {
         rk = l->routing_key; /* published through the default exchange: the queue's name */
-    } else if (l->queue[0]) {
-        rk = l->queue;
+    } else if (!l->onward && l->queue[0]) {
+        rk = l->queue; /* the queue that dead-lettered it, only it */
     } else {
-        log_error("replay: dead letter %s carries no original route (%s, %s): use --to QUEUE", pid,
-                  RELAY_H_EXCHANGE, RELAY_H_ROUTING_KEY);
+        log_error("replay: dead letter %s carries no %s (%s, %s, %s): use --to QUEUE", pid,
+                  l->onward ? "intended route" : "queue", RELAY_H_QUEUE, RELAY_H_EXCHANGE,
+                  RELAY_H_ROUTING_KEY);
         goto out;
     }
     if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
@@ -1144,7 +1487,7 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const
                   pid, exchange, rk);
         goto out;
     }
-    if (l->has_id) {
+    if (l->has_id && !l->onward) { /* an onward message has no attempts row */
         const char *consumer = ctl->consumer ? ctl->consumer
                                : l->q        ? l->q->consumer
                                : l->queue[0] ? l->queue
@@ -1231,7 +1574,7 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     unsigned depth = 0, consumers = 0;
     uint64_t *kept = NULL; /* tags not acked, ascending */
     long n_kept = 0;
-    long scanned = 0, matched = 0, done = 0, undecodable = 0;
+    long scanned = 0, matched = 0, done = 0, undecodable = 0, refused = 0;
     long long returns = 0; /* the highest x-delivery-count seen */
     int rc = CTL_EXIT_OK;
     char why[400];
@@ -1259,6 +1602,19 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         }
         if ((rc = ctl_db_open(ctl, &db)) != 0)
             goto out;
+        if (db_relay_keys(db, false, &ctl->keys) != 0) {
+            if (!ctl->unverified) {
+                fprintf(stderr,
+                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
+                        " (see above), so no dead letter's %s can be checked; nothing was "
+                        "replayed. --unverified replays without checking\n",
+                        RELAY_H_SIG);
+                rc = CTL_EXIT_CONNECT;
+                goto out;
+            }
+            fprintf(stderr, "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
+                            ": every letter is replayed unverified (--unverified)\n");
+        }
     }
     if (ctl->json && mode == CTL_LIST)
         arr = json_object_new_array();
@@ -1324,10 +1680,14 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
                 acked = mq_ack(rd, l.tag, false) == 0;
                 stop = !acked;
                 break;
-            case CTL_REPLAY:
-                acked = ctl_replay_one(ctl, rd, pub, db, &l) == 0;
-                stop = !acked;
+            case CTL_REPLAY: {
+                ctl_letter_verify(ctl, &l);
+                int r1 = ctl_replay_one(ctl, rd, pub, db, &l);
+                acked = r1 == 0;
+                refused += r1 == 1;
+                stop = r1 < 0;
                 break;
+            }
             }
             done += acked;
         }
@@ -1353,6 +1713,8 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
                  queue, returns);
     if (rc == CTL_EXIT_OK && matched == 0)
         rc = CTL_EXIT_NOMATCH;
+    if (rc == CTL_EXIT_OK && refused > 0)
+        rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
     if (ctl->json) {
         ctl->out = json_object_new_object();
         json_object_object_add(ctl->out, "queue", json_object_new_string(queue));
@@ -1361,11 +1723,16 @@ static int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         json_object_object_add(ctl->out, "undecodable", json_object_new_int64(undecodable));
         if (mode == CTL_REPLAY || mode == CTL_PURGE)
             json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(done));
+        if (mode == CTL_REPLAY)
+            json_object_object_add(ctl->out, "refused", json_object_new_int64(refused));
         json_object_object_add(ctl->out, "complete",
                                json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
         if (arr)
             json_object_object_add(ctl->out, "letters", arr);
         arr = NULL;
+    } else if (mode == CTL_REPLAY && refused > 0) {
+        printf("%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
+               verbs[mode], done, scanned, queue, matched, refused);
     } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
         printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
                queue, matched);
@@ -1382,6 +1749,7 @@ out:
     db_close(db);
     mq_close(pub);
     mq_close(rd);
+    explicit_bzero(&ctl->keys, sizeof(ctl->keys));
     return rc;
 }
 
@@ -1423,6 +1791,8 @@ int main(int argc, char **argv)
         {"older-than", required_argument, NULL, 'O'},
         {"batch", required_argument, NULL, 'b'},
         {"slow-ms", required_argument, NULL, 'S'},
+        {"unverified", no_argument, NULL, 'U'},
+        {"allow-empty-body", no_argument, NULL, 'E'},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -1479,6 +1849,12 @@ int main(int argc, char **argv)
         case 'y':
             ctl.yes = true;
             break;
+        case 'U':
+            ctl.unverified = true;
+            break;
+        case 'E':
+            ctl.allow_empty_body = true;
+            break;
         case 'O':
             older = optarg;
             if ((ctl.older_s = ctl_duration(optarg)) < 0)
@@ -1522,7 +1898,8 @@ int main(int argc, char **argv)
     } else if (is_dlq && (!strcmp(sub, "list") || !strcmp(sub, "purge"))) {
         if (n_args != 3)
             return ctl_bad("dlq %s: one QUEUE expected", sub);
-        if (have_id || ctl.all || ctl.to_queue || ctl.to_original)
+        if (have_id || ctl.all || ctl.to_queue || ctl.to_original || ctl.unverified ||
+            ctl.allow_empty_body)
             return ctl_bad("dlq %s takes --reason only to select", sub);
     } else if (is_dlq && !strcmp(sub, "replay")) {
         if (n_args < 3 || (n_args > 3 && !have_id))
@@ -1538,6 +1915,10 @@ int main(int argc, char **argv)
     } else if (!strcmp(cmd, "outbox") && !strcmp(sub, "list")) {
         if (n_args > 3)
             return ctl_bad("outbox list: at most one QUEUE%s", "");
+    } else if (!strcmp(cmd, "key")) {
+        if (n_args != 2 || (strcmp(sub, "status") && strcmp(sub, "stage") &&
+                            strcmp(sub, "promote") && strcmp(sub, "retire")))
+            return ctl_bad("key: status, stage, promote or retire%s", "");
     } else if (!strcmp(cmd, "records") && !strcmp(sub, "purge")) {
         if (n_args != 2)
             return ctl_bad("records purge takes no arguments%s", "");
@@ -1564,6 +1945,8 @@ int main(int argc, char **argv)
         rc = ctl_records_purge(&ctl);
     else if (!strcmp(cmd, "outbox"))
         rc = ctl_outbox_list(&ctl, n_args > 2 ? args[2] : NULL);
+    else if (!strcmp(cmd, "key"))
+        rc = ctl_key(&ctl, sub);
     else if (!strcmp(sub, "list"))
         rc = ctl_dlq(&ctl, args[2], CTL_LIST);
     else if (!strcmp(sub, "replay"))

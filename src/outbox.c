@@ -491,7 +491,8 @@ static int outbox_dead_letter(outbox_t *o, mq_t *pub, MYSQL_ROW row, const unsig
     }
     relay_iso_time(r->failed_s ? (uint64_t)r->failed_s * 1000 : now_ms, first, sizeof(first));
     relay_iso_time(now_ms, last, sizeof(last));
-    snprintf(queue, sizeof(queue), "%s%s", RELAY_ONWARD_PREFIX, o->pol.queue);
+    if (relay_onward_queue(o->pol.queue, queue, sizeof(queue)) == NULL)
+        return -1;
     snprintf(error, sizeof(error),
              "onward message not delivered after %llu attempts to exchange '%.*s' routing key "
              "'%.*s': %s",

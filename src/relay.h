@@ -19,12 +19,9 @@
 #define RELAY_H_QUEUE "idemd-queue" /* the queue whose handler failed */
 #define RELAY_H_SIG "idemd-sig"     /* hex HMAC-SHA256 of the headers above (relay_trusted) */
 #define RELAY_H_BODY_DROPPED "idemd-body-dropped" /* int: size of a body over max_body_bytes */
-/* Dead letters of onward messages (outbox.c): int 1, and the source message's id. */
+/* Dead letters of onward messages (outbox.c): int 1 (relay_onward_queue), and the source's id. */
 #define RELAY_H_ONWARD "idemd-onward"
 #define RELAY_H_ONWARD_SOURCE "idemd-onward-source"
-#define RELAY_ONWARD_PREFIX                                                                        \
-    "onward:" /* the queue a dead onward message's idemd-sig is bound to                           \
-               */
 
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072
@@ -36,9 +33,22 @@
  */
 #define RELAY_DEPTH_MAX 100
 
-#define RELAY_KEY_LEN 32        /* bytes of the installation's key (db_relay_key) */
+#define RELAY_KEY_LEN 32 /* bytes of the installation's key (db_relay_keys) */
+#define RELAY_KEYS_MAX 3 /* keys held at once: the signing one and two accepted */
+/* How often a worker reads the keys again, so that a rotation needs no restart. */
+#define RELAY_KEY_REREAD_MS 30000
 #define RELAY_SIG_HEX 64        /* hex digits of a signature */
 #define RELAY_MAX_ATTEMPTS 1000 /* the most max_attempts allows */
+
+/*
+ * The installation's keys (table idemd_key, sql/007 and sql/010): k[0] signs
+ * and verifies (row id 1); k[1..n-1] only verify (a key being staged, or
+ * the one a rotation replaced). n is 1..RELAY_KEYS_MAX.
+ */
+typedef struct relay_keys {
+    int n;
+    unsigned char k[RELAY_KEYS_MAX][RELAY_KEY_LEN];
+} relay_keys_t;
 
 /* A copy of a delivery, ready for mq_publish. Borrows from the envelope. */
 typedef struct relay_copy {
@@ -75,12 +85,36 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
 /*
  * Whether the idemd headers of a delivery (attempts, first failure,
  * original route) were put there by idemd: they carry a signature made by
- * relay_copy_init under key for this queue and message id. When true,
- * *attempts is the attempts made so far (1..RELAY_MAX_ATTEMPTS). A
- * publisher's own idemd-* headers are not believed.
+ * relay_copy_init (or relay_sign) under one of keys for this queue and
+ * message id. When true, *attempts is the attempts made so far
+ * (1..RELAY_MAX_ATTEMPTS). A publisher's own idemd-* headers are not
+ * believed. For a dead onward message, queue is relay_onward_queue's
+ * string and id its message_id property.
  */
-bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, const char *queue,
+bool relay_trusted(const amqp_basic_properties_t *p, const relay_keys_t *keys, const char *queue,
                    const char *id, size_t id_len, unsigned *attempts);
+
+/*
+ * The signature idemd puts in idemd-sig: hex HMAC-SHA256 under key
+ * (RELAY_KEY_LEN bytes) of queue, the message id, attempts (the value of
+ * idemd-attempts), first failure (idemd-first-failure) and the original
+ * route (idemd-original-exchange, idemd-original-routing-key). Writes
+ * RELAY_SIG_HEX + 1 bytes (NUL-terminated hex) into out. Borrows all.
+ * Returns 0, or -1 when out of memory. relay_trusted checks what this
+ * makes when the same queue string and id are given.
+ */
+int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
+               uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,
+               char *out) __attribute__((warn_unused_result));
+
+/*
+ * The queue string a dead onward message's signature is bound to:
+ * "onward:" then source_queue (the queue whose handler sent it), written
+ * into buf (len bytes). A letter with idemd-onward = 1 is signed with it
+ * and the message_id property as id, so it can never pass for a copy of a
+ * delivery of that queue. Returns buf, or NULL when it does not fit.
+ */
+const char *relay_onward_queue(const char *source_queue, char *buf, size_t len);
 
 /*
  * Mark c as the copy of a message whose body (size bytes, over
@@ -90,17 +124,6 @@ bool relay_trusted(const amqp_basic_properties_t *p, const unsigned char *key, c
 void relay_copy_body_dropped(relay_copy_t *c, uint64_t size);
 
 void relay_copy_free(relay_copy_t *c);
-
-/*
- * The signature idemd-sig carries: hex HMAC-SHA256 under key (RELAY_KEY_LEN
- * bytes) of queue, the message id, attempts, first failure and original
- * route, each length-prefixed. Dead letters of onward messages (outbox.c)
- * are signed with queue = RELAY_ONWARD_PREFIX + the source queue. Writes
- * RELAY_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
- */
-int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
-               uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,
-               char *out);
 
 /* ms (CLOCK_REALTIME milliseconds) as ISO 8601 UTC with milliseconds, into out. */
 void relay_iso_time(uint64_t ms, char *out, size_t len);

@@ -102,7 +102,9 @@ typedef struct worker {
     char *bscratch, *berr;
     chores_t chores; /* retention and reconcile, between batches */
     uint64_t next_pub_service_ms;
-    unsigned char relay_key[RELAY_KEY_LEN]; /* signs and checks our own headers */
+    relay_keys_t relay_keys; /* k[0] signs our own headers; all of them check */
+    uint64_t keys_read_ms;   /* when relay_keys were read (worker_reread_keys) */
+    int keys_reread_ms;      /* how often: RELAY_KEY_REREAD_MS, or the test knob */
     /* A delivery mq_next could not decode (MQ_UNDECODABLE): the batch before it is
      * settled first, then worker_undecodable rejects or requeues it and reconnects. */
     bool undecodable;
@@ -264,7 +266,7 @@ static int worker_connect_db(worker_t *w)
                            .dlq = w->q->dead_letter_queue,
                            .max_attempts = (unsigned)w->conf->outbox_max_attempts,
                            .backoff_ms = w->conf->outbox_backoff_ms,
-                           .key = w->relay_key};
+                           .key = w->relay_keys.k[0]};
     outbox_set_policy(w->outbox, &pol);
     worker_connected(w, WORKER_LOST_DATABASE);
     if (db_attempt_prepare(w->db) != 0) {
@@ -273,12 +275,13 @@ static int worker_connect_db(worker_t *w)
                  " (apply sql/003_idemd_attempt.sql and sql/008_idemd_attempt_crashes.sql)");
         return WORKER_EXIT_CONFIG;
     }
-    if (db_relay_key(w->db, w->relay_key, sizeof(w->relay_key)) != 0) {
+    if (db_relay_keys(w->db, true, &w->relay_keys) != 0) {
         snprintf(w->slot->error, sizeof(w->slot->error),
-                 "cannot read the relay key from table " DB_KEY_TABLE
-                 " (apply sql/007_idemd_key.sql)");
+                 "cannot use the relay key in table " DB_KEY_TABLE
+                 " (apply sql/007_idemd_key.sql and sql/010_idemd_key_since.sql; see the log)");
         return WORKER_EXIT_CONFIG;
     }
+    w->keys_read_ms = worker_now_ms();
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
         char qe[800];
@@ -986,7 +989,7 @@ static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n
         relay_copy_t c;
         amqp_bytes_t body = m->env.message.body;
         if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, t->id, t->id_len, m->trusted,
-                            w->relay_key, t->attempt, t->reason, now_ms) != 0)
+                            w->relay_keys.k[0], t->attempt, t->reason, now_ms) != 0)
             goto fail;
         if (w->max_message > 0 && body.len > w->max_message) {
             /* The broker would refuse the copy and close the channel: it goes without it. */
@@ -1211,7 +1214,7 @@ static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
     m->suspect = m->env.redelivered || dcount > 0;
     /* Only attempts idemd counted itself: a publisher's idemd-attempts is not believed. */
     m->trusted =
-        t->id_len > 0 && relay_trusted(p, w->relay_key, w->q->name, t->id, t->id_len, &attempts);
+        t->id_len > 0 && relay_trusted(p, &w->relay_keys, w->q->name, t->id, t->id_len, &attempts);
     t->attempt = m->trusted ? attempts + 1 : 1;
     /*
      * Headers nested deeper than rabbitmq-c 0.14+ decodes: with such a library
@@ -1425,6 +1428,36 @@ static int worker_check_db(worker_t *w)
 }
 
 /*
+ * Between batches, every keys_reread_ms: read the relay keys again, so that
+ * a rotation (idemctl key stage / promote / retire) reaches a running
+ * worker. A failed read keeps the keys held (logged): they still sign and
+ * check what they did before.
+ */
+static void worker_reread_keys(worker_t *w)
+{
+    relay_keys_t fresh;
+
+    if (worker_now_ms() - w->keys_read_ms < (uint64_t)w->keys_reread_ms)
+        return;
+    w->keys_read_ms = worker_now_ms();
+    w->db_used_ms = w->keys_read_ms;
+    /* create: when row 1 was deleted, every worker moves to the one new key. */
+    if (db_relay_keys(w->db, true, &fresh) != 0) {
+        log_warn("relay keys not read again (see above): the %d held still sign and check",
+                 w->relay_keys.n);
+        return;
+    }
+    if (fresh.n != w->relay_keys.n ||
+        memcmp(fresh.k, w->relay_keys.k, sizeof(fresh.k[0]) * (size_t)fresh.n) != 0)
+        log_info("relay keys changed in table " DB_KEY_TABLE ": %s, %d accepted",
+                 memcmp(fresh.k[0], w->relay_keys.k[0], RELAY_KEY_LEN) != 0 ? "new signing key"
+                                                                            : "same signing key",
+                 fresh.n);
+    w->relay_keys = fresh;
+    explicit_bzero(&fresh, sizeof(fresh));
+}
+
+/*
  * The delivery w->undecodable_tag could not be decoded (worker_next), and
  * the consuming connection can no longer read; the batch received before it
  * is settled. When the queue dead-letters (idemd declared it so, or
@@ -1490,7 +1523,10 @@ static int worker_loop(worker_t *w)
         worker_progress(w);
         worker_service_pub(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
-        if (worker_check_db(w) != 0 || chores_tick(&w->chores) != 0) {
+        int db_rc = worker_check_db(w);
+        if (db_rc == 0)
+            worker_reread_keys(w);
+        if (db_rc != 0 || chores_tick(&w->chores) != 0) {
             worker_release(w, true);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
@@ -1552,6 +1588,8 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     plugin_set_publisher(worker_publish, &w);
     const char *crash = getenv("IDEMD_TEST_CRASH_BEFORE_RELAY"); /* fault injection for tests */
     w.crash_before_relay = crash ? atoi(crash) : 0;
+    const char *reread = getenv("IDEMD_TEST_KEY_REREAD_MS"); /* tests: rotate without waiting */
+    w.keys_reread_ms = reread && atoi(reread) > 0 ? atoi(reread) : RELAY_KEY_REREAD_MS;
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
 
     memset(&sa, 0, sizeof(sa));

@@ -54,6 +54,7 @@ static void t_forged_env(amqp_envelope_t *env, amqp_table_entry_t *h)
 int main(void)
 {
     unsigned char key[RELAY_KEY_LEN], other[RELAY_KEY_LEN];
+    relay_keys_t ks = {.n = 1}, ko = {.n = 1}, both = {.n = 2}, swapped = {.n = 2};
     amqp_table_entry_t h[3];
     amqp_envelope_t env, env2;
     relay_copy_t c, c2;
@@ -62,8 +63,14 @@ int main(void)
 
     memset(key, 7, sizeof(key));
     memset(other, 8, sizeof(other));
+    memcpy(ks.k[0], key, RELAY_KEY_LEN);
+    memcpy(ko.k[0], other, RELAY_KEY_LEN);
+    memcpy(both.k[0], key, RELAY_KEY_LEN); /* key signs, other is staged */
+    memcpy(both.k[1], other, RELAY_KEY_LEN);
+    memcpy(swapped.k[0], other, RELAY_KEY_LEN); /* after the promotion: other signs */
+    memcpy(swapped.k[1], key, RELAY_KEY_LEN);
     t_forged_env(&env, h);
-    t_ok(!relay_trusted(&env.message.properties, key, "q", "m1", 2, &attempts),
+    t_ok(!relay_trusted(&env.message.properties, &ks, "q", "m1", 2, &attempts),
          "a publisher's idemd-attempts with a made-up signature is not believed");
 
     t_ok(relay_copy_init(&c, &env, "q", NULL, "m1", 2, false, key, 1, "test", 1700000000000ULL) ==
@@ -82,14 +89,54 @@ int main(void)
     t_ok(sigs == 1, "the copy carries one signature (the forged one is dropped)");
 
     attempts = 0;
-    t_ok(relay_trusted(&c.props, key, "q", "m1", 2, &attempts) && attempts == 1,
+    t_ok(relay_trusted(&c.props, &ks, "q", "m1", 2, &attempts) && attempts == 1,
          "idemd's own copy verifies, attempts 1");
-    t_ok(!relay_trusted(&c.props, key, "q", "m2", 2, &attempts),
+    t_ok(!relay_trusted(&c.props, &ks, "q", "m2", 2, &attempts),
          "the signature is bound to the message id");
-    t_ok(!relay_trusted(&c.props, key, "q2", "m1", 2, &attempts),
+    t_ok(!relay_trusted(&c.props, &ks, "q2", "m1", 2, &attempts),
          "the signature is bound to the queue");
-    t_ok(!relay_trusted(&c.props, other, "q", "m1", 2, &attempts),
+    t_ok(!relay_trusted(&c.props, &ko, "q", "m1", 2, &attempts),
          "another installation's key does not verify");
+
+    t_ok(relay_trusted(&c.props, &both, "q", "m1", 2, &attempts) && attempts == 1,
+         "rotation: a copy signed by the signing key verifies while another is staged");
+    t_ok(relay_trusted(&c.props, &swapped, "q", "m1", 2, &attempts) && attempts == 1,
+         "rotation: a copy signed by the replaced key still verifies after the promotion");
+
+    /* A dead onward message is signed under "onward:<source queue>": never a delivery's copy. */
+    char oq[64], osig[RELAY_SIG_HEX + 1];
+    t_ok(relay_onward_queue("q", oq, sizeof(oq)) != NULL && strcmp(oq, "onward:q") == 0,
+         "the onward queue string");
+    t_ok(relay_onward_queue("a-rather-long-queue-name", oq, 8) == NULL,
+         "an onward queue string that does not fit is refused");
+    t_ok(relay_sign(key, "onward:q", "m1", 2, 1, amqp_cstring_bytes("t"), amqp_cstring_bytes("ex"),
+                    amqp_cstring_bytes("rk"), osig) == 0 &&
+             strlen(osig) == RELAY_SIG_HEX,
+         "relay_sign writes a hex signature");
+    {
+        amqp_table_entry_t oh[5];
+        amqp_basic_properties_t op;
+        memset(oh, 0, sizeof(oh));
+        memset(&op, 0, sizeof(op));
+        oh[0].key = amqp_cstring_bytes(RELAY_H_ATTEMPTS);
+        oh[0].value.kind = AMQP_FIELD_KIND_I64;
+        oh[0].value.value.i64 = 1;
+        const char *sk[] = {RELAY_H_FIRST_FAILURE, RELAY_H_EXCHANGE, RELAY_H_ROUTING_KEY,
+                            RELAY_H_SIG};
+        const char *sv[] = {"t", "ex", "rk", osig};
+        for (int i = 0; i < 4; i++) {
+            oh[i + 1].key = amqp_cstring_bytes(sk[i]);
+            oh[i + 1].value.kind = AMQP_FIELD_KIND_UTF8;
+            oh[i + 1].value.value.bytes = amqp_cstring_bytes(sv[i]);
+        }
+        op._flags = AMQP_BASIC_HEADERS_FLAG;
+        op.headers.entries = oh;
+        op.headers.num_entries = 5;
+        t_ok(relay_trusted(&op, &ks, "onward:q", "m1", 2, &attempts) && attempts == 1,
+             "a dead onward message verifies under its onward queue string");
+        t_ok(!relay_trusted(&op, &ks, "q", "m1", 2, &attempts),
+             "a dead onward message does not pass for a copy of the source queue's delivery");
+    }
 
     /* The next hop keeps the first failure and route of a trusted copy. */
     memset(&env2, 0, sizeof(env2));
@@ -102,7 +149,7 @@ int main(void)
                     "2023-11-14T22:13:20.000Z") == 0 &&
              strcmp(t_str(&c2.props, RELAY_H_EXCHANGE, buf, sizeof(buf)), "ex") == 0,
          "trusted: first failure and original route survive the next copy");
-    t_ok(relay_trusted(&c2.props, key, "q", "m1", 2, &attempts) && attempts == 2,
+    t_ok(relay_trusted(&c2.props, &ks, "q", "m1", 2, &attempts) && attempts == 2,
          "the second copy verifies, attempts 2");
 
     /* Tampering with the count breaks the signature. */
@@ -110,7 +157,7 @@ int main(void)
         if (c2.props.headers.entries[i].key.len == strlen(RELAY_H_ATTEMPTS) &&
             memcmp(c2.props.headers.entries[i].key.bytes, RELAY_H_ATTEMPTS, 14) == 0)
             c2.props.headers.entries[i].value.value.i64 = 999;
-    t_ok(!relay_trusted(&c2.props, key, "q", "m1", 2, &attempts),
+    t_ok(!relay_trusted(&c2.props, &ks, "q", "m1", 2, &attempts),
          "a changed idemd-attempts does not verify");
     relay_copy_free(&c2);
 
