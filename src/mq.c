@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "delivery.h"
 #include "log.h"
 #include "relay.h"
 #include "version.h"
@@ -666,31 +667,6 @@ static void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *rol
     mq->channel_open = false;
 }
 
-/* The value of integer header name in p, or -1. */
-static long long mq_int_header(const amqp_basic_properties_t *p, const char *name)
-{
-    if (p == NULL || !(p->_flags & AMQP_BASIC_HEADERS_FLAG))
-        return -1;
-    for (int i = 0; i < p->headers.num_entries; i++) {
-        const amqp_table_entry_t *e = &p->headers.entries[i];
-        if (e->key.len != strlen(name) || memcmp(e->key.bytes, name, e->key.len) != 0)
-            continue;
-        switch (e->value.kind) {
-        case AMQP_FIELD_KIND_I64:
-            return e->value.value.i64;
-        case AMQP_FIELD_KIND_U64:
-            return e->value.value.u64 > (uint64_t)INT64_MAX ? -1 : (long long)e->value.value.u64;
-        case AMQP_FIELD_KIND_I32:
-            return e->value.value.i32;
-        case AMQP_FIELD_KIND_U32:
-            return e->value.value.u32;
-        default:
-            return -1;
-        }
-    }
-    return -1;
-}
-
 /*
  * The content header of a basic.return (props): mark the copy it answers.
  * Its MQ_H_PUBLISH header names the copy exactly; without it (a broker that
@@ -699,7 +675,7 @@ static long long mq_int_header(const amqp_basic_properties_t *p, const char *nam
  */
 static void mq_returned(mq_t *mq, const amqp_basic_properties_t *props)
 {
-    long long seq = mq_int_header(props, MQ_H_PUBLISH);
+    long long seq = props ? delivery_header_int(props, MQ_H_PUBLISH) : -1;
     mq_copy_t *hit = NULL;
 
     mq->returning = false;
