@@ -25,8 +25,10 @@ h_wait_sql "SELECT COUNT(*) FROM idemd_outbox WHERE attempts >= 1" $bad 60 ||
     h_fail "the $bad unroutable rows were not tried: $(h_sql 'SELECT COUNT(*), MIN(attempts) FROM idemd_outbox')"
 # Then sources that send one onward message each to the unroutable route, the missing exchange
 # (the broker closes the channel) and the good route, in that order.
+t0=$(date +%s.%N)
 seq 1 $good | awk '{ printf "g%d\tmixed\n", $1 }' | h_mq publish -r "$q" >pub2.txt || h_fail "publish: $(cat pub2.txt)"
 h_wait_depth "$sink" $good 20 || h_fail "the good onward messages did not arrive within 20 s (sink holds $(h_depth "$sink"))"
+h_log "the $good good onward messages arrived $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }') s after their sources were published, behind $bad refused rows"
 h_wait_depth "$q" 0 10 || h_fail "$q not drained"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 'amq.topic'")" 0 "good rows left in the outbox"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 'amq.direct'")" $((bad + good)) "unroutable rows kept (attempts left)"
