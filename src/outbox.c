@@ -667,6 +667,10 @@ static int outbox_settle(outbox_t *o, const outbox_row_t *rows, int n)
         return outbox_db_rc(o);
     for (int i = 0; i < n && !o->legacy; i++) {
         const outbox_row_t *r = &rows[i];
+        if (r->state == OUTBOX_DEAD)
+            log_error("outbox: onward message (row %llu) dead-lettered to %s after %u refused "
+                      "sends, last: %s",
+                      r->id, o->pol.dlq, r->attempts + 1, r->why);
         if (r->state != OUTBOX_REFUSED)
             continue;
         long long wait = o->pol.backoff_ms;

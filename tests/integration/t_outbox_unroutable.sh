@@ -36,6 +36,8 @@ h_assert_eq "$(h_depth "$sink")" $n "messages in $sink"
 h_assert_eq "$(h_depth "$q.dlq")" $n "dead letters in $q.dlq"
 h_assert_eq "$(h_count_log idemd.log "outbox: onward message \(row [0-9]+\) refused \(attempt 1 of 3\): unroutable: returned by the broker: 312 NO_ROUTE")" $n \
     "first refusals logged with the broker's words"
+h_assert_eq "$(h_count_log idemd.log "outbox: onward message \(row [0-9]+\) dead-lettered to $q.dlq after 3 refused sends, last: unroutable")" $n \
+    "dead letters logged"
 curl -sf "http://127.0.0.1:$mport/metrics" >metrics.txt || h_fail "no /metrics"
 h_assert_eq "$(awk -v q="$q" '$1 ~ "^idemd_outbox_rows\\{queue=\"" q "\"" { s += $2 } END { print s + 0 }' metrics.txt)" 0 \
     "idemd_outbox_rows after the drain"
