@@ -39,7 +39,7 @@ ifeq ($(findstring _FORTIFY_SOURCE,$(USER_FLAGS)),)
 override CFLAGS += -U_FORTIFY_SOURCE -D_FORTIFY_SOURCE=2
 endif
 endif
-LDLIBS += $(PKG_LIBS) -ldl -lm
+LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its main and the modules it shares with the daemon.

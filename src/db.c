@@ -285,7 +285,7 @@ static int db_tls_chain_only(void *ctls, unsigned int flags)
 }
 #endif
 
-static int db_set_tls(db_t *db, const conf_database_t *cfg, const char *where)
+static int db_set_tls(MYSQL *my, const conf_database_t *cfg, const char *where)
 {
     const conf_database_tls_t *t = &cfg->tls;
     unsigned int proto = MYSQL_PROTOCOL_TCP;
@@ -294,24 +294,23 @@ static int db_set_tls(db_t *db, const conf_database_t *cfg, const char *where)
 
     if (!t->enabled)
         return 0;
-    bad |= mysql_options(db->my, MYSQL_OPT_PROTOCOL, &proto);
-    bad |= mysql_options(db->my, MYSQL_OPT_SSL_ENFORCE, &on);
-    bad |= mysql_options(db->my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
-    bad |= mysql_options(db->my, MARIADB_OPT_TLS_VERSION, "TLSv1.2,TLSv1.3");
-    bad |= mysql_options(db->my, MARIADB_OPT_TLS_PASSPHRASE, "");
+    bad |= mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
+    bad |= mysql_options(my, MYSQL_OPT_SSL_ENFORCE, &on);
+    bad |= mysql_options(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+    bad |= mysql_options(my, MARIADB_OPT_TLS_VERSION, "TLSv1.2,TLSv1.3");
+    bad |= mysql_options(my, MARIADB_OPT_TLS_PASSPHRASE, "");
     if (t->ca_file)
-        bad |= mysql_options(db->my, MYSQL_OPT_SSL_CA, t->ca_file);
+        bad |= mysql_options(my, MYSQL_OPT_SSL_CA, t->ca_file);
 #if MARIADB_PACKAGE_VERSION_ID >= 30400
     if (t->ca_file && !t->verify_server_cert) {
         verify = 1; /* the library then calls the callback, which checks the chain only */
-        bad |= mysql_options(db->my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
-        bad |= mysql_optionsv(db->my, MARIADB_OPT_TLS_VERIFICATION_CALLBACK,
-                              (void *)db_tls_chain_only);
+        bad |= mysql_options(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
+        bad |= mysql_optionsv(my, MARIADB_OPT_TLS_VERIFICATION_CALLBACK, (void *)db_tls_chain_only);
     }
 #endif
     if (t->cert_file) {
-        bad |= mysql_options(db->my, MYSQL_OPT_SSL_CERT, t->cert_file);
-        bad |= mysql_options(db->my, MYSQL_OPT_SSL_KEY, t->key_file);
+        bad |= mysql_options(my, MYSQL_OPT_SSL_CERT, t->cert_file);
+        bad |= mysql_options(my, MYSQL_OPT_SSL_KEY, t->key_file);
     }
     if (bad) {
         log_error("database %s: TLS: the client library refused a TLS option (built without "
@@ -486,7 +485,7 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
         mysql_options(db->my, MYSQL_OPT_PROTOCOL, &proto);
     }
     db_where(cfg, where, sizeof(where));
-    if (db_set_tls(db, cfg, where) != 0)
+    if (db_set_tls(db->my, cfg, where) != 0)
         goto fail;
     if (mysql_real_connect(db->my, cfg->socket ? NULL : cfg->host, cfg->user, cfg->password,
                            cfg->database, cfg->socket ? 0 : (unsigned)cfg->port, cfg->socket,
@@ -506,6 +505,8 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
      * never let it do): wipe it. */
     if (db->my->passwd)
         explicit_bzero(db->my->passwd, strlen(db->my->passwd));
+    snprintf(db->host, sizeof(db->host), "%s", cfg->socket || !cfg->host ? "" : cfg->host);
+    db->port = cfg->socket ? 0 : (unsigned)cfg->port;
     if (db_check_tls(db, cfg, where) != 0)
         goto fail;
     if (db_check_version(db, where, refused, refused_len) != 0) {
@@ -571,6 +572,51 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, int s
     if (n_refused > 0 && refused)
         log_error("%s", refused);
     return -1;
+}
+
+MYSQL *db_probe_open(const db_t *db, const conf_database_t *cfg, char *err, size_t errlen)
+{
+    MYSQL *my = mysql_init(NULL);
+    unsigned int t, proto = MYSQL_PROTOCOL_TCP, no_local = 0;
+    my_bool off = 0;
+    bool tcp = db->host[0] != '\0';
+    char where[300];
+
+    if (my == NULL) {
+        snprintf(err, errlen, "out of memory");
+        goto fail;
+    }
+    t = (unsigned)cfg->connect_timeout;
+    mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
+    t = DB_PROBE_TIMEOUT;
+    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &t);
+    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &t);
+    mysql_options(my, MYSQL_OPT_RECONNECT, &off);
+    mysql_options(my, MYSQL_OPT_LOCAL_INFILE, &no_local);
+    mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    if (tcp)
+        mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
+    snprintf(where, sizeof(where), "%s:%u", tcp ? db->host : "socket", db->port);
+    if (db_set_tls(my, cfg, where) != 0) {
+        snprintf(err, errlen, "TLS options refused");
+        goto fail;
+    }
+    if (mysql_real_connect(my, tcp ? db->host : NULL, cfg->user, cfg->password, cfg->database,
+                           tcp ? db->port : 0, tcp ? NULL : cfg->socket, 0) == NULL) {
+        snprintf(err, errlen, "cannot connect: %s", mysql_error(my));
+        goto fail;
+    }
+    if (my->passwd)
+        explicit_bzero(my->passwd, strlen(my->passwd));
+    if (cfg->tls.enabled && mysql_get_ssl_cipher(my) == NULL) {
+        snprintf(err, errlen, "the server did not start TLS");
+        goto fail;
+    }
+    return my;
+fail:
+    if (my)
+        mysql_close(my);
+    return NULL;
 }
 
 int db_set_consumer(db_t *db, const char *consumer)

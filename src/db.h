@@ -41,6 +41,8 @@ typedef struct db {
     char record_table[65];
     char *sql; /* statement buffer of the set-based record calls, grown as needed */
     size_t sql_size;
+    char host[256]; /* the server this connection reached ("" over the unix socket) */
+    unsigned port;
 } db_t;
 
 /*
@@ -58,6 +60,18 @@ typedef struct db {
 #define DB_OPEN_REFUSED (-2)
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, char *refused,
             size_t refused_len, db_t **out) __attribute__((warn_unused_result));
+
+/*
+ * A second connection to the server db reached, with cfg's credentials and
+ * TLS and read/write timeouts of DB_PROBE_TIMEOUT s, for looking at db's
+ * session from outside (stall.c); autocommit stays on, nothing is checked
+ * or logged but a TLS option the library refuses. db is only read (its
+ * host and port), so another thread may call this while db's owner is
+ * inside a statement. Returns a handle to mysql_close, or NULL with the
+ * reason in err.
+ */
+#define DB_PROBE_TIMEOUT 5
+MYSQL *db_probe_open(const db_t *db, const conf_database_t *cfg, char *err, size_t errlen);
 
 /*
  * Write later keys (records, attempts) for another consumer; the prepared

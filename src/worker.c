@@ -18,6 +18,7 @@
 #include "mq.h"
 #include "outbox.h"
 #include "relay.h"
+#include "stall.h"
 #include "txn.h"
 
 #define WORKER_MAX_HEADERS 64
@@ -113,6 +114,7 @@ typedef struct worker {
     int undecodable_streak;      /* requeued ones in a row (the queue does not dead-letter) */
     bool returns_guard;   /* the queue may have a broker delivery limit: WORKER_RETURNS_MAX */
     uint64_t max_message; /* the broker's max message size once a copy was refused for it */
+    stall_t *stall;       /* handler_timeout's watchdog (NULL: plain alarm()) */
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -411,6 +413,30 @@ static void worker_fill_msg(worker_t *w, int i, const txn_msg_t *t, worker_hmsg_
                       : "";
 }
 
+/*
+ * handler_timeout around a handler call: past it SIGALRM kills the worker,
+ * unless the handler waits for a lock in the database (stall.c).
+ */
+static void worker_timer_on(worker_t *w)
+{
+    if (w->q->handler_timeout <= 0)
+        return;
+    if (w->stall)
+        stall_arm(w->stall, w->db, w->q->handler_timeout);
+    else
+        alarm((unsigned)w->q->handler_timeout);
+}
+
+static void worker_timer_off(worker_t *w)
+{
+    if (w->q->handler_timeout <= 0)
+        return;
+    if (w->stall)
+        stall_disarm(w->stall);
+    else
+        alarm(0);
+}
+
 /* Run the handler on message i (txn_ops_t.handle): the crash note in the slot brackets the call. */
 static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
 {
@@ -426,13 +452,11 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     __atomic_store_n(&sl->crash_counted, t->counted ? 1 : 0, __ATOMIC_RELAXED);
     __atomic_store_n(&sl->in_handler, 1, __ATOMIC_RELEASE);
     t->reason[0] = '\0';
-    if (w->q->handler_timeout > 0)
-        alarm((unsigned)w->q->handler_timeout); /* SIGALRM kills a hung handler */
+    worker_timer_on(w);
     uint64_t t0 = worker_now_us();
     idemd_result_t r = w->h->handle(w->state, w->db->my, &w->one.msg, t->reason, sizeof(t->reason));
     worker_handler_time(w, t0);
-    if (w->q->handler_timeout > 0)
-        alarm(0);
+    worker_timer_off(w);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
     *err = mysql_errno(w->db->my);
     worker_progress(w); /* per message: a long batch is not a wedged worker */
@@ -460,13 +484,11 @@ static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_r
         r[j] = IDEMD_RESULT_OK;
         w->berr[(size_t)j * errlen] = '\0';
     }
-    if (w->q->handler_timeout > 0)
-        alarm((unsigned)w->q->handler_timeout);
+    worker_timer_on(w);
     uint64_t t0 = worker_now_us();
     int rc = w->h->handle_batch(w->state, w->db->my, w->bptr, (size_t)k, r, w->berr, errlen);
     worker_handler_time(w, t0);
-    if (w->q->handler_timeout > 0)
-        alarm(0);
+    worker_timer_off(w);
     *err = mysql_errno(w->db->my);
     for (int j = 0; j < k; j++) {
         memcpy(ms[j]->reason, w->berr + (size_t)j * errlen, errlen);
@@ -1640,9 +1662,12 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         w.db_used_ms = worker_now_ms();
         code = worker_connect_mq(&w);
     }
+    if (code == 0 && q->handler_timeout > 0)
+        w.stall = stall_start(&conf->database, slot);
     if (code == 0)
         code = worker_loop(&w);
     worker_set_state(&w, WORKER_STATE_STOPPING);
+    stall_stop(w.stall);
     mq_close(w.mq);
     mq_close(w.pub);
     if (w.state_live && w.h->fini)
