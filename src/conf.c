@@ -338,8 +338,9 @@ static const conf_def_t conf_defs[] = {
                    "`<name>.retry.<ms>` each; the last repeats); `[]`: republish to the queue's "
                    "tail at once"),
     CONF_INT("queue", "handler_timeout", conf_queue_t, handler_timeout, 0, "30", 0, 3600,
-             "seconds one handler call may take before the worker is killed; 0 = no limit. "
-             "Keep it under half of the unit's WatchdogSec"),
+             "seconds one handler call may run its own code before the worker is killed (a "
+             "crash); time spent waiting for a lock in the database does not count; 0 = no "
+             "limit. Keep it under half of the unit's WatchdogSec"),
     CONF_INT("queue", "record_retention_days", conf_queue_t, record_retention_days, 0, "0", 0,
              36500,
              "delete this queue's dedup records (and crash counts) older than this many days, "
