@@ -29,15 +29,15 @@ struct stall {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     bool quit;
+    bool idle; /* the thread waits without a deadline: the next stall_arm must wake it */
     /* Under mu: the handler call being watched. */
     bool armed;
     unsigned long gen;   /* counts handler calls: a verdict about an old call is dropped */
     uint64_t started_ms; /* CLOCK_MONOTONIC */
     uint64_t deadline_ms;
-    int timeout_s;     /* handler_timeout of this call */
-    unsigned long tid; /* the handler's session (mysql_thread_id) */
-    char host[256];    /* the server it is on (db_t.host/port) */
-    unsigned port;
+    int timeout_s;         /* handler_timeout of this call */
+    unsigned long tid;     /* the handler's session (mysql_thread_id) */
+    const db_t *db;        /* its connection: open while armed */
     uint64_t waited_since; /* the first time a lock wait was seen in this call, or 0 */
     bool warned;           /* this call's lock wait was logged */
 };
@@ -130,8 +130,8 @@ static void stall_check(stall_t *s)
     char state[512];
 
     memset(&where, 0, sizeof(where));
-    memcpy(where.host, s->host, sizeof(where.host));
-    where.port = s->port;
+    memcpy(where.host, s->db->host, sizeof(where.host)); /* s->db is freed only after disarm */
+    where.port = s->db->port;
     pthread_mutex_unlock(&s->mu);
     stall_verdict_t v = stall_probe(s, &where, tid, state, sizeof(state));
     pthread_mutex_lock(&s->mu);
@@ -189,7 +189,9 @@ static void *stall_main(void *arg)
     pthread_mutex_lock(&s->mu);
     while (!s->quit) {
         if (!s->armed) {
+            s->idle = true;
             pthread_cond_wait(&s->cv, &s->mu);
+            s->idle = false;
             continue;
         }
         uint64_t now = stall_now_ms();
@@ -249,11 +251,13 @@ void stall_arm(stall_t *s, const db_t *db, int timeout_s)
     s->started_ms = stall_now_ms();
     s->deadline_ms = s->started_ms + (uint64_t)timeout_s * 1000;
     s->tid = mysql_thread_id(db->my);
-    memcpy(s->host, db->host, sizeof(s->host));
-    s->port = db->port;
+    s->db = db;
     s->waited_since = 0;
     s->warned = false;
-    pthread_cond_signal(&s->cv);
+    /* A thread asleep until an earlier deadline wakes then and sleeps on to this one: a
+     * handler call costs no wake-up. */
+    if (s->idle)
+        pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
 }
 

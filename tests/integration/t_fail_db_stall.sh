@@ -6,8 +6,12 @@ qb=t_fail_db_stall.b # dedup none: the handler's INSERT is the first write
 hold=10              # seconds the other session holds its lock; handler_timeout is 2
 h_new_db "$db"
 c_fresh_queues "$qa" "$qa.dlq" "$qb" "$qb.dlq"
+# A TCP account without the PROCESS privilege: the second phase looks at the handler's session
+# over TCP (database.hosts), seeing only this account's sessions.
+h_mysql -e "CREATE USER IF NOT EXISTS 'stall'@'127.0.0.1' IDENTIFIED BY 'stall';
+            GRANT ALL ON \`$db\`.* TO 'stall'@'127.0.0.1'" || h_fail "cannot create the TCP user"
+queues()
 {
-    h_conf_common "$db"
     cat <<CONF
 queues = (
   { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; handler_timeout = 2; max_attempts = 2;
@@ -16,7 +20,16 @@ queues = (
     batch_size = 20; batch_wait_ms = 20; dedup = "none"; }
 );
 CONF
+}
+{
+    h_conf_common "$db"
+    queues
 } >idemd.conf
+{
+    h_conf_common "$db" | sed "s|socket = \"$MYSQL_SOCK\"; user = \"root\"|hosts = [ \"127.0.0.1:$MYSQL_PORT\" ]; user = \"stall\"; password = \"stall\"|"
+    queues
+} >idemd-tcp.conf
+grep -q 'user = "stall"' idemd-tcp.conf || h_fail "the TCP configuration was not written"
 h_daemon_start idemd.conf idemd.log
 
 # stall_phase NAME LOCK_SQL PREFIX_A PREFIX_B EXPECTED_ROWS: another session takes LOCK_SQL and
@@ -45,6 +58,9 @@ stall_phase()
 }
 
 stall_phase "LOCK TABLES" "LOCK TABLES effects WRITE" a b 200
+h_daemon_alive || h_fail "idemd died"
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
+h_daemon_start idemd-tcp.conf idemd.log
 stall_phase "FTWRL" "FLUSH TABLES WITH READ LOCK" c d 400
 h_daemon_alive || h_fail "idemd died"
 
