@@ -239,7 +239,8 @@ static bool txn_repeat(const txn_t *t, int i)
  * without savepoints, one COMMIT. Any message that does not end ok makes it
  * FALLBACK (that message keeps its verdict when the handler gave one).
  */
-/* The batch handler on the recorded list[0..k-1]: HANDLED, or verdicts and AGAIN. */
+/* The batch handler on the recorded list[0..k-1]: HANDLED; verdicts and AGAIN; or FALLBACK when
+ * the call failed as a whole. */
 static txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
 {
     unsigned err = 0;
@@ -256,13 +257,14 @@ static txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_resul
         return TXN_PASS_REDO;
     }
     if (rc != 0) {
-        char why[sizeof(list[0]->reason)];
-        snprintf(why, sizeof(why), "%s", list[0]->reason[0] ? list[0]->reason : "batch failed");
-        for (int j = 0; j < k; j++) {
-            txn_move(list[j], TXN_RETRY);
-            txn_why(list[j], "batch handler failed: %.400s", why);
-        }
-        return TXN_PASS_AGAIN;
+        /* A failure of the call as a whole names no culprit: retrying them all together would
+         * dead-letter the innocent with the guilty. Each runs alone through handle(), and only
+         * the one at fault gets its verdict. */
+        log_info("batch of %d: handle_batch failed (%.400s): running its messages one by one", k,
+                 list[0]->reason[0] ? list[0]->reason : "no reason given");
+        for (int j = 0; j < k; j++)
+            list[j]->reason[0] = '\0';
+        return TXN_PASS_FALLBACK;
     }
     for (int j = 0; j < k; j++) {
         list[j]->reason[sizeof(list[j]->reason) - 1] = '\0';

@@ -81,7 +81,8 @@ typedef struct txn_ops {
      * The handler's handle_batch on ms[0..k-1] (set-based pass only): a
      * verdict for each into r[j], a reason into ms[j]->reason when it is
      * not OK; *err as for handle. Returns 0, or -1 when the call failed as
-     * a whole (reason in ms[0]->reason).
+     * a whole (reason in ms[0]->reason, logged): the pass is then rolled
+     * back and every message runs alone through handle().
      */
     int (*handle_many)(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err);
 } txn_ops_t;

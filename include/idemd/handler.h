@@ -154,14 +154,16 @@ typedef struct idemd_host {
  * instead of one statement per message. It writes a verdict for every
  * message into verdicts[i] and, for a verdict other than OK, a reason into
  * errors + i * errlen (NUL-terminated). It returns 0, or -1 when the call
- * as a whole failed (then every message is retried with the reason in
- * errors[0 .. errlen-1]). When any verdict is not OK, idemd rolls the
+ * as a whole failed (the reason in errors[0 .. errlen-1] is logged): idemd
+ * then rolls the transaction back and runs every message of the batch
+ * alone through handle(), so only the message at fault gets a failing
+ * verdict. When any verdict is not OK, idemd rolls the
  * transaction back and calls handle_batch again without those messages, so
  * the effects of a failing message are never committed. Rules: no effects
  * outside db; verdicts must depend only on the messages and the database.
  * handle() stays required: idemd calls it for a batch of one, for
- * redelivered messages (they run alone), after a failed set-based pass, and
- * when the queue sets batch_handler = false.
+ * redelivered messages (they run alone), after a failed set-based pass or
+ * handle_batch call, and when the queue sets batch_handler = false.
  */
 typedef struct idemd_handler {
     unsigned abi_major; /* IDEMD_HANDLER_ABI_MAJOR */

@@ -278,6 +278,7 @@ static idemd_result_t f_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
 
 /* The batch handler: every message's statement and verdict as f_handle, in one call. */
 static bool batch_fails;
+static bool batch_poisoned; /* the call fails as a whole when it holds a message that H_REJECTs */
 static bool f_dead(void *ctx)
 {
     return ((fdb_t *)ctx)->dead;
@@ -285,7 +286,10 @@ static bool f_dead(void *ctx)
 
 static int f_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err)
 {
-    if (batch_fails) {
+    bool poisoned = false;
+    for (int j = 0; j < k && batch_poisoned; j++)
+        poisoned |= behaviour[f_id(ms[j])] == H_REJECT;
+    if (batch_fails || poisoned) {
         snprintf(ms[0]->reason, sizeof(ms[0]->reason), "test batch failure");
         return -1;
     }
@@ -328,6 +332,7 @@ static void setup(int n, const int *beh)
     }
     memset(&tx, 0, sizeof(tx));
     batch_fails = false;
+    batch_poisoned = false;
     tx.ops = &f_ops;
     tx.ctx = &db;
     tx.record = true;
@@ -602,10 +607,24 @@ int main(void)
     tx.bulk = tx.batch = true;
     batch_fails = true;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_RETRY) == 3 && db.seen[S_COMMIT] == 0 &&
-                strstr(msgs[2].reason, "test batch failure") != NULL &&
-                invariants(st, "batch failure"),
-            "batch handler failing as a whole: every message retried, nothing committed");
+    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.fell_back &&
+                tx.batch_calls == 1 && db.handler_calls[0] == 1 && db.handler_calls[2] == 1 &&
+                db.eff_committed[2] == 1 && invariants(st, "batch failure"),
+            "batch handler failing as a whole: every message runs alone through handle(), all "
+            "committed");
+    {
+        int beh[5] = {H_OK, H_OK, H_REJECT, H_OK, H_OK};
+        setup(5, beh);
+        tx.bulk = tx.batch = true;
+        batch_poisoned = true;
+        st = txn_run(&tx);
+        t_check(st == TXN_DONE && msgs[2].state == TXN_REJECT && count_state(TXN_COMMITTED) == 4 &&
+                    tx.fell_back && tx.batch_calls == 1 && db.eff_committed[2] == 0 &&
+                    db.eff_committed[0] == 1 && db.eff_committed[4] == 1 &&
+                    invariants(st, "poisoned batch"),
+                "batch handler failing as a whole on one poisoned message: only that message "
+                "gets a verdict, the others are committed once");
+    }
 
     setup(3, NULL);
     tx.record = false;
