@@ -326,23 +326,26 @@ static int outbox_select_sql(outbox_t *o, const char *const *src, const size_t *
     return 0;
 }
 
-/* Publish row as an onward message (persistent, mandatory). Its copy index, or -1. */
-static int outbox_send(mq_t *pub, MYSQL_ROW row, const unsigned long *len)
+/*
+ * The properties of row's onward message into props (persistent, its
+ * message id, content type and headers, decoded into hdr, which holds
+ * OUTBOX_HEADERS_MAX entries and must outlive props). Returns the number of
+ * headers.
+ */
+static int outbox_props(MYSQL_ROW row, const unsigned long *len, amqp_basic_properties_t *props,
+                        amqp_table_entry_t *hdr)
 {
-    amqp_basic_properties_t props;
-    amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX];
-    char exchange[256], rkey[256];
     int nh = 0;
 
-    memset(&props, 0, sizeof(props));
-    props._flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG;
-    props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    props.message_id.bytes = row[1];
-    props.message_id.len = len[1];
+    memset(props, 0, sizeof(*props));
+    props->_flags = AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG;
+    props->delivery_mode = AMQP_DELIVERY_PERSISTENT;
+    props->message_id.bytes = row[1];
+    props->message_id.len = len[1];
     if (len[4] > 0) {
-        props._flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
-        props.content_type.bytes = row[4];
-        props.content_type.len = len[4];
+        props->_flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
+        props->content_type.bytes = row[4];
+        props->content_type.len = len[4];
     }
     if (row[5] && len[5] > 0) {
         nh = outbox_decode_headers((const unsigned char *)row[5], len[5], hdr, OUTBOX_HEADERS_MAX);
@@ -350,12 +353,23 @@ static int outbox_send(mq_t *pub, MYSQL_ROW row, const unsigned long *len)
             log_error("outbox: row %s: headers do not decode: sent without them", row[0]);
             nh = 0;
         }
-        if (nh > 0) {
-            props._flags |= AMQP_BASIC_HEADERS_FLAG;
-            props.headers.num_entries = nh;
-            props.headers.entries = hdr;
-        }
     }
+    if (nh > 0) {
+        props->_flags |= AMQP_BASIC_HEADERS_FLAG;
+        props->headers.num_entries = nh;
+        props->headers.entries = hdr;
+    }
+    return nh;
+}
+
+/* Publish row as an onward message (persistent, mandatory). Its copy index, or -1. */
+static int outbox_send(mq_t *pub, MYSQL_ROW row, const unsigned long *len)
+{
+    amqp_basic_properties_t props;
+    amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX];
+    char exchange[256], rkey[256];
+
+    outbox_props(row, len, &props, hdr);
     snprintf(exchange, sizeof(exchange), "%.*s", (int)len[2], row[2]);
     snprintf(rkey, sizeof(rkey), "%.*s", (int)len[3], row[3]);
     amqp_bytes_t body = {len[6], row[6]};
@@ -469,26 +483,11 @@ static int outbox_dead_letter(outbox_t *o, mq_t *pub, MYSQL_ROW row, const unsig
     amqp_basic_properties_t props;
     amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX + 12];
     char first[64], last[64], sig[RELAY_SIG_HEX + 1], queue[300], error[MQ_WHY_MAX + 300];
-    int nh = 0;
     uint64_t attempts = r->attempts + 1;
     bool big = pub->max_message && len[6] + RELAY_RESERVE > pub->max_message;
+    int nh = outbox_props(row, len, &props, hdr);
 
-    memset(&props, 0, sizeof(props));
-    props._flags =
-        AMQP_BASIC_DELIVERY_MODE_FLAG | AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_HEADERS_FLAG;
-    props.delivery_mode = AMQP_DELIVERY_PERSISTENT;
-    props.message_id.bytes = row[1];
-    props.message_id.len = len[1];
-    if (len[4] > 0) {
-        props._flags |= AMQP_BASIC_CONTENT_TYPE_FLAG;
-        props.content_type.bytes = row[4];
-        props.content_type.len = len[4];
-    }
-    if (row[5] && len[5] > 0) {
-        nh = outbox_decode_headers((const unsigned char *)row[5], len[5], hdr, OUTBOX_HEADERS_MAX);
-        if (nh < 0)
-            nh = 0;
-    }
+    props._flags |= AMQP_BASIC_HEADERS_FLAG;
     relay_iso_time(r->failed_s ? (uint64_t)r->failed_s * 1000 : now_ms, first, sizeof(first));
     relay_iso_time(now_ms, last, sizeof(last));
     if (relay_onward_queue(o->pol.queue, queue, sizeof(queue)) == NULL)
