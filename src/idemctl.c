@@ -590,6 +590,17 @@ static void ctl_key_literal(const unsigned char *k, size_t n, char *buf, size_t 
 }
 
 /*
+ * How long after a promotion the replaced key may be retired, in seconds:
+ * the workers' re-read, the longest retry delay of the configuration (its
+ * queue in *longest, the delay in *max_ms) and a margin.
+ */
+static long long ctl_key_retire_floor(const ctl_t *ctl, const char **longest, int *max_ms)
+{
+    (void)ctl_purge_floor(ctl, longest, max_ms);
+    return CTL_KEY_SETTLE_S + (*max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S;
+}
+
+/*
  * key status / stage / promote / retire: change the relay key so that
  * every copy in flight keeps verifying (docs/security.md). Row 1 signs;
  * stage adds row 2 (accepted only); promote, once every worker has read it
@@ -716,9 +727,7 @@ static int ctl_key(ctl_t *ctl, const char *sub)
             goto out;
         const char *longest;
         int max_ms;
-        (void)ctl_purge_floor(ctl, &longest, &max_ms);
-        ctl_format_duration(CTL_KEY_SETTLE_S + (max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S,
-                            wait, sizeof(wait));
+        ctl_format_duration(ctl_key_retire_floor(ctl, &longest, &max_ms), wait, sizeof(wait));
         printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
                "(row 3). Run idemctl key retire in %s or later\n",
                wait);
@@ -730,8 +739,7 @@ static int ctl_key(ctl_t *ctl, const char *sub)
         }
         const char *longest;
         int max_ms;
-        (void)ctl_purge_floor(ctl, &longest, &max_ms);
-        long long floor_s = CTL_KEY_SETTLE_S + (max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S;
+        long long floor_s = ctl_key_retire_floor(ctl, &longest, &max_ms);
         if (rows[3].age_s < floor_s) {
             ctl_format_duration(floor_s - rows[3].age_s, wait, sizeof(wait));
             fprintf(stderr,
