@@ -249,6 +249,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
     *out = NULL;
     if (mq == NULL)
         return -1;
+    pubround_init(&mq->round, mq->where);
     mq->tick = tick;
     mq->tick_arg = arg;
     mq->tls = cfg->tls.enabled;
@@ -400,8 +401,10 @@ void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *role)
         amqp_channel_close_ok_t ok;
         log_error("broker %s: %schannel closed by broker: %u %s", mq->where, role, m->reply_code,
                   log_quote(m->reply_text.bytes, m->reply_text.len, q, sizeof(q)));
-        snprintf(mq->closed_why, sizeof(mq->closed_why), "channel closed by the broker: %u %.*s",
-                 m->reply_code, (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        char why[PUBROUND_WHY_MAX / 2];
+        snprintf(why, sizeof(why), "channel closed by the broker: %u %.*s", m->reply_code,
+                 (int)m->reply_text.len, (char *)m->reply_text.bytes);
+        pubround_channel_closed(&mq->round, why);
         mq_learn_max_message(mq, m);
         amqp_send_method(mq->conn, MQ_CHANNEL, AMQP_CHANNEL_CLOSE_OK_METHOD, &ok);
     } else {
@@ -490,8 +493,7 @@ void mq_close(mq_t *mq)
 {
     if (mq == NULL)
         return;
-    mq_round_begin(mq);
-    free(mq->round);
+    pubround_free(&mq->round);
     if (mq->conn && mq->deaf && !mq->broken) {
         mq_close_deaf(mq);
     } else if (mq->conn && mq->broken) {

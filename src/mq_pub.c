@@ -120,27 +120,10 @@ bool mq_blocked(const mq_t *mq)
     return mq->blocked;
 }
 
-typedef enum mq_copy_state { MQ_COPY_PENDING, MQ_COPY_ACKED, MQ_COPY_REFUSED } mq_copy_state_t;
-
-/* One publish of the round and what the broker said of it. */
-typedef struct mq_copy {
-    uint64_t seq;
-    char *exchange;    /* owned */
-    char *routing_key; /* owned */
-    bool returned;     /* its basic.return came: its ack means "refused" */
-    mq_copy_state_t state;
-    char why[MQ_WHY_MAX]; /* refused: the broker's words */
-} mq_copy_t;
-
 void mq_round_begin(mq_t *mq)
 {
-    for (int i = 0; i < mq->round_n; i++) {
-        free(mq->round[i].exchange);
-        free(mq->round[i].routing_key);
-    }
-    mq->round_n = 0;
+    pubround_begin(&mq->round);
     mq->returning = false;
-    mq->closed_why[0] = '\0';
 }
 
 int mq_publish(mq_t *mq, const char *routing_key, const amqp_basic_properties_t *props,
@@ -183,7 +166,7 @@ int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
 {
     amqp_table_entry_t tab[MQ_TAG_ENTRIES], *heap = NULL;
     amqp_basic_properties_t tagged;
-    int rc = -1;
+    int rc = -1, index;
 
     if (mq->blocked || mq->broken || !mq->channel_open) {
         log_error("broker %s: not publishing to '%s': %s", mq->where, routing_key,
@@ -192,19 +175,14 @@ int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
                                : "the channel is closed");
         return -1;
     }
-    if (mq->round_n == mq->round_cap) {
-        int cap = mq->round_cap ? mq->round_cap * 2 : 16;
-        mq_copy_t *r = realloc(mq->round, sizeof(*r) * (size_t)cap);
-        if (r == NULL)
-            return -1;
-        mq->round = r;
-        mq->round_cap = cap;
+    /* Tracked before it is sent (nothing is read meanwhile), forgotten if the send fails. */
+    index = pubround_add(&mq->round, mq->pub_seq + 1, exchange, routing_key,
+                         strcmp(routing_key, MQ_PROBE_QUEUE) == 0);
+    if (index < 0) {
+        log_error("broker %s: out of memory publishing to '%s'", mq->where, routing_key);
+        return -1;
     }
-    mq_copy_t *c = &mq->round[mq->round_n];
-    c->exchange = strdup(exchange);
-    c->routing_key = strdup(routing_key);
-    if (c->exchange == NULL || c->routing_key == NULL ||
-        mq_tag_props(props, mq->pub_seq + 1, tab, MQ_TAG_ENTRIES, &heap, &tagged) != 0) {
+    if (mq_tag_props(props, mq->pub_seq + 1, tab, MQ_TAG_ENTRIES, &heap, &tagged) != 0) {
         log_error("broker %s: out of memory publishing to '%s'", mq->where, routing_key);
         goto fail;
     }
@@ -226,42 +204,14 @@ int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
         mq->broken = true;
         goto fail;
     }
-    c->seq = ++mq->pub_seq;
-    c->returned = false;
-    c->state = MQ_COPY_PENDING;
-    c->why[0] = '\0';
-    rc = mq->round_n++;
+    mq->pub_seq++;
+    rc = index;
     goto out;
 fail:
-    free(c->exchange);
-    free(c->routing_key);
+    pubround_drop_last(&mq->round);
 out:
     free(heap);
     return rc;
-}
-
-/* Settle the round's copies covered by a basic.ack or basic.nack. */
-static void mq_settle(mq_t *mq, uint64_t tag, bool multiple, bool acked)
-{
-    for (int i = 0; i < mq->round_n; i++) {
-        mq_copy_t *c = &mq->round[i];
-        if (c->state != MQ_COPY_PENDING || (multiple ? c->seq > tag : c->seq != tag))
-            continue;
-        c->state = acked && !c->returned ? MQ_COPY_ACKED : MQ_COPY_REFUSED;
-        if (!acked)
-            snprintf(c->why, sizeof(c->why), "refused by the broker (basic.nack)");
-        if (c->state == MQ_COPY_REFUSED && strcmp(c->routing_key, MQ_PROBE_QUEUE) != 0)
-            log_error("broker %s: copy to exchange '%s' routing key '%s' refused: %s", mq->where,
-                      c->exchange, c->routing_key, c->why);
-    }
-}
-
-static int mq_round_pending(const mq_t *mq)
-{
-    int n = 0;
-    for (int i = 0; i < mq->round_n; i++)
-        n += mq->round[i].state == MQ_COPY_PENDING;
-    return n;
 }
 
 /*
@@ -273,23 +223,10 @@ static int mq_round_pending(const mq_t *mq)
 static void mq_returned(mq_t *mq, const amqp_basic_properties_t *props)
 {
     long long seq = props ? delivery_header_int(props, MQ_H_PUBLISH) : -1;
-    mq_copy_t *hit = NULL;
 
     mq->returning = false;
-    for (int i = 0; i < mq->round_n && hit == NULL; i++) {
-        mq_copy_t *c = &mq->round[i];
-        if (c->state != MQ_COPY_PENDING || c->returned)
-            continue;
-        if (seq >= 0 ? c->seq == (uint64_t)seq
-                     : strcmp(c->exchange, mq->ret_exchange) == 0 &&
-                           strcmp(c->routing_key, mq->ret_key) == 0)
-            hit = c;
-    }
-    if (hit == NULL)
-        return; /* a copy of an earlier round, given up already */
-    hit->returned = true;
-    snprintf(hit->why, sizeof(hit->why), "unroutable: returned by the broker: %d %s", mq->ret_code,
-             mq->ret_text);
+    (void)pubround_return(&mq->round, seq, mq->ret_exchange, mq->ret_key, mq->ret_code,
+                          mq->ret_text);
 }
 
 /*
@@ -308,12 +245,12 @@ static int mq_pub_frame(mq_t *mq, const amqp_frame_t *f)
     switch (f->payload.method.id) {
     case AMQP_BASIC_ACK_METHOD: {
         amqp_basic_ack_t *a = f->payload.method.decoded;
-        mq_settle(mq, a->delivery_tag, a->multiple, true);
+        pubround_ack(&mq->round, a->delivery_tag, a->multiple);
         return 0;
     }
     case AMQP_BASIC_NACK_METHOD: {
         amqp_basic_nack_t *n = f->payload.method.decoded;
-        mq_settle(mq, n->delivery_tag, n->multiple, false);
+        pubround_nack(&mq->round, n->delivery_tag, n->multiple);
         return 0;
     }
     case AMQP_BASIC_RETURN_METHOD: {
@@ -359,7 +296,7 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
     amqp_frame_t f;
     int rc = 0;
 
-    while (mq_round_pending(mq) > 0) {
+    while (pubround_pending(&mq->round) > 0) {
         uint64_t now = mq_now_ms();
         /* Blocked, the broker reads nothing more: only confirms already under way come. */
         if (!mq->blocked)
@@ -369,7 +306,7 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
         uint64_t end = blocked_end && blocked_end < deadline ? blocked_end : deadline;
         if (now >= end) {
             log_error("broker %s: %d of %d copies not confirmed after %d ms%s: giving up on them",
-                      mq->where, mq_round_pending(mq), mq->round_n,
+                      mq->where, pubround_pending(&mq->round), mq->round.n,
                       (int)(now + (uint64_t)timeout_ms - deadline),
                       mq->blocked ? " (the broker blocks publishing: resource alarm)" : "");
             mq->broken = true; /* unconfirmed copies must not be taken in later */
@@ -393,15 +330,8 @@ int mq_wait_confirms(mq_t *mq, int timeout_ms)
         if ((rc = mq_pub_frame(mq, &f)) != 0)
             break;
     }
-    for (int i = 0; i < mq->round_n; i++) {
-        if (mq->round[i].state == MQ_COPY_PENDING) {
-            mq->round[i].state = MQ_COPY_REFUSED;
-            snprintf(mq->round[i].why, sizeof(mq->round[i].why), "not confirmed%s%s",
-                     mq->closed_why[0] ? ": " : "", mq->closed_why);
-        }
-        if (mq->round[i].state != MQ_COPY_ACKED)
-            rc = -1;
-    }
+    if (pubround_finish(&mq->round) != 0)
+        rc = -1;
     amqp_maybe_release_buffers(mq->conn);
     return rc;
 }
@@ -450,7 +380,7 @@ static int mq_probe(mq_t *mq)
 
 bool mq_round_ok(const mq_t *mq, int index)
 {
-    return index >= 0 && index < mq->round_n && mq->round[index].state == MQ_COPY_ACKED;
+    return pubround_ok(&mq->round, index);
 }
 
 bool mq_channel_usable(const mq_t *mq)
@@ -460,15 +390,12 @@ bool mq_channel_usable(const mq_t *mq)
 
 const char *mq_round_why(const mq_t *mq, int index)
 {
-    if (index < 0 || index >= mq->round_n)
-        return "not published";
-    const mq_copy_t *c = &mq->round[index];
-    return c->state == MQ_COPY_ACKED ? NULL : c->why[0] ? c->why : "not confirmed";
+    return pubround_why(&mq->round, index);
 }
 
 bool mq_round_returned(const mq_t *mq, int index)
 {
-    return index >= 0 && index < mq->round_n && mq->round[index].returned;
+    return pubround_returned(&mq->round, index);
 }
 
 int mq_channel_restore(mq_t *mq)
