@@ -44,6 +44,9 @@ LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its main and the modules it shares with the daemon.
 CTL_MODULES := idemctl conf db delivery log mq mq_declare mq_pub pubround relay version
+# conf is one module in several files: the table (conf.c) and the code that walks it.
+CONF_SRCS := src/conf.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
+CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS)))
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out src/idemctl.c,$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
@@ -83,9 +86,13 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
+# test_conf links all of conf's files.
+$(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) src/log.c $(LDLIBS)
+
 # outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c, conf.c and version.c) and signs dead letters with relay.c; the broker side is stubbed.
-$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c $(CONF_SRCS) src/delivery.c src/version.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c $(CONF_SRCS) src/delivery.c src/version.c src/relay.c src/log.c $(LDLIBS)
 
 # test_relay_sig tests relay.c too (its signatures), beside test_relay (its headers).
 $(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
@@ -151,7 +158,7 @@ F := build-fuzz
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_SRC_conf := src/conf.c src/log.c
+FUZZ_SRC_conf := $(CONF_SRCS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
 FUZZ_SRC_order_pay :=

@@ -7,8 +7,13 @@
 #include <stdio.h>
 #include <sys/socket.h>
 
+/*
+ * What each field holds. Defaults, ranges and reload rules are written in one
+ * place only, the settings table in conf.c (docs/configuration.md is made from it).
+ */
+
 typedef enum conf_dedup {
-    CONF_DEDUP_TABLE = 0, /* record the id in the record table (default) */
+    CONF_DEDUP_TABLE = 0, /* record the id in the record table */
     CONF_DEDUP_NONE = 1,  /* handler is idempotent by business state */
 } conf_dedup_t;
 
@@ -26,28 +31,28 @@ typedef struct conf_arg {
 } conf_arg_t;
 
 typedef struct conf_queue {
-    char *name;           /* required */
-    char *handler;        /* required: path of the handler .so */
-    char *consumer;       /* dedup namespace; default: name */
-    int prefetch;         /* basic.qos per worker; default 200 */
-    int workers;          /* processes for this queue; default 1 */
+    char *name;           /* the queue to consume */
+    char *handler;        /* absolute path of the handler .so */
+    char *consumer;       /* dedup namespace (the queue name unless set) */
+    int prefetch;         /* basic.qos per worker */
+    int workers;          /* processes for this queue */
     conf_dedup_t dedup;   /* "table" | "none" */
     char *id_header;      /* NULL: AMQP message_id property; else header name */
-    int batch_size;       /* messages per transaction; default 1 */
-    int batch_wait_ms;    /* max wait to fill a batch; default 0 */
-    bool batch_handler;   /* use the plugin's handle_batch when it has one; default true */
-    int max_body_bytes;   /* larger bodies are dropped and dead-lettered; default 1 MiB */
-    int max_batch_bytes;  /* body bytes per batch; default 16 MiB */
-    int max_attempts;     /* deliveries before dead-lettering; default 5 */
-    int *retry_delays_ms; /* delay tiers; may be NULL */
+    int batch_size;       /* most messages per transaction */
+    int batch_wait_ms;    /* most time to wait to fill a batch */
+    bool batch_handler;   /* use the plugin's handle_batch when it has one */
+    int max_body_bytes;   /* larger bodies are dropped and dead-lettered */
+    int max_batch_bytes;  /* most body bytes per batch */
+    int max_attempts;     /* attempts at a message before dead-lettering */
+    int *retry_delays_ms; /* delay tiers in ms; NULL when none */
     int n_retry_delays;
-    int handler_timeout;       /* seconds; 0 = none; default 30 */
-    int record_retention_days; /* 0 = keep records forever (default) */
-    bool declare;              /* declare the queue at startup; default true */
-    bool durable;              /* default true */
-    bool quorum;               /* x-queue-type=quorum; default false */
-    bool dead_letter_policy;   /* the broker dead-letters its rejects (a policy); default false */
-    char *dead_letter_queue;   /* optional: declared and wired as the DLX target */
+    int handler_timeout;       /* seconds; 0 = no limit */
+    int record_retention_days; /* 0 = keep records forever */
+    bool declare;              /* declare.enabled: declare the queue at startup */
+    bool durable;              /* declare the queue durable */
+    bool quorum;               /* x-queue-type=quorum */
+    bool dead_letter_policy;   /* the broker dead-letters its rejects (a policy) */
+    char *dead_letter_queue;   /* declared and wired as the DLX target; NULL: none */
     conf_arg_t *args;          /* declare.arguments */
     int n_args;
     conf_binding_t *bindings; /* declare.bindings */
@@ -58,69 +63,69 @@ typedef struct conf_queue {
 
 /* broker.tls: AMQP over TLS (rabbitmq-c's OpenSSL socket, TLS 1.2 or newer). */
 typedef struct conf_broker_tls {
-    bool enabled;         /* default false */
+    bool enabled;         /* connect with TLS */
     char *ca_file;        /* PEM CA bundle the broker's certificate must chain to */
     char *cert_file;      /* client certificate (PEM chain) or NULL; needs key_file */
     char *key_file;       /* client key (unencrypted PEM) or NULL; needs cert_file */
-    bool verify_peer;     /* check the chain against ca_file; default true */
-    bool verify_hostname; /* check host against the certificate's names; default true */
+    bool verify_peer;     /* check the chain against ca_file */
+    bool verify_hostname; /* check host against the certificate's names */
 } conf_broker_tls_t;
 
 /* database.tls: MySQL protocol TLS (Connector/C). */
 typedef struct conf_database_tls {
-    bool enabled;            /* default false; when true a connection without TLS fails */
+    bool enabled;            /* connect with TLS; a connection without it fails */
     char *ca_file;           /* PEM CA bundle or NULL (the system's CA store) */
     char *cert_file;         /* client certificate or NULL; needs key_file */
     char *key_file;          /* client key or NULL; needs cert_file */
-    bool verify_server_cert; /* chain and host name; default true */
+    bool verify_server_cert; /* check the chain and the host name */
 } conf_database_tls_t;
 
 typedef struct conf_broker {
-    char *host;   /* default "127.0.0.1" */
-    int port;     /* default 5672 */
+    char *host;   /* host name or address of the broker */
+    int port;     /* AMQP port (also of hosts entries that name none) */
     char **hosts; /* "host[:port]" each, or NULL: host and port */
     int n_hosts;
-    char *vhost;    /* default "/" */
-    char *user;     /* default "guest" */
-    char *password; /* from password or password_file; default "guest" */
-    int heartbeat;  /* seconds; default 30; 0 = off */
+    char *vhost;    /* virtual host */
+    char *user;     /* user name */
+    char *password; /* from password or password_file */
+    int heartbeat;  /* seconds; 0 = off */
     conf_broker_tls_t tls;
 } conf_broker_t;
 
 typedef struct conf_database {
-    char *host;   /* default "127.0.0.1"; ignored when socket is set */
-    int port;     /* default 3306 */
+    char *host;   /* server host name or address; ignored when socket is set */
+    int port;     /* TCP port (also of hosts entries that name none) */
     char **hosts; /* "host[:port]" each, or NULL: host and port (or socket) */
     int n_hosts;
     char *socket;         /* unix socket path or NULL */
-    char *user;           /* default "idemd" */
+    char *user;           /* user name */
     char *password;       /* from password or password_file; may be NULL */
-    char *database;       /* required */
-    char *record_table;   /* default "msg_id_record" */
-    int connect_timeout;  /* seconds; default 5 */
-    int read_timeout;     /* seconds; default 30 */
-    int write_timeout;    /* seconds; default 30 */
-    int galera_max_batch; /* Galera: messages per transaction at most; 100; 0 = no cap */
+    char *database;       /* schema of the record table and the handlers' tables */
+    char *record_table;   /* dedup record table; [A-Za-z0-9_] only (in SQL) */
+    int connect_timeout;  /* seconds */
+    int read_timeout;     /* seconds */
+    int write_timeout;    /* seconds */
+    int galera_max_batch; /* Galera: messages per transaction at most; 0 = no cap */
     conf_database_tls_t tls;
 } conf_database_t;
 
 /* metrics: the Prometheus endpoint (docs/monitoring.md). */
 typedef struct conf_metrics {
-    char *listen;                 /* "ADDR:PORT", "[ADDR]:PORT", or NULL: off (default) */
+    char *listen;                 /* "ADDR:PORT", "[ADDR]:PORT", or NULL: off */
     struct sockaddr_storage addr; /* listen parsed (when set) */
-    char *token_file;             /* file holding the bearer token, or NULL: none (default) */
+    char *token_file;             /* file holding the bearer token, or NULL: none */
     char *token;                  /* its content, read at load (owned; wiped by conf_free) */
 } conf_metrics_t;
 
 typedef struct conf {
     char *path;
-    int log_level;           /* log_level_t; daemon.log_level, default "info" */
-    int shutdown_timeout;    /* seconds; daemon.shutdown_timeout, default 30 */
-    int reconcile_interval;  /* seconds; daemon.reconcile_interval, default 0 = off */
-    int reconcile_timeout;   /* seconds; daemon.reconcile_timeout, default 30 */
-    int outbox_grace;        /* seconds; daemon.outbox_grace, default 30 */
-    int outbox_max_attempts; /* daemon.outbox_max_attempts, default 16 */
-    int outbox_backoff_ms;   /* daemon.outbox_backoff_ms, default 1000 */
+    int log_level;           /* log_level_t; daemon.log_level */
+    int shutdown_timeout;    /* seconds; daemon.shutdown_timeout */
+    int reconcile_interval;  /* seconds; daemon.reconcile_interval; 0 = off */
+    int reconcile_timeout;   /* seconds; daemon.reconcile_timeout */
+    int outbox_grace;        /* seconds; daemon.outbox_grace */
+    int outbox_max_attempts; /* daemon.outbox_max_attempts */
+    int outbox_backoff_ms;   /* daemon.outbox_backoff_ms */
     conf_broker_t broker;
     conf_database_t database;
     conf_metrics_t metrics;

@@ -1,0 +1,610 @@
+/* conf_check.c: the rules across settings that the table alone cannot state. */
+#include "conf_int.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---------------------------------------------------------------------- */
+/* Rules across settings */
+
+int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
+{
+    conf_t *conf = base;
+    const config_setting_t *list = config_setting_get_member(grp, "queues");
+    (void)path;
+
+    for (int i = 1; i < conf->n_queues; i++) {
+        for (int j = 0; j < i; j++) {
+            if (strcmp(conf->queues[i].name, conf->queues[j].name) != 0)
+                continue;
+            char sp[CONF_PATH_MAX];
+            snprintf(sp, sizeof(sp), "queues.[%d].name", i);
+            const config_setting_t *s = config_setting_get_elem(list, (unsigned)i);
+            return conf_error(ctx, config_setting_get_member(s, "name"), sp,
+                              "duplicate queue name \"%s\" (first at line %d)",
+                              conf->queues[i].name, conf->queues[j].line);
+        }
+    }
+    return 0;
+}
+
+/*
+ * A relative handler path is taken from the directory of the file that
+ * holds the setting, made absolute (the working directory of a service is
+ * nobody's choice), so that logs and checks name the file that is loaded.
+ */
+static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                 conf_queue_t *q)
+{
+    const config_setting_t *at = config_setting_get_member(grp, "handler");
+    char sp[CONF_PATH_MAX], file[PATH_MAX + 8], cwd[PATH_MAX], full[3 * PATH_MAX];
+    int line;
+
+    if (q->handler == NULL || q->handler[0] == '/')
+        return 0;
+    conf_path(sp, path, "handler");
+    conf_source(ctx, at, file, sizeof(file), &line);
+    char *slash = strrchr(file, '/');
+    const char *dir = ".";
+    if (slash == file)
+        dir = "/";
+    else if (slash) {
+        *slash = '\0';
+        dir = file;
+    }
+    if (dir[0] == '/')
+        snprintf(full, sizeof(full), "%s%s%s", dir, strcmp(dir, "/") ? "/" : "", q->handler);
+    else if (getcwd(cwd, sizeof(cwd)) == NULL)
+        return conf_error(ctx, at, sp, "cannot resolve the relative path \"%s\": getcwd: %s",
+                          q->handler, strerror(errno));
+    else if (strcmp(dir, ".") == 0)
+        snprintf(full, sizeof(full), "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", q->handler);
+    else
+        snprintf(full, sizeof(full), "%s%s%s/%s", cwd, strcmp(cwd, "/") ? "/" : "", dir,
+                 q->handler);
+    if (strlen(full) >= PATH_MAX)
+        return conf_error(ctx, at, sp,
+                          "\"%s\" taken from the config file's directory is %zu "
+                          "bytes long, more than %d",
+                          q->handler, strlen(full), PATH_MAX - 1);
+    return conf_set_string(ctx, at, sp, &q->handler, full);
+}
+
+/* metrics.token_file: the token read (conf_read_secret checks it); metrics.listen: a numeric
+ * address and a port, parsed for the supervisor. */
+int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
+{
+    conf_metrics_t *m = base;
+    char host[70], sp[CONF_PATH_MAX];
+    const char *colon, *h = m->listen;
+    size_t hlen;
+    char *end;
+
+    if (m->token_file) {
+        conf_path(sp, path, "token_file");
+        if (conf_read_secret(ctx, config_setting_get_member(grp, "token_file"), sp, m->token_file,
+                             CONF_SECRET_TOKEN, &m->token) < 0)
+            return -1;
+    }
+    if (m->listen == NULL)
+        return 0;
+    conf_path(sp, path, "listen");
+    const config_setting_t *at = config_setting_get_member(grp, "listen");
+    colon = strrchr(m->listen, ':');
+    if (colon == NULL)
+        return conf_error(ctx, at, sp, "\"%s\" has no port: write \"ADDR:PORT\"", m->listen);
+    hlen = (size_t)(colon - m->listen);
+    if (h[0] == '[') {
+        if (hlen < 2 || h[hlen - 1] != ']')
+            return conf_error(ctx, at, sp, "\"%s\": an IPv6 address is written \"[ADDR]:PORT\"",
+                              m->listen);
+        h++;
+        hlen -= 2;
+    }
+    snprintf(host, sizeof(host), "%.*s", (int)hlen, h);
+    errno = 0;
+    long port = strtol(colon + 1, &end, 10);
+    if (colon[1] == '\0' || *end || errno || port < 1 || port > 65535)
+        return conf_error(ctx, at, sp, "\"%s\": the port must be a number in 1..65535", m->listen);
+    memset(&m->addr, 0, sizeof(m->addr));
+    struct sockaddr_in *v4 = (struct sockaddr_in *)(void *)&m->addr;
+    struct sockaddr_in6 *v6 = (struct sockaddr_in6 *)(void *)&m->addr;
+    if (m->listen[0] != '[' && inet_pton(AF_INET, host, &v4->sin_addr) == 1) {
+        v4->sin_family = AF_INET;
+        v4->sin_port = htons((uint16_t)port);
+    } else if (m->listen[0] == '[' && inet_pton(AF_INET6, host, &v6->sin6_addr) == 1) {
+        v6->sin6_family = AF_INET6;
+        v6->sin6_port = htons((uint16_t)port);
+    } else {
+        return conf_error(ctx, at, sp,
+                          "\"%s\": the address must be numeric, e.g. \"127.0.0.1:9187\" or "
+                          "\"[::1]:9187\"",
+                          m->listen);
+    }
+    return 0;
+}
+
+int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
+{
+    conf_queue_t *q = base;
+    char sp[CONF_PATH_MAX];
+
+    q->line = (int)config_setting_source_line(grp);
+    if (conf_absolute_handler(ctx, grp, path, q) != 0)
+        return -1;
+    /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
+    for (int i = 0; i < q->n_retry_delays; i++) {
+        char tier[300];
+        int n = snprintf(tier, sizeof(tier), "%s.retry.%d", q->name, q->retry_delays_ms[i]);
+        if (n <= 255)
+            continue;
+        const config_setting_t *at = config_setting_get_member(grp, "retry_delays_ms");
+        conf_path(sp, path, at ? "retry_delays_ms" : "name");
+        return conf_error(ctx, at ? at : config_setting_get_member(grp, "name"), sp,
+                          "the delay queue \"%s.retry.%d\" would be %d bytes long, more than "
+                          "RabbitMQ's 255: shorten the queue name or set retry_delays_ms = [ ]",
+                          q->name, q->retry_delays_ms[i], n);
+    }
+    conf_path(sp, path, "consumer");
+    if (!q->consumer) {
+        if (strlen(q->name) > 128)
+            return conf_error(ctx, config_setting_get_member(grp, "name"), sp,
+                              "the default (the queue name) is longer than 128 bytes: set it");
+        return conf_set_string(ctx, grp, sp, &q->consumer, q->name);
+    }
+    return 0;
+}
+
+/* A password written in the config file is as secret as the file: say so
+ * when group or others may read the file that holds it. */
+static int conf_check_inline_password(conf_ctx_t *ctx, const config_setting_t *grp,
+                                      const char *path)
+{
+    const config_setting_t *s = grp ? config_setting_get_member(grp, "password") : NULL;
+    char file[PATH_MAX + 8], sp[CONF_PATH_MAX];
+    struct stat st;
+    int line;
+
+    if (!s)
+        return 0;
+    conf_source(ctx, s, file, sizeof(file), &line);
+    if (stat(file, &st) != 0 || (st.st_mode & 077) == 0)
+        return 0;
+    conf_path(sp, path, "password");
+    return conf_warn(ctx, s, sp,
+                     "\"%s\" holds a password and is readable by %s (mode %04o): use "
+                     "password_file, or chmod go= the file",
+                     file, (st.st_mode & 007) ? "others" : "its group",
+                     (unsigned)(st.st_mode & 07777));
+}
+
+/* A private key file readable by every user is worth a warning (a group,
+ * like Debian's ssl-cert, is a common and deliberate setup). */
+static int conf_check_key_mode(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                               const char *key_file)
+{
+    char sp[CONF_PATH_MAX];
+    struct stat st;
+    if (!key_file || stat(key_file, &st) != 0 || (st.st_mode & S_IROTH) == 0)
+        return 0;
+    conf_path(sp, path, "key_file");
+    return conf_warn(ctx, config_setting_get_member(grp, "key_file"), sp,
+                     "\"%s\" is readable by every user (mode %04o): chmod o= it", key_file,
+                     (unsigned)(st.st_mode & 07777));
+}
+
+/* cert_file and key_file come as a pair. */
+static int conf_check_key_pair(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                               const char *cert_file, const char *key_file)
+{
+    char sp[CONF_PATH_MAX];
+    if (cert_file && !key_file) {
+        conf_path(sp, path, "cert_file");
+        return conf_error(ctx, config_setting_get_member(grp, "cert_file"), sp,
+                          "needs key_file too");
+    }
+    if (key_file && !cert_file) {
+        conf_path(sp, path, "key_file");
+        return conf_error(ctx, config_setting_get_member(grp, "key_file"), sp,
+                          "needs cert_file too");
+    }
+    return 0;
+}
+
+/* Warn that a TLS check is turned off, at the line of setting name (or of the group). */
+static int conf_warn_check_off(conf_ctx_t *ctx, const config_setting_t *grp,
+                               const config_setting_t *own, const char *path, const char *name,
+                               const char *why)
+{
+    char sp[CONF_PATH_MAX];
+    conf_path(sp, path, name);
+    return conf_warn(ctx, own ? config_setting_get_member(own, name) : grp, sp, "%s", why);
+}
+
+/* grp is the group itself, or its parent when the group is absent. */
+static const config_setting_t *conf_own_group(const config_setting_t *grp, const char *name)
+{
+    const char *gname = grp ? config_setting_name(grp) : NULL;
+    return gname && strcmp(gname, name) == 0 ? grp : NULL;
+}
+
+/*
+ * True for a host that never leaves this machine: "localhost" (and names
+ * under .localhost), 127.0.0.0/8, ::1 and ::ffff:127.0.0.0/104. Names are
+ * not resolved: any other name counts as remote.
+ */
+static bool conf_host_is_loopback(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    size_t n = host ? strlen(host) : 0;
+    if (n == 0)
+        return false;
+    if (strcasecmp(host, "localhost") == 0 ||
+        (n > 10 && strcasecmp(host + n - 10, ".localhost") == 0))
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    if (inet_pton(AF_INET6, host, &a6) == 1)
+        return IN6_IS_ADDR_LOOPBACK(&a6) || (IN6_IS_ADDR_V4MAPPED(&a6) && a6.s6_addr[12] == 127);
+    return false;
+}
+
+/*
+ * Warn that a connection to a remote host would be plain text (at host's
+ * line, or the group's): host, or each entry of hosts[0..n-1] when set.
+ */
+static int conf_warn_plain(conf_ctx_t *ctx, const config_setting_t *own, const char *path,
+                           const char *host, char *const *hosts, int n, const char *what)
+{
+    char sp[CONF_PATH_MAX], hp[CONF_PATH_MAX], name[256];
+    int port;
+    if (n > 0) {
+        const config_setting_t *list = own ? config_setting_get_member(own, "hosts") : NULL;
+        for (int i = 0; i < n; i++) {
+            if (conf_endpoint(hosts[i], 1, name, sizeof(name), &port) != 0 ||
+                conf_host_is_loopback(name))
+                continue;
+            conf_path(hp, path, "hosts");
+            conf_path_index(sp, hp, i);
+            if (conf_warn(ctx, list ? config_setting_get_elem(list, (unsigned)i) : own, sp,
+                          "\"%s\" is not a loopback address and tls.enabled is false: %s cross "
+                          "the network in plain text",
+                          name, what) < 0)
+                return -1;
+        }
+        return 0;
+    }
+    const config_setting_t *at = own ? config_setting_get_member(own, "host") : NULL;
+    if (conf_host_is_loopback(host))
+        return 0;
+    conf_path(sp, path, "host");
+    return conf_warn(ctx, at ? at : own, sp,
+                     "\"%s\" is not a loopback address and tls.enabled is false: %s cross the "
+                     "network in plain text",
+                     host, what);
+}
+
+/*
+ * TLS is never off by accident: with tls.enabled false (or absent), a tls
+ * setting that only means something with TLS on - a file, or a check turned
+ * off - is an error at its line. Settings left at their defaults (the
+ * sample config's verify_* = true) are fine.
+ */
+static int conf_check_tls_off(conf_ctx_t *ctx, const config_setting_t *own, const char *path)
+{
+    char sp[CONF_PATH_MAX];
+    const config_setting_t *en = own ? config_setting_get_member(own, "enabled") : NULL;
+    int n = own ? config_setting_length(own) : 0;
+    for (int i = 0; i < n; i++) {
+        const config_setting_t *m = config_setting_get_elem(own, (unsigned)i);
+        const char *name = config_setting_name(m);
+        if (!name || strcmp(name, "enabled") == 0)
+            continue;
+        if (config_setting_type(m) == CONFIG_TYPE_BOOL && config_setting_get_bool(m))
+            continue;
+        conf_path(sp, path, name);
+        return conf_error(ctx, m, sp,
+                          "set, but tls.enabled is %s: the connection would be plain text; set "
+                          "tls.enabled = true, or remove the setting",
+                          en ? "false" : "not set (default false)");
+    }
+    return 0;
+}
+
+int conf_endpoint(const char *spec, int def_port, char *host, size_t hostlen, int *port)
+{
+    const char *h = spec, *colon, *end;
+    size_t n;
+
+    if (spec[0] == '[') { /* "[::1]:5672" */
+        h = spec + 1;
+        if ((end = strchr(h, ']')) == NULL || (end[1] != '\0' && end[1] != ':'))
+            return -1;
+        colon = end[1] == ':' ? end + 1 : NULL;
+    } else {
+        colon = strchr(spec, ':');
+        if (colon && strchr(colon + 1, ':'))
+            return -1; /* a bare IPv6 address: brackets tell its port apart */
+        end = colon ? colon : spec + strlen(spec);
+    }
+    n = (size_t)(end - h);
+    if (n == 0 || n >= hostlen)
+        return -1;
+    *port = def_port;
+    if (colon) {
+        char *ep;
+        errno = 0;
+        long v = strtol(colon + 1, &ep, 10);
+        if (colon[1] < '0' || colon[1] > '9' || *ep || errno || v < 1 || v > 65535)
+            return -1;
+        *port = (int)v;
+    }
+    memcpy(host, h, n);
+    host[n] = '\0';
+    return 0;
+}
+
+/*
+ * Rules for a hosts list in group own (NULL: absent): each element an
+ * endpoint, and none of the settings it excludes (excl, NULL-terminated)
+ * beside it. 0, or -1 with the error set.
+ */
+static int conf_check_hosts(conf_ctx_t *ctx, const config_setting_t *own, const char *path,
+                            char *const *hosts, int n, const char *const *excl)
+{
+    const config_setting_t *list = own ? config_setting_get_member(own, "hosts") : NULL;
+    char hp[CONF_PATH_MAX], sp[CONF_PATH_MAX], host[256];
+    int port;
+
+    if (!list || n == 0)
+        return 0;
+    for (int i = 0; i < n; i++) {
+        if (conf_endpoint(hosts[i], 1, host, sizeof(host), &port) == 0)
+            continue;
+        conf_path(hp, path, "hosts");
+        conf_path_index(sp, hp, i);
+        return conf_error(ctx, config_setting_get_elem(list, (unsigned)i), sp,
+                          "must be \"host\" or \"host:port\" (IPv6: \"[addr]:port\"), port "
+                          "1..65535 (got \"%s\")",
+                          hosts[i]);
+    }
+    for (; *excl; excl++) {
+        const config_setting_t *x = config_setting_get_member(own, *excl);
+        if (!x)
+            continue;
+        conf_path(sp, path, "hosts");
+        return conf_error(ctx, list, sp, "cannot be used together with %s (line %d)", *excl,
+                          (int)config_setting_source_line(x));
+    }
+    return 0;
+}
+
+int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
+{
+    static const char *const excl[] = {"host", NULL};
+    conf_broker_t *b = base;
+    char sp[CONF_PATH_MAX];
+
+    if (conf_check_inline_password(ctx, conf_own_group(grp, "broker"), path) < 0 ||
+        conf_check_hosts(ctx, conf_own_group(grp, "broker"), path, b->hosts, b->n_hosts, excl) < 0)
+        return -1;
+    if (b->tls.enabled && b->port == 5672) {
+        const config_setting_t *port = grp ? config_setting_get_member(grp, "port") : NULL;
+        conf_path(sp, path, "port");
+        return conf_warn(ctx, port ? port : grp, sp,
+                         "5672 is the plain AMQP port but tls.enabled is true; a broker's TLS "
+                         "listener is usually on 5671");
+    }
+    if (!b->tls.enabled)
+        return conf_warn_plain(ctx, conf_own_group(grp, "broker"), path, b->host, b->hosts,
+                               b->n_hosts, "the broker password and every message");
+    return 0;
+}
+
+int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                          const char *path)
+{
+    conf_broker_tls_t *t = base;
+    const config_setting_t *own = conf_own_group(grp, "tls");
+    char sp[CONF_PATH_MAX];
+
+    if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
+        return -1;
+    if (!t->enabled)
+        return conf_check_tls_off(ctx, own, path);
+    if (t->verify_peer && !t->ca_file) {
+        conf_path(sp, path, "ca_file");
+        return conf_error(ctx, grp, sp,
+                          "required when verify_peer is true (rabbitmq-c does not read the "
+                          "system's CA store)");
+    }
+    if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
+        return -1;
+    if (!t->verify_peer &&
+        conf_warn_check_off(ctx, grp, own, path, "verify_peer",
+                            "false: any certificate is accepted, so anyone on the path can pose "
+                            "as the broker") < 0)
+        return -1;
+    if (!t->verify_hostname &&
+        conf_warn_check_off(ctx, grp, own, path, "verify_hostname",
+                            "false: a certificate issued to any other name is accepted") < 0)
+        return -1;
+    return 0;
+}
+
+int conf_check_database(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
+{
+    static const char *const excl[] = {"host", "socket", NULL};
+    conf_database_t *db = base;
+    const config_setting_t *own = conf_own_group(grp, "database");
+    char sp[CONF_PATH_MAX];
+
+    if (conf_check_inline_password(ctx, own, path) < 0 ||
+        conf_check_hosts(ctx, own, path, db->hosts, db->n_hosts, excl) < 0)
+        return -1;
+    if (db->tls.enabled && db->socket) {
+        const config_setting_t *tls = own ? config_setting_get_member(own, "tls") : NULL;
+        const config_setting_t *en = tls ? config_setting_get_member(tls, "enabled") : NULL;
+        conf_path(sp, path, "tls.enabled");
+        return conf_error(
+            ctx, en ? en : grp, sp,
+            "cannot be used with socket (line %d): TLS runs over TCP to host:port",
+            (int)config_setting_source_line(config_setting_get_member(own, "socket")));
+    }
+    if (!db->socket && !db->tls.enabled)
+        return conf_warn_plain(ctx, own, path, db->host, db->hosts, db->n_hosts,
+                               "the database password, the handlers' statements and their data");
+    return 0;
+}
+
+int conf_check_database_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                            const char *path)
+{
+    conf_database_tls_t *t = base;
+    const config_setting_t *own = conf_own_group(grp, "tls");
+
+    if (conf_check_key_pair(ctx, grp, path, t->cert_file, t->key_file) < 0)
+        return -1;
+    if (!t->enabled)
+        return conf_check_tls_off(ctx, own, path);
+    if (conf_check_key_mode(ctx, own, path, t->key_file) < 0)
+        return -1;
+    if (!t->verify_server_cert)
+        return conf_warn_check_off(
+            ctx, grp, own, path, "verify_server_cert",
+            t->ca_file ? "false: the chain is still checked against ca_file, but a certificate "
+                         "issued to any other name is accepted"
+                       : "false and no ca_file: the server's certificate is not checked at all, "
+                         "so anyone on the path can pose as the server");
+    return 0;
+}
+
+/* q's declare.arguments entry named key, or NULL; borrowed from q. */
+static const conf_arg_t *conf_arg_find(const conf_queue_t *q, const char *key)
+{
+    for (int i = 0; i < q->n_args; i++)
+        if (strcmp(q->args[i].key, key) == 0)
+            return &q->args[i];
+    return NULL;
+}
+
+/*
+ * Why argument a of q's declare.arguments would lose messages, or NULL. A
+ * full queue either drops its oldest messages (drop-head, the default) or
+ * refuses new ones (reject-publish): idemd's own copies are confirmed and
+ * survive a refusal, but a classic delay tier dead-letters back without
+ * confirms, so a copy whose delay expires while the queue is full is lost.
+ */
+static const char *conf_overflow_risk(const conf_queue_t *q, const conf_arg_t *a)
+{
+    const conf_arg_t *ov = conf_arg_find(q, "x-overflow");
+    bool limit = conf_arg_find(q, "x-max-length") || conf_arg_find(q, "x-max-length-bytes");
+    const char *mode = ov && !ov->is_int ? ov->sval : NULL;
+
+    if (a == ov && ov->is_int)
+        return "must be a string: \"reject-publish\" (or \"drop-head\", refused with a length "
+               "limit)";
+    if (a == ov && q->quorum && mode && strcmp(mode, "drop-head") != 0 &&
+        strcmp(mode, "reject-publish") != 0)
+        return "quorum queues take only \"drop-head\" or \"reject-publish\"; use "
+               "\"reject-publish\"";
+    if (!limit ||
+        (strcmp(a->key, "x-max-length") != 0 && strcmp(a->key, "x-max-length-bytes") != 0))
+        return NULL;
+    if (!mode || strcmp(mode, "drop-head") == 0)
+        return "a length limit with x-overflow \"drop-head\" (the default) makes the broker drop "
+               "the oldest messages, unprocessed, when the queue is full: set x-overflow = "
+               "\"reject-publish\"";
+    if (!q->quorum && q->n_retry_delays > 0)
+        return "with classic queues the delay queues dead-letter back to this queue without "
+               "confirms, so a retried message whose delay expires while the queue is full is "
+               "lost: set declare.quorum = true (an at-least-once hop) or retry_delays_ms = [ ]";
+    return NULL;
+}
+
+/* The dead letter wiring is ours: arguments must not fight it. */
+int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
+{
+    conf_queue_t *q = base;
+    char sp[CONF_PATH_MAX];
+    const config_setting_t *args = NULL;
+
+    /* grp is the queue's group when "declare" is absent (then no arguments). */
+    const char *gname = config_setting_name(grp);
+    if (gname && strcmp(gname, "declare") == 0)
+        args = config_setting_get_member(grp, "arguments");
+
+    if (q->dead_letter_queue == NULL) {
+        char dlq[300];
+        snprintf(dlq, sizeof(dlq), "%s.dlq", q->name);
+        conf_path(sp, path, "dead_letter_queue");
+        if (strlen(dlq) > 255)
+            return conf_error(ctx, grp, sp,
+                              "the default (the queue name + \".dlq\") is longer than 255 bytes: "
+                              "set it");
+        if (conf_set_string(ctx, grp, sp, &q->dead_letter_queue, dlq) != 0)
+            return -1;
+    } else if (q->dead_letter_queue[0] == '\0') {
+        free(q->dead_letter_queue); /* "" turns our dead letter queue off */
+        q->dead_letter_queue = NULL;
+    }
+    if (q->dead_letter_queue && strcmp(q->dead_letter_queue, q->name) == 0) {
+        conf_path(sp, path, "dead_letter_queue");
+        return conf_error(ctx, config_setting_get_member(grp, "dead_letter_queue"), sp,
+                          "must differ from the queue's name");
+    }
+    /* Each worker would fail to declare the queues and be restarted for ever. */
+    if (!q->durable && (q->quorum || q->dead_letter_queue)) {
+        conf_path(sp, path, "durable");
+        if (q->quorum)
+            return conf_error(ctx, config_setting_get_member(grp, "durable"), sp,
+                              "false cannot be used with quorum = true: RabbitMQ declares quorum "
+                              "queues durable only");
+        return conf_error(ctx, config_setting_get_member(grp, "durable"), sp,
+                          "false cannot be used with a dead letter queue (\"%s\"): idemd "
+                          "declares its dead letter queue durable, and RabbitMQ refuses to "
+                          "declare it again as transient; set durable = true, or "
+                          "dead_letter_queue = \"\" for none",
+                          q->dead_letter_queue);
+    }
+    for (int i = 0; i < q->n_args; i++) {
+        const char *key = q->args[i].key;
+        const char *why = NULL;
+        if (strcmp(key, "x-queue-type") == 0)
+            why = "set declare.quorum instead";
+        else
+            why = conf_overflow_risk(q, &q->args[i]);
+        if (!why)
+            continue;
+        char ap[CONF_PATH_MAX];
+        conf_path(ap, path, "arguments");
+        conf_path(sp, ap, key);
+        return conf_error(ctx, args ? config_setting_get_member(args, key) : grp, sp, "%s", why);
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------------- */
+/* What a loaded queue's settings put at risk */
+
+int conf_queue_risk(const conf_t *conf, int i, char *buf, size_t len)
+{
+    const conf_queue_t *q = &conf->queues[i];
+    if (q->quorum || q->n_retry_delays == 0)
+        return 0;
+    snprintf(buf, len,
+             "%s:%d: queues.[%d].declare.quorum: false: queue '%s' is a classic queue, so are its "
+             "delay queues (%s.retry.%d ...), and the broker moves a retried message back from "
+             "them without confirms: it is lost if '%s' is full, deleted or unreachable when "
+             "the delay expires (an at-most-once hop). quorum = true makes the hop at-least-once",
+             conf->path, q->line, i, q->name, q->name, q->retry_delays_ms[0], q->name);
+    return 1;
+}
