@@ -80,19 +80,19 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
 # A unit test links only the module under test (and logging).
-$(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+$(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
 # outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c, conf.c and version.c) and signs dead letters with relay.c; the broker side is stubbed.
-$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c tests/unit/tap.h src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(LDLIBS)
 
 # test_relay_sig tests relay.c too (its signatures), beside test_relay (its headers).
-$(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+$(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c tests/unit/tap.h src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/relay.c src/log.c $(LDLIBS)
 
 # test_log's module is log.c itself: the pattern above would link it twice.
-$(B)/tests/unit/test_log: tests/unit/test_log.c src/log.c src/log.h | $(B)/tests/unit
+$(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/log.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
 
 $(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit:
@@ -263,7 +263,7 @@ man-check: $(MANPAGES)
 clean:
 	rm -rf $(B) $(F)
 
-FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
+FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/unit/*.h tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
 # The layout is clang-format 14's (Debian 12) with .clang-format: newer versions lay out some
 # constructs differently, so format-check uses clang-format-14 where it is installed, and only
 # says it skipped where another version is all there is (Debian 13 has 19).
