@@ -47,7 +47,19 @@ CTL_MODULES := idemctl conf db delivery log mq relay version
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out src/idemctl.c,$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
-TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard tests/plugins/*.c))
+# Test plugins whose descriptors differ in one field are one source, tests/plugins/descriptor.c,
+# built once per variant with the flags in TEST_VARIANT_<name>.
+TEST_VARIANTS := minor0 newer_minor wrong_abi no_name no_handle no_symbol calls_log_msg
+TEST_VARIANT_minor0 := -DTP_ABI_MAJOR=1 -DTP_ABI_MINOR=0
+TEST_VARIANT_newer_minor := -DTP_ABI_MINOR='(IDEMD_HANDLER_ABI_MINOR + 1)'
+TEST_VARIANT_wrong_abi := -DTP_ABI_MAJOR=99 -DTP_ABI_MINOR=0
+TEST_VARIANT_no_name := -DTP_EMPTY_NAME
+TEST_VARIANT_no_handle := -DTP_NO_HANDLE
+TEST_VARIANT_no_symbol := -DTP_NO_HANDLE -DTP_SYMBOL=idemd_handler_v1
+TEST_VARIANT_calls_log_msg := -DTP_CALLS_LOG_MSG
+TEST_VARIANT_SOS := $(TEST_VARIANTS:%=$(B)/tests/plugins/%.so)
+TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(filter-out tests/plugins/descriptor.c,$(wildcard tests/plugins/*.c))) \
+	$(TEST_VARIANT_SOS)
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
@@ -75,6 +87,9 @@ $(B)/plugins/%.so: src/plugins/%.c include/idemd/handler.h | $(B)/plugins
 
 $(B)/tests/plugins/%.so: tests/plugins/%.c include/idemd/handler.h | $(B)/tests/plugins
 	$(CC) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
+
+$(TEST_VARIANT_SOS): $(B)/tests/plugins/%.so: tests/plugins/descriptor.c include/idemd/handler.h Makefile | $(B)/tests/plugins
+	$(CC) $(CFLAGS) -DTP_VARIANT='"$*"' $(TEST_VARIANT_$*) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
 
 $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
