@@ -18,6 +18,7 @@ typedef enum txn_pass {
     TXN_PASS_FATAL,    /* the connection cannot be trusted */
     TXN_PASS_FALLBACK, /* set-based pass: roll back, run the NEW ones message by message */
     TXN_PASS_AGAIN,    /* set-based pass: roll back, run it again without the failed ones */
+    TXN_PASS_FAILED,   /* txn_result: the verdict was not OK; the caller rolls the message back */
 } txn_pass_t;
 
 /* What an error number means for the open transaction. */
@@ -43,6 +44,42 @@ static txn_pass_t txn_undo(txn_t *t, int i)
     /* 1305: the savepoint is gone, and with it the transaction (e.g. 1205 with
      * innodb_rollback_on_timeout = ON): what came before must be redone. */
     return err ? txn_lost(t, err, "ROLLBACK TO SAVEPOINT") : TXN_PASS_DONE;
+}
+
+/*
+ * Apply the handler's result r on recorded message m, err being the connection's last error
+ * number after the call: OK makes m HANDLED and clears its attempts row in the transaction
+ * (DONE); a lost connection is FATAL; a deadlock victim goes back to NEW and the transaction is
+ * redone (REDO); any other verdict makes m RETRY or REJECT (FAILED: the caller rolls it back).
+ */
+static txn_pass_t txn_result(txn_t *t, txn_msg_t *m, idemd_result_t r, unsigned err)
+{
+    m->reason[sizeof(m->reason) - 1] = '\0';
+    db_status_t st = db_classify(err);
+    if (st == DB_ERR_CONNECTION)
+        return TXN_PASS_FATAL;
+    if (r == IDEMD_RESULT_OK) {
+        txn_move(m, TXN_HANDLED);
+        if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
+            return txn_lost(t, err, "clearing the attempts row");
+        return TXN_PASS_DONE; /* a transaction lost under it shows at RELEASE SAVEPOINT */
+    }
+    if (st == DB_ERR_DEADLOCK) {
+        /* A victim, not a failure: the whole transaction went; redo it with this message. */
+        txn_move(m, TXN_NEW);
+        snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
+        return TXN_PASS_REDO;
+    }
+    txn_verdict(m, r);
+    return TXN_PASS_FAILED;
+}
+
+/* Run the handler on recorded message i and apply its result (txn_result). */
+static txn_pass_t txn_handle(txn_t *t, int i)
+{
+    unsigned err = 0;
+    idemd_result_t r = t->ops->handle(t->ctx, i, &t->m[i], &err);
+    return txn_result(t, &t->m[i], r, err);
 }
 
 /* Record, then handle message i inside the open transaction. */
@@ -73,27 +110,10 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
         }
     }
     txn_move(m, TXN_RECORDED);
-    err = 0;
-    idemd_result_t r = t->ops->handle(t->ctx, i, m, &err);
-    m->reason[sizeof(m->reason) - 1] = '\0';
-    db_status_t st = db_classify(err);
-    if (st == DB_ERR_CONNECTION)
-        return TXN_PASS_FATAL;
-    if (r == IDEMD_RESULT_OK) {
-        txn_move(m, TXN_HANDLED);
+    txn_pass_t p = txn_handle(t, i);
+    if (p == TXN_PASS_DONE)
         *handled = true;
-        if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
-            return txn_lost(t, err, "clearing the attempts row");
-        return TXN_PASS_DONE; /* a transaction lost under it shows at RELEASE SAVEPOINT */
-    }
-    if (st == DB_ERR_DEADLOCK) {
-        /* A victim, not a failure: the whole transaction went; redo it with this message. */
-        txn_move(m, TXN_NEW);
-        snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
-        return TXN_PASS_REDO;
-    }
-    txn_verdict(m, r);
-    return txn_undo(t, i);
+    return p == TXN_PASS_FAILED ? txn_undo(t, i) : p;
 }
 
 /*
@@ -192,21 +212,18 @@ static txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_resul
             list[j]->reason[0] = '\0';
         return TXN_PASS_FALLBACK;
     }
-    for (int j = 0; j < k; j++) {
-        list[j]->reason[sizeof(list[j]->reason) - 1] = '\0';
-        if (r[j] == IDEMD_RESULT_OK) {
-            txn_move(list[j], TXN_HANDLED);
-            continue;
-        }
-        txn_verdict(list[j], r[j]);
-        failed = true;
-    }
-    if (failed)
-        return TXN_PASS_AGAIN;
     for (int j = 0; j < k; j++)
-        if (list[j]->counted && (err = t->ops->clear_attempts(t->ctx, list[j])) != 0)
-            return txn_lost(t, err, "clearing the attempts row");
-    return TXN_PASS_DONE;
+        failed |= r[j] != IDEMD_RESULT_OK;
+    /* Some verdicts not OK: the pass is run again without those; the others stay RECORDED
+     * until the rollback makes them NEW, their attempts rows untouched. */
+    for (int j = 0; j < k; j++) {
+        if (failed && r[j] == IDEMD_RESULT_OK)
+            continue;
+        txn_pass_t p = txn_result(t, list[j], r[j], 0);
+        if (p != TXN_PASS_DONE && p != TXN_PASS_FAILED)
+            return p;
+    }
+    return failed ? TXN_PASS_AGAIN : TXN_PASS_DONE;
 }
 
 static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_result_t *r)
@@ -269,26 +286,10 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
             t->too_slow = true;
             return TXN_PASS_FALLBACK;
         }
-        err = 0;
-        idemd_result_t res = t->ops->handle(t->ctx, i, m, &err);
-        m->reason[sizeof(m->reason) - 1] = '\0';
-        db_status_t st = db_classify(err);
-        if (st == DB_ERR_CONNECTION)
-            return TXN_PASS_FATAL;
-        if (res == IDEMD_RESULT_OK) {
-            txn_move(m, TXN_HANDLED);
-            handled = true;
-            if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
-                return txn_lost(t, err, "clearing the attempts row");
-            continue;
-        }
-        if (st == DB_ERR_DEADLOCK) {
-            txn_move(m, TXN_NEW);
-            snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
-            return TXN_PASS_REDO;
-        }
-        txn_verdict(m, res);
-        return TXN_PASS_FALLBACK;
+        txn_pass_t p = txn_handle(t, i);
+        if (p != TXN_PASS_DONE)
+            return p == TXN_PASS_FAILED ? TXN_PASS_FALLBACK : p;
+        handled = true;
     }
     return txn_finish(t, handled, "b");
 }
