@@ -106,9 +106,10 @@ $(B)/tests/unit/test_outbox: tests/unit/test_outbox.c tests/unit/tap.h src/outbo
 $(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c tests/unit/tap.h src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/relay.c src/log.c $(LDLIBS)
 
-# The transaction protocol is txn.c and its message states, txn_state.c.
-$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_state.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/txn.c src/txn_state.c src/log.c $(LDLIBS)
+# The transaction protocol is txn.c, what results do to it (txn_result.c) and its message states
+# (txn_state.c).
+$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/log.c $(LDLIBS)
 
 # test_log's module is log.c itself: the pattern above would link it twice.
 $(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/log.h | $(B)/tests/unit
