@@ -9,6 +9,8 @@
 #include "log.h"
 #include "txn_state.h"
 
+bool txn_test_no_fallback = false;
+
 /* What an error number means for the open transaction. */
 txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
 {
@@ -75,6 +77,16 @@ txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
     if (st == DB_ERR_DEADLOCK) {
         snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the batch handler", err);
         return TXN_PASS_REDO;
+    }
+    if (rc != 0 && txn_test_no_fallback) {
+        /* The old handling (txn.h): the innocent are retried with the guilty. */
+        char why[sizeof(list[0]->reason)];
+        snprintf(why, sizeof(why), "%s", list[0]->reason[0] ? list[0]->reason : "batch failed");
+        for (int j = 0; j < k; j++) {
+            txn_move(list[j], TXN_RETRY);
+            txn_why(list[j], "batch handler failed: %.400s", why);
+        }
+        return TXN_PASS_AGAIN;
     }
     if (rc != 0) {
         /* A failure of the call as a whole names no culprit: retrying them all together would

@@ -610,6 +610,27 @@ int main(void)
            "gets a verdict, the others are committed once");
     }
 
+    /* txn_test_no_fallback puts back the old handling of a failed handle_batch, for the
+     * simulator to catch: the whole batch is retried, the innocent with the guilty. */
+    {
+        int beh[5] = {H_OK, H_OK, H_REJECT, H_OK, H_OK};
+        setup(5, beh);
+        tx.bulk = tx.batch = true;
+        batch_poisoned = true;
+        txn_test_no_fallback = true;
+        st = txn_run(&tx);
+        txn_test_no_fallback = false;
+        is_int(count_state(TXN_RETRY), 5,
+               "txn_test_no_fallback: a poisoned batch retries all 5, the 4 innocent too");
+        ok(st == TXN_DONE && !tx.fell_back && tx.batch_calls == 1 && db.handler_calls[0] == 0 &&
+               db.handler_calls[2] == 0 && db.eff_committed[0] == 0 && db.seen[S_COMMIT] == 0 &&
+               invariants(st, "no fallback"),
+           "txn_test_no_fallback: no message runs alone through handle(), nothing committed");
+        is_str(
+            msgs[0].reason, "batch handler failed: test batch failure",
+            "txn_test_no_fallback: an innocent message carries the batch's failure as its reason");
+    }
+
     setup(3, NULL);
     tx.record = false;
     tx.bulk = tx.batch = true;
