@@ -104,6 +104,13 @@ void life_free(life_t *l);
  */
 bool life_move(life_t *l, life_list_t *list, int i, life_state_t to);
 
+/*
+ * Put entry from of list at index to (whose entry must be FREE), leaving
+ * from FREE: a change of place, not of state (the carry into the batch,
+ * WAITING deliveries to the front).
+ */
+void life_place(life_list_t *list, int from, int to);
+
 /* Whether state s still needs something from the broker (an ack or nack): its envelope is live. */
 bool life_unsettled(life_state_t s);
 
