@@ -100,6 +100,11 @@ int guard_count_crash(const guard_t *g, const guard_note_t *note, const char *co
 
 void guard_finished(const guard_t *g, txn_msg_t *t)
 {
-    (void)g;
-    (void)t;
+    char pid[96];
+    if (!t->counted || (t->state != TXN_RETRY && t->state != TXN_REJECT))
+        return;
+    t->counted = false;
+    if (g->ops->unstart(g->ctx, t->id, t->id_len) != 0)
+        log_warn("crash guard: a finished start of message id=%s stays counted (see above)",
+                 delivery_id_printable(t->id, t->id_len, pid, sizeof(pid)));
 }

@@ -292,10 +292,17 @@ int settle_retry_held(settle_t *s)
     return 0;
 }
 
-/* Hold entry i of the batch (its copy was refused), or requeue it when the held list is full. */
+/*
+ * Hold entry i of the batch (its copy was refused), or requeue it when the
+ * held list is full. Either way its finished run's start is taken back
+ * (guard_finished): a requeue is not a start that died.
+ */
 static int settle_hold(settle_t *s, int i, int *requeued)
 {
     life_t *l = s->life;
+    /* Its run finished here: should it come back redelivered, that is not a start that died. */
+    if (s->guard)
+        guard_finished(s->guard, &l->batch.t[i]);
     if (life_move(l, &l->batch, i, LIFE_HELD)) {
         if (s->held_next_ms == 0)
             s->held_next_ms = s->ops->now_ms(s->ctx) + 250;

@@ -1040,10 +1040,8 @@ static long long worker_g_crash(void *ctx, const char *id, size_t len, bool add_
 
 static int worker_g_unstart(void *ctx, const char *id, size_t len)
 {
-    (void)ctx;
-    (void)id;
-    (void)len;
-    return 0;
+    worker_t *w = ctx;
+    return db_attempt_unstart(w->db, id, len);
 }
 
 static const guard_ops_t worker_guard_ops = {
