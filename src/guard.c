@@ -26,6 +26,12 @@
  *   GUARD_UNCONFIRMED such starts is the message dead-lettered, which
  *   bounds a loop that no successor sees (a message that takes down its
  *   whole instance, or its worker by memory).
+ * The crash limit is exact with one worker, and at most workers - 1 over
+ * with more: a crash is confirmed by the successor of the worker that died,
+ * and meanwhile the broker may hand the message to another worker, whose
+ * guard does not see that crash yet. Each worker slot holds at most one
+ * unconfirmed crash (its successor counts it before it consumes), so no
+ * more than workers - 1 runs can start on counts that are short.
  */
 int guard_check(const guard_t *g, const life_msg_t *m, txn_msg_t *t)
 {
@@ -56,8 +62,11 @@ int guard_check(const guard_t *g, const life_msg_t *m, txn_msg_t *t)
         if (crashed)
             snprintf(t->reason, sizeof(t->reason),
                      "handler crashed: its worker died in the handler %lld times (a signal, "
-                     "handler_timeout or exit); started %lld times; not run again",
-                     crashes, starts - 1);
+                     "handler_timeout or exit; limit %d, at most %d over with %d workers racing: "
+                     "a crash is counted by its worker's successor); started %lld times; not run "
+                     "again",
+                     crashes, g->max_attempts, g->workers > 1 ? g->workers - 1 : 0,
+                     g->workers > 1 ? g->workers : 1, starts - 1);
         else
             snprintf(t->reason, sizeof(t->reason),
                      "handler started %lld times without finishing, %lld of them crashes seen by "
