@@ -43,7 +43,7 @@ LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its main and the modules it shares with the daemon.
-CTL_MODULES := idemctl conf db delivery log mq relay version
+CTL_MODULES := idemctl conf db delivery log mq mq_declare mq_pub pubround relay version
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out src/idemctl.c,$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))

@@ -8,6 +8,7 @@
 #include <sys/time.h>
 
 #include "conf.h"
+#include "pubround.h"
 
 #define MQ_CHANNEL 1
 #define MQ_OPEN_MS 10000 /* TCP (and TLS) connect */
@@ -65,14 +66,12 @@ typedef struct mq {
     bool confirms;        /* the channel is in confirm mode (a publisher) */
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
-    struct mq_copy *round;
-    int round_n, round_cap;
+    pubround_t round;
     /* A basic.return whose content header has not come yet (mq_returned). */
     bool returning;
     int ret_code;
     char ret_text[MQ_WHY_MAX / 2];
     char ret_exchange[256], ret_key[256];
-    char closed_why[MQ_WHY_MAX / 2]; /* the broker closed the channel during the round: why */
 } mq_t;
 
 /*
