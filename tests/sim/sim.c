@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "pubround.h"
 #include "sim.h"
 
 sim_t sim;
@@ -714,6 +715,7 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
     sim.now_ms = 1;
     if (&txn_test_no_fallback)
         txn_test_no_fallback = bugs->no_fallback;
+    pubround_test_match_by_key = bugs->match_by_key;
     sim_db_reset();
     sim_mq_reset();
     draw_options();
@@ -927,6 +929,7 @@ int main(int argc, char **argv)
         if (&txn_test_no_fallback)
             txn_test_no_fallback = false;
     }
+    sim_pub_free();
     printf("%d passed, %d failed\n", t_n - t_failed, t_failed);
     return t_failed ? 1 : 0;
 }

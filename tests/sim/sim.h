@@ -237,6 +237,8 @@ int sim_pub_publish(sim_queue_t target, const sim_bmsg_t *m);
 int sim_pub_wait(void);
 bool sim_pub_ok(int i);
 void sim_pub_close(void);
+/* Free the round's memory (end of the program). */
+void sim_pub_free(void);
 
 /* The broker forgot an acked delivery of id: invariants 1 and 2 look at what is left (sim.c). */
 void sim_on_ack(int id);

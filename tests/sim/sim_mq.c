@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "pubround.h"
 #include "sim.h"
 
 sim_mq_t sim_mq;
@@ -198,22 +199,20 @@ int sim_mq_count(int id)
 }
 
 /* ---------- the publishing side: the broker's truth, then idemd's view of the round ----------
- * The round's bookkeeping below is what mq.c does with basic.return and the confirms: a return
- * marks its copy (by the idemd-publish-seq header; with the match_by_key switch, as before, by
- * routing key), an ack of a returned copy means refused. */
-typedef enum { RC_PENDING, RC_ACKED, RC_REFUSED } rc_state_t;
+ * idemd's view is the real src/pubround.c, fed the frames the broker sends: basic.return with
+ * the idemd-publish-seq header, then basic.ack or basic.nack. With the match_by_key switch it
+ * matches returns by routing key alone, as before issue 19. */
+static pubround_t round;
 
-static struct {
-    uint64_t seq;
-    sim_queue_t target;
-    bool returned;
-    rc_state_t state;
-} round[SIM_ROUND];
-static int round_n;
+static const char *mq_key(sim_queue_t q)
+{
+    static const char *keys[SQ_N] = {"orders", "orders.delay.1", "orders.dlq", "", "downstream"};
+    return keys[q];
+}
 
 void sim_pub_begin(void)
 {
-    round_n = 0;
+    pubround_begin(&round);
     sim_mq.n_sent = 0;
     if (!sim_mq.pub_open) {
         sim_mq.pub_open = true;
@@ -229,7 +228,7 @@ void sim_pub_close(void)
 int sim_pub_publish(sim_queue_t target, const sim_bmsg_t *m)
 {
     sim_maybe_die("basic.publish");
-    if (!sim_mq.pub_open || round_n >= SIM_ROUND)
+    if (!sim_mq.pub_open || sim_mq.n_sent >= SIM_ROUND)
         return -1;
     sim_copy_t *c = &sim_mq.sent[sim_mq.n_sent++];
     memset(c, 0, sizeof(*c));
@@ -255,33 +254,10 @@ int sim_pub_publish(sim_queue_t target, const sim_bmsg_t *m)
             c->nacked     ? "nacked"
             : c->returned ? "returned (unroutable)"
                           : "routed");
-    round[round_n].seq = c->seq;
-    round[round_n].target = target;
-    round[round_n].returned = false;
-    round[round_n].state = RC_PENDING;
-    return round_n++;
-}
-
-/* basic.return of copy seq (routing key = its target queue). */
-static void pub_on_return(uint64_t seq, sim_queue_t target)
-{
-    for (int i = 0; i < round_n; i++) {
-        if (round[i].state != RC_PENDING || round[i].returned)
-            continue;
-        if (sim.bug.match_by_key ? round[i].target == target : round[i].seq == seq) {
-            round[i].returned = true;
-            if (!sim.bug.match_by_key)
-                return;
-        }
-    }
-}
-
-/* basic.ack / basic.nack of seq (one at a time). */
-static void pub_on_confirm(uint64_t seq, bool acked)
-{
-    for (int i = 0; i < round_n; i++)
-        if (round[i].state == RC_PENDING && round[i].seq == seq)
-            round[i].state = acked && !round[i].returned ? RC_ACKED : RC_REFUSED;
+    int idx = pubround_add(&round, c->seq, "", mq_key(target), false);
+    if (idx < 0)
+        sim_violation("memory: pubround_add failed");
+    return idx;
 }
 
 int sim_pub_wait(void)
@@ -297,24 +273,37 @@ int sim_pub_wait(void)
             sim_log("publisher: channel closed by the broker with %d copies unconfirmed",
                     sim_mq.n_sent - i);
             sim_mq.pub_open = false;
+            pubround_channel_closed(&round, "channel closed by the broker: 320 (simulated)");
+            (void)pubround_finish(&round);
             return -1;
         }
         sim_maybe_die("waiting for confirms");
         if (c->returned)
-            pub_on_return(c->seq, c->target);
-        pub_on_confirm(c->seq, !c->nacked);
+            (void)pubround_return(&round, (long long)c->seq, "", mq_key(c->target), 312,
+                                  "NO_ROUTE");
+        if (c->nacked)
+            pubround_nack(&round, c->seq, false);
+        else
+            pubround_ack(&round, c->seq, false);
     }
+    (void)pubround_finish(&round);
     /* Invariant 3 (copies): a copy the broker routed and confirmed must count as ok, or its
      * original is copied again (duplicate copies downstream). */
-    for (int i = 0; i < round_n; i++)
-        if (sim_mq.sent[i].routed && round[i].state != RC_ACKED)
+    for (int i = 0; i < sim_mq.n_sent; i++)
+        if (sim_mq.sent[i].routed && !pubround_ok(&round, i))
             sim_violation("copy seq=%llu of m%d was routed and confirmed by the broker but "
-                          "counted refused: its original will be copied again",
-                          (unsigned long long)round[i].seq, sim_mq.sent[i].m.id);
+                          "counted refused (%s): its original will be copied again",
+                          (unsigned long long)sim_mq.sent[i].seq, sim_mq.sent[i].m.id,
+                          pubround_why(&round, i));
     return 0;
 }
 
 bool sim_pub_ok(int i)
 {
-    return i >= 0 && i < round_n && round[i].state == RC_ACKED;
+    return i >= 0 && pubround_ok(&round, i);
+}
+
+void sim_pub_free(void)
+{
+    pubround_free(&round);
 }
