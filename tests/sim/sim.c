@@ -774,6 +774,7 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
 /* ---------- the command ---------- */
 
 typedef struct bug_case {
+    const char *flag;
     const char *name;
     sim_bugs_t set;
     bool available;
@@ -897,16 +898,20 @@ int main(int argc, char **argv)
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {
-            {"no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
+            {"no_fallback",
+             "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
              {true, false, false, false},
              &txn_test_no_fallback != NULL},
-            {"match_by_key (a return marks every pending copy with its routing key)",
+            {"match_by_key",
+             "match_by_key (a return marks every pending copy with its routing key)",
              {false, true, false, false},
              true},
-            {"alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
+            {"alarm_as_crash",
+             "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
              {false, false, true, false},
              true},
-            {"carry_ack (worker.c on main: a batch after a cut-short one acks the carried "
+            {"carry_ack",
+             "carry_ack (worker.c on main: a batch after a cut-short one acks the carried "
              "delivery)",
              {false, false, false, true},
              true},
@@ -921,8 +926,11 @@ int main(int argc, char **argv)
                 if (!sim_run(first + (uint64_t)k, &cases[c].set, false))
                     break;
             if (k < bug_budget)
-                t_line(true, "sim finds %s: first at seed %llu of %ld: %s", cases[c].name,
-                       (unsigned long long)(first + (uint64_t)k), bug_budget, sim.why);
+                t_line(true,
+                       "sim finds %s: first at seed %llu of %ld: %s (replay: %s --seed %llu "
+                       "--bug %s --trace)",
+                       cases[c].name, (unsigned long long)(first + (uint64_t)k), bug_budget,
+                       sim.why, argv0, (unsigned long long)(first + (uint64_t)k), cases[c].flag);
             else
                 t_line(false, "sim finds %s: not found in %ld seeds", cases[c].name, bug_budget);
         }
