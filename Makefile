@@ -47,7 +47,19 @@ CTL_MODULES := idemctl conf db delivery log mq mq_declare mq_pub pubround relay 
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out src/idemctl.c,$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
-TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(wildcard tests/plugins/*.c))
+# Test plugins whose descriptors differ in one field are one source, tests/plugins/descriptor.c,
+# built once per variant with the flags in TEST_VARIANT_<name>.
+TEST_VARIANTS := minor0 newer_minor wrong_abi no_name no_handle no_symbol calls_log_msg
+TEST_VARIANT_minor0 := -DTP_ABI_MAJOR=1 -DTP_ABI_MINOR=0
+TEST_VARIANT_newer_minor := -DTP_ABI_MINOR='(IDEMD_HANDLER_ABI_MINOR + 1)'
+TEST_VARIANT_wrong_abi := -DTP_ABI_MAJOR=99 -DTP_ABI_MINOR=0
+TEST_VARIANT_no_name := -DTP_EMPTY_NAME
+TEST_VARIANT_no_handle := -DTP_NO_HANDLE
+TEST_VARIANT_no_symbol := -DTP_NO_HANDLE -DTP_SYMBOL=idemd_handler_v1
+TEST_VARIANT_calls_log_msg := -DTP_CALLS_LOG_MSG
+TEST_VARIANT_SOS := $(TEST_VARIANTS:%=$(B)/tests/plugins/%.so)
+TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(filter-out tests/plugins/descriptor.c,$(wildcard tests/plugins/*.c))) \
+	$(TEST_VARIANT_SOS)
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
@@ -76,23 +88,31 @@ $(B)/plugins/%.so: src/plugins/%.c include/idemd/handler.h | $(B)/plugins
 $(B)/tests/plugins/%.so: tests/plugins/%.c include/idemd/handler.h | $(B)/tests/plugins
 	$(CC) $(CFLAGS) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
 
+$(TEST_VARIANT_SOS): $(B)/tests/plugins/%.so: tests/plugins/descriptor.c include/idemd/handler.h Makefile | $(B)/tests/plugins
+	$(CC) $(CFLAGS) -DTP_VARIANT='"$*"' $(TEST_VARIANT_$*) -fPIC -shared $(LDFLAGS) -o $@ $< $(PKG_LIBS)
+
 $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
 # A unit test links only the module under test (and logging).
-$(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+$(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
 # outbox.c writes its SQL with db.c's helpers (db.c needs delivery.c, conf.c and version.c) and signs dead letters with relay.c; the broker side is stubbed.
-$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c tests/unit/tap.h src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/db.c src/conf.c src/delivery.c src/version.c src/relay.c src/log.c $(LDLIBS)
 
 # test_relay_sig tests relay.c too (its signatures), beside test_relay (its headers).
-$(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+$(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c tests/unit/tap.h src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/relay.c src/log.c $(LDLIBS)
 
+# The transaction protocol is txn.c, what results do to it (txn_result.c) and its message states
+# (txn_state.c).
+$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/log.c $(LDLIBS)
+
 # test_log's module is log.c itself: the pattern above would link it twice.
-$(B)/tests/unit/test_log: tests/unit/test_log.c src/log.c src/log.h | $(B)/tests/unit
+$(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/log.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
 
 $(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit $(B)/tests/sim:
@@ -102,7 +122,7 @@ $(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit $(B)/t
 # and database, one process, no servers. SIM_SEEDS=N for a longer search; SIM_SEED=S replays
 # one seed with its trace.
 SIM_SEEDS ?= 2000
-SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/pubround.c src/log.c
+SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c src/log.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
 
@@ -275,7 +295,7 @@ man-check: $(MANPAGES)
 clean:
 	rm -rf $(B) $(F)
 
-FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/sim/*.c tests/sim/*.h tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
+FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/unit/*.h tests/sim/*.c tests/sim/*.h tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
 # The layout is clang-format 14's (Debian 12) with .clang-format: newer versions lay out some
 # constructs differently, so format-check uses clang-format-14 where it is installed, and only
 # says it skipped where another version is all there is (Debian 13 has 19).

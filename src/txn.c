@@ -3,110 +3,14 @@
  */
 #include "txn.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "db.h"
 #include "log.h"
-
-/* Which state may follow which: one row per old state. */
-static const bool txn_next[TXN_N_STATES][TXN_N_STATES] = {
-    [TXN_NEW] =
-        {[TXN_RECORDED] = true, [TXN_DUPLICATE] = true, [TXN_RETRY] = true, [TXN_REJECT] = true},
-    [TXN_RECORDED] =
-        {[TXN_HANDLED] = true, [TXN_RETRY] = true, [TXN_REJECT] = true, [TXN_NEW] = true},
-    [TXN_HANDLED] = {[TXN_COMMITTED] = true, [TXN_NEW] = true},
-    [TXN_DUPLICATE] = {[TXN_NEW] = true},
-};
-
-static const char *txn_names[TXN_N_STATES] = {
-    [TXN_NEW] = "pending",   [TXN_RECORDED] = "pending",    [TXN_HANDLED] = "pending",
-    [TXN_COMMITTED] = "ok",  [TXN_DUPLICATE] = "duplicate", [TXN_RETRY] = "retry",
-    [TXN_REJECT] = "reject",
-};
-
-void txn_move(txn_msg_t *m, txn_state_t to)
-{
-    if ((unsigned)m->state >= TXN_N_STATES || (unsigned)to >= TXN_N_STATES ||
-        !txn_next[m->state][to]) {
-        log_error("txn: message in state %d cannot move to state %d", (int)m->state, (int)to);
-        abort();
-    }
-    m->state = to;
-}
-
-const char *txn_outcome_name(txn_state_t s)
-{
-    return (unsigned)s < TXN_N_STATES ? txn_names[s] : "?";
-}
-
-txn_route_t txn_route(const txn_msg_t *m, int max_attempts, bool has_dlq)
-{
-    switch (m->state) {
-    case TXN_COMMITTED:
-    case TXN_DUPLICATE:
-        return TXN_ROUTE_ACK;
-    case TXN_RETRY:
-        if (m->attempt < (unsigned)max_attempts)
-            return TXN_ROUTE_DELAY;
-        return has_dlq ? TXN_ROUTE_DLQ : TXN_ROUTE_BROKER;
-    case TXN_REJECT:
-        return has_dlq ? TXN_ROUTE_DLQ : TXN_ROUTE_BROKER;
-    default:
-        return TXN_ROUTE_HOLD;
-    }
-}
-
-/* Set m's reason (printf-style), keeping it NUL-terminated. */
-static void txn_why(txn_msg_t *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void txn_why(txn_msg_t *m, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(m->reason, sizeof(m->reason), fmt, ap);
-    va_end(ap);
-}
-
-/* What one pass of the transaction ended with. */
-typedef enum txn_pass {
-    TXN_PASS_DONE,     /* committed or rolled back; every state final */
-    TXN_PASS_REDO,     /* the transaction is gone: roll back, run the NEW ones again */
-    TXN_PASS_FATAL,    /* the connection cannot be trusted */
-    TXN_PASS_FALLBACK, /* set-based pass: roll back, run the NEW ones message by message */
-    TXN_PASS_AGAIN,    /* set-based pass: roll back, run it again without the failed ones */
-} txn_pass_t;
-
-/* What an error number means for the open transaction. */
-static txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
-{
-    switch (db_classify(err)) {
-    case DB_ERR_DEADLOCK:
-    case DB_ERR_TX_LOST:
-    case DB_ERR_LOCK_TIMEOUT: /* rolled back: at most the whole transaction, so redo it all */
-        snprintf(t->lost_why, sizeof(t->lost_why), "error %u at %s", err, where);
-        return TXN_PASS_REDO;
-    default:
-        return TXN_PASS_FATAL; /* connection lost, or nothing we know how to recover from */
-    }
-}
-
-/* Give message m the verdict r (not OK) with a default reason. */
-static void txn_verdict(txn_msg_t *m, idemd_result_t r)
-{
-    if (r == IDEMD_RESULT_RETRY) {
-        txn_move(m, TXN_RETRY);
-        if (!m->reason[0])
-            txn_why(m, "handler asked to retry");
-    } else {
-        txn_move(m, TXN_REJECT);
-        if (r != IDEMD_RESULT_REJECT)
-            txn_why(m, "handler returned unknown result %d", (int)r);
-        else if (!m->reason[0])
-            txn_why(m, "handler rejected the message");
-    }
-}
+#include "txn_result.h"
+#include "txn_state.h"
 
 /* Roll back to message i's savepoint after it failed. */
 static txn_pass_t txn_undo(txn_t *t, int i)
@@ -147,27 +51,10 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
         }
     }
     txn_move(m, TXN_RECORDED);
-    err = 0;
-    idemd_result_t r = t->ops->handle(t->ctx, i, m, &err);
-    m->reason[sizeof(m->reason) - 1] = '\0';
-    db_status_t st = db_classify(err);
-    if (st == DB_ERR_CONNECTION)
-        return TXN_PASS_FATAL;
-    if (r == IDEMD_RESULT_OK) {
-        txn_move(m, TXN_HANDLED);
+    txn_pass_t p = txn_handle(t, i);
+    if (p == TXN_PASS_DONE)
         *handled = true;
-        if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
-            return txn_lost(t, err, "clearing the attempts row");
-        return TXN_PASS_DONE; /* a transaction lost under it shows at RELEASE SAVEPOINT */
-    }
-    if (st == DB_ERR_DEADLOCK) {
-        /* A victim, not a failure: the whole transaction went; redo it with this message. */
-        txn_move(m, TXN_NEW);
-        snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
-        return TXN_PASS_REDO;
-    }
-    txn_verdict(m, r);
-    return txn_undo(t, i);
+    return p == TXN_PASS_FAILED ? txn_undo(t, i) : p;
 }
 
 /*
@@ -239,50 +126,6 @@ static bool txn_repeat(const txn_t *t, int i)
  * without savepoints, one COMMIT. Any message that does not end ok makes it
  * FALLBACK (that message keeps its verdict when the handler gave one).
  */
-/* The batch handler on the recorded list[0..k-1]: HANDLED; verdicts and AGAIN; or FALLBACK when
- * the call failed as a whole. */
-static txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
-{
-    unsigned err = 0;
-    bool failed = false;
-    t->batch_calls++;
-    for (int j = 0; j < k; j++)
-        list[j]->reason[0] = '\0';
-    int rc = t->ops->handle_many(t->ctx, list, k, r, &err);
-    db_status_t st = db_classify(err);
-    if (st == DB_ERR_CONNECTION)
-        return TXN_PASS_FATAL;
-    if (st == DB_ERR_DEADLOCK) {
-        snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the batch handler", err);
-        return TXN_PASS_REDO;
-    }
-    if (rc != 0) {
-        /* A failure of the call as a whole names no culprit: retrying them all together would
-         * dead-letter the innocent with the guilty. Each runs alone through handle(), and only
-         * the one at fault gets its verdict. */
-        log_info("batch of %d: handle_batch failed (%.400s): running its messages one by one", k,
-                 list[0]->reason[0] ? list[0]->reason : "no reason given");
-        for (int j = 0; j < k; j++)
-            list[j]->reason[0] = '\0';
-        return TXN_PASS_FALLBACK;
-    }
-    for (int j = 0; j < k; j++) {
-        list[j]->reason[sizeof(list[j]->reason) - 1] = '\0';
-        if (r[j] == IDEMD_RESULT_OK) {
-            txn_move(list[j], TXN_HANDLED);
-            continue;
-        }
-        txn_verdict(list[j], r[j]);
-        failed = true;
-    }
-    if (failed)
-        return TXN_PASS_AGAIN;
-    for (int j = 0; j < k; j++)
-        if (list[j]->counted && (err = t->ops->clear_attempts(t->ctx, list[j])) != 0)
-            return txn_lost(t, err, "clearing the attempts row");
-    return TXN_PASS_DONE;
-}
-
 static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_result_t *r)
 {
     int k = 0;
@@ -343,26 +186,10 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
             t->too_slow = true;
             return TXN_PASS_FALLBACK;
         }
-        err = 0;
-        idemd_result_t res = t->ops->handle(t->ctx, i, m, &err);
-        m->reason[sizeof(m->reason) - 1] = '\0';
-        db_status_t st = db_classify(err);
-        if (st == DB_ERR_CONNECTION)
-            return TXN_PASS_FATAL;
-        if (res == IDEMD_RESULT_OK) {
-            txn_move(m, TXN_HANDLED);
-            handled = true;
-            if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
-                return txn_lost(t, err, "clearing the attempts row");
-            continue;
-        }
-        if (st == DB_ERR_DEADLOCK) {
-            txn_move(m, TXN_NEW);
-            snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the handler", err);
-            return TXN_PASS_REDO;
-        }
-        txn_verdict(m, res);
-        return TXN_PASS_FALLBACK;
+        txn_pass_t p = txn_handle(t, i);
+        if (p != TXN_PASS_DONE)
+            return p == TXN_PASS_FAILED ? TXN_PASS_FALLBACK : p;
+        handled = true;
     }
     return txn_finish(t, handled, "b");
 }

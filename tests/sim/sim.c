@@ -339,6 +339,18 @@ static const txn_ops_t sim_txn_ops = {
     op_now,      sim_db_record_many, sim_db_find_records, op_handle_many,
 };
 
+/* Whether a retry's reason is the database's doing (an injected error or lock wait), not the
+ * message's nor idemd's. */
+static bool infra_reason(const char *why)
+{
+    static const char *const db[] = {"statement failed", "outbox insert failed", "lock wait",
+                                     "transaction lost"};
+    for (size_t k = 0; k < sizeof(db) / sizeof(db[0]); k++)
+        if (strstr(why, db[k]))
+            return true;
+    return false;
+}
+
 /* The batch's transaction (worker_transact). */
 static void worker_transact(void)
 {
@@ -360,7 +372,7 @@ static void worker_transact(void)
     for (int i = 0; i < w.n; i++) {
         const txn_msg_t *m = &w.tm[i];
         sim_truth_t *tr = &sim.truth[sim_id_of(m)];
-        if (m->state == TXN_RETRY && !(tr->kind == SIM_FLAKY && m->attempt == 1))
+        if (m->state == TXN_RETRY && infra_reason(m->reason))
             tr->infra_fails++;
         /* Invariant 1 as the transaction ends: committed means committed once. */
         if (m->state == TXN_COMMITTED && sim_db.eff[sim_id_of(m)] != 1)

@@ -3,16 +3,7 @@
 #include <string.h>
 
 #include "delivery.h"
-
-static int t_n, t_failed;
-
-static void t_check(int ok, const char *what)
-{
-    t_n++;
-    if (!ok)
-        t_failed++;
-    printf("%sok %d - %s\n", ok ? "" : "not ", t_n, what);
-}
+#include "tap.h"
 
 static amqp_table_entry_t t_entries[8];
 
@@ -48,42 +39,41 @@ static void t_ids(void)
     v.kind = AMQP_FIELD_KIND_I64;
     v.value.i64 = 9223372036854775807LL;
     t_header(&p, "x-id", v);
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 &&
-                strcmp(id, "9223372036854775807") == 0,
-            "i64 id INT64_MAX is taken as is");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 &&
+           strcmp(id, "9223372036854775807") == 0,
+       "i64 id INT64_MAX is taken as is");
     t_entries[0].value.value.i64 = 0;
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 && strcmp(id, "0") == 0,
-            "i64 id 0 is taken");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 && strcmp(id, "0") == 0,
+       "i64 id 0 is taken");
     t_entries[0].value.value.i64 = -1; /* what RabbitMQ 4.x makes of u64 2^64-1 */
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 &&
-                strstr(err, "is -1, negative") && strstr(err, "within 0..9223372036854775807"),
-            "i64 id -1 is refused, saying why");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 &&
+           strstr(err, "is -1, negative") && strstr(err, "within 0..9223372036854775807"),
+       "i64 id -1 is refused, saying why");
     t_entries[0].value.kind = AMQP_FIELD_KIND_I8;
     t_entries[0].value.value.i8 = -7;
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 && strstr(err, "negative"),
-            "i8 id -7 is refused");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 && strstr(err, "negative"),
+       "i8 id -7 is refused");
     t_entries[0].value.kind = AMQP_FIELD_KIND_U64;
     t_entries[0].value.value.u64 = 18446744073709551615ULL;
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 &&
-                strstr(err, "is 18446744073709551615, above 9223372036854775807") &&
-                strstr(err, "as -1"),
-            "u64 id 2^64-1 is refused, saying RabbitMQ 4.x would make it -1");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 &&
+           strstr(err, "is 18446744073709551615, above 9223372036854775807") &&
+           strstr(err, "as -1"),
+       "u64 id 2^64-1 is refused, saying RabbitMQ 4.x would make it -1");
     t_entries[0].value.value.u64 = 9223372036854775808ULL;
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 && strstr(err, "above"),
-            "u64 id 2^63 is refused");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 && strstr(err, "above"),
+       "u64 id 2^63 is refused");
     t_entries[0].value.value.u64 = 9223372036854775807ULL;
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 &&
-                strcmp(id, "9223372036854775807") == 0,
-            "u64 id 2^63-1 is taken");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 &&
+           strcmp(id, "9223372036854775807") == 0,
+       "u64 id 2^63-1 is taken");
     t_entries[0].value.kind = AMQP_FIELD_KIND_TIMESTAMP;
     t_entries[0].value.value.u64 = 18446744073709551615ULL;
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 && strstr(err, "above"),
-            "timestamp id above INT64_MAX is refused");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == -1 && strstr(err, "above"),
+       "timestamp id above INT64_MAX is refused");
     t_entries[0].value.kind = AMQP_FIELD_KIND_U32;
     t_entries[0].value.value.u32 = 4000000000U;
-    t_check(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 &&
-                strcmp(id, "4000000000") == 0,
-            "u32 id is taken");
+    ok(delivery_id(&p, "x-id", id, &len, err, sizeof(err)) == 0 && strcmp(id, "4000000000") == 0,
+       "u32 id is taken");
     memcpy(t_entries, saved, sizeof(saved));
 }
 
@@ -117,26 +107,26 @@ static void t_depth(void)
 
     memcpy(saved, t_entries, sizeof(saved));
     t_props(&p, "m");
-    t_check(delivery_too_deep(&p) == -1, "no headers: not too deep");
+    ok(delivery_too_deep(&p) == -1, "no headers: not too deep");
     v.kind = AMQP_FIELD_KIND_UTF8;
     v.value.bytes = amqp_cstring_bytes("x");
     t_header(&p, "plain", v);
     t_header(&p, "deep", t_nested(nodes, 99));
-    t_check(delivery_too_deep(&p) == -1, "a header nested 99 levels is fine");
+    ok(delivery_too_deep(&p) == -1, "a header nested 99 levels is fine");
     t_entries[1].value = t_nested(nodes, 100);
-    t_check(delivery_too_deep(&p) == -1, "a header nested 100 levels is fine");
+    ok(delivery_too_deep(&p) == -1, "a header nested 100 levels is fine");
     t_entries[1].value = t_nested(nodes, 101);
-    t_check(delivery_too_deep(&p) == 1, "a header nested 101 levels is too deep, and named");
+    ok(delivery_too_deep(&p) == 1, "a header nested 101 levels is too deep, and named");
     t_entries[1].value = t_nested(nodes, 10000);
-    t_check(delivery_too_deep(&p) == 1, "a header nested 10,000 levels is too deep");
+    ok(delivery_too_deep(&p) == 1, "a header nested 10,000 levels is too deep");
     /* An array adds a level too: an array holding a 100-deep table is 101 deep. */
     arr_el[0] = t_nested(nodes, 100);
     t_entries[1].value.kind = AMQP_FIELD_KIND_ARRAY;
     t_entries[1].value.value.array.num_entries = 1;
     t_entries[1].value.value.array.entries = arr_el;
-    t_check(delivery_too_deep(&p) == 1, "an array around a 100-deep table is too deep");
+    ok(delivery_too_deep(&p) == 1, "an array around a 100-deep table is too deep");
     arr_el[0] = t_nested(nodes, 99);
-    t_check(delivery_too_deep(&p) == -1, "an array around a 99-deep table is fine");
+    ok(delivery_too_deep(&p) == -1, "an array around a 99-deep table is fine");
     memcpy(t_entries, saved, sizeof(saved));
 }
 
@@ -148,73 +138,71 @@ int main(void)
     size_t len = 0;
 
     t_props(&p, "order-1001");
-    t_check(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == 0 && len == 10 &&
-                strcmp(id, "order-1001") == 0,
-            "message_id property is the id");
+    ok(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == 0 && len == 10 &&
+           strcmp(id, "order-1001") == 0,
+       "message_id property is the id");
 
     t_props(&p, NULL);
-    t_check(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == -1 &&
-                strstr(err, "no message_id") != NULL,
-            "missing message_id is refused with a reason");
+    ok(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == -1 &&
+           strstr(err, "no message_id") != NULL,
+       "missing message_id is refused with a reason");
 
     t_props(&p, "");
-    t_check(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == -1 && strstr(err, "empty"),
-            "empty id is refused");
+    ok(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == -1 && strstr(err, "empty"),
+       "empty id is refused");
 
     memset(big, 'a', sizeof(big));
     big[255] = '\0';
     t_props(&p, big);
-    t_check(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == 0 && len == 255,
-            "id of exactly 255 bytes is accepted");
+    ok(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == 0 && len == 255,
+       "id of exactly 255 bytes is accepted");
     big[255] = 'a';
     big[256] = '\0';
     t_props(&p, big);
-    t_check(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == -1 && strstr(err, "256 bytes"),
-            "id of 256 bytes is refused, naming its length");
+    ok(delivery_id(&p, NULL, id, &len, err, sizeof(err)) == -1 && strstr(err, "256 bytes"),
+       "id of 256 bytes is refused, naming its length");
 
     t_props(&p, "ignored");
     v.kind = AMQP_FIELD_KIND_UTF8;
     v.value.bytes = amqp_cstring_bytes("hdr-7");
     t_header(&p, "x-msg-id", v);
-    t_check(delivery_id(&p, "x-msg-id", id, &len, err, sizeof(err)) == 0 &&
-                strcmp(id, "hdr-7") == 0,
-            "id from a string header when id_header is set");
-    t_check(delivery_id(&p, "x-other", id, &len, err, sizeof(err)) == -1 &&
-                strstr(err, "x-other") != NULL,
-            "absent id header is refused, naming the header");
+    ok(delivery_id(&p, "x-msg-id", id, &len, err, sizeof(err)) == 0 && strcmp(id, "hdr-7") == 0,
+       "id from a string header when id_header is set");
+    ok(delivery_id(&p, "x-other", id, &len, err, sizeof(err)) == -1 &&
+           strstr(err, "x-other") != NULL,
+       "absent id header is refused, naming the header");
 
     t_props(&p, NULL);
     v.kind = AMQP_FIELD_KIND_I64;
     v.value.i64 = -42;
     t_header(&p, "n", v);
-    t_check(delivery_id(&p, "n", id, &len, err, sizeof(err)) == -1 && strstr(err, "negative") &&
-                strstr(err, "within 0..9223372036854775807"),
-            "negative integer id header is refused, saying why");
-    t_check(delivery_header_int(&p, "n") == -42, "delivery_header_int reads integers");
+    ok(delivery_id(&p, "n", id, &len, err, sizeof(err)) == -1 && strstr(err, "negative") &&
+           strstr(err, "within 0..9223372036854775807"),
+       "negative integer id header is refused, saying why");
+    ok(delivery_header_int(&p, "n") == -42, "delivery_header_int reads integers");
     t_ids();
     v.kind = AMQP_FIELD_KIND_F64;
     v.value.f64 = 1.5;
     t_header(&p, "f", v);
-    t_check(delivery_id(&p, "f", id, &len, err, sizeof(err)) == -1 && strstr(err, "type"),
-            "float id header is refused with its type");
-    t_check(delivery_header_int(&p, "f") == -1, "delivery_header_int ignores non-integers");
+    ok(delivery_id(&p, "f", id, &len, err, sizeof(err)) == -1 && strstr(err, "type"),
+       "float id header is refused with its type");
+    ok(delivery_header_int(&p, "f") == -1, "delivery_header_int ignores non-integers");
 
     idemd_header_t hs[4];
     char scratch[64];
     size_t n = delivery_headers(&p, hs, 4, scratch, sizeof(scratch));
-    t_check(n == 2 && strcmp(hs[0].key, "n") == 0 && hs[0].type == IDEMD_HEADER_INT &&
-                hs[0].i == -42 && hs[1].type == IDEMD_HEADER_OTHER,
-            "headers are flattened with their types");
+    ok(n == 2 && strcmp(hs[0].key, "n") == 0 && hs[0].type == IDEMD_HEADER_INT && hs[0].i == -42 &&
+           hs[1].type == IDEMD_HEADER_OTHER,
+       "headers are flattened with their types");
     n = delivery_headers(&p, hs, 1, scratch, sizeof(scratch));
-    t_check(n == 1, "header flattening respects the array size");
+    ok(n == 1, "header flattening respects the array size");
 
     char out[32];
     delivery_id_printable("a\x01\\b", 4, out, sizeof(out));
-    t_check(strcmp(out, "\"a\\x01\\\\b\"") == 0, "non-printable id bytes are escaped (quoted)");
+    ok(strcmp(out, "\"a\\x01\\\\b\"") == 0, "non-printable id bytes are escaped (quoted)");
     delivery_id_printable(big, 256, out, sizeof(out));
-    t_check(strlen(out) < sizeof(out) && strstr(out, "...") != NULL,
-            "long ids are truncated with ...");
+    ok(strlen(out) < sizeof(out) && strstr(out, "...") != NULL, "long ids are truncated with ...");
 
     t_depth();
-    return t_failed ? 1 : 0;
+    return done();
 }

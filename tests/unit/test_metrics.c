@@ -8,25 +8,10 @@
 
 #include "../../include/idemd/handler.h"
 #include "metrics.h"
+#include "tap.h"
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
-
-static int t_n, t_failed;
-
-static bool ok(bool cond, const char *fmt, ...)
-{
-    va_list ap;
-    t_n++;
-    if (!cond)
-        t_failed++;
-    printf("%sok %d - ", cond ? "" : "not ", t_n);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    return cond;
-}
 
 /* The exposition of qs[0..n-1] as a string (caller frees). */
 static char *render(const metrics_queue_t *qs, int n)
@@ -179,6 +164,5 @@ int main(void)
     test_status_json();
     test_histograms();
     test_escaping_and_adding();
-    printf("# %d tests, %d failed\n", t_n, t_failed);
-    return t_failed ? 1 : 0;
+    return done();
 }

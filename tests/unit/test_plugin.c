@@ -30,35 +30,13 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "tap.h"
 
 #ifndef IDEMD_TEST_BUILD
 #define IDEMD_TEST_BUILD "build"
 #endif
 #define TP IDEMD_TEST_BUILD "/tests/plugins/" /* build-asan under SANITIZE=1 */
 #define ORDER_PAY IDEMD_TEST_BUILD "/plugins/order_pay.so"
-
-static int t_n, t_failed;
-
-/* One TAP line; the optional diagnostic goes out as "# " lines on failure. */
-static int t_ok(int cond, const char *diag, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int t_ok(int cond, const char *diag, const char *fmt, ...)
-{
-    va_list ap;
-
-    printf("%sok %d - ", cond ? "" : "not ", ++t_n);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    if (!cond) {
-        t_failed++;
-        if (diag != NULL)
-            printf("# got: %s\n", diag);
-    }
-    fflush(stdout);
-    return cond;
-}
 
 static int has(const char *s, const char *sub)
 {
@@ -75,7 +53,7 @@ static void t_refused(const char *path, const char *what, const char *const *wan
 
     for (int i = 0; want[i] != NULL; i++)
         good = good && has(err, want[i]);
-    t_ok(good, err, "%s is refused and the message says so", what);
+    ok_got(good, err, "%s is refused and the message says so", what);
     if (rc == 0)
         plugin_free(p);
 }
@@ -88,7 +66,7 @@ static void t_refused_check(const char *path, const char *what, const char *cons
 
     for (int i = 0; want[i] != NULL; i++)
         good = good && has(err, want[i]);
-    t_ok(good, err, "%s is refused and the message says so", what);
+    ok_got(good, err, "%s is refused and the message says so", what);
 }
 
 static void test_loader(void)
@@ -98,40 +76,40 @@ static void test_loader(void)
     plugin_t *p = NULL, *q = NULL;
 
     err[0] = '\0';
-    t_ok(plugin_load(TP "counter.so", &p, err, sizeof(err)) == 0 && p != NULL, err,
-         "counter.so loads");
+    ok_got(plugin_load(TP "counter.so", &p, err, sizeof(err)) == 0 && p != NULL, err,
+           "counter.so loads");
     if (p != NULL) {
-        t_ok(strcmp(p->path, TP "counter.so") == 0 && p->dl != NULL && p->handler != NULL &&
-                 strcmp(p->handler->name, "counter") == 0 && p->handler->init != NULL &&
-                 p->handler->handle != NULL && p->handler->fini != NULL &&
-                 p->handler->abi_major == IDEMD_HANDLER_ABI_MAJOR,
-             NULL, "counter.so: path copied, name and callbacks as exported");
-        t_ok(plugin_load(TP "counter.so", &q, err, sizeof(err)) == 0 && q != NULL &&
-                 q->handler == p->handler,
-             err, "the same file loads a second time (shared by dlopen)");
+        ok_got(strcmp(p->path, TP "counter.so") == 0 && p->dl != NULL && p->handler != NULL &&
+                   strcmp(p->handler->name, "counter") == 0 && p->handler->init != NULL &&
+                   p->handler->handle != NULL && p->handler->fini != NULL &&
+                   p->handler->abi_major == IDEMD_HANDLER_ABI_MAJOR,
+               NULL, "counter.so: path copied, name and callbacks as exported");
+        ok_got(plugin_load(TP "counter.so", &q, err, sizeof(err)) == 0 && q != NULL &&
+                   q->handler == p->handler,
+               err, "the same file loads a second time (shared by dlopen)");
         plugin_free(q);
-        t_ok(strcmp(p->handler->name, "counter") == 0, NULL,
-             "freeing one of two loads leaves the other usable");
+        ok_got(strcmp(p->handler->name, "counter") == 0, NULL,
+               "freeing one of two loads leaves the other usable");
         plugin_free(p);
     }
 
     /* A plugin built for 1.0 loads on a 1.1 host; the host fills fields it never reads. */
     err[0] = '\0';
     p = NULL;
-    t_ok(plugin_load(TP "minor0.so", &p, err, sizeof(err)) == 0 && p != NULL &&
-             p->handler->abi_minor == 0,
-         err, "minor0.so (built for 1.0) loads on a %d.%d host", IDEMD_HANDLER_ABI_MAJOR,
-         IDEMD_HANDLER_ABI_MINOR);
+    ok_got(plugin_load(TP "minor0.so", &p, err, sizeof(err)) == 0 && p != NULL &&
+               p->handler->abi_minor == 0,
+           err, "minor0.so (built for 1.0) loads on a %d.%d host", IDEMD_HANDLER_ABI_MAJOR,
+           IDEMD_HANDLER_ABI_MINOR);
     if (p != NULL) {
         idemd_message_t msg = {.msg_id = "m", .queue = "q", .user_id = "u", .app_id = "a"};
         char why[64] = "";
-        t_ok(p->handler->handle(NULL, NULL, &msg, why, sizeof(why)) == IDEMD_RESULT_OK, why,
-             "minor0.so handles a 1.1 message");
+        ok_got(p->handler->handle(NULL, NULL, &msg, why, sizeof(why)) == IDEMD_RESULT_OK, why,
+               "minor0.so handles a 1.1 message");
         plugin_free(p);
     }
-    t_ok(IDEMD_HANDLER_ABI_MINOR >= 1 &&
-             offsetof(idemd_message_t, app_id) > offsetof(idemd_message_t, consumer),
-         NULL, "ABI 1.1: user_id and app_id are appended after the 1.0 fields");
+    ok_got(IDEMD_HANDLER_ABI_MINOR >= 1 &&
+               offsetof(idemd_message_t, app_id) > offsetof(idemd_message_t, consumer),
+           NULL, "ABI 1.1: user_id and app_id are appended after the 1.0 fields");
 
     snprintf(ours, sizeof(ours), "(idemd speaks %d.%d)", IDEMD_HANDLER_ABI_MAJOR,
              IDEMD_HANDLER_ABI_MINOR);
@@ -165,12 +143,12 @@ static void test_loader(void)
     p = NULL;
     if (here >= 0 && chdir(TP) == 0) {
         err[0] = '\0';
-        t_ok(plugin_load("counter.so", &p, err, sizeof(err)) == 0, err,
-             "a bare file name loads from the working directory");
+        ok_got(plugin_load("counter.so", &p, err, sizeof(err)) == 0, err,
+               "a bare file name loads from the working directory");
         plugin_free(p);
-        t_ok(fchdir(here) == 0, strerror(errno), "back to the repository root");
+        ok_got(fchdir(here) == 0, strerror(errno), "back to the repository root");
     } else {
-        t_ok(0, strerror(errno), "chdir to " TP);
+        ok_got(0, strerror(errno), "chdir to " TP);
     }
     if (here >= 0)
         close(here);
@@ -178,11 +156,11 @@ static void test_loader(void)
     char tiny[16];
     memset(tiny, 'x', sizeof(tiny));
     p = NULL;
-    t_ok(plugin_load(TP "wrong_abi.so", &p, tiny, sizeof(tiny)) == -1 &&
-             memchr(tiny, '\0', sizeof(tiny)) != NULL,
-         NULL, "a short error buffer is truncated and terminated");
+    ok_got(plugin_load(TP "wrong_abi.so", &p, tiny, sizeof(tiny)) == -1 &&
+               memchr(tiny, '\0', sizeof(tiny)) != NULL,
+           NULL, "a short error buffer is truncated and terminated");
     plugin_free(NULL);
-    t_ok(1, NULL, "plugin_free(NULL) is fine");
+    ok_got(1, NULL, "plugin_free(NULL) is fine");
 }
 
 /* Threads of this process, from /proc/self/status; -1 when unknown. */
@@ -208,9 +186,9 @@ static void test_check(void)
     int fd = mkstemp(marker);
     ssize_t n;
 
-    t_ok(plugin_check(TP "counter.so", name, sizeof(name), err, sizeof(err)) == 0 &&
-             strcmp(name, "counter") == 0,
-         err, "plugin_check: counter.so passes and its name comes back");
+    ok_got(plugin_check(TP "counter.so", name, sizeof(name), err, sizeof(err)) == 0 &&
+               strcmp(name, "counter") == 0,
+           err, "plugin_check: counter.so passes and its name comes back");
     t_refused_check(TP "wrong_abi.so", "plugin_check: wrong_abi.so",
                     (const char *const[]){TP "wrong_abi.so", "handler ABI 99.0", NULL});
     t_refused_check(
@@ -218,21 +196,21 @@ static void test_check(void)
         (const char *const[]){TP "calls_log_msg.so", "undefined symbol: log_msg", NULL});
     t_refused_check("", "plugin_check: an empty path", (const char *const[]){"empty", NULL});
 
-    if (!t_ok(fd >= 0, strerror(errno), "marker file"))
+    if (!ok_got(fd >= 0, strerror(errno), "marker file"))
         return;
     setenv("IDEMD_TEST_MARKER", marker, 1);
     err[0] = '\0';
-    t_ok(plugin_check(TP "ctor.so", name, sizeof(name), err, sizeof(err)) == 0 &&
-             strcmp(name, "ctor") == 0,
-         err, "plugin_check: ctor.so (a constructor that starts a thread) passes");
+    ok_got(plugin_check(TP "ctor.so", name, sizeof(name), err, sizeof(err)) == 0 &&
+               strcmp(name, "ctor") == 0,
+           err, "plugin_check: ctor.so (a constructor that starts a thread) passes");
     n = pread(fd, buf, sizeof(buf) - 1, 0);
     buf[n > 0 ? n : 0] = '\0';
     buf[strcspn(buf, "\n")] = '\0';
-    t_ok(n > 0 && atoi(buf) > 0 && atoi(buf) != (int)getpid(), buf,
-         "the constructor ran in another process (pid %s), not in ours (%d)", buf, (int)getpid());
-    t_ok(t_threads() == 1, NULL, "we are still single-threaded (%d)", t_threads());
-    t_ok(dlopen(TP "ctor.so", RTLD_NOW | RTLD_NOLOAD) == NULL, NULL,
-         "ctor.so is not loaded in our process");
+    ok_got(n > 0 && atoi(buf) > 0 && atoi(buf) != (int)getpid(), buf,
+           "the constructor ran in another process (pid %s), not in ours (%d)", buf, (int)getpid());
+    ok_got(t_threads() == 1, NULL, "we are still single-threaded (%d)", t_threads());
+    ok_got(dlopen(TP "ctor.so", RTLD_NOW | RTLD_NOLOAD) == NULL, NULL,
+           "ctor.so is not loaded in our process");
     setenv("IDEMD_TEST_CTOR_ABORT", "1", 1);
     t_refused_check(TP "ctor.so", "plugin_check: a constructor that aborts",
                     (const char *const[]){TP "ctor.so", "killed the checker", "Abort", NULL});
@@ -267,20 +245,20 @@ static void test_permissions(void)
 {
     char dir[] = "/tmp/test_plugin_perm.XXXXXX", so[128], sub[128], subso[160];
 
-    if (!t_ok(mkdtemp(dir) != NULL, strerror(errno), "temp directory under /tmp"))
+    if (!ok_got(mkdtemp(dir) != NULL, strerror(errno), "temp directory under /tmp"))
         return;
     snprintf(so, sizeof(so), "%s/counter.so", dir);
     snprintf(sub, sizeof(sub), "%s/sub", dir);
     snprintf(subso, sizeof(subso), "%s/counter.so", sub);
-    if (!t_ok(t_copy(TP "counter.so", so, 0644) == 0 && mkdir(sub, 0755) == 0 &&
-                  t_copy(TP "counter.so", subso, 0755) == 0,
-              strerror(errno), "copies of counter.so"))
+    if (!ok_got(t_copy(TP "counter.so", so, 0644) == 0 && mkdir(sub, 0755) == 0 &&
+                    t_copy(TP "counter.so", subso, 0755) == 0,
+                strerror(errno), "copies of counter.so"))
         goto done;
 
     plugin_t *p = NULL;
     char err[512] = "";
-    t_ok(plugin_load(so, &p, err, sizeof(err)) == 0, err,
-         "a 0644 plugin in a 0700 directory under /tmp (sticky, root's) loads");
+    ok_got(plugin_load(so, &p, err, sizeof(err)) == 0, err,
+           "a 0644 plugin in a 0700 directory under /tmp (sticky, root's) loads");
     plugin_free(p);
     chmod(so, 0664);
     t_refused(so, "a group-writable plugin",
@@ -301,21 +279,21 @@ static void test_permissions(void)
     p = NULL;
     err[0] = '\0';
     if (geteuid() == 0) {
-        t_ok(plugin_load(subso, &p, err, sizeof(err)) == 0, err,
-             "a world-writable sticky directory owned by root is accepted (like /tmp)");
+        ok_got(plugin_load(subso, &p, err, sizeof(err)) == 0, err,
+               "a world-writable sticky directory owned by root is accepted (like /tmp)");
         plugin_free(p);
         chmod(dir, 0700);
-        t_ok(chown(so, 12345, 12345) == 0, strerror(errno), "chown the copy to uid 12345");
+        ok_got(chown(so, 12345, 12345) == 0, strerror(errno), "chown the copy to uid 12345");
         t_refused(so, "a plugin owned by another user",
                   (const char *const[]){so, "owned by uid 12345", "not by root or", NULL});
-        t_ok(chown(so, 0, 0) == 0 && chown(sub, 12345, 12345) == 0, strerror(errno),
-             "chown the subdirectory to uid 12345");
+        ok_got(chown(so, 0, 0) == 0 && chown(sub, 12345, 12345) == 0, strerror(errno),
+               "chown the subdirectory to uid 12345");
         t_refused(subso, "a plugin in a directory owned by another user",
                   (const char *const[]){subso, "directory", sub, "owned by uid 12345", NULL});
     } else {
         t_refused(subso, "a sticky world-writable directory owned by someone other than root",
                   (const char *const[]){subso, "writable by others", NULL});
-        printf("ok %d - ownership checks # SKIP not running as root\n", ++t_n);
+        skip("ownership checks", "not running as root");
     }
 done:
     unlink(subso);
@@ -347,14 +325,14 @@ static void test_host_settings(void)
     long long ll;
     int b;
 
-    t_ok(h == plugin_host() && h->abi_major == IDEMD_HANDLER_ABI_MAJOR &&
-             h->abi_minor == IDEMD_HANDLER_ABI_MINOR && h->log != NULL &&
-             h->setting_string != NULL && h->setting_int != NULL && h->setting_bool != NULL,
-         NULL, "plugin_host: one static table with our ABI and every service set");
+    ok_got(h == plugin_host() && h->abi_major == IDEMD_HANDLER_ABI_MAJOR &&
+               h->abi_minor == IDEMD_HANDLER_ABI_MINOR && h->log != NULL &&
+               h->setting_string != NULL && h->setting_int != NULL && h->setting_bool != NULL,
+           NULL, "plugin_host: one static table with our ABI and every service set");
 
     config_init(&cfg);
-    if (!t_ok(config_read_string(&cfg, settings_text) == CONFIG_TRUE, config_error_text(&cfg),
-              "settings group parses")) {
+    if (!ok_got(config_read_string(&cfg, settings_text) == CONFIG_TRUE, config_error_text(&cfg),
+                "settings group parses")) {
         config_destroy(&cfg);
         return;
     }
@@ -362,42 +340,43 @@ static void test_host_settings(void)
     not_group = (const idemd_settings_t *)config_lookup(&cfg, "settings.n");
 
     str = NULL;
-    t_ok(h->setting_string(s, "table", &str) == 0 && str != NULL && strcmp(str, "orders") == 0, str,
-         "setting_string finds a string");
+    ok_got(h->setting_string(s, "table", &str) == 0 && str != NULL && strcmp(str, "orders") == 0,
+           str, "setting_string finds a string");
     str = "untouched";
-    t_ok(h->setting_string(s, "n", &str) == -1 && strcmp(str, "untouched") == 0, str,
-         "setting_string: an int is the wrong type, out untouched");
-    t_ok(h->setting_string(s, "missing", &str) == -1 && strcmp(str, "untouched") == 0, str,
-         "setting_string: missing, out untouched");
-    t_ok(h->setting_string(NULL, "table", &str) == -1 && strcmp(str, "untouched") == 0, str,
-         "setting_string: NULL group is -1");
+    ok_got(h->setting_string(s, "n", &str) == -1 && strcmp(str, "untouched") == 0, str,
+           "setting_string: an int is the wrong type, out untouched");
+    ok_got(h->setting_string(s, "missing", &str) == -1 && strcmp(str, "untouched") == 0, str,
+           "setting_string: missing, out untouched");
+    ok_got(h->setting_string(NULL, "table", &str) == -1 && strcmp(str, "untouched") == 0, str,
+           "setting_string: NULL group is -1");
 
     ll = 1234;
-    t_ok(h->setting_int(s, "n", &ll) == 0 && ll == 42, NULL, "setting_int finds an int");
-    t_ok(h->setting_int(s, "neg", &ll) == 0 && ll == -7, NULL, "setting_int: negative");
-    t_ok(h->setting_int(s, "big", &ll) == 0 && ll == 5000000000LL, NULL,
-         "setting_int: a 64-bit int");
+    ok_got(h->setting_int(s, "n", &ll) == 0 && ll == 42, NULL, "setting_int finds an int");
+    ok_got(h->setting_int(s, "neg", &ll) == 0 && ll == -7, NULL, "setting_int: negative");
+    ok_got(h->setting_int(s, "big", &ll) == 0 && ll == 5000000000LL, NULL,
+           "setting_int: a 64-bit int");
     ll = 1234;
-    t_ok(h->setting_int(s, "ratio", &ll) == -1 && ll == 1234, NULL,
-         "setting_int: a float is the wrong type, out untouched");
-    t_ok(h->setting_int(s, "table", &ll) == -1 && h->setting_int(s, "on", &ll) == -1 &&
-             h->setting_int(s, "list", &ll) == -1 && h->setting_int(s, "missing", &ll) == -1 &&
-             ll == 1234,
-         NULL, "setting_int: string, bool, list, missing are -1");
-    t_ok(h->setting_int(NULL, "n", &ll) == -1 && ll == 1234, NULL, "setting_int: NULL group is -1");
+    ok_got(h->setting_int(s, "ratio", &ll) == -1 && ll == 1234, NULL,
+           "setting_int: a float is the wrong type, out untouched");
+    ok_got(h->setting_int(s, "table", &ll) == -1 && h->setting_int(s, "on", &ll) == -1 &&
+               h->setting_int(s, "list", &ll) == -1 && h->setting_int(s, "missing", &ll) == -1 &&
+               ll == 1234,
+           NULL, "setting_int: string, bool, list, missing are -1");
+    ok_got(h->setting_int(NULL, "n", &ll) == -1 && ll == 1234, NULL,
+           "setting_int: NULL group is -1");
 
     b = 7;
-    t_ok(h->setting_bool(s, "on", &b) == 0 && b == 1, NULL, "setting_bool: true is 1");
-    t_ok(h->setting_bool(s, "off", &b) == 0 && b == 0, NULL, "setting_bool: false is 0");
+    ok_got(h->setting_bool(s, "on", &b) == 0 && b == 1, NULL, "setting_bool: true is 1");
+    ok_got(h->setting_bool(s, "off", &b) == 0 && b == 0, NULL, "setting_bool: false is 0");
     b = 7;
-    t_ok(h->setting_bool(s, "n", &b) == -1 && h->setting_bool(s, "table", &b) == -1 &&
-             h->setting_bool(s, "missing", &b) == -1 && b == 7,
-         NULL, "setting_bool: int, string, missing are -1, out untouched");
-    t_ok(h->setting_bool(NULL, "on", &b) == -1 && b == 7, NULL, "setting_bool: NULL group is -1");
+    ok_got(h->setting_bool(s, "n", &b) == -1 && h->setting_bool(s, "table", &b) == -1 &&
+               h->setting_bool(s, "missing", &b) == -1 && b == 7,
+           NULL, "setting_bool: int, string, missing are -1, out untouched");
+    ok_got(h->setting_bool(NULL, "on", &b) == -1 && b == 7, NULL, "setting_bool: NULL group is -1");
 
-    t_ok(h->setting_int(not_group, "n", &ll) == -1 && h->setting_int(s, "sub.x", &ll) == -1 &&
-             h->setting_int(s, NULL, &ll) == -1 && ll == 1234,
-         NULL, "names are members of the group only: no paths, no non-group settings");
+    ok_got(h->setting_int(not_group, "n", &ll) == -1 && h->setting_int(s, "sub.x", &ll) == -1 &&
+               h->setting_int(s, NULL, &ll) == -1 && ll == 1234,
+           NULL, "names are members of the group only: no paths, no non-group settings");
     config_destroy(&cfg);
 }
 
@@ -437,13 +416,13 @@ static void test_host_log(void)
 {
     const char *out = capture_host_log();
 
-    t_ok(has(out, " info: hello 42 from a plugin\n"), out, "log: info line formatted by log.c");
-    t_ok(!has(out, "hidden at info"), out, "log: debug is dropped at level info");
-    t_ok(has(out, " warning: careful\n") && has(out, " error: broken\n"), out,
-         "log: warning and error levels map to log.c's");
-    t_ok(!has(out, "above debug") && has(out, " error: odd level below error\n") &&
-             has(out, " warning: odd level between\n"),
-         out, "log: unknown levels are clamped, not passed through");
+    ok_got(has(out, " info: hello 42 from a plugin\n"), out, "log: info line formatted by log.c");
+    ok_got(!has(out, "hidden at info"), out, "log: debug is dropped at level info");
+    ok_got(has(out, " warning: careful\n") && has(out, " error: broken\n"), out,
+           "log: warning and error levels map to log.c's");
+    ok_got(!has(out, "above debug") && has(out, " error: odd level below error\n") &&
+               has(out, " warning: odd level between\n"),
+           out, "log: unknown levels are clamped, not passed through");
 }
 
 /* ---- plugins against a real database ---- */
@@ -610,8 +589,8 @@ static void t_body(loaded_t *l, MYSQL *db, const char *body, size_t len, idemd_r
         label[n] = (unsigned char)body[n] < 0x20 ? '.' : body[n];
     label[n] = '\0';
     snprintf(diag, sizeof(diag), "%s \"%s\"", result_name(r), err);
-    t_ok(r == want && (reason == NULL || has(err, reason)), diag, "order_pay: '%s' -> %s %s", label,
-         result_name(want), reason ? reason : "");
+    ok_got(r == want && (reason == NULL || has(err, reason)), diag, "order_pay: '%s' -> %s %s",
+           label, result_name(want), reason ? reason : "");
 }
 
 /* lit is a string literal; its length comes from sizeof, so embedded NULs count. */
@@ -625,30 +604,31 @@ static void test_order_pay(MYSQL *db)
 
     db_exec(db, "INSERT INTO orders(id, status) VALUES (1, 1), (2, 2), (3, 3), (4, 1), (5, 1), "
                 "(9223372036854775807, 1)");
-    t_ok(loaded_init(&l, ORDER_PAY, NULL, db, err, sizeof(err)) == 0, err,
-         "order_pay: init with no settings (table orders, guard on)");
+    ok_got(loaded_init(&l, ORDER_PAY, NULL, db, err, sizeof(err)) == 0, err,
+           "order_pay: init with no settings (table orders, guard on)");
     if (l.state == NULL) {
         loaded_free(&l);
         return;
     }
     db_exec(db, "BEGIN");
     r = RUN_S(&l, db, "{\"orderId\": 1}", err);
-    t_ok(r == IDEMD_RESULT_OK &&
-             db_value(db, "SELECT pay_count * 10 + status FROM orders WHERE id = 1") == 12 &&
-             db_value(db, "SELECT pay_time IS NOT NULL FROM orders WHERE id = 1") == 1,
-         err, "order_pay: pays an unpaid order (status 2, pay_count 1, pay_time set)");
+    ok_got(r == IDEMD_RESULT_OK &&
+               db_value(db, "SELECT pay_count * 10 + status FROM orders WHERE id = 1") == 12 &&
+               db_value(db, "SELECT pay_time IS NOT NULL FROM orders WHERE id = 1") == 1,
+           err, "order_pay: pays an unpaid order (status 2, pay_count 1, pay_time set)");
     db_exec(db, "COMMIT");
 
     T_BODY(&l, db, "{\"orderId\": 1}", IDEMD_RESULT_OK, NULL);
-    t_ok(db_value(db, "SELECT pay_count FROM orders WHERE id = 1") == 1, NULL,
-         "order_pay: the guard keeps a second payment from changing the order");
+    ok_got(db_value(db, "SELECT pay_count FROM orders WHERE id = 1") == 1, NULL,
+           "order_pay: the guard keeps a second payment from changing the order");
     T_BODY(&l, db, "{\"orderId\": \"2\"}", IDEMD_RESULT_OK, NULL);
     T_BODY(&l, db, " {\"orderId\":4, \"amount\": 1.5, \"x\": [1,{}]}\n", IDEMD_RESULT_OK, NULL);
     T_BODY(&l, db, "{\"orderId\":9223372036854775807}", IDEMD_RESULT_OK, NULL);
     T_BODY(&l, db, "{\"orderId\":\"5\"}", IDEMD_RESULT_OK, NULL);
-    t_ok(db_value(db,
-                  "SELECT SUM(pay_count) FROM orders WHERE id IN (4, 5, 9223372036854775807)") == 3,
-         NULL, "order_pay: extra fields, string ids and the largest BIGINT all pay");
+    ok_got(
+        db_value(db, "SELECT SUM(pay_count) FROM orders WHERE id IN (4, 5, 9223372036854775807)") ==
+            3,
+        NULL, "order_pay: extra fields, string ids and the largest BIGINT all pay");
     db_exec(db, "ROLLBACK");
 
     T_BODY(&l, db, "{\"orderId\": 3}", IDEMD_RESULT_REJECT, "order 3 has status 3");
@@ -694,47 +674,47 @@ static void test_order_pay(MYSQL *db)
         db_exec(db, "SET SESSION innodb_lock_wait_timeout = 1");
         db_exec(db, "BEGIN");
         r = RUN_S(&l, db, "{\"orderId\": 4}", err);
-        t_ok(r == IDEMD_RESULT_RETRY && has(err, "mysql error 1205: Lock wait timeout"), err,
-             "order_pay: a MySQL error is RETRY with \"mysql error NNNN: text\"");
+        ok_got(r == IDEMD_RESULT_RETRY && has(err, "mysql error 1205: Lock wait timeout"), err,
+               "order_pay: a MySQL error is RETRY with \"mysql error NNNN: text\"");
         db_exec(db, "ROLLBACK");
         r = RUN_S(&l, db, "{\"orderId\": 999}", err);
-        t_ok(r == IDEMD_RESULT_REJECT, err, "order_pay: statements still usable after the error");
+        ok_got(r == IDEMD_RESULT_REJECT, err, "order_pay: statements still usable after the error");
     } else {
-        t_ok(0, other ? mysql_error(other) : "no connection", "second connection holds a lock");
+        ok_got(0, other ? mysql_error(other) : "no connection", "second connection holds a lock");
     }
     if (other != NULL)
         mysql_close(other);
 
-    t_ok(run(&l, (MYSQL *)&l, "m", "{\"orderId\": 1}", 14, err, sizeof(err)) ==
-                 IDEMD_RESULT_RETRY &&
-             has(err, "another connection"),
-         err, "order_pay: a connection other than init()'s is refused with RETRY");
+    ok_got(run(&l, (MYSQL *)&l, "m", "{\"orderId\": 1}", 14, err, sizeof(err)) ==
+                   IDEMD_RESULT_RETRY &&
+               has(err, "another connection"),
+           err, "order_pay: a connection other than init()'s is refused with RETRY");
     loaded_free(&l);
 
     /* Unguarded: the negative control counts every payment. */
-    t_ok(loaded_init(&l, ORDER_PAY, "settings = { table = \"orders\"; guard = false; };", db, err,
-                     sizeof(err)) == 0,
-         err, "order_pay: init with guard = false");
+    ok_got(loaded_init(&l, ORDER_PAY, "settings = { table = \"orders\"; guard = false; };", db, err,
+                       sizeof(err)) == 0,
+           err, "order_pay: init with guard = false");
     if (l.state != NULL) {
         RUN_S(&l, db, "{\"orderId\": 1}", err);
         RUN_S(&l, db, "{\"orderId\": 1}", err);
         db_exec(db, "COMMIT");
-        t_ok(db_value(db, "SELECT pay_count FROM orders WHERE id = 1") == 3, NULL,
-             "order_pay: guard = false applies every payment (pay_count 3)");
+        ok_got(db_value(db, "SELECT pay_count FROM orders WHERE id = 1") == 3, NULL,
+               "order_pay: guard = false applies every payment (pay_count 3)");
         T_BODY(&l, db, "{\"orderId\": 999}", IDEMD_RESULT_REJECT, "does not exist");
         db_exec(db, "ROLLBACK");
     }
     loaded_free(&l);
 
-    t_ok(loaded_init(&l, ORDER_PAY, "settings = { table = \"orders`; DROP TABLE x; --\"; };", db,
-                     err, sizeof(err)) == -1 &&
-             has(err, "settings.table") && l.state == NULL,
-         err, "order_pay: a table name that is not an identifier is refused by init");
+    ok_got(loaded_init(&l, ORDER_PAY, "settings = { table = \"orders`; DROP TABLE x; --\"; };", db,
+                       err, sizeof(err)) == -1 &&
+               has(err, "settings.table") && l.state == NULL,
+           err, "order_pay: a table name that is not an identifier is refused by init");
     loaded_free(&l);
-    t_ok(loaded_init(&l, ORDER_PAY, "settings = { table = \"no_such_table\"; };", db, err,
-                     sizeof(err)) == -1 &&
-             has(err, "mysql error 1146") && l.state == NULL,
-         err, "order_pay: a missing table fails init with the MySQL error");
+    ok_got(loaded_init(&l, ORDER_PAY, "settings = { table = \"no_such_table\"; };", db, err,
+                       sizeof(err)) == -1 &&
+               has(err, "mysql error 1146") && l.state == NULL,
+           err, "order_pay: a missing table fails init with the MySQL error");
     loaded_free(&l);
 }
 
@@ -747,11 +727,11 @@ static void test_order_pay_reconnect(void)
     MYSQL *a = db_connect(), *b = db_connect();
 
     if (a == NULL || b == NULL) {
-        t_ok(0, NULL, "%s: two connections", path);
+        ok_got(0, NULL, "%s: two connections", path);
         goto done;
     }
-    if (!t_ok(loaded_init(&l, path, NULL, a, err, sizeof(err)) == 0, err, "%s: init on conn A",
-              path)) {
+    if (!ok_got(loaded_init(&l, path, NULL, a, err, sizeof(err)) == 0, err, "%s: init on conn A",
+                path)) {
         loaded_free(&l);
         goto done;
     }
@@ -759,12 +739,12 @@ static void test_order_pay_reconnect(void)
     a = NULL;
     l.p->handler->fini(l.state);
     l.state = NULL;
-    t_ok(l.p->handler->init(plugin_host(), NULL, b, &l.state, err, sizeof(err)) == 0, err,
-         "%s: fini after the connection is gone, then init on conn B", path);
+    ok_got(l.p->handler->init(plugin_host(), NULL, b, &l.state, err, sizeof(err)) == 0, err,
+           "%s: fini after the connection is gone, then init on conn B", path);
     db_exec(b, "BEGIN");
-    t_ok(l.state != NULL &&
-             run(&l, b, "r", "{\"orderId\": 5}", 14, err, sizeof(err)) == IDEMD_RESULT_OK,
-         err, "%s: handles on the new connection", path);
+    ok_got(l.state != NULL &&
+               run(&l, b, "r", "{\"orderId\": 5}", 14, err, sizeof(err)) == IDEMD_RESULT_OK,
+           err, "%s: handles on the new connection", path);
     db_exec(b, "ROLLBACK");
     loaded_free(&l);
 done:
@@ -818,75 +798,76 @@ static void test_counter(MYSQL *db)
     idemd_message_t m;
     int st;
 
-    t_ok(loaded_init(&l, TP "counter.so", NULL, db, err, sizeof(err)) == 0, err,
-         "counter: init with defaults (table effects)");
+    ok_got(loaded_init(&l, TP "counter.so", NULL, db, err, sizeof(err)) == 0, err,
+           "counter: init with defaults (table effects)");
     if (l.state == NULL) {
         loaded_free(&l);
         return;
     }
     db_exec(db, "BEGIN");
-    t_ok(run(&l, db, "a", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK &&
-             run(&l, db, "a", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK &&
-             run(&l, db, "b", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK,
-         err, "counter: plain bodies are OK");
+    ok_got(run(&l, db, "a", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK &&
+               run(&l, db, "a", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK &&
+               run(&l, db, "b", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK,
+           err, "counter: plain bodies are OK");
     db_exec(db, "COMMIT");
-    t_ok(db_value(db, "SELECT n FROM effects WHERE queue = 'q.test' AND msg_id = 'a'") == 2 &&
-             db_value(db, "SELECT n FROM effects WHERE msg_id = 'b'") == 1,
-         NULL, "counter: counts effects per (queue, msg_id)");
+    ok_got(db_value(db, "SELECT n FROM effects WHERE queue = 'q.test' AND msg_id = 'a'") == 2 &&
+               db_value(db, "SELECT n FROM effects WHERE msg_id = 'b'") == 1,
+           NULL, "counter: counts effects per (queue, msg_id)");
 
-    t_ok(run(&l, db, "r", "reject", 6, err, sizeof(err)) == IDEMD_RESULT_REJECT &&
-             strcmp(err, "test reject") == 0,
-         err, "counter: \"reject\" is REJECT \"test reject\"");
-    t_ok(run(&l, db, "r", "retry", 5, err, sizeof(err)) == IDEMD_RESULT_RETRY, err,
-         "counter: \"retry\" is RETRY");
-    t_ok(run(&l, db, "r", "rejected", 8, err, sizeof(err)) == IDEMD_RESULT_OK, err,
-         "counter: bodies must match exactly");
+    ok_got(run(&l, db, "r", "reject", 6, err, sizeof(err)) == IDEMD_RESULT_REJECT &&
+               strcmp(err, "test reject") == 0,
+           err, "counter: \"reject\" is REJECT \"test reject\"");
+    ok_got(run(&l, db, "r", "retry", 5, err, sizeof(err)) == IDEMD_RESULT_RETRY, err,
+           "counter: \"retry\" is RETRY");
+    ok_got(run(&l, db, "r", "rejected", 8, err, sizeof(err)) == IDEMD_RESULT_OK, err,
+           "counter: bodies must match exactly");
     m = msg_make("r1", "retry-once", 10);
-    t_ok(l.p->handler->handle(l.state, db, &m, err, sizeof(err)) == IDEMD_RESULT_RETRY, err,
-         "counter: \"retry-once\" first attempt is RETRY");
+    ok_got(l.p->handler->handle(l.state, db, &m, err, sizeof(err)) == IDEMD_RESULT_RETRY, err,
+           "counter: \"retry-once\" first attempt is RETRY");
     m.redelivered = 1;
-    t_ok(l.p->handler->handle(l.state, db, &m, err, sizeof(err)) == IDEMD_RESULT_OK, err,
-         "counter: \"retry-once\" redelivered is OK");
+    ok_got(l.p->handler->handle(l.state, db, &m, err, sizeof(err)) == IDEMD_RESULT_OK, err,
+           "counter: \"retry-once\" redelivered is OK");
     m.redelivered = 0;
     m.attempt = 2;
-    t_ok(l.p->handler->handle(l.state, db, &m, err, sizeof(err)) == IDEMD_RESULT_OK, err,
-         "counter: \"retry-once\" attempt 2 is OK");
+    ok_got(l.p->handler->handle(l.state, db, &m, err, sizeof(err)) == IDEMD_RESULT_OK, err,
+           "counter: \"retry-once\" attempt 2 is OK");
     db_exec(db, "ROLLBACK");
     loaded_free(&l);
 
     /* A sanitizer build catches the SIGSEGV itself and exits non-zero instead. */
     st = counter_child("segv", 0);
-    t_ok(st > 0 && ((WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV) ||
-                    (WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 100)),
-         NULL, "counter: \"segv\" dies by SIGSEGV");
+    ok_got(st > 0 && ((WIFSIGNALED(st) && WTERMSIG(st) == SIGSEGV) ||
+                      (WIFEXITED(st) && WEXITSTATUS(st) != 0 && WEXITSTATUS(st) != 100)),
+           NULL, "counter: \"segv\" dies by SIGSEGV");
     st = counter_child("abort", 0);
-    t_ok(st > 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, NULL, "counter: \"abort\" aborts");
+    ok_got(st > 0 && WIFSIGNALED(st) && WTERMSIG(st) == SIGABRT, NULL, "counter: \"abort\" aborts");
     st = counter_child("hang", 1500);
-    t_ok(st == -2, NULL, "counter: \"hang\" does not return");
-    t_ok(db_value(db, "SELECT COUNT(*) FROM effects WHERE msg_id = 'child'") == 0, NULL,
-         "counter: effects of crashed handlers were never committed");
+    ok_got(st == -2, NULL, "counter: \"hang\" does not return");
+    ok_got(db_value(db, "SELECT COUNT(*) FROM effects WHERE msg_id = 'child'") == 0, NULL,
+           "counter: effects of crashed handlers were never committed");
 
-    t_ok(loaded_init(&l, TP "counter.so", "settings = { table = \"effects2\"; sleep_ms = 200; };",
-                     db, err, sizeof(err)) == 0,
-         err, "counter: init with table and sleep_ms");
+    ok_got(loaded_init(&l, TP "counter.so", "settings = { table = \"effects2\"; sleep_ms = 200; };",
+                       db, err, sizeof(err)) == 0,
+           err, "counter: init with table and sleep_ms");
     if (l.state != NULL) {
         double t0 = now_ms();
-        t_ok(run(&l, db, "s", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK && now_ms() - t0 >= 190,
-             err, "counter: sleep_ms sleeps before the effect");
-        t_ok(db_value(db, "SELECT n FROM effects2 WHERE msg_id = 's'") == 1, NULL,
-             "counter: writes to settings.table");
+        ok_got(run(&l, db, "s", "x", 1, err, sizeof(err)) == IDEMD_RESULT_OK &&
+                   now_ms() - t0 >= 190,
+               err, "counter: sleep_ms sleeps before the effect");
+        ok_got(db_value(db, "SELECT n FROM effects2 WHERE msg_id = 's'") == 1, NULL,
+               "counter: writes to settings.table");
         db_exec(db, "ROLLBACK");
     }
     loaded_free(&l);
-    t_ok(loaded_init(&l, TP "counter.so", "settings = { table = \"effects x\"; };", db, err,
-                     sizeof(err)) == -1 &&
-             has(err, "settings.table"),
-         err, "counter: a table name that is not an identifier is refused");
+    ok_got(loaded_init(&l, TP "counter.so", "settings = { table = \"effects x\"; };", db, err,
+                       sizeof(err)) == -1 &&
+               has(err, "settings.table"),
+           err, "counter: a table name that is not an identifier is refused");
     loaded_free(&l);
-    t_ok(loaded_init(&l, TP "counter.so", "settings = { sleep_ms = -1; };", db, err, sizeof(err)) ==
-                 -1 &&
-             has(err, "sleep_ms"),
-         err, "counter: a negative sleep_ms is refused");
+    ok_got(loaded_init(&l, TP "counter.so", "settings = { sleep_ms = -1; };", db, err,
+                       sizeof(err)) == -1 &&
+               has(err, "sleep_ms"),
+           err, "counter: a negative sleep_ms is refused");
     loaded_free(&l);
 }
 
@@ -900,30 +881,29 @@ static void test_with_db(void)
     char sql[512];
 
     if (getenv("IDEMD_TEST_DB_SOCKET") == NULL) {
-        printf("ok %d - plugins against a database # SKIP IDEMD_TEST_DB_SOCKET is not set\n",
-               ++t_n);
+        skip("plugins against a database", "IDEMD_TEST_DB_SOCKET is not set");
         return;
     }
     db = db_connect();
-    if (!t_ok(db != NULL, NULL, "connect to the test database server"))
+    if (!ok_got(db != NULL, NULL, "connect to the test database server"))
         return;
     snprintf(sql, sizeof(sql), "CREATE DATABASE idemd_test_plugin_%d; USE idemd_test_plugin_%d",
              (int)getpid(), (int)getpid());
-    if (!t_ok(db_exec(db, sql) == 0, mysql_error(db), "create database idemd_test_plugin_%d",
-              (int)getpid())) {
+    if (!ok_got(db_exec(db, sql) == 0, mysql_error(db), "create database idemd_test_plugin_%d",
+                (int)getpid())) {
         mysql_close(db);
         return;
     }
     snprintf(t_dbname, sizeof(t_dbname), "idemd_test_plugin_%d", (int)getpid());
-    t_ok(db_apply_file(db, "sql/001_msg_id_record.sql") == 0 &&
-             db_apply_file(db, "sql/002_orders.sql") == 0,
-         mysql_error(db), "sql/001 and sql/002 apply");
-    t_ok(db_apply_file(db, "sql/001_msg_id_record.sql") == 0 &&
-             db_apply_file(db, "sql/002_orders.sql") == 0,
-         mysql_error(db), "sql/001 and sql/002 apply a second time");
-    t_ok(db_value(db, "SELECT COUNT(*) FROM orders") == 0 &&
-             db_value(db, "SELECT COUNT(*) FROM msg_id_record") == 0,
-         NULL, "the schema files insert no rows");
+    ok_got(db_apply_file(db, "sql/001_msg_id_record.sql") == 0 &&
+               db_apply_file(db, "sql/002_orders.sql") == 0,
+           mysql_error(db), "sql/001 and sql/002 apply");
+    ok_got(db_apply_file(db, "sql/001_msg_id_record.sql") == 0 &&
+               db_apply_file(db, "sql/002_orders.sql") == 0,
+           mysql_error(db), "sql/001 and sql/002 apply a second time");
+    ok_got(db_value(db, "SELECT COUNT(*) FROM orders") == 0 &&
+               db_value(db, "SELECT COUNT(*) FROM msg_id_record") == 0,
+           NULL, "the schema files insert no rows");
     snprintf(sql, sizeof(sql), effects_sql, "effects");
     db_exec(db, sql);
     snprintf(sql, sizeof(sql), effects_sql, "effects2");
@@ -935,7 +915,7 @@ static void test_with_db(void)
     test_counter(db);
 
     snprintf(sql, sizeof(sql), "ROLLBACK; DROP DATABASE %s", t_dbname);
-    t_ok(db_exec(db, sql) == 0, mysql_error(db), "drop database %s", t_dbname);
+    ok_got(db_exec(db, sql) == 0, mysql_error(db), "drop database %s", t_dbname);
     mysql_close(db);
 }
 
@@ -948,7 +928,6 @@ int main(void)
     test_host_settings();
     test_host_log();
     test_with_db();
-    printf("# %d tests, %d failed\n", t_n, t_failed);
     mysql_library_end();
-    return t_failed ? 1 : 0;
+    return done();
 }

@@ -4,17 +4,9 @@
 #include <string.h>
 
 #include "relay.h"
+#include "tap.h"
 
-static int t_n, t_failed;
 static const unsigned char t_key[RELAY_KEY_LEN] = {1, 2, 3}; /* signing is test_relay_sig's */
-
-static void t_check(int ok, const char *what)
-{
-    t_n++;
-    if (!ok)
-        t_failed++;
-    printf("%sok %d - %s\n", ok ? "" : "not ", t_n, what);
-}
 
 /* A header value holding tables nested depth levels deep (1: one table), from pool. */
 static amqp_field_value_t t_nested(amqp_table_entry_t *pool, int depth)
@@ -77,10 +69,10 @@ int main(void)
     h[1].key = amqp_cstring_bytes("deep");
     h[1].value = t_nested(pool, RELAY_DEPTH_MAX);
     env.message.properties.headers.num_entries = 2;
-    t_check(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
-                t_get(&c, "deep") && !t_get(&c, "idemd-headers-dropped") &&
-                t_str_is(t_get(&c, "x-id"), "id-1"),
-            "a header nested RELAY_DEPTH_MAX deep is kept");
+    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+           t_get(&c, "deep") && !t_get(&c, "idemd-headers-dropped") &&
+           t_str_is(t_get(&c, "x-id"), "id-1"),
+       "a header nested RELAY_DEPTH_MAX deep is kept");
     relay_copy_free(&c);
 
     /* One level deeper: dropped, the id header and the others kept. */
@@ -88,11 +80,11 @@ int main(void)
     h[2].key = amqp_cstring_bytes("small");
     h[2].value = t_str("v");
     env.message.properties.headers.num_entries = 3;
-    t_check(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
-                !t_get(&c, "deep") && t_get(&c, "idemd-headers-dropped") &&
-                t_str_is(t_get(&c, "x-id"), "id-1") && t_str_is(t_get(&c, "small"), "v") &&
-                t_str_is(t_get(&c, "idemd-queue"), "q"),
-            "a header nested deeper is dropped; the id and the other headers stay");
+    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+           !t_get(&c, "deep") && t_get(&c, "idemd-headers-dropped") &&
+           t_str_is(t_get(&c, "x-id"), "id-1") && t_str_is(t_get(&c, "small"), "v") &&
+           t_str_is(t_get(&c, "idemd-queue"), "q"),
+       "a header nested deeper is dropped; the id and the other headers stay");
     relay_copy_free(&c);
 
     /* An array counts as a level too. */
@@ -103,9 +95,9 @@ int main(void)
     h[3].value = t_nested(pool, RELAY_DEPTH_MAX);
     h[1].value = arr;
     env.message.properties.headers.num_entries = 2;
-    t_check(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
-                !t_get(&c, "deep") && t_get(&c, "idemd-headers-dropped"),
-            "an array around the deepest table counts as a level");
+    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+           !t_get(&c, "deep") && t_get(&c, "idemd-headers-dropped"),
+       "an array around the deepest table counts as a level");
     relay_copy_free(&c);
 
     /* Too big for the frame: the big header goes, the id header after it stays. */
@@ -115,10 +107,10 @@ int main(void)
     h[1].key = amqp_cstring_bytes("x-id");
     h[1].value = t_str("id-2");
     env.message.properties.headers.num_entries = 3;
-    t_check(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
-                !t_get(&c, "big") && t_get(&c, "idemd-headers-dropped") &&
-                t_str_is(t_get(&c, "x-id"), "id-2") && t_str_is(t_get(&c, "small"), "v"),
-            "a header too big for the frame is dropped; the id header stays");
+    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+           !t_get(&c, "big") && t_get(&c, "idemd-headers-dropped") &&
+           t_str_is(t_get(&c, "x-id"), "id-2") && t_str_is(t_get(&c, "small"), "v"),
+       "a header too big for the frame is dropped; the id header stays");
     relay_copy_free(&c);
 
     /* Big, but fits alone: the id header first, then what still fits. */
@@ -126,10 +118,10 @@ int main(void)
     h[0].value = t_str(big);
     h[2].key = amqp_cstring_bytes("big2");
     h[2].value = t_str(big);
-    t_check(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
-                t_get(&c, "big") && !t_get(&c, "big2") && t_get(&c, "idemd-headers-dropped") &&
-                t_str_is(t_get(&c, "x-id"), "id-2"),
-            "headers are kept in order while they fit");
+    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+           t_get(&c, "big") && !t_get(&c, "big2") && t_get(&c, "idemd-headers-dropped") &&
+           t_str_is(t_get(&c, "x-id"), "id-2"),
+       "headers are kept in order while they fit");
     relay_copy_free(&c);
 
     /* Without an id header, nothing is singled out; idemd's own headers are replaced. */
@@ -137,12 +129,11 @@ int main(void)
     h[0].value = t_str("7");
     h[1].key = amqp_cstring_bytes("x-death");
     env.message.properties.headers.num_entries = 2;
-    t_check(relay_copy_init(&c, &env, "q", NULL, "m1", 2, false, t_key, 3, "err", 0) == 0 &&
-                !t_get(&c, "x-death") && t_get(&c, "idemd-attempts")->kind == AMQP_FIELD_KIND_I64 &&
-                t_get(&c, "idemd-attempts")->value.i64 == 3 && !t_get(&c, "idemd-headers-dropped"),
-            "x-death and idemd's own headers are replaced, not counted as dropped");
+    ok(relay_copy_init(&c, &env, "q", NULL, "m1", 2, false, t_key, 3, "err", 0) == 0 &&
+           !t_get(&c, "x-death") && t_get(&c, "idemd-attempts")->kind == AMQP_FIELD_KIND_I64 &&
+           t_get(&c, "idemd-attempts")->value.i64 == 3 && !t_get(&c, "idemd-headers-dropped"),
+       "x-death and idemd's own headers are replaced, not counted as dropped");
     relay_copy_free(&c);
 
-    printf("1..%d\n", t_n);
-    return t_failed ? 1 : 0;
+    return done();
 }

@@ -4,16 +4,7 @@
 #include <string.h>
 
 #include "relay.h"
-
-static int t_n, t_failed;
-
-static void t_ok(int cond, const char *what)
-{
-    t_n++;
-    if (!cond)
-        t_failed++;
-    printf("%s %d - %s\n", cond ? "ok" : "not ok", t_n, what);
-}
+#include "tap.h"
 
 /* The value of string header name in p, or "" (into buf). */
 static const char *t_str(const amqp_basic_properties_t *p, const char *name, char *buf, size_t len)
@@ -70,49 +61,48 @@ int main(void)
     memcpy(swapped.k[0], other, RELAY_KEY_LEN); /* after the promotion: other signs */
     memcpy(swapped.k[1], key, RELAY_KEY_LEN);
     t_forged_env(&env, h);
-    t_ok(!relay_trusted(&env.message.properties, &ks, "q", "m1", 2, &attempts),
-         "a publisher's idemd-attempts with a made-up signature is not believed");
+    ok(!relay_trusted(&env.message.properties, &ks, "q", "m1", 2, &attempts),
+       "a publisher's idemd-attempts with a made-up signature is not believed");
 
-    t_ok(relay_copy_init(&c, &env, "q", NULL, "m1", 2, false, key, 1, "test", 1700000000000ULL) ==
-             0,
-         "copy of an untrusted delivery");
-    t_ok(strcmp(t_str(&c.props, RELAY_H_FIRST_FAILURE, buf, sizeof(buf)),
-                "2023-11-14T22:13:20.000Z") == 0,
-         "untrusted: the forged first failure is replaced by now");
-    t_ok(strcmp(t_str(&c.props, RELAY_H_EXCHANGE, buf, sizeof(buf)), "ex") == 0 &&
-             strcmp(t_str(&c.props, RELAY_H_ROUTING_KEY, buf, sizeof(buf)), "rk") == 0,
-         "untrusted: the original route is the delivery's own");
+    ok(relay_copy_init(&c, &env, "q", NULL, "m1", 2, false, key, 1, "test", 1700000000000ULL) == 0,
+       "copy of an untrusted delivery");
+    ok(strcmp(t_str(&c.props, RELAY_H_FIRST_FAILURE, buf, sizeof(buf)),
+              "2023-11-14T22:13:20.000Z") == 0,
+       "untrusted: the forged first failure is replaced by now");
+    ok(strcmp(t_str(&c.props, RELAY_H_EXCHANGE, buf, sizeof(buf)), "ex") == 0 &&
+           strcmp(t_str(&c.props, RELAY_H_ROUTING_KEY, buf, sizeof(buf)), "rk") == 0,
+       "untrusted: the original route is the delivery's own");
     int sigs = 0;
     for (int i = 0; i < c.props.headers.num_entries; i++)
         sigs += c.props.headers.entries[i].key.len == strlen(RELAY_H_SIG) &&
                 memcmp(c.props.headers.entries[i].key.bytes, RELAY_H_SIG, 9) == 0;
-    t_ok(sigs == 1, "the copy carries one signature (the forged one is dropped)");
+    ok(sigs == 1, "the copy carries one signature (the forged one is dropped)");
 
     attempts = 0;
-    t_ok(relay_trusted(&c.props, &ks, "q", "m1", 2, &attempts) && attempts == 1,
-         "idemd's own copy verifies, attempts 1");
-    t_ok(!relay_trusted(&c.props, &ks, "q", "m2", 2, &attempts),
-         "the signature is bound to the message id");
-    t_ok(!relay_trusted(&c.props, &ks, "q2", "m1", 2, &attempts),
-         "the signature is bound to the queue");
-    t_ok(!relay_trusted(&c.props, &ko, "q", "m1", 2, &attempts),
-         "another installation's key does not verify");
+    ok(relay_trusted(&c.props, &ks, "q", "m1", 2, &attempts) && attempts == 1,
+       "idemd's own copy verifies, attempts 1");
+    ok(!relay_trusted(&c.props, &ks, "q", "m2", 2, &attempts),
+       "the signature is bound to the message id");
+    ok(!relay_trusted(&c.props, &ks, "q2", "m1", 2, &attempts),
+       "the signature is bound to the queue");
+    ok(!relay_trusted(&c.props, &ko, "q", "m1", 2, &attempts),
+       "another installation's key does not verify");
 
-    t_ok(relay_trusted(&c.props, &both, "q", "m1", 2, &attempts) && attempts == 1,
-         "rotation: a copy signed by the signing key verifies while another is staged");
-    t_ok(relay_trusted(&c.props, &swapped, "q", "m1", 2, &attempts) && attempts == 1,
-         "rotation: a copy signed by the replaced key still verifies after the promotion");
+    ok(relay_trusted(&c.props, &both, "q", "m1", 2, &attempts) && attempts == 1,
+       "rotation: a copy signed by the signing key verifies while another is staged");
+    ok(relay_trusted(&c.props, &swapped, "q", "m1", 2, &attempts) && attempts == 1,
+       "rotation: a copy signed by the replaced key still verifies after the promotion");
 
     /* A dead onward message is signed under "onward:<source queue>": never a delivery's copy. */
     char oq[64], osig[RELAY_SIG_HEX + 1];
-    t_ok(relay_onward_queue("q", oq, sizeof(oq)) != NULL && strcmp(oq, "onward:q") == 0,
-         "the onward queue string");
-    t_ok(relay_onward_queue("a-rather-long-queue-name", oq, 8) == NULL,
-         "an onward queue string that does not fit is refused");
-    t_ok(relay_sign(key, "onward:q", "m1", 2, 1, amqp_cstring_bytes("t"), amqp_cstring_bytes("ex"),
-                    amqp_cstring_bytes("rk"), osig) == 0 &&
-             strlen(osig) == RELAY_SIG_HEX,
-         "relay_sign writes a hex signature");
+    ok(relay_onward_queue("q", oq, sizeof(oq)) != NULL && strcmp(oq, "onward:q") == 0,
+       "the onward queue string");
+    ok(relay_onward_queue("a-rather-long-queue-name", oq, 8) == NULL,
+       "an onward queue string that does not fit is refused");
+    ok(relay_sign(key, "onward:q", "m1", 2, 1, amqp_cstring_bytes("t"), amqp_cstring_bytes("ex"),
+                  amqp_cstring_bytes("rk"), osig) == 0 &&
+           strlen(osig) == RELAY_SIG_HEX,
+       "relay_sign writes a hex signature");
     {
         amqp_table_entry_t oh[5];
         amqp_basic_properties_t op;
@@ -132,10 +122,10 @@ int main(void)
         op._flags = AMQP_BASIC_HEADERS_FLAG;
         op.headers.entries = oh;
         op.headers.num_entries = 5;
-        t_ok(relay_trusted(&op, &ks, "onward:q", "m1", 2, &attempts) && attempts == 1,
-             "a dead onward message verifies under its onward queue string");
-        t_ok(!relay_trusted(&op, &ks, "q", "m1", 2, &attempts),
-             "a dead onward message does not pass for a copy of the source queue's delivery");
+        ok(relay_trusted(&op, &ks, "onward:q", "m1", 2, &attempts) && attempts == 1,
+           "a dead onward message verifies under its onward queue string");
+        ok(!relay_trusted(&op, &ks, "q", "m1", 2, &attempts),
+           "a dead onward message does not pass for a copy of the source queue's delivery");
     }
 
     /* The next hop keeps the first failure and route of a trusted copy. */
@@ -143,32 +133,31 @@ int main(void)
     env2.exchange = amqp_cstring_bytes("");
     env2.routing_key = amqp_cstring_bytes("q");
     env2.message.properties = c.props;
-    t_ok(relay_copy_init(&c2, &env2, "q", NULL, "m1", 2, true, key, 2, "again", 1800000000000ULL) ==
-                 0 &&
-             strcmp(t_str(&c2.props, RELAY_H_FIRST_FAILURE, buf, sizeof(buf)),
-                    "2023-11-14T22:13:20.000Z") == 0 &&
-             strcmp(t_str(&c2.props, RELAY_H_EXCHANGE, buf, sizeof(buf)), "ex") == 0,
-         "trusted: first failure and original route survive the next copy");
-    t_ok(relay_trusted(&c2.props, &ks, "q", "m1", 2, &attempts) && attempts == 2,
-         "the second copy verifies, attempts 2");
+    ok(relay_copy_init(&c2, &env2, "q", NULL, "m1", 2, true, key, 2, "again", 1800000000000ULL) ==
+               0 &&
+           strcmp(t_str(&c2.props, RELAY_H_FIRST_FAILURE, buf, sizeof(buf)),
+                  "2023-11-14T22:13:20.000Z") == 0 &&
+           strcmp(t_str(&c2.props, RELAY_H_EXCHANGE, buf, sizeof(buf)), "ex") == 0,
+       "trusted: first failure and original route survive the next copy");
+    ok(relay_trusted(&c2.props, &ks, "q", "m1", 2, &attempts) && attempts == 2,
+       "the second copy verifies, attempts 2");
 
     /* Tampering with the count breaks the signature. */
     for (int i = 0; i < c2.props.headers.num_entries; i++)
         if (c2.props.headers.entries[i].key.len == strlen(RELAY_H_ATTEMPTS) &&
             memcmp(c2.props.headers.entries[i].key.bytes, RELAY_H_ATTEMPTS, 14) == 0)
             c2.props.headers.entries[i].value.value.i64 = 999;
-    t_ok(!relay_trusted(&c2.props, &ks, "q", "m1", 2, &attempts),
-         "a changed idemd-attempts does not verify");
+    ok(!relay_trusted(&c2.props, &ks, "q", "m1", 2, &attempts),
+       "a changed idemd-attempts does not verify");
     relay_copy_free(&c2);
 
     int before = c.props.headers.num_entries;
     relay_copy_body_dropped(&c, 104857600);
     const amqp_table_entry_t *e = &c.props.headers.entries[before];
-    t_ok(c.props.headers.num_entries == before + 1 && e->value.kind == AMQP_FIELD_KIND_I64 &&
-             e->value.value.i64 == 104857600 &&
-             memcmp(e->key.bytes, RELAY_H_BODY_DROPPED, e->key.len) == 0,
-         "a dropped body is marked with idemd-body-dropped = its size");
+    ok(c.props.headers.num_entries == before + 1 && e->value.kind == AMQP_FIELD_KIND_I64 &&
+           e->value.value.i64 == 104857600 &&
+           memcmp(e->key.bytes, RELAY_H_BODY_DROPPED, e->key.len) == 0,
+       "a dropped body is marked with idemd-body-dropped = its size");
     relay_copy_free(&c);
-    printf("%d passed, %d failed\n", t_n - t_failed, t_failed);
-    return t_failed ? 1 : 0;
+    return done();
 }

@@ -7,21 +7,7 @@
 
 #include "log.h"
 #include "txn.h"
-
-static int t_n, t_failed;
-
-static void t_check(int ok, const char *fmt, ...)
-{
-    va_list ap;
-    t_n++;
-    if (!ok)
-        t_failed++;
-    printf("%sok %d - ", ok ? "" : "not ", t_n);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-}
+#include "tap.h"
 
 /* ---------- a database in miniature ----------
  * Committed rows (records, effects per id) and the open transaction as a
@@ -402,9 +388,9 @@ int main(void)
     /* The happy path: one transaction, all committed, no redo. */
     setup(3, NULL);
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 0 &&
-                db.seen[S_COMMIT] == 1 && invariants(st, "happy"),
-            "three ok messages commit once together");
+    ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 0 &&
+           db.seen[S_COMMIT] == 1 && invariants(st, "happy"),
+       "three ok messages commit once together");
 
     /* Issue 8a: 1205 on C's record with innodb_rollback_on_timeout = ON took A's and B's
      * effects with it; A and B must not be acked on an empty COMMIT. */
@@ -414,12 +400,11 @@ int main(void)
         db.held_by_other[2] = true;
         st = txn_run(&tx);
         snprintf(what, sizeof(what), "1205 on C's record, rollback_on_timeout=%d", on);
-        t_check(st == TXN_DONE && msgs[0].state == TXN_COMMITTED &&
-                    msgs[1].state == TXN_COMMITTED && msgs[2].state == TXN_RETRY &&
-                    db.eff_committed[0] == 1 && db.eff_committed[1] == 1 &&
-                    db.handler_calls[2] == 0 && tx.lock_waits == 1 && invariants(st, what),
-                "%s: A and B committed once, C retried, handler of C not run", what);
-        t_check(tx.redos == on, "%s: %d redo(s)", what, on);
+        ok(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[1].state == TXN_COMMITTED &&
+               msgs[2].state == TXN_RETRY && db.eff_committed[0] == 1 && db.eff_committed[1] == 1 &&
+               db.handler_calls[2] == 0 && tx.lock_waits == 1 && invariants(st, what),
+           "%s: A and B committed once, C retried, handler of C not run", what);
+        ok(tx.redos == on, "%s: %d redo(s)", what, on);
     }
 
     /* 1205 inside C's handler (a business row held), rollback_on_timeout on and off. */
@@ -429,9 +414,9 @@ int main(void)
         fault(S_HANDLER, 3, 1205, 1);
         st = txn_run(&tx);
         snprintf(what, sizeof(what), "1205 in C's handler, rollback_on_timeout=%d", on);
-        t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 2 && msgs[2].state == TXN_RETRY &&
-                    invariants(st, what),
-                "%s: A and B committed, C retried", what);
+        ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 2 && msgs[2].state == TXN_RETRY &&
+               invariants(st, what),
+           "%s: A and B committed, C retried", what);
     }
 
     /* A handler that ignores a deadlock and answers ok: the rest of the batch would run in
@@ -441,9 +426,9 @@ int main(void)
         setup(3, beh);
         fault(S_HANDLER, 2, 1213, 1);
         st = txn_run(&tx);
-        t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 1 &&
-                    invariants(st, "ignored deadlock"),
-                "handler ignoring 1213: batch redone, every effect once");
+        ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 1 &&
+               invariants(st, "ignored deadlock"),
+           "handler ignoring 1213: batch redone, every effect once");
     }
 
     /* Issue 8p: a handler that does no SQL (dedup = "none") is not a lost transaction. */
@@ -452,26 +437,26 @@ int main(void)
         setup(3, beh);
         tx.record = false;
         st = txn_run(&tx);
-        t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 0 &&
-                    db.handler_calls[0] == 1,
-                "dedup none, handlers without SQL: committed, no redo, each handler once");
+        ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 0 &&
+               db.handler_calls[0] == 1,
+           "dedup none, handlers without SQL: committed, no redo, each handler once");
     }
 
     /* Galera: certification conflict at COMMIT is a redo. */
     setup(3, NULL);
     fault(S_COMMIT, 1, 1213, 1);
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 1 &&
-                invariants(st, "1213 at COMMIT"),
-            "1213 at COMMIT: redone once, committed once");
+    ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 1 &&
+           invariants(st, "1213 at COMMIT"),
+       "1213 at COMMIT: redone once, committed once");
 
     /* A deadlock every time: bounded, then every message is retried, nothing committed. */
     setup(3, NULL);
     fault(S_RECORD, 1, 1213, 1000);
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_RETRY) == 3 && tx.redos == TXN_REDO_MAX &&
-                invariants(st, "deadlock forever"),
-            "deadlock on every pass: %d passes, all retried, nothing committed", TXN_REDO_MAX);
+    ok(st == TXN_DONE && count_state(TXN_RETRY) == 3 && tx.redos == TXN_REDO_MAX &&
+           invariants(st, "deadlock forever"),
+       "deadlock on every pass: %d passes, all retried, nothing committed", TXN_REDO_MAX);
 
     /* A lost COMMIT reply: outcome unknown, nothing may be acked, whatever the server did. */
     for (int applies = 0; applies <= 1; applies++) {
@@ -479,8 +464,8 @@ int main(void)
         db.commit_lost_applies = applies;
         fault(S_COMMIT, 1, 2013, 1);
         st = txn_run(&tx);
-        t_check(st == TXN_FATAL, "2013 at COMMIT (server %s): fatal, nothing acked",
-                applies ? "committed" : "did not commit");
+        ok(st == TXN_FATAL, "2013 at COMMIT (server %s): fatal, nothing acked",
+           applies ? "committed" : "did not commit");
     }
 
     /* Duplicates: already committed, and the same id twice in one batch. */
@@ -488,32 +473,32 @@ int main(void)
     db.rec_committed[1] = 1;
     db.eff_committed[1] = 1;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && msgs[1].state == TXN_DUPLICATE && db.handler_calls[1] == 0 &&
-                db.eff_committed[1] == 1 && msgs[0].state == TXN_COMMITTED,
-            "committed id: duplicate, handler not run");
+    ok(st == TXN_DONE && msgs[1].state == TXN_DUPLICATE && db.handler_calls[1] == 0 &&
+           db.eff_committed[1] == 1 && msgs[0].state == TXN_COMMITTED,
+       "committed id: duplicate, handler not run");
     setup(3, NULL);
     strcpy(msgs[2].id, "m0");
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[2].state == TXN_DUPLICATE &&
-                db.eff_committed[0] == 1 && db.handler_calls[0] == 1,
-            "same id twice in a batch: first committed, second duplicate");
+    ok(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[2].state == TXN_DUPLICATE &&
+           db.eff_committed[0] == 1 && db.handler_calls[0] == 1,
+       "same id twice in a batch: first committed, second duplicate");
 
     /* Retry and reject roll back only their own message. */
     {
         int beh[4] = {H_OK, H_RETRY, H_REJECT, H_OK};
         setup(4, beh);
         st = txn_run(&tx);
-        t_check(st == TXN_DONE && msgs[1].state == TXN_RETRY && msgs[2].state == TXN_REJECT &&
-                    db.eff_committed[1] == 0 && db.eff_committed[2] == 0 &&
-                    count_state(TXN_COMMITTED) == 2 && invariants(st, "retry+reject") &&
-                    strcmp(msgs[1].reason, "test retry") == 0 && msgs[2].reason[0],
-                "retry and reject: their effects rolled back, the others committed");
-        t_check(txn_route(&msgs[1], 3, true) == TXN_ROUTE_DELAY &&
-                    txn_route(&msgs[2], 3, true) == TXN_ROUTE_DLQ &&
-                    txn_route(&msgs[2], 3, false) == TXN_ROUTE_BROKER,
-                "routes: retry to a delay tier, reject to the DLQ or the broker");
+        ok(st == TXN_DONE && msgs[1].state == TXN_RETRY && msgs[2].state == TXN_REJECT &&
+               db.eff_committed[1] == 0 && db.eff_committed[2] == 0 &&
+               count_state(TXN_COMMITTED) == 2 && invariants(st, "retry+reject") &&
+               strcmp(msgs[1].reason, "test retry") == 0 && msgs[2].reason[0],
+           "retry and reject: their effects rolled back, the others committed");
+        ok(txn_route(&msgs[1], 3, true) == TXN_ROUTE_DELAY &&
+               txn_route(&msgs[2], 3, true) == TXN_ROUTE_DLQ &&
+               txn_route(&msgs[2], 3, false) == TXN_ROUTE_BROKER,
+           "routes: retry to a delay tier, reject to the DLQ or the broker");
         msgs[1].attempt = 3;
-        t_check(txn_route(&msgs[1], 3, true) == TXN_ROUTE_DLQ, "last attempt: retry goes to DLQ");
+        ok(txn_route(&msgs[1], 3, true) == TXN_ROUTE_DLQ, "last attempt: retry goes to DLQ");
     }
 
     /* Nothing handled: no COMMIT at all. */
@@ -521,118 +506,138 @@ int main(void)
         int beh[2] = {H_RETRY, H_RETRY};
         setup(2, beh);
         st = txn_run(&tx);
-        t_check(st == TXN_DONE && db.seen[S_COMMIT] == 0 && db.seen[S_ROLLBACK] == 1,
-                "no message handled: ROLLBACK, no COMMIT");
+        ok(st == TXN_DONE && db.seen[S_COMMIT] == 0 && db.seen[S_ROLLBACK] == 1,
+           "no message handled: ROLLBACK, no COMMIT");
     }
 
     /* A crash-guard count is cleared with the effects, in the same transaction. */
     setup(1, NULL);
     msgs[0].counted = true;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && clears[0] == 1 && msgs[0].state == TXN_COMMITTED,
-            "counted message: attempts row cleared in its transaction");
+    ok(st == TXN_DONE && clears[0] == 1 && msgs[0].state == TXN_COMMITTED,
+       "counted message: attempts row cleared in its transaction");
 
     /* Issue 8n: a batch that runs past its limit commits what it did, keeps the rest. */
     setup(6, NULL);
     tx.limit_ms = 250; /* the fake clock moves 100 ms per SAVEPOINT */
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && tx.cut_short && count_state(TXN_COMMITTED) == 3 &&
-                count_state(TXN_NEW) == 3 && txn_route(&msgs[5], 3, true) == TXN_ROUTE_HOLD &&
-                db.handler_calls[4] == 0 && invariants(st, "cut short"),
-            "limit passed: 3 committed, 3 held unstarted");
+    ok(st == TXN_DONE && tx.cut_short && count_state(TXN_COMMITTED) == 3 &&
+           count_state(TXN_NEW) == 3 && txn_route(&msgs[5], 3, true) == TXN_ROUTE_HOLD &&
+           db.handler_calls[4] == 0 && invariants(st, "cut short"),
+       "limit passed: 3 committed, 3 held unstarted");
 
     /* Issue 10: the set-based pass. */
     setup(4, NULL);
     tx.bulk = true;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 4 && db.seen[S_BULK] == 1 &&
-                db.seen[S_RECORD] == 0 && db.seen[S_SAVEPOINT] == 1 && !tx.fell_back &&
-                invariants(st, "set-based"),
-            "set-based: one multi-row INSERT, one savepoint, all committed");
+    ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 4 && db.seen[S_BULK] == 1 &&
+           db.seen[S_RECORD] == 0 && db.seen[S_SAVEPOINT] == 1 && !tx.fell_back &&
+           invariants(st, "set-based"),
+       "set-based: one multi-row INSERT, one savepoint, all committed");
     setup(4, NULL);
     tx.bulk = true;
     db.rec_committed[1] = db.eff_committed[1] = 1;
     db.rec_committed[3] = db.eff_committed[3] = 1;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && msgs[1].state == TXN_DUPLICATE && msgs[3].state == TXN_DUPLICATE &&
-                count_state(TXN_COMMITTED) == 2 && db.seen[S_BULK] == 2 && db.seen[S_SELECT] == 1 &&
-                db.handler_calls[1] == 0 && !tx.fell_back && invariants(st, "set-based dups"),
-            "set-based: committed ids found by one SELECT, the rest inserted");
+    ok(st == TXN_DONE && msgs[1].state == TXN_DUPLICATE && msgs[3].state == TXN_DUPLICATE &&
+           count_state(TXN_COMMITTED) == 2 && db.seen[S_BULK] == 2 && db.seen[S_SELECT] == 1 &&
+           db.handler_calls[1] == 0 && !tx.fell_back && invariants(st, "set-based dups"),
+       "set-based: committed ids found by one SELECT, the rest inserted");
     setup(3, NULL);
     tx.bulk = true;
     strcpy(msgs[2].id, "m0");
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[2].state == TXN_DUPLICATE &&
-                db.eff_committed[0] == 1 && db.handler_calls[0] == 1 && !tx.fell_back,
-            "set-based: an id repeated in the batch is resolved in memory");
+    ok(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[2].state == TXN_DUPLICATE &&
+           db.eff_committed[0] == 1 && db.handler_calls[0] == 1 && !tx.fell_back,
+       "set-based: an id repeated in the batch is resolved in memory");
     {
         int beh[4] = {H_OK, H_RETRY, H_OK, H_REJECT};
         setup(4, beh);
         tx.bulk = true;
         st = txn_run(&tx);
-        t_check(st == TXN_DONE && tx.fell_back && msgs[1].state == TXN_RETRY &&
-                    msgs[3].state == TXN_REJECT && count_state(TXN_COMMITTED) == 2 &&
-                    db.handler_calls[1] == 1 && db.eff_committed[1] == 0 &&
-                    db.eff_committed[3] == 0 && invariants(st, "set-based fallback"),
-                "set-based: a failing message falls back to savepoints, its effects never commit");
+        ok(st == TXN_DONE && tx.fell_back && msgs[1].state == TXN_RETRY &&
+               msgs[3].state == TXN_REJECT && count_state(TXN_COMMITTED) == 2 &&
+               db.handler_calls[1] == 1 && db.eff_committed[1] == 0 && db.eff_committed[3] == 0 &&
+               invariants(st, "set-based fallback"),
+           "set-based: a failing message falls back to savepoints, its effects never commit");
     }
     setup(3, NULL);
     tx.bulk = true;
     db.held_by_other[1] = true;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && tx.fell_back && msgs[1].state == TXN_RETRY &&
-                count_state(TXN_COMMITTED) == 2 && invariants(st, "set-based lock wait"),
-            "set-based: a held key falls back; that message retried, the others committed");
+    ok(st == TXN_DONE && tx.fell_back && msgs[1].state == TXN_RETRY &&
+           count_state(TXN_COMMITTED) == 2 && invariants(st, "set-based lock wait"),
+       "set-based: a held key falls back; that message retried, the others committed");
 
     /* Issue 10: the batch handler (handle_batch) with per-message verdicts. */
     setup(5, NULL);
     tx.bulk = tx.batch = true;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 5 && tx.batch_calls == 1 &&
-                db.seen[S_BULK] == 1 && invariants(st, "batch handler"),
-            "batch handler: one call, one INSERT, all committed");
+    ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 5 && tx.batch_calls == 1 &&
+           db.seen[S_BULK] == 1 && invariants(st, "batch handler"),
+       "batch handler: one call, one INSERT, all committed");
     {
         int beh[5] = {H_OK, H_REJECT, H_OK, H_RETRY, H_OK};
         setup(5, beh);
         tx.bulk = tx.batch = true;
         st = txn_run(&tx);
-        t_check(st == TXN_DONE && tx.batch_calls == 2 && msgs[1].state == TXN_REJECT &&
-                    msgs[3].state == TXN_RETRY && count_state(TXN_COMMITTED) == 3 &&
-                    db.eff_committed[1] == 0 && db.eff_committed[3] == 0 &&
-                    db.handler_calls[1] == 1 && db.handler_calls[0] == 2 && !tx.fell_back &&
-                    invariants(st, "batch verdicts"),
-                "batch handler: failed verdicts rolled back, called again without them");
+        ok(st == TXN_DONE && tx.batch_calls == 2 && msgs[1].state == TXN_REJECT &&
+               msgs[3].state == TXN_RETRY && count_state(TXN_COMMITTED) == 3 &&
+               db.eff_committed[1] == 0 && db.eff_committed[3] == 0 && db.handler_calls[1] == 1 &&
+               db.handler_calls[0] == 2 && !tx.fell_back && invariants(st, "batch verdicts"),
+           "batch handler: failed verdicts rolled back, called again without them");
     }
     setup(3, NULL);
     tx.bulk = tx.batch = true;
     batch_fails = true;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.fell_back &&
-                tx.batch_calls == 1 && db.handler_calls[0] == 1 && db.handler_calls[2] == 1 &&
-                db.eff_committed[2] == 1 && invariants(st, "batch failure"),
-            "batch handler failing as a whole: every message runs alone through handle(), all "
-            "committed");
+    ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.fell_back && tx.batch_calls == 1 &&
+           db.handler_calls[0] == 1 && db.handler_calls[2] == 1 && db.eff_committed[2] == 1 &&
+           invariants(st, "batch failure"),
+       "batch handler failing as a whole: every message runs alone through handle(), all "
+       "committed");
     {
         int beh[5] = {H_OK, H_OK, H_REJECT, H_OK, H_OK};
         setup(5, beh);
         tx.bulk = tx.batch = true;
         batch_poisoned = true;
         st = txn_run(&tx);
-        t_check(st == TXN_DONE && msgs[2].state == TXN_REJECT && count_state(TXN_COMMITTED) == 4 &&
-                    tx.fell_back && tx.batch_calls == 1 && db.eff_committed[2] == 0 &&
-                    db.eff_committed[0] == 1 && db.eff_committed[4] == 1 &&
-                    invariants(st, "poisoned batch"),
-                "batch handler failing as a whole on one poisoned message: only that message "
-                "gets a verdict, the others are committed once");
+        ok(st == TXN_DONE && msgs[2].state == TXN_REJECT && count_state(TXN_COMMITTED) == 4 &&
+               tx.fell_back && tx.batch_calls == 1 && db.eff_committed[2] == 0 &&
+               db.eff_committed[0] == 1 && db.eff_committed[4] == 1 &&
+               invariants(st, "poisoned batch"),
+           "batch handler failing as a whole on one poisoned message: only that message "
+           "gets a verdict, the others are committed once");
+    }
+
+    /* txn_test_no_fallback puts back the old handling of a failed handle_batch, for the
+     * simulator to catch: the whole batch is retried, the innocent with the guilty. */
+    {
+        int beh[5] = {H_OK, H_OK, H_REJECT, H_OK, H_OK};
+        setup(5, beh);
+        tx.bulk = tx.batch = true;
+        batch_poisoned = true;
+        txn_test_no_fallback = true;
+        st = txn_run(&tx);
+        txn_test_no_fallback = false;
+        is_int(count_state(TXN_RETRY), 5,
+               "txn_test_no_fallback: a poisoned batch retries all 5, the 4 innocent too");
+        ok(st == TXN_DONE && !tx.fell_back && tx.batch_calls == 1 && db.handler_calls[0] == 0 &&
+               db.handler_calls[2] == 0 && db.eff_committed[0] == 0 && db.seen[S_COMMIT] == 0 &&
+               invariants(st, "no fallback"),
+           "txn_test_no_fallback: no message runs alone through handle(), nothing committed");
+        is_str(
+            msgs[0].reason, "batch handler failed: test batch failure",
+            "txn_test_no_fallback: an innocent message carries the batch's failure as its reason");
     }
 
     setup(3, NULL);
     tx.record = false;
     tx.bulk = tx.batch = true;
     st = txn_run(&tx);
-    t_check(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.batch_calls == 1 &&
-                db.seen[S_BULK] == 0 && db.eff_committed[2] == 1,
-            "dedup none: the batch handler runs without any record statement");
+    ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.batch_calls == 1 &&
+           db.seen[S_BULK] == 0 && db.eff_committed[2] == 1,
+       "dedup none: the batch handler runs without any record statement");
 
     /* The error matrix: each error at each step, for every position of the batch, with
      * innodb_rollback_on_timeout off and on. */
@@ -678,9 +683,8 @@ int main(void)
                                 matrix_bad++;
                             }
                         }
-    t_check(matrix_bad == 0, "error matrix: %d runs, every invariant holds (%d broken)",
-            matrix_runs, matrix_bad);
+    ok(matrix_bad == 0, "error matrix: %d runs, every invariant holds (%d broken)", matrix_runs,
+       matrix_bad);
 
-    printf("1..%d\n", t_n);
-    return t_failed ? 1 : 0;
+    return done();
 }
