@@ -133,6 +133,18 @@ long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start)
     return n == 0 ? 1 : (long long)n;
 }
 
+int db_attempt_unstart(db_t *db, const char *id, size_t len)
+{
+    if (db->unstart_stmt == NULL &&
+        (db->unstart_stmt =
+             db_prepare_key_stmt(db, "UPDATE " DB_ATTEMPT_TABLE " SET attempts = attempts - 1 "
+                                     "WHERE consumer = ? AND msg_id = ? AND attempts > 0")) == NULL)
+        return -1;
+    if (db_key_exec(db, db->unstart_stmt, "taking back a start of", id, len) != DB_OK)
+        return -1;
+    return db_commit(db) == DB_OK ? 0 : -1;
+}
+
 /*
  * Insert key[0..len-1] as the relay key unless a row is there already
  * (INSERT IGNORE: the first connection anywhere makes the key; the primary
@@ -644,6 +656,8 @@ void db_close(db_t *db)
         mysql_stmt_close(db->crash_stmt);
     if (db->start_stmt)
         mysql_stmt_close(db->start_stmt);
+    if (db->unstart_stmt)
+        mysql_stmt_close(db->unstart_stmt);
     if (db->clear_stmt)
         mysql_stmt_close(db->clear_stmt);
     if (db->my)

@@ -27,11 +27,12 @@ typedef enum db_status {
 
 typedef struct db {
     MYSQL *my;
-    MYSQL_STMT *record_stmt; /* INSERT INTO <record_table>(consumer, msg_id) VALUES (?, ?) */
-    MYSQL_STMT *bump_stmt;   /* attempts + 1 for (consumer, msg_id); prepared on first use */
-    MYSQL_STMT *crash_stmt;  /* crashes + 1 for (consumer, msg_id); prepared on first use */
-    MYSQL_STMT *start_stmt;  /* attempts + 1 of an existing row; prepared on first use */
-    MYSQL_STMT *clear_stmt;  /* DELETE the attempts row; prepared on first use */
+    MYSQL_STMT *record_stmt;  /* INSERT INTO <record_table>(consumer, msg_id) VALUES (?, ?) */
+    MYSQL_STMT *bump_stmt;    /* attempts + 1 for (consumer, msg_id); prepared on first use */
+    MYSQL_STMT *crash_stmt;   /* crashes + 1 for (consumer, msg_id); prepared on first use */
+    MYSQL_STMT *start_stmt;   /* attempts + 1 of an existing row; prepared on first use */
+    MYSQL_STMT *unstart_stmt; /* attempts - 1 (a start that finished); prepared on first use */
+    MYSQL_STMT *clear_stmt;   /* DELETE the attempts row; prepared on first use */
     char consumer[129];
     unsigned long consumer_len;
     char id_buf[256];
@@ -159,6 +160,12 @@ long long db_attempt_bump(db_t *db, const char *id, size_t len, long long *crash
  * began). Returns the crash count after it, or -1 on error (logged).
  */
 long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start);
+
+/*
+ * Take back one start of a message whose run finished (never below 0),
+ * committed at once and on its own. 0, or -1 on error (logged).
+ */
+int db_attempt_unstart(db_t *db, const char *id, size_t len);
 
 struct relay_keys; /* relay.h */
 

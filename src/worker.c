@@ -11,30 +11,25 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "batch.h"
 #include "chores.h"
 #include "db.h"
+#include "guard.h"
+#include "life.h"
 #include "delivery.h"
 #include "log.h"
 #include "mq.h"
 #include "outbox.h"
 #include "relay.h"
+#include "settle.h"
 #include "stall.h"
 #include "txn.h"
 
 #define WORKER_MAX_HEADERS 64
-#define WORKER_CONFIRM_MS 15000   /* a round's wait for the broker to confirm its copies, in all */
 #define WORKER_RELAY_SLICES 1000  /* outbox slices after a COMMIT: all the batch's rows */
 #define WORKER_SWEEP_SLICES 20    /* outbox slices per sweep (500 rows, 16 MiB each) */
 #define WORKER_IDLE_PING_MS 1000  /* ping the database before a batch after this long unused */
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
-/* Starts past max_attempts, without confirmed crashes, before the guard gives up (worker_guard). */
-#define WORKER_GUARD_UNCONFIRMED 10
-/*
- * Returns (x-delivery-count) after which a message of a quorum queue whose
- * delivery limit idemd could not turn off is dead-lettered by idemd, before
- * RabbitMQ 4's default limit of 20 deletes it (worker_accept).
- */
-#define WORKER_RETURNS_MAX 15
 
 /* One message as the handler sees it, with the buffers its strings point into. */
 typedef struct worker_hmsg {
@@ -43,20 +38,6 @@ typedef struct worker_hmsg {
     idemd_header_t headers[WORKER_MAX_HEADERS];
 } worker_hmsg_t;
 
-/* What the worker keeps of one delivery beside its protocol state (txn_msg_t). */
-typedef struct worker_msg {
-    amqp_envelope_t env;
-    bool suspect;      /* redelivered: the worker that had it may have died on it */
-    bool no_id;        /* dedup = "none" without an id: the guard keys it by its body */
-    txn_route_t route; /* where it goes once the transaction is over */
-    bool copy_ok;      /* its copy was confirmed by the broker */
-    bool moved;        /* handed to the held list: the batch no longer owns it */
-    unsigned pub_seq;  /* onward messages it sent in the current handler call */
-    int copy_index;    /* its copy's place in the publishing round, or -1 */
-    uint64_t dropped;  /* its body was over max_body_bytes: its size (the body was not kept) */
-    bool trusted;      /* its idemd-* headers carry our signature (relay_trusted) */
-} worker_msg_t;
-
 typedef struct worker {
     const conf_t *conf;
     const conf_queue_t *q;
@@ -64,22 +45,18 @@ typedef struct worker {
     const idemd_handler_t *h;
     worker_slot_t *slot;
     db_t *db;
-    int batch_max; /* batch_size, or less on a Galera node (database.galera_max_batch) */
     mq_t *mq;
-    mq_t *pub;           /* republishing connection, opened when first needed */
-    bool pub_failed;     /* the last round failed: declare our queues again first */
-    int pub_fail_streak; /* failed republishing rounds in a row */
-    char name[160];      /* "<queue>#<index>": log context, and in connection names */
+    mq_t *pub;       /* republishing connection, opened when first needed */
+    bool pub_failed; /* the last round failed: declare our queues again first */
+    char name[160];  /* "<queue>#<index>": log context, and in connection names */
     void *state;
     bool state_live;
-    worker_msg_t *batch;
-    txn_msg_t *tm;    /* the protocol's half of each message of the batch */
+    life_t life;      /* the batch (life.batch) and the held list (life.held) */
+    batch_t bt;       /* collecting the batch */
+    settle_t st;      /* settling it with the broker */
+    guard_t guard;    /* the crash-loop guard */
     const char **ids; /* scratch for the set-based record calls */
     size_t *id_lens;
-    int n;
-    worker_msg_t carry; /* a suspect delivery received while filling a batch */
-    txn_msg_t carry_tm;
-    bool has_carry;
     uint64_t db_used_ms;        /* when the database connection last ran a batch */
     uint64_t bulk_off_until_ms; /* no set-based pass before this (slow handlers) */
     outbox_t *outbox;           /* onward messages (host->publish) */
@@ -88,14 +65,7 @@ typedef struct worker {
     int *bidx;                  /* the batch index of each handle_batch message */
     int crash_before_relay;     /* test only: IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the
                                  * Nth relay, twice per worker slot */
-    /* Messages whose copy the broker refused (a full dead letter queue, say): kept
-     * unacked and published again on a timer while other batches go on. */
-    worker_msg_t *held;
-    txn_msg_t *held_tm;
-    int n_held, max_held;
-    uint64_t held_next_ms;
-    int held_streak;
-    worker_hmsg_t one; /* the message handle() runs on */
+    worker_hmsg_t one;          /* the message handle() runs on */
     char scratch[8192];
     /* For handle_batch (only when the plugin has one and batch_handler is on). */
     worker_hmsg_t *bmsg;
@@ -106,15 +76,8 @@ typedef struct worker {
     relay_keys_t relay_keys; /* k[0] signs our own headers; all of them check */
     uint64_t keys_read_ms;   /* when relay_keys were read (worker_reread_keys) */
     int keys_reread_ms;      /* how often: RELAY_KEY_REREAD_MS, or the test knob */
-    /* A delivery mq_next could not decode (MQ_UNDECODABLE): the batch before it is
-     * settled first, then worker_undecodable rejects or requeues it and reconnects. */
-    bool undecodable;
-    uint64_t undecodable_tag;
-    char undecodable_route[600]; /* "exchange=... routing_key=..." for the log */
-    int undecodable_streak;      /* requeued ones in a row (the queue does not dead-letter) */
-    bool returns_guard;   /* the queue may have a broker delivery limit: WORKER_RETURNS_MAX */
-    uint64_t max_message; /* the broker's max message size once a copy was refused for it */
-    stall_t *stall;       /* handler_timeout's watchdog (NULL: plain alarm()) */
+    int undecodable_streak;  /* requeued undecodable ones in a row (no dead-lettering) */
+    stall_t *stall;          /* handler_timeout's watchdog (NULL: plain alarm()) */
 } worker_t;
 
 static volatile sig_atomic_t worker_stop;
@@ -252,10 +215,10 @@ static int worker_connect_db(worker_t *w)
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
-    w->batch_max = w->q->batch_size;
+    w->bt.batch_max = w->q->batch_size;
     int cap = w->conf->database.galera_max_batch;
-    if (w->db->galera && cap > 0 && w->batch_max > cap) {
-        w->batch_max = cap;
+    if (w->db->galera && cap > 0 && w->bt.batch_max > cap) {
+        w->bt.batch_max = cap;
         log_info("at most %d messages per batch transaction on this Galera node "
                  "(database.galera_max_batch; queue batch_size %d)",
                  cap, w->q->batch_size);
@@ -354,12 +317,12 @@ static int worker_connect_mq(worker_t *w)
                  w->q->name, w->q->dead_letter_queue, amqp_version(), w->q->dead_letter_queue);
     /* RabbitMQ 4 may keep a delivery limit on a queue idemd did not declare, or declared
      * before it sent x-delivery-limit: dead-letter with a reason before it deletes. */
-    w->returns_guard = w->mq->broker_major >= 4 && w->q->dead_letter_queue &&
-                       (!w->q->declare || w->mq->limit_unsure);
-    if (w->returns_guard)
+    w->bt.returns_guard = w->mq->broker_major >= 4 && w->q->dead_letter_queue &&
+                          (!w->q->declare || w->mq->limit_unsure);
+    if (w->bt.returns_guard)
         log_info("queue %s: a message returned %d times (x-delivery-count) is dead-lettered, "
                  "before a broker delivery limit could delete it",
-                 w->q->name, WORKER_RETURNS_MAX);
+                 w->q->name, BATCH_RETURNS_MAX);
     if (mq_consume(w->mq, w->q->name, w->q->prefetch) != 0)
         return worker_lose(w, WORKER_LOST_BROKER);
     worker_set_state(w, WORKER_STATE_CONSUMING);
@@ -385,7 +348,7 @@ static const char *worker_cstr(amqp_bytes_t b, char *buf, size_t len)
 static void worker_fill_msg(worker_t *w, int i, const txn_msg_t *t, worker_hmsg_t *hm,
                             char *scratch, size_t scratch_len)
 {
-    worker_msg_t *m = &w->batch[i];
+    life_msg_t *m = &w->life.batch.m[i];
     const amqp_basic_properties_t *p = &m->env.message.properties;
     idemd_message_t *msg = &hm->msg;
 
@@ -445,7 +408,7 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
 
     worker_fill_msg(w, i, t, &w->one, w->scratch, sizeof(w->scratch));
     w->cur = i;
-    w->batch[i].pub_seq = 0; /* a redone call sends the same onward ids again */
+    w->life.batch.m[i].pub_seq = 0; /* a redone call sends the same onward ids again */
     /* Should this process die inside the handler, its successor counts the start. */
     memcpy(sl->crash_id, t->id, t->id_len);
     sl->crash_id_len = (uint32_t)t->id_len;
@@ -476,11 +439,11 @@ static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_r
     const size_t errlen = sizeof(ms[0]->reason);
 
     for (int j = 0; j < k; j++) {
-        worker_fill_msg(w, (int)(ms[j] - w->tm), ms[j], &w->bmsg[j],
+        worker_fill_msg(w, (int)(ms[j] - w->life.batch.t), ms[j], &w->bmsg[j],
                         w->bscratch + (size_t)j * WORKER_BATCH_SCRATCH, WORKER_BATCH_SCRATCH);
         w->bptr[j] = &w->bmsg[j].msg;
-        w->bidx[j] = (int)(ms[j] - w->tm);
-        w->batch[w->bidx[j]].pub_seq = 0;
+        w->bidx[j] = (int)(ms[j] - w->life.batch.t);
+        w->life.batch.m[w->bidx[j]].pub_seq = 0;
         r[j] = IDEMD_RESULT_OK;
         w->berr[(size_t)j * errlen] = '\0';
     }
@@ -551,102 +514,6 @@ static const txn_ops_t worker_txn_ops = {
 };
 
 /*
- * Crash-loop guard for a suspect (redelivered) message, which always runs
- * alone. Two counts in idemd_attempt decide:
- * - crashes: runs that ended with the worker dying in the handler by the
- *   handler's fault (a signal such as SIGSEGV or SIGABRT, handler_timeout,
- *   an exit() in the handler), confirmed by the successor that found the
- *   crash note in its slot with the supervisor's exit signal
- *   (worker_count_crash). At max_attempts the message is dead-lettered
- *   without running the handler again.
- * - starts: every start of a suspect run, counted durably before it
- *   begins. Runs cut short by anything else (the whole instance killed, a
- *   lost connection or database, kill -9 of the worker, the OOM killer)
- *   leave a start but no crash; only past max_attempts +
- *   WORKER_GUARD_UNCONFIRMED such starts is the message dead-lettered, which
- *   bounds a loop that no successor sees (a message that takes down its
- *   whole instance, or its worker by memory).
- * 0, or -1 when the database failed.
- */
-static int worker_guard(worker_t *w, int i)
-{
-    txn_msg_t *t = &w->tm[i];
-    const char *id = t->id;
-    size_t len = t->id_len;
-    bool found = false;
-    long long crashes = 0;
-    if (!w->batch[i].suspect || t->state != TXN_NEW)
-        return 0;
-    /* A copy of a message committed before (its ack was lost, then redelivered again and
-     * again) is a duplicate, not a crash: it must not use up attempts. */
-    if (w->q->dedup == CONF_DEDUP_TABLE) {
-        if (db_find_records(w->db, &id, &len, 1, &found) != DB_OK)
-            return -1;
-        if (found) {
-            txn_move(t, TXN_DUPLICATE);
-            return 0;
-        }
-    }
-    long long starts = db_attempt_bump(w->db, t->id, t->id_len, &crashes);
-    if (starts < 0)
-        return -1;
-    t->counted = true;
-    if ((unsigned long long)crashes + 1 > t->attempt)
-        t->attempt = (unsigned)crashes + 1;
-    bool crashed = crashes >= w->q->max_attempts;
-    if (crashed || starts > (long long)w->q->max_attempts + WORKER_GUARD_UNCONFIRMED) {
-        t->attempt = (unsigned)starts - 1; /* handler runs so far: this one will not run it */
-        txn_move(t, TXN_REJECT);
-        if (crashed)
-            snprintf(t->reason, sizeof(t->reason),
-                     "handler crashed: its worker died in the handler %lld times (a signal, "
-                     "handler_timeout or exit); started %lld times; not run again",
-                     crashes, starts - 1);
-        else
-            snprintf(t->reason, sizeof(t->reason),
-                     "handler started %lld times without finishing, %lld of them crashes seen by "
-                     "idemd (the others cut short by a kill of the whole instance or of the "
-                     "worker, a lost connection or the OOM killer); not run again",
-                     starts - 1, crashes);
-    }
-    return 0;
-}
-
-/*
- * A worker that died inside a handler left the message's id in its slot,
- * and the supervisor the signal that ended it: confirm that crash for the
- * crash-loop guard when it was the handler's doing, so that a message that
- * kills its worker is dead-lettered after max_attempts crashes. 0, or -1
- * when the database failed.
- */
-static int worker_count_crash(worker_t *w)
-{
-    worker_slot_t *sl = w->slot;
-    char pid[96];
-    if (!__atomic_load_n(&sl->in_handler, __ATOMIC_ACQUIRE))
-        return 0;
-    size_t len = sl->crash_id_len < sizeof(sl->crash_id) ? sl->crash_id_len : 0;
-    int sig = __atomic_load_n(&sl->exit_signal, __ATOMIC_RELAXED);
-    delivery_id_printable(sl->crash_id, len, pid, sizeof(pid));
-    /* Killed from outside (kill -9, SIGTERM past shutdown_timeout, the OOM killer) while in the
-     * handler: not confirmed as the message's fault; its next runs are still counted as starts. */
-    if (sig == SIGKILL || sig == SIGTERM || sig == SIGINT || sig == SIGHUP || sig == SIGQUIT) {
-        log_info("the previous worker was killed (signal %d) in the handler on message id=%s: "
-                 "not counted as a crash",
-                 sig, pid);
-    } else if (strcmp(sl->crash_consumer, w->q->consumer) == 0) {
-        long long n = db_attempt_crash(w->db, sl->crash_id, len, !sl->crash_counted);
-        if (n < 0)
-            return -1;
-        log_warn("the previous worker died in the handler on message id=%s (%s): crash %lld "
-                 "counted",
-                 pid, sig ? strsignal(sig) : "exit", n);
-    }
-    __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
-    return 0;
-}
-
-/*
  * host->publish for the message being handled (plugin_set_publisher): an
  * outbox row in the open transaction, with the id derived from the source
  * message's id and this call's index. 0, or -1 with the reason in err.
@@ -668,19 +535,19 @@ static int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src,
             if (src == &w->bmsg[j].msg)
                 i = w->bidx[j];
     }
-    if (i < 0 || i >= w->n) {
+    if (i < 0 || i >= w->life.batch.n) {
         snprintf(err, errlen, "publish: source is not a message being handled");
         return -1;
     }
-    if (w->batch[i].no_id && p->msg_id == NULL) {
+    if (w->life.batch.m[i].no_id && p->msg_id == NULL) {
         snprintf(err, errlen,
                  "publish: the source message has no id, so the onward message "
                  "needs its own msg_id");
         return -1;
     }
     w->outbox_used = true;
-    return outbox_add(w->outbox, w->tm[i].id, w->tm[i].id_len, w->batch[i].pub_seq++, p, err,
-                      errlen);
+    return outbox_add(w->outbox, w->life.batch.t[i].id, w->life.batch.t[i].id_len,
+                      w->life.batch.m[i].pub_seq++, p, err, errlen);
 }
 
 /*
@@ -691,11 +558,11 @@ static int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src,
 static void worker_relay(worker_t *w)
 {
     int k = 0;
-    for (int i = 0; i < w->n; i++) {
-        if (w->tm[i].state != TXN_COMMITTED)
+    for (int i = 0; i < w->life.batch.n; i++) {
+        if (w->life.batch.t[i].state != TXN_COMMITTED)
             continue;
-        w->ids[k] = w->tm[i].id;
-        w->id_lens[k++] = w->tm[i].id_len;
+        w->ids[k] = w->life.batch.t[i].id;
+        w->id_lens[k++] = w->life.batch.t[i].id_len;
     }
     if (k == 0)
         return;
@@ -761,8 +628,8 @@ static int worker_transact(worker_t *w)
     txn_t t;
     int held = 0;
 
-    for (int i = 0; i < w->n; i++)
-        if (worker_guard(w, i) != 0)
+    for (int i = 0; i < w->life.batch.n; i++)
+        if (guard_check(&w->guard, &w->life.batch.m[i], &w->life.batch.t[i]) != 0)
             return -1;
     memset(&t, 0, sizeof(t));
     t.ops = &worker_txn_ops;
@@ -774,8 +641,8 @@ static int worker_transact(worker_t *w)
     t.batch = w->bmsg != NULL;
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
-    t.m = w->tm;
-    t.n = w->n;
+    t.m = w->life.batch.t;
+    t.n = w->life.batch.n;
     w->outbox_used = false;
     txn_status_t st = txn_run(&t);
     __atomic_add_fetch(&w->slot->c.n_redos, (uint64_t)t.redos, __ATOMIC_RELAXED);
@@ -794,13 +661,13 @@ static int worker_transact(worker_t *w)
                  (unsigned long long)t.limit_ms);
     }
     if (t.batch_calls || t.fell_back)
-        log_debug("batch of %d: handle_batch called %d time(s)%s", w->n, t.batch_calls,
+        log_debug("batch of %d: handle_batch called %d time(s)%s", w->life.batch.n, t.batch_calls,
                   t.fell_back ? ", then message by message" : "");
-    for (int i = 0; i < w->n; i++)
-        held += w->tm[i].state == TXN_NEW;
+    for (int i = 0; i < w->life.batch.n; i++)
+        held += w->life.batch.t[i].state == TXN_NEW;
     if (t.cut_short)
-        log_debug("batch of %d ran past %llu ms: settling %d, keeping %d for the next", w->n,
-                  (unsigned long long)t.limit_ms, w->n - held, held);
+        log_debug("batch of %d ran past %llu ms: settling %d, keeping %d for the next",
+                  w->life.batch.n, (unsigned long long)t.limit_ms, w->life.batch.n - held, held);
     return 0;
 }
 
@@ -826,7 +693,7 @@ uint64_t worker_lat_bucket_floor(int bucket)
 }
 
 /* Record publish-to-commit latency of a committed message that carries idemd-pub-us. */
-static void worker_latency(worker_t *w, const worker_msg_t *m, uint64_t now_us)
+static void worker_latency(worker_t *w, const life_msg_t *m, uint64_t now_us)
 {
     long long pub = delivery_header_int(&m->env.message.properties, "idemd-pub-us");
     static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
@@ -836,81 +703,6 @@ static void worker_latency(worker_t *w, const worker_msg_t *m, uint64_t now_us)
                        __ATOMIC_RELAXED);
     metrics_observe(w->slot->c.latency, &w->slot->c.latency_sum_us, bounds, METRICS_LATENCY_N,
                     now_us - (uint64_t)pub);
-}
-
-/* Log message i's outcome (and where it went) and count it. */
-static void worker_report(worker_t *w, int i)
-{
-    const worker_msg_t *m = &w->batch[i];
-    const txn_msg_t *t = &w->tm[i];
-    char pid[96], where[400];
-    const char *name = txn_outcome_name(t->state);
-    bool settled = m->route == TXN_ROUTE_ACK;
-    switch (t->state) {
-    case TXN_COMMITTED:
-        worker_count(&w->slot->c.n_ok);
-        break;
-    case TXN_DUPLICATE:
-        worker_count(&w->slot->c.n_duplicate);
-        break;
-    case TXN_RETRY:
-        worker_count(&w->slot->c.n_retry);
-        break;
-    case TXN_REJECT:
-        worker_count(&w->slot->c.n_reject);
-        break;
-    default:
-        return; /* held for the next batch: nothing happened to it yet */
-    }
-    if (settled && !log_enabled(LOG_LEVEL_DEBUG))
-        return; /* the common case: no formatting at all */
-    /* Every value from the message, the handler or the config is quoted (log_quote): an id
-     * or a reason can never forge a field or a line. The journal gets the raw id. */
-    const char *id = m->no_id ? NULL : t->id;
-    size_t id_len = m->no_id ? 0 : t->id_len;
-    char qq[300], qh[200], qw[500], qr[1200];
-    delivery_id_printable(t->id, id_len, pid, sizeof(pid));
-    log_quote_str(w->q->name, qq, sizeof(qq));
-    if (settled) {
-        log_fields_id(LOG_LEVEL_DEBUG, w->q->name, w->q->consumer, id, id_len, w->h->name, name,
-                      "outcome=%s queue=%s id=%s tag=%llu", name, qq, pid,
-                      (unsigned long long)m->env.delivery_tag);
-        return;
-    }
-    switch (m->route) {
-    case TXN_ROUTE_DELAY:
-        snprintf(where, sizeof(where), m->copy_ok ? "retry scheduled" : "held (republish failed)");
-        break;
-    case TXN_ROUTE_DLQ:
-        snprintf(where, sizeof(where),
-                 m->copy_ok ? "dead-lettered to %s" : "held (dead-lettering failed)",
-                 w->q->dead_letter_queue);
-        break;
-    case TXN_ROUTE_BROKER:
-        snprintf(where, sizeof(where), "rejected to the broker");
-        break;
-    default:
-        snprintf(where, sizeof(where), "-");
-        break;
-    }
-    log_fields_id(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, w->q->name,
-                  w->q->consumer, id, id_len, w->h->name, name,
-                  "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
-                  name, qq, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
-                  w->q->max_attempts, log_quote_str(w->h->name, qh, sizeof(qh)),
-                  log_quote_str(where, qw, sizeof(qw)), log_quote_str(t->reason, qr, sizeof(qr)));
-}
-
-/* Decide where message i goes (txn_route), saying so in the reason of a last retry. */
-static void worker_route(worker_t *w, int i)
-{
-    txn_msg_t *t = &w->tm[i];
-    w->batch[i].route = txn_route(t, w->q->max_attempts, w->q->dead_letter_queue != NULL);
-    if (t->state == TXN_RETRY && w->batch[i].route != TXN_ROUTE_DELAY) {
-        char why[sizeof(t->reason)];
-        snprintf(why, sizeof(why), "gave up after %u attempts: %.400s", t->attempt, t->reason);
-        memcpy(t->reason, why, sizeof(why));
-    }
 }
 
 /*
@@ -950,420 +742,6 @@ static int worker_open_publisher(worker_t *w)
     return 0;
 }
 
-/* Count the copies ms[0..n-1] needed: confirmed by the broker, or not. */
-static void worker_count_copies(worker_t *w, const worker_msg_t *ms, int n)
-{
-    for (int i = 0; i < n; i++) {
-        if (ms[i].route != TXN_ROUTE_DELAY && ms[i].route != TXN_ROUTE_DLQ)
-            continue;
-        int kind = ms[i].route == TXN_ROUTE_DLQ ? METRICS_COPY_DEAD_LETTER : METRICS_COPY_RETRY;
-        worker_count(&w->slot->c.n_copies[kind][ms[i].copy_ok ? METRICS_COPY_PUBLISHED
-                                                              : METRICS_COPY_REFUSED]);
-    }
-}
-
-/*
- * Publish the copies of the retried and dead-lettered messages among
- * ms[0..n-1] (ts_: their protocol halves) on the republishing connection
- * and wait for the broker's confirms. Sets copy_ok on each copy the broker
- * confirmed; the caller holds or requeues the original of any other (a
- * copy that did arrive unconfirmed is a duplicate the record absorbs).
- * Returns 1 when copies were published and confirmed, 0 when there were
- * none, -1 when this round failed (logged).
- */
-static int worker_republish(worker_t *w, worker_msg_t *ms, txn_msg_t *ts_, int n)
-{
-    int published = 0;
-    uint64_t now_ms;
-    struct timespec ts;
-    char delay_q[300];
-    int delay_ms;
-
-    clock_gettime(CLOCK_REALTIME, &ts);
-    now_ms = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    for (int i = 0; i < n; i++) {
-        worker_msg_t *m = &ms[i];
-        txn_msg_t *t = &ts_[i];
-        m->copy_index = -1;
-        m->copy_ok = false;
-        if (m->route != TXN_ROUTE_DELAY && m->route != TXN_ROUTE_DLQ)
-            continue;
-        if (published == 0 && w->pub && mq_service(w->pub) != 0) {
-            mq_close(w->pub); /* lost while idle: open a new one */
-            w->pub = NULL;
-        }
-        if (w->pub == NULL && worker_open_publisher(w) != 0)
-            goto fail;
-        if (published == 0 && mq_blocked(w->pub)) {
-            /* Publish nothing: the copies would wait unconfirmed in the broker. The
-             * connection stays open to hear connection.unblocked. */
-            log_warn("queue %s: the broker blocks publishing (resource alarm): not "
-                     "republishing this round",
-                     w->q->name);
-            return -1;
-        }
-        if (published == 0)
-            mq_round_begin(w->pub);
-        const char *target = m->route == TXN_ROUTE_DLQ ? w->q->dead_letter_queue
-                             : relay_delay_queue(w->q, t->attempt, delay_q, sizeof(delay_q),
-                                                 &delay_ms)
-                                 ?: w->q->name;
-        relay_copy_t c;
-        amqp_bytes_t body = m->env.message.body;
-        if (relay_copy_init(&c, &m->env, w->q->name, w->q->id_header, t->id, t->id_len, m->trusted,
-                            w->relay_keys.k[0], t->attempt, t->reason, now_ms) != 0)
-            goto fail;
-        if (w->max_message > 0 && body.len > w->max_message) {
-            /* The broker would refuse the copy and close the channel: it goes without it. */
-            log_warn("queue %s: the copy of message tag=%llu to '%s' goes without its body of "
-                     "%zu bytes: over the broker's max message size (%llu bytes)",
-                     w->q->name, (unsigned long long)m->env.delivery_tag, target, body.len,
-                     (unsigned long long)w->max_message);
-            relay_copy_body_dropped(&c, body.len);
-            body = amqp_empty_bytes;
-        } else if (m->dropped) {
-            relay_copy_body_dropped(&c, m->dropped);
-        }
-        m->copy_index = mq_publish(w->pub, target, &c.props, body);
-        relay_copy_free(&c);
-        if (m->copy_index < 0)
-            goto fail;
-        published++;
-    }
-    if (published == 0)
-        return 0;
-    int rc = mq_wait_confirms(w->pub, WORKER_CONFIRM_MS);
-    for (int i = 0; i < n; i++)
-        ms[i].copy_ok = ms[i].copy_index >= 0 && mq_round_ok(w->pub, ms[i].copy_index);
-    worker_count_copies(w, ms, n);
-    if (rc == 0)
-        return 1;
-    goto close;
-fail:
-    worker_count_copies(w, ms, n);
-close:
-    /* A copy refused for its size: the next round sends such copies without their body. */
-    if (w->pub && w->pub->max_message > 0)
-        w->max_message = w->pub->max_message;
-    /* What the broker confirmed stays confirmed; the rest are held or requeued. */
-    mq_close(w->pub);
-    w->pub = NULL;
-    w->pub_failed = true;
-    return -1;
-}
-
-/*
- * Ack messages from..to-1 of the batch (all to be acked): one multiple-ack
- * when nothing is held (every lower tag is settled already), else one ack
- * each, so that no held message is acked with them. 0, or -1.
- */
-static int worker_ack_run(worker_t *w, int from, int to)
-{
-    if (from >= to)
-        return 0;
-    if (w->n_held == 0)
-        return mq_ack(w->mq, w->batch[to - 1].env.delivery_tag, to - from > 1);
-    for (int i = from; i < to; i++)
-        if (mq_ack(w->mq, w->batch[i].env.delivery_tag, false) != 0)
-            return -1;
-    return 0;
-}
-
-/* Move message i of the batch to the held list; false when the list is full. */
-static bool worker_hold(worker_t *w, int i)
-{
-    if (w->n_held >= w->max_held)
-        return false;
-    w->held[w->n_held] = w->batch[i];
-    w->held_tm[w->n_held++] = w->tm[i];
-    w->batch[i].moved = true;
-    if (w->held_next_ms == 0)
-        w->held_next_ms = worker_now_ms() + 250;
-    return true;
-}
-
-/*
- * Publish the held messages' copies again when their time has come; ack
- * each one the broker confirmed (singly), keep the others with a growing
- * delay. 0, or -1 when the consuming channel failed.
- */
-static int worker_retry_held(worker_t *w)
-{
-    int k = 0;
-    if (w->n_held == 0 || worker_now_ms() < w->held_next_ms)
-        return 0;
-    if (worker_republish(w, w->held, w->held_tm, w->n_held) < 0) {
-        int delay = 250 << (w->held_streak < 6 ? w->held_streak : 6);
-        w->held_streak++;
-        log_warn("queue %s: %d message(s) held: their copies were refused again (%d time(s) in "
-                 "a row); next try in %d ms",
-                 w->q->name, w->n_held, w->held_streak, delay);
-        w->held_next_ms = worker_now_ms() + (uint64_t)delay;
-    } else {
-        w->held_streak = 0;
-        w->held_next_ms = 0;
-    }
-    for (int i = 0; i < w->n_held; i++) {
-        if (!w->held[i].copy_ok) {
-            w->held[k] = w->held[i];
-            w->held_tm[k++] = w->held_tm[i];
-            continue;
-        }
-        if (mq_ack(w->mq, w->held[i].env.delivery_tag, false) != 0)
-            return -1;
-        log_info("queue %s: held message tag=%llu: copy confirmed, acked", w->q->name,
-                 (unsigned long long)w->held[i].env.delivery_tag);
-        amqp_destroy_envelope(&w->held[i].env);
-    }
-    w->n_held = k;
-    if (k == 0)
-        w->held_next_ms = 0;
-    return 0;
-}
-
-/*
- * Settle every delivery of the batch with the broker, in tag order. Acked:
- * ok, duplicate, and retried or rejected ones whose copy was confirmed. A
- * copy the broker refused: its original is held unacked and its copy tried
- * again on a timer (worker_retry_held) while other batches go on; with the
- * held list full, it is nacked with requeue and the worker pauses. No dead
- * letter queue: nack without requeue (the broker's DLX, if any). Messages
- * held from a batch cut short are left alone. 0, or -1 when the channel
- * failed.
- */
-static int worker_settle(worker_t *w)
-{
-    int from = 0, requeued = 0;
-    struct timespec ts;
-
-    for (int i = 0; i < w->n; i++)
-        worker_route(w, i);
-    int round = worker_republish(w, w->batch, w->tm, w->n);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-    int i;
-    for (i = 0; i < w->n; i++) {
-        worker_msg_t *m = &w->batch[i];
-        worker_report(w, i);
-        if (w->tm[i].state == TXN_COMMITTED)
-            worker_latency(w, m, now_us);
-        if (m->route == TXN_ROUTE_HOLD)
-            break; /* the batch was cut short: the rest run next, their tags are higher */
-        if (m->route == TXN_ROUTE_ACK || m->copy_ok)
-            continue;
-        if (worker_ack_run(w, from, i) != 0)
-            return -1;
-        from = i + 1;
-        if (m->route == TXN_ROUTE_BROKER) {
-            if (mq_nack(w->mq, m->env.delivery_tag, false) != 0)
-                return -1;
-        } else if (!worker_hold(w, i)) {
-            requeued++;
-            if (mq_nack(w->mq, m->env.delivery_tag, true) != 0)
-                return -1;
-        }
-    }
-    if (worker_ack_run(w, from, i) != 0)
-        return -1;
-    if (round < 0 && requeued == 0) {
-        w->pub_fail_streak++;
-        uint64_t now = worker_now_ms();
-        log_warn("queue %s: republishing failed %d time(s) in a row: %d message(s) held, their "
-                 "copies tried again from %llu ms on; other messages go on",
-                 w->q->name, w->pub_fail_streak, w->n_held,
-                 (unsigned long long)(w->held_next_ms > now ? w->held_next_ms - now : 0));
-    } else if (round < 0) {
-        /*
-         * The held list is full and the broker still will not take the copies
-         * (queue full, alarm, gone): those originals went back to the queue.
-         * Never drop them; slow the round trip down instead, so that a broken
-         * dead letter queue is not a hot loop.
-         */
-        int delay = 250 << (w->pub_fail_streak < 6 ? w->pub_fail_streak : 6);
-        /* Heartbeats are not answered while paused: stay under the broker's limit. */
-        if (w->conf->broker.heartbeat > 0 && delay > w->conf->broker.heartbeat * 500)
-            delay = w->conf->broker.heartbeat * 500;
-        w->pub_fail_streak++;
-        log_warn("queue %s: republishing failed %d time(s) in a row with %d message(s) held: "
-                 "requeueing %d and pausing %d ms",
-                 w->q->name, w->pub_fail_streak, w->n_held, requeued, delay);
-        worker_pause(w, delay);
-    } else if (round > 0) {
-        w->pub_fail_streak = 0;
-    }
-    return 0;
-}
-
-/* A key for a message without an id (dedup = "none"): FNV-1a of its body, for the guard. */
-static void worker_body_key(const amqp_bytes_t *body, txn_msg_t *t)
-{
-    uint64_t h = 14695981039346656037ULL;
-    for (size_t k = 0; k < body->len; k++)
-        h = (h ^ ((const unsigned char *)body->bytes)[k]) * 1099511628211ULL;
-    t->id_len = (size_t)snprintf(t->id, sizeof(t->id), "~body:%016llx", (unsigned long long)h);
-}
-
-/*
- * Prepare a received delivery: extract and check its id (a bad one makes
- * it REJECT at once), work out its attempt number.
- */
-static void worker_accept(worker_t *w, worker_msg_t *m, txn_msg_t *t)
-{
-    const amqp_basic_properties_t *p = &m->env.message.properties;
-    unsigned attempts = 0;
-    long long dcount = delivery_header_int(p, "x-delivery-count");
-
-    memset(t, 0, sizeof(*t));
-    t->state = TXN_NEW;
-    m->no_id = false;
-    m->moved = false;
-    m->copy_ok = false;
-    m->route = TXN_ROUTE_HOLD;
-    if (delivery_id(p, w->q->id_header, t->id, &t->id_len, t->reason, sizeof(t->reason)) != 0) {
-        if (w->q->dedup == CONF_DEDUP_NONE) {
-            m->no_id = true; /* ids only matter for the record; the guard still needs a key */
-            worker_body_key(&m->env.message.body, t);
-            t->reason[0] = '\0';
-        } else {
-            txn_move(t, TXN_REJECT);
-        }
-    }
-    /*
-     * A quorum queue's x-delivery-count marks a redelivery, so the message
-     * runs alone and its starts are counted. It is not an attempt count:
-     * it also grows when a dying worker returns deliveries it never started.
-     */
-    m->suspect = m->env.redelivered || dcount > 0;
-    /* Only attempts idemd counted itself: a publisher's idemd-attempts is not believed. */
-    m->trusted =
-        t->id_len > 0 && relay_trusted(p, &w->relay_keys, w->q->name, t->id, t->id_len, &attempts);
-    t->attempt = m->trusted ? attempts + 1 : 1;
-    /*
-     * Headers nested deeper than rabbitmq-c 0.14+ decodes: with such a library
-     * the delivery never reaches here (worker_undecodable); with 0.11 it does,
-     * and gets the same outcome: dead-lettered, never handled. Its copy leaves
-     * the deep headers out (relay_copy_init), so any client can read it.
-     */
-    int deep = delivery_too_deep(p);
-    if (deep >= 0 && t->state == TXN_NEW) {
-        const amqp_bytes_t *k = &p->headers.entries[deep].key;
-        char qk[300];
-        txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 "header %s nests deeper than %d levels, which newer AMQP clients (rabbitmq-c "
-                 "0.14+) refuse to decode: not handled; the dead letter leaves it out",
-                 log_quote(k->bytes, k->len, qk, sizeof(qk)), DELIVERY_DEPTH_MAX);
-    }
-    /* A retry copy that went without its body (over the broker's max message size). */
-    long long gone = m->trusted ? delivery_header_int(p, RELAY_H_BODY_DROPPED) : -1;
-    if (gone > 0 && m->dropped == 0 && t->state == TXN_NEW) {
-        m->dropped = (uint64_t)gone;
-        txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 "its body of %lld bytes was dropped from its retry copy (over the broker's max "
-                 "message size): not handled",
-                 gone);
-    }
-    /* Returned so often that a broker delivery limit could delete it next: dead-letter it. */
-    if (w->returns_guard && dcount >= WORKER_RETURNS_MAX && t->state == TXN_NEW) {
-        txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 "returned to the queue %lld times (x-delivery-count): dead-lettered before a "
-                 "broker delivery limit deletes it (docs/rabbitmq.md, \"Delivery limits\")",
-                 dcount);
-    }
-    /* Over max_body_bytes: mq_next kept no body; never handled, never retried. */
-    if (m->dropped && gone <= 0) {
-        if (t->state == TXN_NEW)
-            txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 "body of %llu bytes is over max_body_bytes (%d): dropped, not handled",
-                 (unsigned long long)m->dropped, w->q->max_body_bytes);
-    }
-}
-
-/*
- * Receive one delivery into m (body bounded by max_body_bytes). One that
- * cannot be decoded is noted in w (worker_undecodable deals with it) and
- * freed; the caller stops collecting: the connection cannot read any more.
- */
-static mq_status_t worker_next(worker_t *w, struct timeval *tv, worker_msg_t *m)
-{
-    char qe[300], qr[300];
-    mq_status_t st = mq_next(w->mq, tv, (size_t)w->q->max_body_bytes, &m->env, &m->dropped);
-    if (st != MQ_UNDECODABLE)
-        return st;
-    w->undecodable = true;
-    w->undecodable_tag = m->env.delivery_tag;
-    snprintf(w->undecodable_route, sizeof(w->undecodable_route), "exchange=%s routing_key=%s",
-             log_quote(m->env.exchange.bytes, m->env.exchange.len, qe, sizeof(qe)),
-             log_quote(m->env.routing_key.bytes, m->env.routing_key.len, qr, sizeof(qr)));
-    amqp_destroy_envelope(&m->env);
-    return st;
-}
-
-/*
- * Take one batch (the first delivery waits up to 1 s). A suspect delivery
- * (redelivered) always runs alone, so that a message that kills its worker
- * takes no innocent batch-mates with it and its crash count is its own.
- * Returns 0, or -1 when the broker failed.
- */
-static int worker_collect(worker_t *w)
-{
-    struct timeval tv = {1, 0};
-    uint64_t deadline;
-    mq_status_t st;
-    uint64_t bytes = 0;
-
-    if (w->n > 0) {
-        tv.tv_sec = 0; /* messages held from a batch cut short: do not wait for more */
-    } else if (w->has_carry) {
-        w->batch[w->n] = w->carry;
-        w->tm[w->n++] = w->carry_tm;
-        w->has_carry = false;
-    } else {
-        st = worker_next(w, &tv, &w->batch[0]);
-        if (st == MQ_TIMEOUT || st == MQ_UNDECODABLE)
-            return 0;
-        if (st != MQ_OK)
-            return -1;
-        worker_accept(w, &w->batch[0], &w->tm[0]);
-        w->n = 1;
-    }
-    if (w->batch[0].suspect)
-        return 0;
-    for (int i = 0; i < w->n; i++)
-        bytes += w->batch[i].env.message.body.len;
-    deadline = worker_now_ms() + (uint64_t)w->q->batch_wait_ms;
-    while (w->n < w->batch_max) {
-        uint64_t now = worker_now_ms();
-        uint64_t left = deadline > now ? deadline - now : 0;
-        tv.tv_sec = (time_t)(left / 1000);
-        tv.tv_usec = (suseconds_t)(left % 1000) * 1000;
-        st = worker_next(w, &tv, &w->batch[w->n]);
-        if (st == MQ_TIMEOUT || st == MQ_UNDECODABLE)
-            break; /* undecodable: the batch so far runs and is settled first */
-        if (st != MQ_OK)
-            return -1; /* what we hold goes back to the queue with the connection */
-        worker_accept(w, &w->batch[w->n], &w->tm[w->n]);
-        size_t len = w->batch[w->n].env.message.body.len;
-        /* A suspect runs alone; a body that would pass max_batch_bytes starts the next batch. */
-        if (w->batch[w->n].suspect || bytes + len > (uint64_t)w->q->max_batch_bytes) {
-            if (!w->batch[w->n].suspect)
-                log_debug("queue %s: batch stops at %d message(s), %llu bytes: the next (%zu "
-                          "bytes) would pass max_batch_bytes",
-                          w->q->name, w->n, (unsigned long long)bytes, len);
-            w->carry = w->batch[w->n];
-            w->carry_tm = w->tm[w->n];
-            w->has_carry = true;
-            break;
-        }
-        bytes += len;
-        w->n++;
-    }
-    return 0;
-}
-
 /*
  * Once a second, let the republishing connection (if open) answer
  * heartbeats and hear connection.blocked / unblocked; drop it when lost.
@@ -1380,41 +758,11 @@ static void worker_service_pub(worker_t *w)
     }
 }
 
-/* Free the batch's envelopes (and the carried one when all is true). */
-static void worker_release(worker_t *w, bool all)
+/* Give up the batch, the carried delivery and the held list: unacked, the broker requeues them. */
+static void worker_release(worker_t *w)
 {
-    for (int i = 0; i < w->n; i++)
-        if (!w->batch[i].moved)
-            amqp_destroy_envelope(&w->batch[i].env);
-    w->n = 0;
-    if (all && w->has_carry) {
-        amqp_destroy_envelope(&w->carry.env);
-        w->has_carry = false;
-    }
-    if (all) {
-        for (int i = 0; i < w->n_held; i++) /* unacked: the broker requeues them */
-            amqp_destroy_envelope(&w->held[i].env);
-        w->n_held = 0;
-    }
-}
-
-/* After settling: free the settled envelopes, move the held (never started) ones to the front. */
-static void worker_release_settled(worker_t *w)
-{
-    int k = 0;
-    for (int i = 0; i < w->n; i++) {
-        if (w->batch[i].route != TXN_ROUTE_HOLD) {
-            if (!w->batch[i].moved)
-                amqp_destroy_envelope(&w->batch[i].env);
-            continue;
-        }
-        if (k != i) {
-            w->batch[k] = w->batch[i];
-            w->tm[k] = w->tm[i];
-        }
-        k++;
-    }
-    w->n = k;
+    life_release(&w->life);
+    w->bt.has_carry = false;
 }
 
 /*
@@ -1480,7 +828,7 @@ static void worker_reread_keys(worker_t *w)
 }
 
 /*
- * The delivery w->undecodable_tag could not be decoded (worker_next), and
+ * The delivery w->bt.undecodable_tag could not be decoded (worker_next), and
  * the consuming connection can no longer read; the batch received before it
  * is settled. When the queue dead-letters (idemd declared it so, or
  * declare.dead_letter_policy says a policy does) it is rejected there;
@@ -1492,11 +840,11 @@ static void worker_reread_keys(worker_t *w)
 static int worker_undecodable(worker_t *w)
 {
     bool reject = w->mq->dead_letters || w->q->dead_letter_policy;
-    uint64_t tag = w->undecodable_tag;
+    uint64_t tag = w->bt.undecodable_tag;
     char qq[300], qd[300], why[200];
     int delay = 0;
 
-    w->undecodable = false;
+    w->bt.undecodable = false;
     snprintf(why, sizeof(why),
              "this librabbitmq (%s) cannot decode its properties: headers nested deeper than "
              "100 levels?",
@@ -1507,7 +855,7 @@ static int worker_undecodable(worker_t *w)
         log_quote_str(w->q->dead_letter_queue ? w->q->dead_letter_queue : "", qd, sizeof(qd));
         log_error("outcome=reject queue=%s tag=%llu %s then=\"rejected to the broker, which "
                   "dead-letters it to %s\" reason=\"%s\"",
-                  qq, (unsigned long long)tag, w->undecodable_route, qd, why);
+                  qq, (unsigned long long)tag, w->bt.undecodable_route, qd, why);
         worker_count(&w->slot->c.n_reject);
     } else {
         delay = 1000 << (w->undecodable_streak < 6 ? w->undecodable_streak : 6);
@@ -1515,13 +863,13 @@ static int worker_undecodable(worker_t *w)
         log_error("outcome=requeue queue=%s tag=%llu %s then=\"requeued: the queue does not "
                   "dead-letter (see the warning at start), so it stops here; next try in %d "
                   "ms\" reason=\"%s\"",
-                  qq, (unsigned long long)tag, w->undecodable_route, delay, why);
+                  qq, (unsigned long long)tag, w->bt.undecodable_route, delay, why);
     }
     /* Sent after the batch's acks, on the same connection: the broker takes them in order. */
     if (mq_nack(w->mq, tag, !reject) != 0)
         log_warn("queue %s: tag=%llu returns to the queue with the connection instead", qq,
                  (unsigned long long)tag);
-    worker_release(w, true);
+    worker_release(w);
     mq_close(w->mq);
     w->mq = NULL;
     (void)worker_lose(w, WORKER_LOST_BROKER); /* counted as a reconnect below */
@@ -1529,6 +877,236 @@ static int worker_undecodable(worker_t *w)
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
     return worker_connect_mq(w);
+}
+
+/* The broker for batch.c and settle.c (life_broker_ops_t): the consuming and publishing mq_t. */
+static mq_status_t worker_b_next(void *ctx, const struct timeval *tv, size_t max_body,
+                                 amqp_envelope_t *env, uint64_t *dropped)
+{
+    worker_t *w = ctx;
+    return mq_next(w->mq, tv, max_body, env, dropped);
+}
+
+static int worker_b_ack(void *ctx, uint64_t tag, bool multiple)
+{
+    worker_t *w = ctx;
+    return mq_ack(w->mq, tag, multiple);
+}
+
+static int worker_b_nack(void *ctx, uint64_t tag, bool requeue)
+{
+    worker_t *w = ctx;
+    return mq_nack(w->mq, tag, requeue);
+}
+
+/* A publishing connection lost while idle is replaced; a new one declares after a failure. */
+static int worker_b_pub_open(void *ctx)
+{
+    worker_t *w = ctx;
+    if (w->pub && mq_service(w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+    }
+    return w->pub == NULL ? worker_open_publisher(w) : 0;
+}
+
+static bool worker_b_pub_blocked(void *ctx)
+{
+    worker_t *w = ctx;
+    return mq_blocked(w->pub);
+}
+
+static void worker_b_round_begin(void *ctx)
+{
+    worker_t *w = ctx;
+    mq_round_begin(w->pub);
+}
+
+static int worker_b_publish(void *ctx, const char *exchange, const char *routing_key,
+                            const amqp_basic_properties_t *props, amqp_bytes_t body)
+{
+    worker_t *w = ctx;
+    return mq_publish_to(w->pub, exchange, routing_key, props, body);
+}
+
+static int worker_b_wait_confirms(void *ctx, int timeout_ms)
+{
+    worker_t *w = ctx;
+    return mq_wait_confirms(w->pub, timeout_ms);
+}
+
+static bool worker_b_round_ok(void *ctx, int i)
+{
+    worker_t *w = ctx;
+    return i >= 0 && w->pub && mq_round_ok(w->pub, i);
+}
+
+static bool worker_b_round_returned(void *ctx, int i)
+{
+    worker_t *w = ctx;
+    return i >= 0 && w->pub && mq_round_returned(w->pub, i);
+}
+
+static const char *worker_b_round_why(void *ctx, int i)
+{
+    worker_t *w = ctx;
+    return i >= 0 && w->pub ? mq_round_why(w->pub, i) : "no publishing connection";
+}
+
+static bool worker_b_pub_usable(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->pub && mq_channel_usable(w->pub);
+}
+
+static int worker_b_pub_restore(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->pub ? mq_channel_restore(w->pub) : -1;
+}
+
+static void worker_b_pub_close(void *ctx)
+{
+    worker_t *w = ctx;
+    mq_close(w->pub);
+    w->pub = NULL;
+    w->pub_failed = true;
+}
+
+static uint64_t worker_b_max_message(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->pub ? w->pub->max_message : 0;
+}
+
+static uint64_t worker_b_now_ms(void *ctx)
+{
+    (void)ctx;
+    return worker_now_ms();
+}
+
+static uint64_t worker_b_wall_ms(void *ctx)
+{
+    struct timespec ts;
+    (void)ctx;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void worker_b_pause(void *ctx, int ms)
+{
+    worker_pause(ctx, ms);
+}
+
+static const life_broker_ops_t worker_broker_ops = {
+    .next = worker_b_next,
+    .ack = worker_b_ack,
+    .nack = worker_b_nack,
+    .pub_open = worker_b_pub_open,
+    .pub_blocked = worker_b_pub_blocked,
+    .round_begin = worker_b_round_begin,
+    .publish = worker_b_publish,
+    .wait_confirms = worker_b_wait_confirms,
+    .round_ok = worker_b_round_ok,
+    .round_returned = worker_b_round_returned,
+    .round_why = worker_b_round_why,
+    .pub_usable = worker_b_pub_usable,
+    .pub_restore = worker_b_pub_restore,
+    .pub_close = worker_b_pub_close,
+    .max_message = worker_b_max_message,
+    .now_ms = worker_b_now_ms,
+    .wall_ms = worker_b_wall_ms,
+    .pause = worker_b_pause,
+};
+
+/* The database for the crash guard (guard_ops_t): idemd_attempt through db.h. */
+static int worker_g_find_record(void *ctx, const char *id, size_t len, bool *found)
+{
+    worker_t *w = ctx;
+    return db_find_records(w->db, &id, &len, 1, found) == DB_OK ? 0 : -1;
+}
+
+static long long worker_g_bump(void *ctx, const char *id, size_t len, long long *crashes)
+{
+    worker_t *w = ctx;
+    return db_attempt_bump(w->db, id, len, crashes);
+}
+
+static long long worker_g_crash(void *ctx, const char *id, size_t len, bool add_start)
+{
+    worker_t *w = ctx;
+    return db_attempt_crash(w->db, id, len, add_start);
+}
+
+static int worker_g_unstart(void *ctx, const char *id, size_t len)
+{
+    worker_t *w = ctx;
+    return db_attempt_unstart(w->db, id, len);
+}
+
+static const guard_ops_t worker_guard_ops = {
+    .find_record = worker_g_find_record,
+    .bump = worker_g_bump,
+    .crash = worker_g_crash,
+    .unstart = worker_g_unstart,
+};
+
+/* Wire the batch, settle and guard modules to this worker (its life, broker and database). */
+static void worker_wire(worker_t *w)
+{
+    w->guard = (guard_t){.ops = &worker_guard_ops,
+                         .ctx = w,
+                         .max_attempts = w->q->max_attempts,
+                         .dedup_table = w->q->dedup == CONF_DEDUP_TABLE,
+                         .workers = w->q->workers};
+    w->bt.q = w->q;
+    w->bt.ops = &worker_broker_ops;
+    w->bt.ctx = w;
+    w->bt.life = &w->life;
+    w->bt.keys = &w->relay_keys;
+    w->st = (settle_t){.q = w->q,
+                       .handler = w->h->name,
+                       .ops = &worker_broker_ops,
+                       .ctx = w,
+                       .guard = &w->guard,
+                       .key = w->relay_keys.k[0],
+                       .c = &w->slot->c,
+                       .heartbeat = w->conf->broker.heartbeat,
+                       .life = &w->life};
+}
+
+/*
+ * A worker that died inside a handler left the message's id in its slot,
+ * and the supervisor the signal that ended it: hand that note to the crash
+ * guard (guard_count_crash), then clear it. 0, or -1 when the database
+ * failed.
+ */
+static int worker_count_crash(worker_t *w)
+{
+    worker_slot_t *sl = w->slot;
+    guard_note_t note = {
+        .in_handler = __atomic_load_n(&sl->in_handler, __ATOMIC_ACQUIRE) != 0,
+        .counted = sl->crash_counted != 0,
+        .id = sl->crash_id,
+        .id_len = sl->crash_id_len < sizeof(sl->crash_id) ? sl->crash_id_len : 0,
+        .consumer = sl->crash_consumer,
+        .exit_signal = __atomic_load_n(&sl->exit_signal, __ATOMIC_RELAXED),
+    };
+    if (guard_count_crash(&w->guard, &note, w->q->consumer) != 0)
+        return -1;
+    __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* Publish-to-commit latency of the settled batch's committed messages. */
+static void worker_latencies(worker_t *w)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+    for (int i = 0; i < w->life.batch.n; i++)
+        if (w->life.batch.t[i].state == TXN_COMMITTED)
+            worker_latency(w, &w->life.batch.m[i], now_us);
 }
 
 static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
@@ -1549,39 +1127,40 @@ static int worker_loop(worker_t *w)
         if (db_rc == 0)
             worker_reread_keys(w);
         if (db_rc != 0 || chores_tick(&w->chores) != 0) {
-            worker_release(w, true);
+            worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
-        if (worker_retry_held(w) != 0 || worker_collect(w) != 0) {
-            worker_release(w, true);
+        if (settle_retry_held(&w->st) != 0 || batch_collect(&w->bt) != 0) {
+            worker_release(w);
             return worker_lose(w, WORKER_LOST_BROKER);
         }
-        if (w->n == 0) {
-            if (w->undecodable && (code = worker_undecodable(w)) != 0)
+        if (w->life.batch.n == 0) {
+            if (w->bt.undecodable && (code = worker_undecodable(w)) != 0)
                 return code;
             continue;
         }
         worker_count(&w->slot->c.n_batches);
         metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds,
-                        METRICS_BATCH_N, (uint64_t)w->n);
+                        METRICS_BATCH_N, (uint64_t)w->life.batch.n);
         if (worker_check_db(w) != 0) {
-            worker_release(w, true);
+            worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
         if (worker_transact(w) != 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
-            worker_release(w, true);
+            worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
-        if (worker_settle(w) != 0) {
-            worker_release(w, true);
+        if (settle_batch(&w->st) != 0) {
+            worker_release(w);
             return worker_lose(w, WORKER_LOST_BROKER);
         }
-        worker_release_settled(w);
-        if (w->undecodable && (code = worker_undecodable(w)) != 0)
+        worker_latencies(w);
+        settle_release(&w->st);
+        if (w->bt.undecodable && (code = worker_undecodable(w)) != 0)
             return code;
     }
-    worker_release(w, true);
+    worker_release(w);
     return WORKER_EXIT_STOPPED;
 }
 
@@ -1631,29 +1210,25 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     if (getppid() == 1)
         worker_stop = 1;
 
-    w.batch_max = q->batch_size;
-    w.batch = calloc((size_t)q->batch_size, sizeof(*w.batch));
-    w.tm = calloc((size_t)q->batch_size, sizeof(*w.tm));
+    w.bt.batch_max = q->batch_size;
+    bool mem = life_init(&w.life, q->batch_size, q->prefetch / 2 > 0 ? q->prefetch / 2 : 1) == 0;
     w.ids = calloc((size_t)q->batch_size, sizeof(*w.ids));
     w.id_lens = calloc((size_t)q->batch_size, sizeof(*w.id_lens));
-    w.max_held = q->prefetch / 2 > 0 ? q->prefetch / 2 : 1;
-    w.held = calloc((size_t)w.max_held, sizeof(*w.held));
-    w.held_tm = calloc((size_t)w.max_held, sizeof(*w.held_tm));
     if (w.h->abi_minor >= 2 && w.h->handle_batch && q->batch_handler && q->batch_size > 1) {
         size_t n = (size_t)q->batch_size;
         w.bmsg = calloc(n, sizeof(*w.bmsg));
         w.bptr = calloc(n, sizeof(*w.bptr));
         w.bidx = calloc(n, sizeof(*w.bidx));
         w.bscratch = malloc(n * WORKER_BATCH_SCRATCH);
-        w.berr = malloc(n * sizeof(w.tm[0].reason));
+        w.berr = malloc(n * sizeof(txn_msg_t){0}.reason);
         if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr || !w.bidx)
             w.ids = NULL; /* reported just below */
     }
-    if (w.batch == NULL || w.tm == NULL || w.held == NULL || w.held_tm == NULL || w.ids == NULL ||
-        w.id_lens == NULL) {
+    if (!mem || w.ids == NULL || w.id_lens == NULL) {
         log_error("out of memory");
         _exit(WORKER_EXIT_TEMPFAIL);
     }
+    worker_wire(&w);
     code = worker_connect_db(&w);
     if (code == 0 && worker_count_crash(&w) != 0)
         code = worker_lose(&w, WORKER_LOST_DATABASE);
@@ -1675,10 +1250,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     if (w.db)
         (void)db_rollback(w.db);
     db_close(w.db);
-    free(w.batch);
-    free(w.tm);
-    free(w.held);
-    free(w.held_tm);
+    life_free(&w.life);
     free(w.ids);
     free(w.id_lens);
     free(w.bmsg);
