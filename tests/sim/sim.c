@@ -74,35 +74,49 @@ static struct {
     wmsg_t carry;
     txn_msg_t carry_tm;
     uint64_t bulk_off_until_ms;
-    bool starting; /* a successor: confirm the predecessor's crash first */
 } w;
 
 /* The worker's slot in shared memory: survives the worker (worker_slot_t's crash note). */
-static struct {
-    bool in_handler, crash_counted;
-    int crash_id;
-    int exit_signal;
-} slot;
+sim_slot_t sim_slot;
+static bool starting; /* a successor: confirm the predecessor's crash first */
+
+bool sim_slot_pending_start(void)
+{
+    return starting;
+}
+
+void sim_slot_started(void)
+{
+    starting = false;
+}
 
 void sim_die(int sig, const char *where)
 {
+    int ids[SIM_BATCH], n = 0;
     sim.deaths++;
     sim_log("worker %s: %s", sig ? strsignal(sig) : "exits", where);
+    if (sim.model)
+        for (int i = 0; i < w.n; i++)
+            ids[n++] = w.batch[i].d.m.id;
+    else
+        n = sim_life_batch_ids(ids, SIM_BATCH);
     /* Whoever was in flight, other than a crasher by its own hand, was cut short. */
-    for (int i = 0; i < w.n; i++)
-        if (!(slot.in_handler && sig != SIGKILL && w.batch[i].d.m.id == slot.crash_id))
-            sim.truth[w.batch[i].d.m.id].kills_in_flight++;
+    for (int i = 0; i < n; i++)
+        if (!(sim_slot.in_handler && sig != SIGKILL && ids[i] == sim_slot.crash_id))
+            sim.truth[ids[i]].kills_in_flight++;
     for (int id = 0; id < sim.o.n_msgs; id++)
         for (int r = 0; r < SIM_ROWS; r++)
             if (sim_db.row[id][r] && sim.truth[id].row_confirmed[r])
                 sim.truth[id].row_may_resend[r] = true; /* its DELETE may never have run */
-    slot.exit_signal = sig;
+    sim_slot.exit_signal = sig;
     /* The successor's view: the broker requeues what was unacked, the server rolls back. */
+    if (!sim.model)
+        sim_life_die();
     sim_mq_close_consumer();
     sim_pub_close();
     sim_db_disconnect();
     memset(&w, 0, sizeof(w));
-    w.starting = true;
+    starting = true;
     longjmp(sim.death, 1);
 }
 
@@ -134,20 +148,21 @@ void sim_on_ack(int id)
 /* The successor counts its predecessor's crash (worker_count_crash). */
 static void worker_count_crash(void)
 {
-    if (!slot.in_handler)
+    if (!sim_slot.in_handler)
         return;
-    int sig = slot.exit_signal;
+    int sig = sim_slot.exit_signal;
     if (sig == SIGKILL || sig == SIGTERM) {
-        sim_log("successor: predecessor killed in the handler on m%d: not a crash", slot.crash_id);
+        sim_log("successor: predecessor killed in the handler on m%d: not a crash",
+                sim_slot.crash_id);
     } else {
-        long long n = sim_db_crash(slot.crash_id, !slot.crash_counted);
+        long long n = sim_db_crash(sim_slot.crash_id, !sim_slot.crash_counted);
         if (n < 0)
             worker_exit("database lost counting a crash");
         sim.crashes_seen++;
         sim_log("successor: predecessor died in the handler on m%d (%s): crash %lld counted",
-                slot.crash_id, sig ? strsignal(sig) : "exit", n);
+                sim_slot.crash_id, sig ? strsignal(sig) : "exit", n);
     }
-    slot.in_handler = false;
+    sim_slot.in_handler = false;
 }
 
 /* Prepare a delivery (worker_accept): id, attempt, suspect, the returns guard. */
@@ -300,12 +315,12 @@ static idemd_result_t op_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
 {
     (void)ctx;
     (void)i;
-    slot.crash_id = sim_id_of(m);
-    slot.crash_counted = m->counted;
-    slot.in_handler = true;
+    sim_slot.crash_id = sim_id_of(m);
+    sim_slot.crash_counted = m->counted;
+    sim_slot.in_handler = true;
     m->reason[0] = '\0';
     idemd_result_t r = handler_run(m, err);
-    slot.in_handler = false;
+    sim_slot.in_handler = false;
     return r;
 }
 
@@ -334,14 +349,14 @@ static uint64_t op_now(void *ctx)
     return sim.now_ms;
 }
 
-static const txn_ops_t sim_txn_ops = {
+const txn_ops_t sim_txn_ops = {
     sim_db_exec, sim_db_record,      sim_db_clear,        op_handle,
     op_now,      sim_db_record_many, sim_db_find_records, op_handle_many,
 };
 
 /* Whether a retry's reason is the database's doing (an injected error or lock wait), not the
  * message's nor idemd's. */
-static bool infra_reason(const char *why)
+bool sim_infra_reason(const char *why)
 {
     static const char *const db[] = {"statement failed", "outbox insert failed", "lock wait",
                                      "transaction lost"};
@@ -369,11 +384,19 @@ static void worker_transact(void)
         worker_exit("the database cannot be trusted (TXN_FATAL)");
     if (t.too_slow)
         w.bulk_off_until_ms = sim.now_ms + 60000;
-    for (int i = 0; i < w.n; i++) {
-        const txn_msg_t *m = &w.tm[i];
+    sim_after_txn(w.tm, w.n);
+}
+
+void sim_after_txn(const txn_msg_t *tm, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const txn_msg_t *m = &tm[i];
         sim_truth_t *tr = &sim.truth[sim_id_of(m)];
-        if (m->state == TXN_RETRY && infra_reason(m->reason))
+        if (m->state == TXN_RETRY && sim_infra_reason(m->reason))
             tr->infra_fails++;
+        txn_route_t r = txn_route(m, sim.o.max_attempts, sim.o.has_dlq);
+        if (r == TXN_ROUTE_DLQ || r == TXN_ROUTE_BROKER)
+            snprintf(tr->dl_reason, sizeof(tr->dl_reason), "%.150s", m->reason);
         /* Invariant 1 as the transaction ends: committed means committed once. */
         if (m->state == TXN_COMMITTED && sim_db.eff[sim_id_of(m)] != 1)
             sim_violation("m%d committed with %d effects in the database", sim_id_of(m),
@@ -484,9 +507,6 @@ static void worker_settle(void)
             snprintf(why, sizeof(why), "gave up after %u attempts: %.400s", t->attempt, t->reason);
             memcpy(t->reason, why, sizeof(why));
         }
-        if (w.batch[i].route == TXN_ROUTE_DLQ || w.batch[i].route == TXN_ROUTE_BROKER)
-            snprintf(sim.truth[w.batch[i].d.m.id].dl_reason,
-                     sizeof(sim.truth[w.batch[i].d.m.id].dl_reason), "%.150s", t->reason);
     }
     int round = worker_republish(w.batch, w.tm, w.n);
     int requeued = 0;
@@ -522,7 +542,7 @@ static void worker_settle(void)
 }
 
 /* The outbox relay (outbox.c, modelled): publish committed rows, delete the confirmed ones. */
-static void worker_relay(void)
+void sim_relay(void)
 {
     struct {
         int id, row, idx;
@@ -576,19 +596,19 @@ static void worker_relay(void)
 /* One turn of the worker's loop; false when it had nothing to do. */
 static bool worker_step(void)
 {
-    if (w.starting) {
+    if (starting) {
         worker_count_crash();
-        w.starting = false;
+        starting = false;
     }
     worker_retry_held();
     worker_collect();
     if (w.n == 0) {
-        worker_relay();
+        sim_relay();
         return w.n_held > 0;
     }
     worker_transact();
     worker_settle();
-    worker_relay();
+    sim_relay();
     return true;
 }
 
@@ -600,12 +620,13 @@ static void check_step(void)
     for (int id = 0; id < sim.o.n_msgs; id++)
         if (sim_db.eff[id] > 1)
             sim_violation("m%d: effects committed %d times", id, sim_db.eff[id]);
-    if (w.n_held > sim.o.max_held)
-        sim_violation("held list at %d, over its bound %d", w.n_held, sim.o.max_held);
+    int held = sim.model ? w.n_held : sim_life_held(), n = sim.model ? w.n : sim_life_batch_n();
+    if (held > sim.o.max_held)
+        sim_violation("held list at %d, over its bound %d", held, sim.o.max_held);
     if (sim_mq.n_unacked > sim.o.prefetch)
         sim_violation("%d unacked, over prefetch %d", sim_mq.n_unacked, sim.o.prefetch);
-    if (w.n > sim.o.batch_size)
-        sim_violation("batch of %d, over batch_size %d", w.n, sim.o.batch_size);
+    if (n > sim.o.batch_size)
+        sim_violation("batch of %d, over batch_size %d", n, sim.o.batch_size);
     if (sim_mq.dropped)
         sim_violation("the broker dropped %d message(s) at its delivery limit", sim_mq.dropped);
 }
@@ -618,8 +639,7 @@ static const char *dead_letter_ok(int id)
         return "poisoned";
     if (tr->max_dcount >= SIM_RETURNS_MAX)
         return "returned to its queue past the delivery-limit guard";
-    if (strstr(tr->dl_reason, "gave up after") &&
-        tr->infra_fails + (tr->kind == SIM_FLAKY) >= sim.o.max_attempts)
+    if (tr->infra_fails + (tr->kind == SIM_FLAKY) >= sim.o.max_attempts)
         return "every attempt failed by the database's fault";
     if (strstr(tr->dl_reason, "started") && tr->kills_in_flight >= sim.o.max_attempts)
         return "its runs were killed again and again";
@@ -704,8 +724,9 @@ static void maybe_lock(void)
 
 static bool drained(void)
 {
-    if (sim_mq.qn[SQ_MAIN] || sim_mq.qn[SQ_DELAY] || sim_mq.n_unacked || w.n_held || w.n ||
-        w.has_carry)
+    if (sim_mq.qn[SQ_MAIN] || sim_mq.qn[SQ_DELAY] || sim_mq.n_unacked)
+        return false;
+    if (sim.model ? (w.n_held || w.n || w.has_carry) : !sim_life_idle())
         return false;
     for (int id = 0; id < sim.o.n_msgs; id++)
         for (int r = 0; r < SIM_ROWS; r++)
@@ -715,15 +736,17 @@ static bool drained(void)
 }
 
 /* Run one seed; true when every invariant held. */
-static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
+static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
 {
     memset(&sim, 0, sizeof(sim));
     memset(&w, 0, sizeof(w));
-    memset(&slot, 0, sizeof(slot));
+    memset(&sim_slot, 0, sizeof(sim_slot));
     sim.seed = seed;
     sim.rng.s = seed;
     sim.bug = *bugs;
     sim.trace = trace;
+    sim.model = model;
+    starting = false;
     sim.now_ms = 1;
     if (&txn_test_no_fallback)
         txn_test_no_fallback = bugs->no_fallback;
@@ -749,7 +772,10 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
         if (sim_rng_below(&sim.rng, 20) == 0)
             sim_mq_put(SQ_MAIN, &m); /* the publisher sent it twice */
     }
-    sim_log("kinds: see --trace of handler verdicts; %d messages published", sim_mq.qn[SQ_MAIN]);
+    sim_log("%d messages published; the worker is %s", sim_mq.qn[SQ_MAIN],
+            model ? "modelled (sim.c)" : "batch.c, guard.c, settle.c");
+    if (!model)
+        sim_life_begin();
     while (!sim.failed) {
         if (setjmp(sim.death) != 0)
             continue; /* the worker died: its successor takes the next step */
@@ -765,27 +791,32 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
         maybe_lock();
         sim.now_ms += 1 + sim_rng_below(&sim.rng, 20);
         uint64_t next = sim_mq_tick();
-        bool busy = worker_step();
+        bool busy = model ? worker_step() : sim_life_step();
         check_step();
         if (!busy && sim.calm && drained())
             break;
         if (!busy) {
             /* Idle: the clock jumps to the next thing that can happen. */
             uint64_t t = next;
-            if (w.held_next_ms && (t == 0 || w.held_next_ms < t))
-                t = w.held_next_ms;
+            uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms();
+            if (h && (t == 0 || h < t))
+                t = h;
             if (t > sim.now_ms)
                 sim.now_ms = t;
         }
     }
     if (!sim.failed)
         check_end();
+    if (!model)
+        sim_life_end();
+    sim_mq_reset();
     return !sim.failed;
 }
 
 /* ---------- the command ---------- */
 
 typedef struct bug_case {
+    bool model_only; /* a switch of the worker's model (sim.c), not of the real modules */
     const char *flag;
     const char *name;
     sim_bugs_t set;
@@ -823,14 +854,16 @@ static void usage(void)
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
            "              carry_ack\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
+           "  --show N    print the first N failing seeds (default 5)\n"
+           "  --model     drive the worker's model (sim.c) instead of batch.c, guard.c, settle.c\n"
            "Prints TAP lines, then \"N passed, N failed\".\n");
 }
 
 int main(int argc, char **argv)
 {
-    long seeds = 2000, bug_budget = 2000;
+    long seeds = 2000, bug_budget = 2000, show = 5;
     uint64_t first = 1, one = 0;
-    bool have_one = false, trace = false, check_bugs = true;
+    bool have_one = false, trace = false, check_bugs = true, model = false;
     sim_bugs_t bugs = {false, false, false, false};
     const char *argv0 = argv[0];
 
@@ -846,6 +879,10 @@ int main(int argc, char **argv)
             trace = true;
         else if (strcmp(argv[i], "--no-bugs") == 0)
             check_bugs = false;
+        else if (strcmp(argv[i], "--show") == 0 && i + 1 < argc)
+            show = atol(argv[++i]);
+        else if (strcmp(argv[i], "--model") == 0)
+            model = true;
         else if (strcmp(argv[i], "--bug") == 0 && i + 1 < argc) {
             const char *b = argv[++i];
             if (strcmp(b, "no_fallback") == 0)
@@ -879,7 +916,7 @@ int main(int argc, char **argv)
                  bugs.carry_ack ? " --bug carry_ack" : "");
 
     if (have_one) {
-        bool ok = sim_run(one, &bugs, trace);
+        bool ok = sim_run(one, &bugs, trace, model);
         t_line(ok, "sim seed %llu%s: %s (%ld steps, %d deaths, %d crashes counted)",
                (unsigned long long)one, bugarg, ok ? "every invariant held" : sim.why, sim.steps,
                sim.deaths, sim.crashes_seen);
@@ -891,8 +928,8 @@ int main(int argc, char **argv)
     long steps = 0, deaths = 0, bad = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
-        if (!sim_run(s, &bugs, false)) {
-            if (++bad <= 5)
+        if (!sim_run(s, &bugs, false, model)) {
+            if (++bad <= show)
                 printf("# seed %llu broke an invariant: %s\n#   replay: SIM_SEED=%llu make sim   "
                        "or   %s --seed %llu%s --trace\n",
                        (unsigned long long)s, sim.why, (unsigned long long)s, argv0,
@@ -910,20 +947,25 @@ int main(int argc, char **argv)
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {
-            {"no_fallback",
+            {false,
+             "no_fallback",
              "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
              {true, false, false, false},
              &txn_test_no_fallback != NULL},
-            {"match_by_key",
+            {false,
+             "match_by_key",
              "match_by_key (a return marks every pending copy with its routing key)",
              {false, true, false, false},
              true},
-            {"alarm_as_crash",
+            {false,
+             "alarm_as_crash",
              "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
              {false, false, true, false},
              true},
-            {"carry_ack",
-             "carry_ack (worker.c on main: a batch after a cut-short one acks the carried "
+            {true,
+             "carry_ack",
+             "carry_ack (worker.c on main, batch.c on h-life: a batch after a cut-short one acks "
+             "the carried "
              "delivery)",
              {false, false, false, true},
              true},
@@ -935,14 +977,16 @@ int main(int argc, char **argv)
             }
             long k;
             for (k = 0; k < bug_budget; k++)
-                if (!sim_run(first + (uint64_t)k, &cases[c].set, false))
+                if (!sim_run(first + (uint64_t)k, &cases[c].set, false,
+                             model || cases[c].model_only))
                     break;
             if (k < bug_budget)
                 t_line(true,
                        "sim finds %s: first at seed %llu of %ld: %s (replay: %s --seed %llu "
-                       "--bug %s --trace)",
+                       "--bug %s%s --trace)",
                        cases[c].name, (unsigned long long)(first + (uint64_t)k), bug_budget,
-                       sim.why, argv0, (unsigned long long)(first + (uint64_t)k), cases[c].flag);
+                       sim.why, argv0, (unsigned long long)(first + (uint64_t)k), cases[c].flag,
+                       model || cases[c].model_only ? " --model" : "");
             else
                 t_line(false, "sim finds %s: not found in %ld seeds", cases[c].name, bug_budget);
         }

@@ -8,6 +8,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "amqp_compat.h"
 #include "txn.h"
 
 /* ---------- randomness: splitmix64, the only source of choice in a run ---------- */
@@ -71,7 +72,14 @@ typedef struct sim_bmsg {
     int dcount;        /* quorum queues: x-delivery-count */
     uint64_t ready_ms; /* SQ_DELAY: when its TTL expires */
     char reason[160];  /* SQ_DLQ / SQ_BDLX: why */
+    /* Its AMQP properties as published (sim_life.c), in pool; pool NULL: none kept. The entry
+     * owns the pool: whoever drops the entry frees it (sim_bmsg_free). */
+    amqp_pool_t *pool;
+    amqp_basic_properties_t props;
 } sim_bmsg_t;
+
+/* Free what a broker entry owns (its properties' pool). */
+void sim_bmsg_free(sim_bmsg_t *m);
 
 /* The options one seed draws (printed with --trace). */
 typedef struct sim_opts {
@@ -110,6 +118,7 @@ typedef struct sim {
     sim_opts_t o;
     sim_bugs_t bug;
     bool trace, calm; /* calm: faults off, the run drains */
+    bool model;       /* run the worker's model (sim.c) instead of batch.c, guard.c, settle.c */
     sim_truth_t truth[SIM_MSGS];
     jmp_buf death; /* sim_die() jumps here: the worker process is gone */
     int deaths, crashes_seen;
@@ -177,6 +186,8 @@ unsigned sim_db_stmt(int id, int row, uint64_t *waited_ms);
 unsigned sim_db_find(int id, bool *found);
 long long sim_db_bump(int id, long long *crashes);
 long long sim_db_crash(int id, bool add_start);
+/* Take back one counted start (never below 0). 0 or an error number. */
+unsigned sim_db_unstart(int id);
 /* The relay's DELETE of a published outbox row (its own transaction). */
 unsigned sim_db_row_delete(int id, int row);
 /* A message id of the catalogue from a txn message ("m<N>"). */
@@ -228,20 +239,59 @@ void sim_mq_close_consumer(void);
 /* Move expired delay-tier messages back to SQ_MAIN; the time of the next expiry or 0. */
 uint64_t sim_mq_tick(void);
 
-/* The publishing side: begin a round, publish one copy (its index, or -1 when the channel is
- * closed), wait for confirms (0, or -1 when the channel closed: unsettled copies not ok), and
- * whether copy i is ok: confirmed by basic.ack and not returned, as the round's matching
+/* The publishing side: begin a round, publish one copy (which takes over m's pool; with a pool,
+ * the caller gives the worker its chance to die before building it) (its index, or -1 when the
+ * channel is closed), wait for confirms (0, or -1 when the channel closed: unsettled copies not
+ * ok), and whether copy i is ok: confirmed by basic.ack and not returned, as the round's matching
  * decides. */
 void sim_pub_begin(void);
 int sim_pub_publish(sim_queue_t target, const sim_bmsg_t *m);
 int sim_pub_wait(void);
 bool sim_pub_ok(int i);
+bool sim_pub_returned(int i);
+const char *sim_pub_why(int i);
 void sim_pub_close(void);
 /* Free the round's memory (end of the program). */
 void sim_pub_free(void);
 
 /* The broker forgot an acked delivery of id: invariants 1 and 2 look at what is left (sim.c). */
 void sim_on_ack(int id);
+
+/* ---------- the worker's real modules (sim_life.c): batch.c, guard.c, settle.c, life.c ----------
+ */
+/* What sim.c shares with them: the txn ops (handler, database) and the crash note. */
+extern const txn_ops_t sim_txn_ops;
+typedef struct sim_slot {
+    bool in_handler, crash_counted;
+    int crash_id;
+    int exit_signal;
+} sim_slot_t;
+extern sim_slot_t sim_slot;
+
+/* sim.c's side: the successor's pending crash count, the bookkeeping after a transaction, the
+ * outbox relay's model, whether a retry's reason is the database's doing. */
+bool sim_slot_pending_start(void);
+void sim_slot_started(void);
+void sim_after_txn(const txn_msg_t *tm, int n);
+void sim_relay(void);
+bool sim_infra_reason(const char *why);
+
+/* A new run (after the seed's options are drawn) / its end. */
+void sim_life_begin(void);
+void sim_life_end(void);
+/* The worker died: give up its deliveries (the broker requeues them); a new worker next. */
+void sim_life_die(void);
+/* One turn of the loop (worker_loop) on the real modules; false when idle. */
+bool sim_life_step(void);
+/* The ids in the batch now (for the deaths' bookkeeping); returns how many. */
+int sim_life_batch_ids(int *ids, int max);
+/* Sizes for invariant 5 and the drain. */
+int sim_life_held(void);
+int sim_life_batch_n(void);
+bool sim_life_idle(void);
+uint64_t sim_life_held_next_ms(void);
+/* Trace the state the worker's batch is in. */
+void sim_life_trace(void);
 
 /* How many live instances of id the broker holds (queues, delay tier, unacked). */
 int sim_mq_count(int id);

@@ -300,6 +300,16 @@ long long sim_db_crash(int id, bool add_start)
     return ++sim_db.crashes[id];
 }
 
+unsigned sim_db_unstart(int id)
+{
+    unsigned e;
+    if ((e = db_fault("guard attempts unstart", F_CONN)) != 0)
+        return e;
+    if (sim_db.starts[id] > 0)
+        sim_db.starts[id]--;
+    return 0;
+}
+
 unsigned sim_db_row_delete(int id, int row)
 {
     unsigned e;

@@ -3,6 +3,7 @@
  * copies may be returned, nacked or lost with the channel.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "pubround.h"
@@ -12,8 +13,22 @@ sim_mq_t sim_mq;
 
 #define SIM_DELIVERY_LIMIT 20 /* RabbitMQ 4.x quorum queues: the default delivery-limit */
 
+void sim_bmsg_free(sim_bmsg_t *m)
+{
+    if (m->pool == NULL)
+        return;
+    empty_amqp_pool(m->pool);
+    free(m->pool);
+    m->pool = NULL;
+}
+
 void sim_mq_reset(void)
 {
+    for (int q = 0; q < SQ_N; q++)
+        for (int i = 0; i < sim_mq.qn[q]; i++)
+            sim_bmsg_free(&sim_mq.q[q][i]);
+    for (int i = 0; i < sim_mq.n_unacked; i++)
+        sim_bmsg_free(&sim_mq.unacked[i].m);
     memset(&sim_mq, 0, sizeof(sim_mq));
     sim_mq.next_tag = 1;
 }
@@ -28,6 +43,7 @@ void sim_mq_put(sim_queue_t q, const sim_bmsg_t *m)
 {
     if (sim_mq.qn[q] >= SIM_QCAP) {
         sim_violation("memory: queue %s passed %d messages", mq_qname(q), SIM_QCAP);
+        sim_bmsg_free((sim_bmsg_t *)m);
         return;
     }
     sim_mq.q[q][sim_mq.qn[q]++] = *m;
@@ -65,6 +81,7 @@ static void mq_return(sim_bmsg_t m)
             } else {
                 sim_log("broker: m%d dropped by the delivery limit", m.id);
                 sim_mq.dropped++;
+                sim_bmsg_free(&m);
             }
             return;
         }
@@ -114,6 +131,7 @@ int sim_mq_ack(uint64_t tag, bool multiple)
         if (!mq_take(tag, &m))
             return -1;
         sim_log("broker: ack tag=%llu (m%d)", (unsigned long long)tag, m.id);
+        sim_bmsg_free(&m);
         sim_on_ack(m.id);
         return 0;
     }
@@ -133,6 +151,7 @@ int sim_mq_ack(uint64_t tag, bool multiple)
     for (int i = 0; i < n; i++) {
         sim_log("broker: ack tag=%llu (m%d, multiple up to %llu)", (unsigned long long)gone[i].tag,
                 gone[i].m.id, (unsigned long long)tag);
+        sim_bmsg_free(&gone[i].m);
         sim_on_ack(gone[i].m.id);
     }
     return 0;
@@ -227,9 +246,12 @@ void sim_pub_close(void)
 
 int sim_pub_publish(sim_queue_t target, const sim_bmsg_t *m)
 {
-    sim_maybe_die("basic.publish");
-    if (!sim_mq.pub_open || sim_mq.n_sent >= SIM_ROUND)
+    if (m->pool == NULL)
+        sim_maybe_die("basic.publish"); /* with properties, the caller took its chance first */
+    if (!sim_mq.pub_open || sim_mq.n_sent >= SIM_ROUND) {
+        sim_bmsg_free((sim_bmsg_t *)m);
         return -1;
+    }
     sim_copy_t *c = &sim_mq.sent[sim_mq.n_sent++];
     memset(c, 0, sizeof(*c));
     c->seq = ++sim_mq.pub_seq;
@@ -245,6 +267,9 @@ int sim_pub_publish(sim_queue_t target, const sim_bmsg_t *m)
         c->routed = true;
         sim_mq_put(target, m);
     }
+    if (!c->routed)
+        sim_bmsg_free((sim_bmsg_t *)m); /* the broker did not keep it */
+    c->m.pool = NULL;                   /* the truth's copy owns nothing */
     sim_log("publisher: seq=%llu m%d%s -> %s: %s", (unsigned long long)c->seq, m->id,
             m->row >= 0 ? (m->row == 0   ? " row 0"
                            : m->row == 1 ? " row 1"
@@ -301,6 +326,16 @@ int sim_pub_wait(void)
 bool sim_pub_ok(int i)
 {
     return i >= 0 && pubround_ok(&round, i);
+}
+
+bool sim_pub_returned(int i)
+{
+    return pubround_returned(&round, i);
+}
+
+const char *sim_pub_why(int i)
+{
+    return pubround_why(&round, i);
 }
 
 void sim_pub_free(void)
