@@ -73,7 +73,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/
 all: $(B)/idemd $(B)/idemctl $(PLUGINS)
 
 # bench/pace paces the chaos runs' publishers (tests/chaos/run).
-check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace
+check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace $(B)/tests/sim/sim
 
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
 	$(CC) $(CFLAGS) -fPIE -c -o $@ $<
@@ -142,7 +142,7 @@ sim: $(B)/tests/sim/sim
 	else $< --seeds $(SIM_SEEDS); fi
 
 # Under ASan the crash tests' deliberate segfaults must still kill the worker by signal.
-test: check-build sim
+test: check-build
 	H_BUILD=$(abspath $(B)) ASAN_OPTIONS=$${ASAN_OPTIONS:-handle_segv=0:detect_leaks=0} bash tests/run
 
 unit: check-build

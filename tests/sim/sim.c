@@ -16,7 +16,7 @@
 
 sim_t sim;
 
-/* txn.c's test-only switch (h-tap): weak, so that a txn.c without it still links. */
+/* txn.c's test-only switch: weak, so that a txn.c without it still links. */
 extern bool txn_test_no_fallback __attribute__((weak));
 
 #define SIM_GUARD_UNCONFIRMED 10 /* worker.c WORKER_GUARD_UNCONFIRMED */
@@ -964,7 +964,7 @@ int main(int argc, char **argv)
              true},
             {true,
              "carry_ack",
-             "carry_ack (worker.c on main, batch.c on h-life: a batch after a cut-short one acks "
+             "carry_ack (before 2026-12: a batch filled after a cut-short one acks "
              "the carried "
              "delivery)",
              {false, false, false, true},
