@@ -20,6 +20,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "plugin.h"
+#include "slot.h"
 #include "worker.h"
 
 /* How often a held-back watchdog ping is tried again. */
