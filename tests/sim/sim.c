@@ -836,6 +836,8 @@ static void check_end(void)
 
 /* ---------- one seed ---------- */
 
+static int force_workers; /* --workers N, or 0: drawn by the seed */
+
 static void draw_options(void)
 {
     sim_opts_t *o = &sim.o;
@@ -843,6 +845,8 @@ static void draw_options(void)
     /* Workers on the queue: 1 (40%), 2, 3 or 4 (20% each); the model is one worker. */
     unsigned wk = sim_rng_below(&sim.sched, 10);
     o->workers = sim.model ? 1 : wk < 4 ? 1 : wk < 6 ? 2 : wk < 8 ? 3 : 4;
+    if (force_workers > 0 && !sim.model)
+        o->workers = force_workers; /* --workers N: the rest of the seed is drawn the same */
     o->n_msgs = 4 + (int)sim_rng_below(r, SIM_MSGS - 4);
     o->batch_size = 1 + (int)sim_rng_below(r, SIM_BATCH);
     o->prefetch = 1 + (int)sim_rng_below(r, SIM_PREFETCH);
@@ -1045,6 +1049,7 @@ static void usage(void)
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of batch.c, guard.c, settle.c\n"
+           "  --workers N run every seed with N workers (1..4) instead of the seed's draw\n"
            "  --strict-crash-limit  no allowance for crash notes lost when a successor is\n"
            "              killed before it counts its predecessor's crash\n"
            "Prints TAP lines, then \"N passed, N failed\".\n");
@@ -1074,7 +1079,13 @@ int main(int argc, char **argv)
             show = atol(argv[++i]);
         else if (strcmp(argv[i], "--model") == 0)
             model = true;
-        else if (strcmp(argv[i], "--strict-crash-limit") == 0)
+        else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc) {
+            force_workers = atoi(argv[++i]);
+            if (force_workers < 1 || force_workers > SIM_WORKERS) {
+                usage();
+                return 64;
+            }
+        } else if (strcmp(argv[i], "--strict-crash-limit") == 0)
             strict_crash_limit = true;
         else if (strcmp(argv[i], "--bug") == 0 && i + 1 < argc) {
             const char *b = argv[++i];
