@@ -30,6 +30,8 @@ void sim_log(const char *fmt, ...)
     if (!sim.trace)
         return;
     printf("# %6llu ms  ", (unsigned long long)sim.now_ms);
+    if (sim.o.workers > 1)
+        printf("[w%d] ", sim.cur);
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
@@ -80,6 +82,101 @@ static struct {
 sim_slot_t sim_slot;
 static bool starting; /* a successor: confirm the predecessor's crash first */
 
+/*
+ * Several workers on one queue. The broker's queues and the database's
+ * committed tables are shared; each worker has its own consuming channel
+ * (unacked deliveries, tags), publishing channel, database connection (its
+ * open transaction) and slot. The running worker's are in sim_mq, sim_db,
+ * sim_slot and starting; the others wait here until their turn
+ * (sim_switch). A worker's turn (one pass of its loop) runs to its end, so
+ * transactions never overlap: a duplicate record that would wait on
+ * another's uncommitted insert sees that insert committed (it loses) or
+ * rolled back (it wins).
+ */
+typedef struct sim_conns {
+    sim_delivery_t unacked[SIM_PREFETCH];
+    int n_unacked;
+    uint64_t next_tag;
+    bool pub_open;
+    uint64_t pub_seq;
+    struct {
+        int kind, id, row;
+    } tw[256];
+    int nw;
+    struct {
+        char name[8];
+        int at;
+    } sp[SIM_BATCH + 2];
+    int nsp;
+    bool dead;
+    sim_slot_t slot;
+    bool starting;
+} sim_conns_t;
+
+static sim_conns_t conns[SIM_WORKERS];
+
+static void conns_save(sim_conns_t *c)
+{
+    memcpy(c->unacked, sim_mq.unacked, sizeof(c->unacked));
+    c->n_unacked = sim_mq.n_unacked;
+    c->next_tag = sim_mq.next_tag;
+    c->pub_open = sim_mq.pub_open;
+    c->pub_seq = sim_mq.pub_seq;
+    _Static_assert(sizeof(c->tw) == sizeof(sim_db.w), "sim_db.w");
+    _Static_assert(sizeof(c->sp) == sizeof(sim_db.sp), "sim_db.sp");
+    memcpy(c->tw, sim_db.w, sizeof(c->tw));
+    c->nw = sim_db.nw;
+    memcpy(c->sp, sim_db.sp, sizeof(c->sp));
+    c->nsp = sim_db.nsp;
+    c->dead = sim_db.dead;
+    c->slot = sim_slot;
+    c->starting = starting;
+}
+
+static void conns_load(const sim_conns_t *c)
+{
+    memcpy(sim_mq.unacked, c->unacked, sizeof(c->unacked));
+    sim_mq.n_unacked = c->n_unacked;
+    sim_mq.next_tag = c->next_tag;
+    sim_mq.pub_open = c->pub_open;
+    sim_mq.pub_seq = c->pub_seq;
+    memcpy(sim_db.w, c->tw, sizeof(c->tw));
+    sim_db.nw = c->nw;
+    memcpy(sim_db.sp, c->sp, sizeof(c->sp));
+    sim_db.nsp = c->nsp;
+    sim_db.dead = c->dead;
+    sim_slot = c->slot;
+    starting = c->starting;
+}
+
+/* Make worker k the running one: its connections into sim_mq, sim_db and the slot. */
+static void sim_switch(int k)
+{
+    if (k == sim.cur)
+        return;
+    conns_save(&conns[sim.cur]);
+    conns_load(&conns[k]);
+    sim.cur = k;
+}
+
+int sim_other_unacked(int id)
+{
+    int n = 0;
+    for (int k = 0; k < sim.o.workers; k++)
+        for (int i = 0; k != sim.cur && i < conns[k].n_unacked; i++)
+            n += conns[k].unacked[i].m.id == id;
+    return n;
+}
+
+/* The end of a run: every worker's unacked deliveries back into sim_mq for sim_mq_reset. */
+static void conns_free(void)
+{
+    for (int k = 0; k < sim.o.workers; k++)
+        for (int i = 0; k != sim.cur && i < conns[k].n_unacked; i++)
+            sim_bmsg_free(&conns[k].unacked[i].m);
+    memset(conns, 0, sizeof(conns));
+}
+
 bool sim_slot_pending_start(void)
 {
     return starting;
@@ -108,7 +205,18 @@ void sim_die(int sig, const char *where)
         for (int r = 0; r < SIM_ROWS; r++)
             if (sim_db.row[id][r] && sim.truth[id].row_confirmed[r])
                 sim.truth[id].row_may_resend[r] = true; /* its DELETE may never have run */
+    /* A successor killed before it counted its predecessor's crash: the supervisor's reap
+     * overwrites the note's exit signal (supervisor.c sup_reap), so the next successor takes
+     * that crash for a kill from outside and does not count it. */
+    if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL && sig == SIGKILL) {
+        sim.truth[sim_slot.crash_id].notes_lost++;
+        sim_log("crash note of m%d: its exit signal is overwritten by this kill: not counted",
+                sim_slot.crash_id);
+    }
     sim_slot.exit_signal = sig;
+    /* The supervisor starts the successor after a back-off; other workers go on meanwhile. */
+    if (sim.o.workers > 1)
+        sim.down_until[sim.cur] = sim.steps + (long)sim_rng_below(&sim.sched, 4);
     /* The successor's view: the broker requeues what was unacked, the server rolls back. */
     if (!sim.model)
         sim_life_die();
@@ -278,6 +386,46 @@ static unsigned handler_stmt(int id, int row)
     return e;
 }
 
+/*
+ * The crash limit (docs/lifecycle.md): exact with one worker, at most
+ * workers - 1 over with more. Called as the handler of id is about to kill
+ * its worker. A suspect run starts only while the counted crashes are below
+ * max_attempts, and each other worker's slot holds at most one crash its
+ * successor has not counted yet. A delivery that is not redelivered runs
+ without the guard: a message that arrives fresh more than once (the
+ * publisher sent it twice, or a retry copy came back from the delay tier
+ * after a run the database failed) has one such run per arrival, which may
+ * come after the limit. A death inside handle_batch leaves no crash note
+ * (worker_op_handle_many): each of its messages comes back redelivered and
+ * runs alone through handle(). Only fresh deliveries run in handle_batch,
+ * so that happens at most once per arrival. A crash whose note was lost (its successor killed
+ before
+ * counting it, see sim_die) is not counted either: the bound allows one run
+ * more for each, unless --strict-crash-limit.
+ */
+static bool strict_crash_limit; /* --strict-crash-limit: no allowance for lost crash notes */
+
+static void check_crash_limit(int id)
+{
+    sim_truth_t *tr = &sim.truth[id];
+    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1) +
+                (strict_crash_limit ? 0 : tr->notes_lost);
+    if (!sim_slot.in_handler) {
+        if (++tr->batch_crashes > tr->arrivals)
+            sim_violation("m%d: crashed handle_batch %d times, arrived fresh %d times", id,
+                          tr->batch_crashes, tr->arrivals);
+        return;
+    }
+    if (++tr->own_crashes > limit - (sim.o.workers - 1))
+        sim.overshoots++; /* a run on counts short by another worker's uncounted crash */
+    if (tr->own_crashes > limit)
+        sim_violation("m%d: its handler crashed its worker %d times, over the limit %d "
+                      "(max_attempts %d, %d workers, arrived fresh %d times, %d crash notes lost; "
+                      "%lld crashes counted)",
+                      id, tr->own_crashes, limit, sim.o.max_attempts, sim.o.workers, tr->arrivals,
+                      tr->notes_lost, sim_db.crashes[id]);
+}
+
 /* The test handler's verdict on one message (both handle and handle_batch use it). */
 static idemd_result_t handler_run(txn_msg_t *m, unsigned *err)
 {
@@ -286,8 +434,10 @@ static idemd_result_t handler_run(txn_msg_t *m, unsigned *err)
     unsigned e;
 
     handler_time();
-    if (tr->kind == SIM_CRASH)
+    if (tr->kind == SIM_CRASH) {
+        check_crash_limit(id);
         sim_die(SIGSEGV, "the handler crashed");
+    }
     if ((e = handler_stmt(id, -1)) != 0) {
         *err = e;
         snprintf(m->reason, sizeof(m->reason), "statement failed: %u", e);
@@ -395,8 +545,14 @@ void sim_after_txn(const txn_msg_t *tm, int n)
         if (m->state == TXN_RETRY && sim_infra_reason(m->reason))
             tr->infra_fails++;
         txn_route_t r = txn_route(m, sim.o.max_attempts, sim.o.has_dlq);
-        if (r == TXN_ROUTE_DLQ || r == TXN_ROUTE_BROKER)
+        if (r == TXN_ROUTE_DLQ || r == TXN_ROUTE_BROKER) {
             snprintf(tr->dl_reason, sizeof(tr->dl_reason), "%.150s", m->reason);
+            /* Dead-lettered as crashed only after max_attempts crashes were counted. */
+            if (strncmp(m->reason, "handler crashed", 15) == 0 &&
+                sim_db.crashes[sim_id_of(m)] < sim.o.max_attempts)
+                sim_violation("m%d dead-lettered as crashed with %lld crashes counted (limit %d)",
+                              sim_id_of(m), sim_db.crashes[sim_id_of(m)], sim.o.max_attempts);
+        }
         /* Invariant 1 as the transaction ends: committed means committed once. */
         if (m->state == TXN_COMMITTED && sim_db.eff[sim_id_of(m)] != 1)
             sim_violation("m%d committed with %d effects in the database", sim_id_of(m),
@@ -620,7 +776,8 @@ static void check_step(void)
     for (int id = 0; id < sim.o.n_msgs; id++)
         if (sim_db.eff[id] > 1)
             sim_violation("m%d: effects committed %d times", id, sim_db.eff[id]);
-    int held = sim.model ? w.n_held : sim_life_held(), n = sim.model ? w.n : sim_life_batch_n();
+    int held = sim.model ? w.n_held : sim_life_held(sim.cur),
+        n = sim.model ? w.n : sim_life_batch_n(sim.cur);
     if (held > sim.o.max_held)
         sim_violation("held list at %d, over its bound %d", held, sim.o.max_held);
     if (sim_mq.n_unacked > sim.o.prefetch)
@@ -679,10 +836,17 @@ static void check_end(void)
 
 /* ---------- one seed ---------- */
 
+static int force_workers; /* --workers N, or 0: drawn by the seed */
+
 static void draw_options(void)
 {
     sim_opts_t *o = &sim.o;
     sim_rng_t *r = &sim.rng;
+    /* Workers on the queue: 1 (40%), 2, 3 or 4 (20% each); the model is one worker. */
+    unsigned wk = sim_rng_below(&sim.sched, 10);
+    o->workers = sim.model ? 1 : wk < 4 ? 1 : wk < 6 ? 2 : wk < 8 ? 3 : 4;
+    if (force_workers > 0 && !sim.model)
+        o->workers = force_workers; /* --workers N: the rest of the seed is drawn the same */
     o->n_msgs = 4 + (int)sim_rng_below(r, SIM_MSGS - 4);
     o->batch_size = 1 + (int)sim_rng_below(r, SIM_BATCH);
     o->prefetch = 1 + (int)sim_rng_below(r, SIM_PREFETCH);
@@ -726,8 +890,11 @@ static bool drained(void)
 {
     if (sim_mq.qn[SQ_MAIN] || sim_mq.qn[SQ_DELAY] || sim_mq.n_unacked)
         return false;
-    if (sim.model ? (w.n_held || w.n || w.has_carry) : !sim_life_idle())
+    if (sim.model && (w.n_held || w.n || w.has_carry))
         return false;
+    for (int k = 0; !sim.model && k < sim.o.workers; k++)
+        if (!sim_life_idle(k) || (k != sim.cur && conns[k].n_unacked))
+            return false;
     for (int id = 0; id < sim.o.n_msgs; id++)
         for (int r = 0; r < SIM_ROWS; r++)
             if (sim_db.row[id][r])
@@ -741,8 +908,10 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     memset(&sim, 0, sizeof(sim));
     memset(&w, 0, sizeof(w));
     memset(&sim_slot, 0, sizeof(sim_slot));
+    memset(conns, 0, sizeof(conns));
     sim.seed = seed;
     sim.rng.s = seed;
+    sim.sched.s = seed ^ 0xA5A5F00DC0FFEE11ULL;
     sim.bug = *bugs;
     sim.trace = trace;
     sim.model = model;
@@ -755,11 +924,12 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     sim_mq_reset();
     draw_options();
     const sim_opts_t *o = &sim.o;
-    sim_log("seed %llu: %d messages, batch_size %d, prefetch %d, max_attempts %d, bulk %d, "
+    sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
+            "bulk %d, "
             "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d; per mille: db "
             "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
-            (unsigned long long)seed, o->n_msgs, o->batch_size, o->prefetch, o->max_attempts,
-            o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
+            (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
+            o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
             o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
             o->outbox, o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall,
             o->pm_unroutable, o->pm_nack, o->pm_close);
@@ -769,8 +939,11 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
         m.id = id;
         m.row = -1;
         sim_mq_put(SQ_MAIN, &m);
-        if (sim_rng_below(&sim.rng, 20) == 0)
+        sim.truth[id].arrivals = 1;
+        if (sim_rng_below(&sim.rng, 20) == 0) {
             sim_mq_put(SQ_MAIN, &m); /* the publisher sent it twice */
+            sim.truth[id].arrivals = 2;
+        }
     }
     sim_log("%d messages published; the worker is %s", sim_mq.qn[SQ_MAIN],
             model ? "modelled (sim.c)" : "batch.c, guard.c, settle.c");
@@ -791,16 +964,35 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
         maybe_lock();
         sim.now_ms += 1 + sim_rng_below(&sim.rng, 20);
         uint64_t next = sim_mq_tick();
-        bool busy = model ? worker_step() : sim_life_step();
-        check_step();
+        bool busy = false;
+        if (model) {
+            busy = worker_step();
+            check_step();
+        } else {
+            /* Each worker takes a turn, in an order the seed picks; a dead one's successor
+             * waits out its restart back-off. */
+            int first_k = o->workers > 1 ? (int)sim_rng_below(&sim.sched, (unsigned)o->workers) : 0;
+            for (int j = 0; j < o->workers && !sim.failed; j++) {
+                int k = (first_k + j) % o->workers;
+                if (sim.down_until[k] > sim.steps) {
+                    busy = true;
+                    continue;
+                }
+                sim_switch(k);
+                busy |= sim_life_step();
+                check_step();
+            }
+        }
         if (!busy && sim.calm && drained())
             break;
         if (!busy) {
             /* Idle: the clock jumps to the next thing that can happen. */
             uint64_t t = next;
-            uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms();
-            if (h && (t == 0 || h < t))
-                t = h;
+            for (int k = 0; k < (model ? 1 : o->workers); k++) {
+                uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms(k);
+                if (h && (t == 0 || h < t))
+                    t = h;
+            }
             if (t > sim.now_ms)
                 sim.now_ms = t;
         }
@@ -809,6 +1001,7 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
         check_end();
     if (!model)
         sim_life_end();
+    conns_free();
     sim_mq_reset();
     return !sim.failed;
 }
@@ -856,6 +1049,9 @@ static void usage(void)
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of batch.c, guard.c, settle.c\n"
+           "  --workers N run every seed with N workers (1..4) instead of the seed's draw\n"
+           "  --strict-crash-limit  no allowance for crash notes lost when a successor is\n"
+           "              killed before it counts its predecessor's crash\n"
            "Prints TAP lines, then \"N passed, N failed\".\n");
 }
 
@@ -883,6 +1079,14 @@ int main(int argc, char **argv)
             show = atol(argv[++i]);
         else if (strcmp(argv[i], "--model") == 0)
             model = true;
+        else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc) {
+            force_workers = atoi(argv[++i]);
+            if (force_workers < 1 || force_workers > SIM_WORKERS) {
+                usage();
+                return 64;
+            }
+        } else if (strcmp(argv[i], "--strict-crash-limit") == 0)
+            strict_crash_limit = true;
         else if (strcmp(argv[i], "--bug") == 0 && i + 1 < argc) {
             const char *b = argv[++i];
             if (strcmp(b, "no_fallback") == 0)
@@ -925,7 +1129,7 @@ int main(int argc, char **argv)
     }
 
     double t0 = now_s();
-    long steps = 0, deaths = 0, bad = 0;
+    long steps = 0, deaths = 0, bad = 0, overshoots = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
         if (!sim_run(s, &bugs, false, model)) {
@@ -937,13 +1141,14 @@ int main(int argc, char **argv)
         }
         steps += sim.steps;
         deaths += sim.deaths;
+        overshoots += sim.overshoots;
     }
     double dt = now_s() - t0;
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
-           "%.0f seeds/s)",
+           "%ld crashes past the one-worker limit, %.0f seeds/s)",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
-           bad, steps, deaths, dt > 0 ? (double)seeds / dt : 0.0);
+           bad, steps, deaths, overshoots, dt > 0 ? (double)seeds / dt : 0.0);
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {

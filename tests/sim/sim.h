@@ -44,6 +44,7 @@ static inline bool sim_rng_pm(sim_rng_t *r, unsigned pm)
 #define SIM_ROWS 4             /* outbox rows one message may write */
 #define SIM_ROUND 32           /* copies of one publishing round */
 #define SIM_LOCK_WAIT_MS 15000 /* innodb_lock_wait_timeout: a row lock wait ends in 1205 */
+#define SIM_WORKERS 4          /* most workers drawn for the queue */
 
 /* How a message's handler behaves. */
 typedef enum sim_kind {
@@ -84,6 +85,7 @@ void sim_bmsg_free(sim_bmsg_t *m);
 /* The options one seed draws (printed with --trace). */
 typedef struct sim_opts {
     int n_msgs, batch_size, prefetch, max_attempts, handler_timeout_ms, max_held;
+    int workers; /* workers consuming the queue (1..SIM_WORKERS; the model: 1) */
     bool bulk, batch_handler, rollback_on_timeout, has_dlq, quorum, rmq4, outbox;
     unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
 } sim_opts_t;
@@ -99,10 +101,15 @@ typedef struct sim_bugs {
 /* What the catalogue knows about each message id (the ground truth). */
 typedef struct sim_truth {
     sim_kind_t kind;
-    int rows;                     /* outbox rows its handler writes */
-    int infra_fails;              /* attempts that failed by the database's fault (not its own) */
-    int kills_in_flight;          /* deaths (not its own crash) while it was in a batch */
-    int max_dcount;               /* highest x-delivery-count it reached */
+    int rows;            /* outbox rows its handler writes */
+    int infra_fails;     /* attempts that failed by the database's fault (not its own) */
+    int kills_in_flight; /* deaths (not its own crash) while it was in a batch */
+    int max_dcount;      /* highest x-delivery-count it reached */
+    int arrivals; /* fresh (not redelivered) arrivals: published (1 or 2), back from the delay tier
+                   */
+    int own_crashes;              /* runs of handle() on it that killed the worker (SIGSEGV) */
+    int batch_crashes;            /* handle_batch calls holding it that killed the worker */
+    int notes_lost;               /* its crash notes lost: the successor was killed first */
     char dl_reason[160];          /* why idemd dead-lettered it (route DLQ or BROKER), or "" */
     bool row_committed[SIM_ROWS]; /* its outbox row was committed (with its effects) */
     int row_sends[SIM_ROWS];
@@ -114,6 +121,11 @@ typedef struct sim_truth {
 typedef struct sim {
     uint64_t seed;
     sim_rng_t rng;
+    /* The scheduler's own stream (how many workers, whose turn, restart delays): with one
+     * worker it draws nothing from rng, so a seed of one worker runs as it did before. */
+    sim_rng_t sched;
+    int cur;                      /* the worker whose connections are in sim_mq and sim_db */
+    long down_until[SIM_WORKERS]; /* a dead worker's successor starts at this step */
     uint64_t now_ms;
     sim_opts_t o;
     sim_bugs_t bug;
@@ -122,6 +134,7 @@ typedef struct sim {
     sim_truth_t truth[SIM_MSGS];
     jmp_buf death; /* sim_die() jumps here: the worker process is gone */
     int deaths, crashes_seen;
+    int overshoots; /* crashes past max_attempts that only other workers' uncounted ones explain */
     long steps;
     bool failed;
     char why[512];
@@ -279,21 +292,24 @@ bool sim_infra_reason(const char *why);
 /* A new run (after the seed's options are drawn) / its end. */
 void sim_life_begin(void);
 void sim_life_end(void);
-/* The worker died: give up its deliveries (the broker requeues them); a new worker next. */
+/* The worker sim.cur died: give up its deliveries (the broker requeues them); a new worker
+ * next. */
 void sim_life_die(void);
-/* One turn of the loop (worker_loop) on the real modules; false when idle. */
+/* One turn of worker sim.cur's loop (worker_loop) on the real modules; false when idle. */
 bool sim_life_step(void);
-/* The ids in the batch now (for the deaths' bookkeeping); returns how many. */
+/* The ids in worker sim.cur's batch now (for the deaths' bookkeeping); returns how many. */
 int sim_life_batch_ids(int *ids, int max);
-/* Sizes for invariant 5 and the drain. */
-int sim_life_held(void);
-int sim_life_batch_n(void);
-bool sim_life_idle(void);
-uint64_t sim_life_held_next_ms(void);
+/* Sizes for invariant 5 and the drain, of worker k. */
+int sim_life_held(int k);
+int sim_life_batch_n(int k);
+bool sim_life_idle(int k);
+uint64_t sim_life_held_next_ms(int k);
 /* Trace the state the worker's batch is in. */
 void sim_life_trace(void);
 
 /* How many live instances of id the broker holds (queues, delay tier, unacked). */
 int sim_mq_count(int id);
+/* Deliveries of id unacked on the channels of the workers other than sim.cur (sim.c). */
+int sim_other_unacked(int id);
 
 #endif

@@ -288,6 +288,7 @@ long long sim_db_bump(int id, long long *crashes)
     if (db_fault("guard attempts bump", F_CONN) != 0)
         return -1;
     *crashes = sim_db.crashes[id];
+    sim_log("db: guard: m%d start %lld, %lld crashes counted", id, sim_db.starts[id] + 1, *crashes);
     return ++sim_db.starts[id];
 }
 
@@ -297,6 +298,7 @@ long long sim_db_crash(int id, bool add_start)
         return -1;
     if (add_start)
         sim_db.starts[id]++;
+    sim_log("db: guard: m%d crash %lld counted", id, sim_db.crashes[id] + 1);
     return ++sim_db.crashes[id];
 }
 

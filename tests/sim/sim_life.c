@@ -16,15 +16,20 @@
 #include "settle.h"
 #include "sim.h"
 
-static life_t life;
-static batch_t bt;
-static settle_t st;
-static guard_t guard;
-static conf_queue_t q;
+/* One worker process's modules (worker_t's life, batch, settle and guard). */
+typedef struct sim_worker {
+    life_t life;
+    batch_t bt;
+    settle_t st;
+    guard_t guard;
+    uint64_t bulk_off_until_ms;
+} sim_worker_t;
+
+static sim_worker_t workers[SIM_WORKERS];
+static conf_queue_t q; /* the queue's settings, the same for every worker */
 static relay_keys_t keys;
 static metrics_counters_t counters;
 static int delays[1] = {1000};
-static uint64_t bulk_off_until_ms;
 
 /* ---------- AMQP properties: deep copies into a pool ---------- */
 
@@ -334,30 +339,31 @@ static const guard_ops_t sim_guard_ops = {g_find, g_bump, g_crash, g_unstart};
 
 /* ---------- the worker ---------- */
 
-/* Wire the modules for a new worker process (worker_wire). */
-static void life_wire(void)
+/* Wire the modules for a new process of worker k (worker_wire). */
+static void life_wire(int k)
 {
-    guard = (guard_t){.ops = &sim_guard_ops,
-                      .ctx = NULL,
-                      .max_attempts = q.max_attempts,
-                      .dedup_table = true,
-                      .workers = 1};
-    memset(&bt, 0, sizeof(bt));
-    bt.q = &q;
-    bt.ops = &sim_broker_ops;
-    bt.life = &life;
-    bt.batch_max = sim.o.batch_size;
-    bt.keys = &keys;
-    bt.returns_guard = sim.o.quorum && sim.o.rmq4 && sim.o.has_dlq;
-    st = (settle_t){.q = &q,
-                    .handler = "sim",
-                    .ops = &sim_broker_ops,
-                    .guard = &guard,
-                    .key = keys.k[0],
-                    .c = &counters,
-                    .heartbeat = 4,
-                    .life = &life};
-    bulk_off_until_ms = 0;
+    sim_worker_t *x = &workers[k];
+    x->guard = (guard_t){.ops = &sim_guard_ops,
+                         .ctx = NULL,
+                         .max_attempts = q.max_attempts,
+                         .dedup_table = true,
+                         .workers = sim.o.workers};
+    memset(&x->bt, 0, sizeof(x->bt));
+    x->bt.q = &q;
+    x->bt.ops = &sim_broker_ops;
+    x->bt.life = &x->life;
+    x->bt.batch_max = sim.o.batch_size;
+    x->bt.keys = &keys;
+    x->bt.returns_guard = sim.o.quorum && sim.o.rmq4 && sim.o.has_dlq;
+    x->st = (settle_t){.q = &q,
+                       .handler = "sim",
+                       .ops = &sim_broker_ops,
+                       .guard = &x->guard,
+                       .key = keys.k[0],
+                       .c = &counters,
+                       .heartbeat = 4,
+                       .life = &x->life};
+    x->bulk_off_until_ms = 0;
 }
 
 void sim_life_begin(void)
@@ -366,7 +372,7 @@ void sim_life_begin(void)
     q.name = "orders";
     q.consumer = "orders";
     q.prefetch = sim.o.prefetch;
-    q.workers = 1;
+    q.workers = sim.o.workers;
     q.dedup = CONF_DEDUP_TABLE;
     q.batch_size = sim.o.batch_size;
     q.batch_handler = sim.o.batch_handler;
@@ -382,11 +388,13 @@ void sim_life_begin(void)
     keys.n = 1;
     for (int i = 0; i < RELAY_KEY_LEN; i++)
         keys.k[0][i] = (unsigned char)sim_rng_next(&sim.rng);
-    if (life_init(&life, sim.o.batch_size, sim.o.max_held) != 0) {
-        fprintf(stderr, "sim: out of memory\n");
-        abort();
+    for (int k = 0; k < sim.o.workers; k++) {
+        if (life_init(&workers[k].life, sim.o.batch_size, sim.o.max_held) != 0) {
+            fprintf(stderr, "sim: out of memory\n");
+            abort();
+        }
+        life_wire(k);
     }
-    life_wire();
     /* The publisher's messages carry their properties. */
     for (int i = 0; i < sim_mq.qn[SQ_MAIN]; i++)
         original_props(&sim_mq.q[SQ_MAIN][i]);
@@ -394,47 +402,53 @@ void sim_life_begin(void)
 
 void sim_life_end(void)
 {
-    life_release(&life);
-    life_free(&life);
+    for (int k = 0; k < sim.o.workers; k++) {
+        life_release(&workers[k].life);
+        life_free(&workers[k].life);
+    }
 }
 
 void sim_life_die(void)
 {
-    life_release(&life);
-    life_wire();
+    life_release(&workers[sim.cur].life);
+    life_wire(sim.cur);
 }
 
 int sim_life_batch_ids(int *ids, int max)
 {
+    const life_t *l = &workers[sim.cur].life;
     int n = 0;
-    for (int i = 0; i < life.batch.n && n < max; i++)
-        if (life.batch.m[i].state != LIFE_FREE && life.batch.m[i].state != LIFE_GONE)
-            ids[n++] = atoi(life.batch.t[i].id + 1);
+    for (int i = 0; i < l->batch.n && n < max; i++)
+        if (l->batch.m[i].state != LIFE_FREE && l->batch.m[i].state != LIFE_GONE)
+            ids[n++] = atoi(l->batch.t[i].id + 1);
     return n;
 }
 
-int sim_life_held(void)
+int sim_life_held(int k)
 {
-    return life.held.n;
+    return workers[k].life.held.n;
 }
 
-int sim_life_batch_n(void)
+int sim_life_batch_n(int k)
 {
-    return life.batch.n;
+    return workers[k].life.batch.n;
 }
 
-bool sim_life_idle(void)
+bool sim_life_idle(int k)
 {
-    return life.batch.n == 0 && life.held.n == 0 && !bt.has_carry;
+    const sim_worker_t *x = &workers[k];
+    return x->life.batch.n == 0 && x->life.held.n == 0 && !x->bt.has_carry;
 }
 
-uint64_t sim_life_held_next_ms(void)
+uint64_t sim_life_held_next_ms(int k)
 {
-    return st.held_next_ms;
+    return workers[k].st.held_next_ms;
 }
 
 bool sim_life_step(void)
 {
+    sim_worker_t *x = &workers[sim.cur];
+    life_t *life = &x->life;
     if (sim_slot_pending_start()) {
         char id[16];
         snprintf(id, sizeof(id), "m%d", sim_slot.crash_id);
@@ -444,37 +458,37 @@ bool sim_life_step(void)
                              .id_len = strlen(id),
                              .consumer = q.consumer,
                              .exit_signal = sim_slot.exit_signal};
-        if (guard_count_crash(&guard, &note, q.consumer) != 0)
+        if (guard_count_crash(&x->guard, &note, q.consumer) != 0)
             sim_die(0, "database lost counting a crash");
         sim_slot.in_handler = false;
         sim_slot_started();
     }
-    if (settle_retry_held(&st) != 0 || batch_collect(&bt) != 0)
+    if (settle_retry_held(&x->st) != 0 || batch_collect(&x->bt) != 0)
         sim_die(0, "broker lost");
-    if (life.batch.n == 0) {
+    if (life->batch.n == 0) {
         sim_relay();
-        return life.held.n > 0;
+        return life->held.n > 0;
     }
-    for (int i = 0; i < life.batch.n; i++)
-        if (guard_check(&guard, &life.batch.m[i], &life.batch.t[i]) != 0)
+    for (int i = 0; i < life->batch.n; i++)
+        if (guard_check(&x->guard, &life->batch.m[i], &life->batch.t[i]) != 0)
             sim_die(0, "database lost in the crash guard");
     txn_t t;
     memset(&t, 0, sizeof(t));
     t.ops = &sim_txn_ops;
     t.record = true;
-    t.bulk = sim.o.bulk && sim.now_ms >= bulk_off_until_ms;
+    t.bulk = sim.o.bulk && sim.now_ms >= x->bulk_off_until_ms;
     t.batch = sim.o.batch_handler;
     t.limit_ms = 2000;
-    t.m = life.batch.t;
-    t.n = life.batch.n;
+    t.m = life->batch.t;
+    t.n = life->batch.n;
     if (txn_run(&t) != TXN_DONE)
         sim_die(0, "the database cannot be trusted (TXN_FATAL)");
     if (t.too_slow)
-        bulk_off_until_ms = sim.now_ms + 60000;
-    sim_after_txn(life.batch.t, life.batch.n);
-    if (settle_batch(&st) != 0)
+        x->bulk_off_until_ms = sim.now_ms + 60000;
+    sim_after_txn(life->batch.t, life->batch.n);
+    if (settle_batch(&x->st) != 0)
         sim_die(0, "consuming channel failed");
-    settle_release(&st);
+    settle_release(&x->st);
     sim_relay();
     return true;
 }

@@ -195,6 +195,7 @@ uint64_t sim_mq_tick(void)
         if (m->ready_ms <= sim.now_ms) {
             /* The TTL expired: dead-lettered back to the work queue, not redelivered. */
             sim_log("broker: m%d back from the delay tier", m->id);
+            sim.truth[m->id].arrivals++;
             sim_mq_put(SQ_MAIN, m);
             continue;
         }
@@ -214,7 +215,7 @@ int sim_mq_count(int id)
             n += sim_mq.q[q][i].id == id;
     for (int i = 0; i < sim_mq.n_unacked; i++)
         n += sim_mq.unacked[i].m.id == id;
-    return n;
+    return n + sim_other_unacked(id);
 }
 
 /* ---------- the publishing side: the broker's truth, then idemd's view of the round ----------
