@@ -45,6 +45,7 @@ typedef struct worker_slot {
      * counts the crash (and the start, unless counted) for the guard. */
     int in_handler;
     int crash_counted;
+    int crash_pid; /* the worker that wrote the note: its exit signal is the one that counts */
     uint32_t crash_id_len;
     char crash_id[256];
     char crash_consumer[129];
@@ -54,9 +55,11 @@ typedef struct worker_slot {
     int64_t outbox_rows, outbox_oldest_us;
     int64_t outbox_retrying, outbox_exhausted; /* rows refused before; rows out of attempts */
     uint64_t outbox_seen_ms;
-    int exit_signal; /* set by the supervisor at reap: the signal that ended the last worker, or 0
-                      */
-    int log_level;   /* set by the supervisor: log_level_t in effect */
+    /* Set by the supervisor at reap: the signal that ended the worker that wrote a pending
+     * crash note (crash_pid), else the last worker's, or 0. A successor killed before it
+     * counted the note does not overwrite it, so the crash is still counted. */
+    int exit_signal;
+    int log_level;          /* set by the supervisor: log_level_t in effect */
     int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
     /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
      * declaration (the broker's reason) or on a server too old; the

@@ -304,9 +304,16 @@ static void sup_reap(supervisor_t *s)
             uint64_t now = sup_now_ms();
             w->pid = 0;
             log_set_sink(&w->slot->last_error); /* what is said of its exit is the queue's */
-            /* For the successor's crash-loop guard: did the handler kill it, or someone else? */
-            __atomic_store_n(&w->slot->exit_signal, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
-                             __ATOMIC_RELAXED);
+            /* For the successor's crash-loop guard: did the handler kill it, or someone else?
+             * A crash note still pending from an earlier worker (its successor died, by
+             * kill -9 say, before counting it) keeps that worker's signal: else the crash
+             * would pass for a kill from outside and not be counted (found by the
+             * simulation, docs/simulation.md). */
+            bool pending = __atomic_load_n(&w->slot->in_handler, __ATOMIC_ACQUIRE) != 0 &&
+                           __atomic_load_n(&w->slot->crash_pid, __ATOMIC_RELAXED) != (int)pid;
+            if (!pending)
+                __atomic_store_n(&w->slot->exit_signal, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
+                                 __ATOMIC_RELAXED);
             uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
             w->last_progress_ms = p ? p : w->started_ms;
             sup_describe_exit(status, w, why, sizeof(why));

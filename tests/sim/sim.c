@@ -206,14 +206,17 @@ void sim_die(int sig, const char *where)
             if (sim_db.row[id][r] && sim.truth[id].row_confirmed[r])
                 sim.truth[id].row_may_resend[r] = true; /* its DELETE may never have run */
     /* A successor killed before it counted its predecessor's crash: the supervisor's reap
-     * overwrites the note's exit signal (supervisor.c sup_reap), so the next successor takes
-     * that crash for a kill from outside and does not count it. */
-    if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL && sig == SIGKILL) {
+     * keeps the signal of the worker that wrote the pending note (supervisor.c sup_reap,
+     * crash_pid). With lost_note, as before 2026-12, it overwrites it, so the next successor
+     * takes that crash for a kill from outside and does not count it. */
+    if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL && sig == SIGKILL &&
+        sim.bug.lost_note) {
         sim.truth[sim_slot.crash_id].notes_lost++;
         sim_log("crash note of m%d: its exit signal is overwritten by this kill: not counted",
                 sim_slot.crash_id);
     }
-    sim_slot.exit_signal = sig;
+    if (!(starting && sim_slot.in_handler) || sim.bug.lost_note)
+        sim_slot.exit_signal = sig;
     /* The supervisor starts the successor after a back-off; other workers go on meanwhile. */
     if (sim.o.workers > 1)
         sim.down_until[sim.cur] = sim.steps + (long)sim_rng_below(&sim.sched, 4);
@@ -398,18 +401,15 @@ static unsigned handler_stmt(int id, int row)
  * come after the limit. A death inside handle_batch leaves no crash note
  * (worker_op_handle_many): each of its messages comes back redelivered and
  * runs alone through handle(). Only fresh deliveries run in handle_batch,
- * so that happens at most once per arrival. A crash whose note was lost (its successor killed
- before
- * counting it, see sim_die) is not counted either: the bound allows one run
- * more for each, unless --strict-crash-limit.
+ * so that happens at most once per arrival. A successor killed before it
+ * counts its predecessor's crash loses nothing: the note keeps the crasher's
+ * signal (with --bug lost_note it did not, and the limit was passed).
  */
-static bool strict_crash_limit; /* --strict-crash-limit: no allowance for lost crash notes */
 
 static void check_crash_limit(int id)
 {
     sim_truth_t *tr = &sim.truth[id];
-    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1) +
-                (strict_crash_limit ? 0 : tr->notes_lost);
+    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1);
     if (!sim_slot.in_handler) {
         if (++tr->batch_crashes > tr->arrivals)
             sim_violation("m%d: crashed handle_batch %d times, arrived fresh %d times", id,
@@ -1045,13 +1045,11 @@ static void usage(void)
            "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
            "  --seed S    run one seed; --trace prints every step\n"
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              carry_ack\n"
+           "              carry_ack, lost_note\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of batch.c, guard.c, settle.c\n"
            "  --workers N run every seed with N workers (1..4) instead of the seed's draw\n"
-           "  --strict-crash-limit  no allowance for crash notes lost when a successor is\n"
-           "              killed before it counts its predecessor's crash\n"
            "Prints TAP lines, then \"N passed, N failed\".\n");
 }
 
@@ -1060,7 +1058,7 @@ int main(int argc, char **argv)
     long seeds = 2000, bug_budget = 2000, show = 5;
     uint64_t first = 1, one = 0;
     bool have_one = false, trace = false, check_bugs = true, model = false;
-    sim_bugs_t bugs = {false, false, false, false};
+    sim_bugs_t bugs = {false, false, false, false, false};
     const char *argv0 = argv[0];
 
     for (int i = 1; i < argc; i++) {
@@ -1085,9 +1083,7 @@ int main(int argc, char **argv)
                 usage();
                 return 64;
             }
-        } else if (strcmp(argv[i], "--strict-crash-limit") == 0)
-            strict_crash_limit = true;
-        else if (strcmp(argv[i], "--bug") == 0 && i + 1 < argc) {
+        } else if (strcmp(argv[i], "--bug") == 0 && i + 1 < argc) {
             const char *b = argv[++i];
             if (strcmp(b, "no_fallback") == 0)
                 bugs.no_fallback = true;
@@ -1097,6 +1093,8 @@ int main(int argc, char **argv)
                 bugs.alarm_as_crash = true;
             else if (strcmp(b, "carry_ack") == 0)
                 bugs.carry_ack = true;
+            else if (strcmp(b, "lost_note") == 0)
+                bugs.lost_note = true;
             else {
                 usage();
                 return 64;
@@ -1111,13 +1109,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "sim: this txn.c has no txn_test_no_fallback\n");
         return 64;
     }
-    bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack;
-    char bugarg[80] = "";
+    bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack ||
+                   bugs.lost_note;
+    char bugarg[120] = "";
     if (any_bug)
-        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s", bugs.no_fallback ? " --bug no_fallback" : "",
+        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s", bugs.no_fallback ? " --bug no_fallback" : "",
                  bugs.match_by_key ? " --bug match_by_key" : "",
                  bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
-                 bugs.carry_ack ? " --bug carry_ack" : "");
+                 bugs.carry_ack ? " --bug carry_ack" : "",
+                 bugs.lost_note ? " --bug lost_note" : "");
 
     if (have_one) {
         bool ok = sim_run(one, &bugs, trace, model);
@@ -1155,24 +1155,30 @@ int main(int argc, char **argv)
             {false,
              "no_fallback",
              "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
-             {true, false, false, false},
+             {true, false, false, false, false},
              &txn_test_no_fallback != NULL},
             {false,
              "match_by_key",
              "match_by_key (a return marks every pending copy with its routing key)",
-             {false, true, false, false},
+             {false, true, false, false, false},
              true},
             {false,
              "alarm_as_crash",
              "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
-             {false, false, true, false},
+             {false, false, true, false, false},
              true},
             {true,
              "carry_ack",
              "carry_ack (before 2026-12: a batch filled after a cut-short one acks "
              "the carried "
              "delivery)",
-             {false, false, false, true},
+             {false, false, false, true, false},
+             true},
+            {false,
+             "lost_note",
+             "lost_note (before 2026-12: a successor killed before counting its predecessor's "
+             "crash made that crash pass for a kill from outside)",
+             {false, false, false, false, true},
              true},
         };
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

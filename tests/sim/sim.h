@@ -96,6 +96,8 @@ typedef struct sim_bugs {
     bool match_by_key;   /* returns marked by routing key, not by the publish sequence */
     bool alarm_as_crash; /* a database lock wait past handler_timeout is a handler crash */
     bool carry_ack;      /* worker.c on main: a carried delivery is covered by a multiple ack */
+    bool lost_note;      /* sup_reap before 2026-12: a successor's kill overwrites a crash note's
+                          * signal, so the crash is not counted */
 } sim_bugs_t;
 
 /* What the catalogue knows about each message id (the ground truth). */
