@@ -1,4 +1,5 @@
-/* worker.c: one worker process: consume one queue, run each batch of messages in one transaction.
+/* worker.c: one worker process's loop: consume one queue, run each batch of messages in one
+ * transaction, settle it (worker_conn.c, worker_txn.c and worker_ops.c do the rest).
  */
 #include "worker_int.h"
 
