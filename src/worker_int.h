@@ -34,6 +34,7 @@ typedef struct worker_hmsg {
     idemd_header_t headers[WORKER_MAX_HEADERS];
 } worker_hmsg_t;
 
+/* One worker process's context, on worker_main's stack for the process's life. */
 typedef struct worker {
     const conf_t *conf;
     const conf_queue_t *q;
@@ -96,16 +97,16 @@ void worker_pause(worker_t *w, int ms);
 /* Give up the batch, the carried delivery and the held list: unacked, the broker requeues them. */
 void worker_release(worker_t *w);
 
-/* worker_conn.c: connections to the database and the broker. Each returns 0 or an exit code
- * (connect_*), or 0 / -1 as said. */
-int worker_connect_db(worker_t *w);
-int worker_connect_mq(worker_t *w);
+/* worker_conn.c: connections to the database and the broker (the comments above each function
+ * there say more). */
+int worker_connect_db(worker_t *w);      /* 0, or an exit code */
+int worker_connect_mq(worker_t *w);      /* 0, or an exit code */
 int worker_open_publisher(worker_t *w);  /* 0, or -1 (logged) */
 int worker_ready_publisher(worker_t *w); /* 0, or -1: none usable for the outbox */
 void worker_service_pub(worker_t *w);
 int worker_check_db(worker_t *w); /* 0, or -1: the database cannot be reached */
 void worker_reread_keys(worker_t *w);
-int worker_undecodable(worker_t *w);
+int worker_undecodable(worker_t *w); /* 0, or an exit code */
 
 /* worker_txn.c: the batch transaction, the handler calls and the outbox. */
 int worker_transact(worker_t *w); /* 0, or -1: the database cannot be trusted */
