@@ -152,7 +152,10 @@ int batch_collect(batch_t *b)
     for (int i = 0; i < L->n; i++)
         bytes += L->m[i].env.message.body.len;
     deadline = b->ops->now_ms(b->ctx) + (uint64_t)b->q->batch_wait_ms;
-    while (L->n < b->batch_max) {
+    /* With a delivery in the carry slot, the batch takes no more: the new ones' tags are
+     * above the carried one's, and settling them with one multiple ack would ack it unrun
+     * (found by the simulation, docs/simulation.md); a second carry would overwrite it. */
+    while (L->n < b->batch_max && !b->has_carry) {
         uint64_t now = b->ops->now_ms(b->ctx);
         uint64_t left = deadline > now ? deadline - now : 0;
         tv.tv_sec = (time_t)(left / 1000);

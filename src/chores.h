@@ -9,7 +9,7 @@
 #include "conf.h"
 #include "db.h"
 #include "plugin.h"
-#include "worker.h"
+#include "slot.h"
 
 /*
  * A chore is guarded by a lease row in idemd_lease (sql/004_idemd_lease.sql):

@@ -6,7 +6,7 @@
 
 #include "conf.h"
 #include "db.h"
-#include "worker.h"
+#include "slot.h"
 
 typedef struct stall stall_t;
 

@@ -1,4 +1,4 @@
-/* supervisor.c: the main process: forks and restarts workers, reloads the config, talks to systemd.
+/* supervisor.c: the main process: forks, reaps and restarts workers, and runs the signal loop.
  */
 #include "supervisor.h"
 
@@ -20,83 +20,17 @@
 #include "log.h"
 #include "metrics.h"
 #include "plugin.h"
+#include "slot.h"
+#include "sup.h"
 #include "worker.h"
-
-/* How often a held-back watchdog ping is tried again. */
-#define SUP_WATCHDOG_RECHECK_MS 100
 
 #define SUP_BACKOFF_MIN_MS 200
 #define SUP_BACKOFF_MAX_MS 30000
 #define SUP_HEALTHY_MS 30000 /* a worker up this long resets its backoff */
-#define SUP_MAX_SLOTS 256    /* workers alive at once, old and new generations together */
 /* Failures that take sup_backoff to its cap: a server too old is tried again only that often. */
 #define SUP_HOLD_FAILURES 16
 
-typedef struct sup_worker {
-    bool used;
-    const conf_t *conf; /* the generation it belongs to */
-    const conf_queue_t *q;
-    int index; /* worker number within the queue */
-    pid_t pid; /* 0 when not running */
-    uint64_t started_ms;
-    uint64_t restart_at_ms; /* when pid == 0: when to start it (again) */
-    int failures;           /* consecutive abnormal exits */
-    bool retiring;          /* stopped by a reload: drained, never restarted */
-    bool waiting;           /* started by a reload: waits for its queue's old workers */
-    worker_slot_t *slot;
-    char error[WORKER_ERROR_MAX]; /* its last failed declaration, until it consumes again */
-    int error_kind;               /* worker_error_t of error */
-    uint64_t last_progress_ms;    /* when pid == 0: its last run's last progress */
-} sup_worker_t;
-
-/*
- * What a queue name did, for /metrics: the counters of slots given up by
- * its workers (a slot is reused by any queue, so they move here), and what
- * only the supervisor sees. Kept for every name ever configured: counters
- * never go backwards, also across reloads that remove a queue.
- */
-typedef struct sup_qstats {
-    char *name;
-    metrics_counters_t c;
-    uint64_t restarts[METRICS_EXIT_KINDS];
-    uint64_t reconcile_killed; /* reconcile runs killed at reconcile_timeout */
-    log_sink_t last_error;     /* the newest of slots given up */
-} sup_qstats_t;
-
-/* A handler file as it was when the config generation was loaded. */
-typedef struct sup_file_id {
-    dev_t dev;
-    ino_t ino;
-    off_t size;
-    struct timespec mtime;
-} sup_file_id_t;
-
-typedef struct supervisor {
-    conf_t *conf;       /* the current generation */
-    sup_file_id_t *ids; /* per queue of conf */
-    conf_t **old;       /* earlier generations that draining workers still point into */
-    int n_old;
-    sup_worker_t workers[SUP_MAX_SLOTS];
-    worker_slot_t *slots; /* shared memory, SUP_MAX_SLOTS entries */
-    int sigfd;
-    int log_level_override; /* from the command line, or -1 */
-    bool ready;
-    bool stopping;
-    uint64_t stop_deadline_ms;
-    uint64_t watchdog_usec;
-    uint64_t next_watchdog_ms;     /* the next WATCHDOG=1 is due then */
-    uint64_t next_withhold_log_ms; /* a ping still held back is logged again from then */
-    uint64_t next_status_ms;
-    const char *version;
-    sup_qstats_t *qstats;
-    int n_qstats;
-    metrics_server_t *metrics; /* NULL unless metrics.listen is set */
-    char metrics_on[80];       /* the metrics.listen it serves */
-    struct sockaddr_storage metrics_addr;
-    metrics_queue_t *view; /* the last scrape's, n_qstats entries */
-} supervisor_t;
-
-static uint64_t sup_now_ms(void)
+uint64_t sup_now_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -110,7 +44,7 @@ static uint64_t sup_now_ms(void)
  * own after fork, so a replaced file is picked up.
  * 0, or -1 (logged, naming the file).
  */
-static int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
+int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
 {
     char err[512];
     struct stat st;
@@ -163,7 +97,7 @@ static sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
 }
 
 /* Copy a slot's last error into *into when it is newer (both may be empty). */
-static void sup_newer_error(log_sink_t *into, const log_sink_t *slot)
+void sup_newer_error(log_sink_t *into, const log_sink_t *slot)
 {
     log_sink_t e;
     if (log_sink_get(slot, &e) && e.when_us > into->when_us)
@@ -175,7 +109,7 @@ static void sup_newer_error(log_sink_t *into, const log_sink_t *slot)
  * counters to its queue's stats, so that the slot starts from zero for
  * whichever queue uses it next. (lat[] stays: only the exit totals read it.)
  */
-static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
+void sup_release_worker(supervisor_t *s, sup_worker_t *w)
 {
     sup_qstats_t *qs = sup_qstats(s, w->q->name);
     if (qs) {
@@ -190,8 +124,8 @@ static void sup_release_worker(supervisor_t *s, sup_worker_t *w)
 }
 
 /* Add a worker entry for queue q of conf; it starts at the next loop turn (unless waiting). */
-static void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, int index,
-                           bool waiting)
+void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, int index,
+                    bool waiting)
 {
     (void)sup_qstats(s, q->name); /* listed in /metrics from now on */
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
@@ -421,469 +355,12 @@ static bool sup_draining(const supervisor_t *s, const char *name)
     return false;
 }
 
-/* The counters of every worker ever run: given-up slots are zero, their counts are in qstats. */
-static void sup_totals(const supervisor_t *s, metrics_counters_t *all)
-{
-    memset(all, 0, sizeof(*all));
-    for (int i = 0; i < s->n_qstats; i++)
-        metrics_counters_add(all, &s->qstats[i].c);
-    for (int i = 0; i < SUP_MAX_SLOTS; i++)
-        metrics_counters_add(all, &s->slots[i].c);
-}
-
-/* Tell systemd how the workers are doing: totals, then each queue's state. */
-static void sup_status(supervisor_t *s)
-{
-    char buf[4096];
-    size_t off;
-    metrics_counters_t all;
-    int consuming = 0, total = 0;
-    sup_totals(s, &all);
-    uint64_t ok = all.n_ok, dup = all.n_duplicate;
-    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-        const sup_worker_t *w = &s->workers[i];
-        if (!w->used || w->retiring)
-            continue;
-        total++;
-        if (w->pid && __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
-            consuming++;
-    }
-    off = (size_t)snprintf(buf, sizeof(buf),
-                           "STATUS=%d/%d workers consuming; %llu processed, %llu duplicates",
-                           consuming, total, (unsigned long long)ok, (unsigned long long)dup);
-    for (int q = 0; q < s->conf->n_queues && off < sizeof(buf); q++) {
-        const char *name = s->conf->queues[q].name;
-        int up = 0, n = 0;
-        uint64_t qok = 0, qfail = 0;
-        const char *error = NULL;
-        int kind = WORKER_ERROR_DECLARE;
-        for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-            const sup_worker_t *w = &s->workers[i];
-            if (!w->used || w->retiring || strcmp(w->q->name, name) != 0)
-                continue;
-            n++;
-            if (w->error[0]) {
-                error = w->error;
-                kind = w->error_kind;
-            }
-            up += w->pid &&
-                  __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING;
-            qok += __atomic_load_n(&w->slot->c.n_ok, __ATOMIC_RELAXED);
-            qfail += __atomic_load_n(&w->slot->c.n_retry, __ATOMIC_RELAXED) +
-                     __atomic_load_n(&w->slot->c.n_reject, __ATOMIC_RELAXED);
-        }
-        off +=
-            (size_t)snprintf(buf + off, sizeof(buf) - off, "; %s: %d/%d up, %llu ok, %llu failed",
-                             name, up, n, (unsigned long long)qok, (unsigned long long)qfail);
-        if (error && off < sizeof(buf))
-            off +=
-                (size_t)snprintf(buf + off, sizeof(buf) - off, ", %s: %s",
-                                 kind == WORKER_ERROR_SERVER ? "refused" : "declare failed", error);
-    }
-    sd_notify(0, buf);
-}
-
-/*
- * Every current worker consuming after startup or a reload, or failing to
- * declare its queue or refusing a server too old (shown in STATUS=, the
- * others work): announce readiness. Not announcing would have systemd stop
- * and restart the whole daemon in a loop.
- */
-static void sup_check_ready(supervisor_t *s)
-{
-    int n = 0, failed = 0, refused = 0;
-    char more[160] = "";
-    if (s->ready)
-        return;
-    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-        const sup_worker_t *w = &s->workers[i];
-        if (!w->used || w->retiring)
-            continue;
-        if (w->pid && __atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
-            n++;
-        else if (w->error[0] && w->error_kind == WORKER_ERROR_SERVER)
-            refused++;
-        else if (w->error[0])
-            failed++;
-        else
-            return;
-    }
-    s->ready = true;
-    if (failed || refused)
-        snprintf(more, sizeof(more), "; %d not: %s%s%s", failed + refused,
-                 failed ? "their queue's declaration failed" : "", failed && refused ? ", or " : "",
-                 refused ? "the broker or database is older than idemd supports" : "");
-    log_info("ready: %d queues, %d workers consuming%s", s->conf->n_queues, n, more);
-    sd_notify(0, "READY=1");
-    sup_status(s);
-    s->next_status_ms = sup_now_ms() + 5000;
-}
-
-/*
- * When running worker w last showed progress, as the watchdog and /metrics see it. A worker
- * inside reconcile() counts as alive (now) until reconcile_timeout, plus slack, has passed
- * since the run began (its progress_ms); SIGALRM ends it at the timeout. Past that (the
- * signal blocked, say) it shows its real age, and the watchdog stops pinging. 0 before
- * its first progress.
- */
-static uint64_t sup_progress_ms(const sup_worker_t *w, uint64_t now, uint64_t slack_ms)
-{
-    /* Acquire: the worker stores progress_ms before it changes reconciling (release). */
-    int reconciling = __atomic_load_n(&w->slot->reconciling, __ATOMIC_ACQUIRE);
-    uint64_t p = __atomic_load_n(&w->slot->progress_ms, __ATOMIC_RELAXED);
-    if (p && reconciling && now < p + (uint64_t)w->conf->reconcile_timeout * 1000 + slack_ms)
-        return now;
-    return p;
-}
-
-/*
- * Ping the watchdog every half interval, but only while every running worker showed progress
- * within the last half interval. A ping held back is tried again at every turn of the loop
- * (SUP_WATCHDOG_RECHECK_MS apart) and sent as soon as every worker shows progress again, not a
- * half interval later: otherwise a worker late by a few milliseconds at one check (an idle
- * worker shows progress about once a second) stretches the gap between two pings to the whole
- * interval, and systemd kills a healthy service.
- */
-static void sup_watchdog(supervisor_t *s, uint64_t now)
-{
-    uint64_t half_ms = s->watchdog_usec / 2000;
-    if (!s->watchdog_usec || now < s->next_watchdog_ms)
-        return;
-    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-        const sup_worker_t *w = &s->workers[i];
-        if (!w->used || !w->pid)
-            continue;
-        uint64_t p = sup_progress_ms(w, now, half_ms);
-        if (p && now > p && now - p > half_ms) {
-            if (now >= s->next_withhold_log_ms) {
-                log_warn("worker %s#%d shows no progress for %llu ms: withholding watchdog ping",
-                         w->q->name, w->index, (unsigned long long)(now - p));
-                s->next_withhold_log_ms = now + half_ms;
-            }
-            return;
-        }
-    }
-    sd_notify(0, "WATCHDOG=1");
-    s->next_watchdog_ms = now + half_ms;
-    s->next_withhold_log_ms = 0;
-}
-
-/* How long the loop may wait for a signal: until the next watchdog ping is due, at most 100 ms
- * before ready and 500 ms after; SUP_WATCHDOG_RECHECK_MS while a ping is held back. */
-static int sup_poll_ms(const supervisor_t *s, uint64_t now)
-{
-    int ms = s->ready ? 500 : 100;
-    if (!s->watchdog_usec || s->stopping)
-        return ms;
-    if (now >= s->next_watchdog_ms)
-        return SUP_WATCHDOG_RECHECK_MS;
-    if (s->next_watchdog_ms - now < (uint64_t)ms)
-        ms = (int)(s->next_watchdog_ms - now);
-    return ms;
-}
-
-/* Value below which a fraction q of the merged latency samples fall, in microseconds. */
-static uint64_t sup_lat_quantile(const uint64_t *hist, uint64_t total, double q)
-{
-    uint64_t want = (uint64_t)((double)total * q), seen = 0;
-    for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
-        seen += hist[b];
-        if (seen > want)
-            return worker_lat_bucket_floor(b + 1);
-    }
-    return worker_lat_bucket_floor(WORKER_LAT_BUCKETS - 1);
-}
-
-/* At exit: the counters of all workers, and publish-to-commit latency if measured. */
-static void sup_log_totals(const supervisor_t *s)
-{
-    uint64_t hist[WORKER_LAT_BUCKETS] = {0}, n = 0;
-    metrics_counters_t all;
-    sup_totals(s, &all);
-    uint64_t ok = all.n_ok, dup = all.n_duplicate, retry = all.n_retry, rej = all.n_reject,
-             com = all.n_commits;
-    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-        const worker_slot_t *sl = &s->slots[i];
-        for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
-            hist[b] += sl->lat[b];
-            n += sl->lat[b];
-        }
-    }
-    log_info("totals: ok=%llu duplicate=%llu retry=%llu reject=%llu commits=%llu",
-             (unsigned long long)ok, (unsigned long long)dup, (unsigned long long)retry,
-             (unsigned long long)rej, (unsigned long long)com);
-    if (n)
-        log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu", (unsigned long long)n,
-                 (unsigned long long)sup_lat_quantile(hist, n, 0.5),
-                 (unsigned long long)sup_lat_quantile(hist, n, 0.99));
-}
-
-/* Ask every worker of queue name (or all when name is NULL) to drain and exit. */
-static void sup_retire(supervisor_t *s, const char *name)
-{
-    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-        sup_worker_t *w = &s->workers[i];
-        if (!w->used || w->retiring || (name && strcmp(w->q->name, name) != 0))
-            continue;
-        w->retiring = true;
-        w->waiting = false;
-        if (w->pid)
-            kill(w->pid, SIGTERM);
-        else
-            sup_release_worker(s, w);
-    }
-}
-
-static const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name)
+const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name)
 {
     for (int i = 0; i < conf->n_queues; i++)
         if (strcmp(conf->queues[i].name, name) == 0)
             return &conf->queues[i];
     return NULL;
-}
-
-/*
- * metrics_collect_fn: one view per queue name ever configured, from its
- * stats and the slots of its workers now. The array is kept in s.
- */
-static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
-{
-    supervisor_t *s = ctx;
-    uint64_t now = sup_now_ms();
-    metrics_queue_t *v = realloc(s->view, sizeof(*v) * (size_t)(s->n_qstats ? s->n_qstats : 1));
-    *out = NULL;
-    *n = 0;
-    if (v == NULL)
-        return;
-    s->view = v;
-    for (int k = 0; k < s->n_qstats; k++) {
-        const sup_qstats_t *qs = &s->qstats[k];
-        metrics_queue_t *q = &v[k];
-        memset(q, 0, sizeof(*q));
-        q->name = qs->name;
-        q->last_error = qs->last_error;
-        q->c = qs->c;
-        q->c.n_reconcile_runs += qs->reconcile_killed;
-        q->c.n_reconcile_failures += qs->reconcile_killed;
-        memcpy(q->restarts, qs->restarts, sizeof(q->restarts));
-        const conf_queue_t *cq = sup_find_queue(s->conf, qs->name);
-        q->workers = cq ? cq->workers : 0;
-        uint64_t outbox_seen = 0;
-        for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-            const sup_worker_t *w = &s->workers[i];
-            if (!w->used || strcmp(w->q->name, qs->name) != 0)
-                continue;
-            metrics_counters_add(&q->c, &w->slot->c);
-            sup_newer_error(&q->last_error, &w->slot->last_error);
-            if (w->retiring) {
-                q->draining += w->pid != 0;
-                continue;
-            }
-            uint64_t last = w->last_progress_ms;
-            if (w->pid) {
-                uint64_t p = sup_progress_ms(w, now, 0);
-                last = p ? p : w->started_ms;
-                if (__atomic_load_n(&w->slot->state, __ATOMIC_RELAXED) == WORKER_STATE_CONSUMING)
-                    q->consuming++;
-                else
-                    q->connecting++;
-            } else {
-                q->restarting++;
-            }
-            double age = now > last ? (double)(now - last) / 1000.0 : 0.0;
-            if (age > q->progress_age_s)
-                q->progress_age_s = age;
-            uint64_t seen = __atomic_load_n(&w->slot->outbox_seen_ms, __ATOMIC_RELAXED);
-            if (seen && seen >= outbox_seen) { /* the newest sweep of the queue's workers */
-                outbox_seen = seen;
-                q->outbox_known = true;
-                q->outbox_rows = __atomic_load_n(&w->slot->outbox_rows, __ATOMIC_RELAXED);
-                q->outbox_retrying = __atomic_load_n(&w->slot->outbox_retrying, __ATOMIC_RELAXED);
-                q->outbox_exhausted = __atomic_load_n(&w->slot->outbox_exhausted, __ATOMIC_RELAXED);
-                q->outbox_oldest_s =
-                    (double)__atomic_load_n(&w->slot->outbox_oldest_us, __ATOMIC_RELAXED) / 1e6;
-            }
-        }
-    }
-    *out = v;
-    *n = s->n_qstats;
-}
-
-/*
- * Serve metrics.listen of conf (nothing when unset), asking for its token (a digest is kept).
- * Called at startup and after a reload: a changed address gets a new listener; when it cannot
- * listen there, the old one goes on, with the new token. 0, or -1 (logged).
- */
-static int sup_metrics_listen(supervisor_t *s, const conf_t *conf)
-{
-    const char *want = conf->metrics.listen;
-    char was[sizeof(s->metrics_on)];
-    struct sockaddr_storage was_addr = s->metrics_addr;
-
-    if (want == NULL ? s->metrics == NULL : s->metrics && strcmp(s->metrics_on, want) == 0) {
-        metrics_set_token(s->metrics, conf->metrics.token);
-        return 0;
-    }
-    snprintf(was, sizeof(was), "%s", s->metrics_on);
-    metrics_stop(s->metrics);
-    s->metrics = NULL;
-    s->metrics_on[0] = '\0';
-    if (want == NULL) {
-        log_info("metrics: no longer served (metrics.listen removed)");
-        return 0;
-    }
-    s->metrics = metrics_start(&conf->metrics.addr, want, sup_collect, s, s->version);
-    if (s->metrics) {
-        metrics_set_token(s->metrics, conf->metrics.token);
-        snprintf(s->metrics_on, sizeof(s->metrics_on), "%s", want);
-        s->metrics_addr = conf->metrics.addr;
-        return 0;
-    }
-    if (was[0]) {
-        s->metrics = metrics_start(&was_addr, was, sup_collect, s, s->version);
-        metrics_set_token(s->metrics, conf->metrics.token);
-        if (s->metrics)
-            snprintf(s->metrics_on, sizeof(s->metrics_on), "%s", was);
-    }
-    return -1;
-}
-
-/* The log level in effect: --log-level, else the current generation's daemon.log_level. */
-static log_level_t sup_log_level(const supervisor_t *s)
-{
-    return (log_level_t)(s->log_level_override >= 0 ? s->log_level_override : s->conf->log_level);
-}
-
-/*
- * Hand every slot the daemon settings that running workers follow without
- * a restart (see worker_slot_t); the supervisor follows its own.
- */
-static void sup_share_settings(supervisor_t *s)
-{
-    log_set_level(sup_log_level(s));
-    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-        __atomic_store_n(&s->slots[i].log_level, (int)sup_log_level(s), __ATOMIC_RELAXED);
-        __atomic_store_n(&s->slots[i].reconcile_interval, s->conf->reconcile_interval,
-                         __ATOMIC_RELAXED);
-    }
-}
-
-/*
- * The workers of a queue that a reload keeps running belong to the new
- * generation from now on: a later restart uses its settings (equal for the
- * queue and the connections, newer for the daemon group), and the old
- * generation is freed once its draining workers are gone.
- */
-static void sup_adopt(supervisor_t *s, const conf_t *next, const conf_queue_t *nq)
-{
-    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
-        sup_worker_t *w = &s->workers[i];
-        if (w->used && !w->retiring && strcmp(w->q->name, nq->name) == 0) {
-            w->conf = next;
-            w->q = nq;
-        }
-    }
-}
-
-/* Free (conf_free: passwords zeroed) every earlier generation no worker points into. */
-static void sup_free_old(supervisor_t *s)
-{
-    int kept = 0;
-    for (int g = 0; g < s->n_old; g++) {
-        bool used = false;
-        for (int i = 0; i < SUP_MAX_SLOTS && !used; i++)
-            used = s->workers[i].used && s->workers[i].conf == s->old[g];
-        if (used)
-            s->old[kept++] = s->old[g];
-        else
-            conf_free(s->old[g]);
-    }
-    s->n_old = kept;
-}
-
-static bool sup_file_changed(const sup_file_id_t *a, const sup_file_id_t *b)
-{
-    return a->dev != b->dev || a->ino != b->ino || a->size != b->size ||
-           a->mtime.tv_sec != b->mtime.tv_sec || a->mtime.tv_nsec != b->mtime.tv_nsec;
-}
-
-/*
- * SIGHUP: load the file again. Queues whose settings or handler file
- * changed are drained (their workers finish and ack their transaction,
- * unacked deliveries return to the queue) before their new workers start;
- * removed queues are drained; new queues start; the rest keep running. A
- * change of broker or database restarts every queue this way. A config
- * that does not load, or a handler that does not, leaves everything as it
- * was.
- */
-static void sup_reload(supervisor_t *s)
-{
-    char err[1024], what[600];
-    conf_t *next = NULL;
-    sup_file_id_t *ids = NULL;
-    conf_t **old;
-
-    sd_notify(0, "RELOADING=1");
-    log_info("SIGHUP: reloading %s", s->conf->path);
-    if (conf_load(s->conf->path, &next, err, sizeof(err)) != 0) {
-        log_error("reload failed, keeping the running configuration: %s", err);
-        goto keep;
-    }
-    for (int i = 0; i < next->n_warnings; i++)
-        log_warn("%s", next->warnings[i]);
-    if (sup_check_plugins(next, &ids) != 0) {
-        log_error("reload failed, keeping the running configuration: a handler did not load");
-        goto keep;
-    }
-    old = realloc(s->old, sizeof(*old) * (size_t)(s->n_old + 1));
-    if (old == NULL)
-        goto keep;
-    s->old = old;
-
-    bool all = conf_connections_differ(s->conf, next, what, sizeof(what));
-    if (all)
-        log_info("reload: %s changed: draining and restarting every worker", what);
-    for (int i = 0; i < s->conf->n_queues; i++)
-        if (!sup_find_queue(next, s->conf->queues[i].name)) {
-            log_info("reload: queue '%s' removed: draining its workers", s->conf->queues[i].name);
-            sup_retire(s, s->conf->queues[i].name);
-        }
-    for (int i = 0; i < next->n_queues; i++) {
-        const conf_queue_t *nq = &next->queues[i];
-        const conf_queue_t *oq = sup_find_queue(s->conf, nq->name);
-        bool changed = all;
-        if (oq && !changed && conf_queue_differs(oq, nq, what, sizeof(what))) {
-            log_info("reload: %s changed: draining queue '%s'", what, nq->name);
-            changed = true;
-        }
-        if (oq && !changed && sup_file_changed(&s->ids[oq - s->conf->queues], &ids[i])) {
-            log_info("reload: handler file %s changed: draining queue '%s'", nq->handler, nq->name);
-            changed = true;
-        }
-        if (oq && !changed) {
-            sup_adopt(s, next, nq); /* its workers keep running with identical settings */
-            continue;
-        }
-        if (!oq)
-            log_info("reload: new queue '%s'", nq->name);
-        else
-            sup_retire(s, nq->name);
-        for (int k = 0; k < nq->workers; k++)
-            sup_add_worker(s, next, nq, k, oq != NULL);
-    }
-    s->old[s->n_old++] = s->conf;
-    s->conf = next;
-    free(s->ids);
-    s->ids = ids;
-    sup_share_settings(s); /* log level and reconcile interval reach running workers */
-    (void)sup_metrics_listen(s, next);
-    sup_free_old(s);
-    s->ready = false; /* READY=1 again once every current worker consumes */
-    return;
-keep:
-    conf_free(next);
-    free(ids);
-    sd_notify(0, "READY=1");
 }
 
 static void sup_begin_stop(supervisor_t *s, int sig)

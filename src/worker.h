@@ -10,101 +10,16 @@
 #include "log.h"
 #include "metrics.h"
 #include "plugin.h"
-
-typedef enum worker_state {
-    WORKER_STATE_STARTING = 0,
-    WORKER_STATE_WAITING_DB = 1,
-    WORKER_STATE_CONNECTING = 2,
-    WORKER_STATE_CONSUMING = 3,
-    WORKER_STATE_STOPPING = 4,
-} worker_state_t;
-
-/*
- * What a worker and its supervisor share, in shared memory. The worker
- * writes state, progress, counters and latencies (relaxed atomics: no
- * invariants between fields); the supervisor reads them for readiness,
- * status and the watchdog. The supervisor writes the daemon settings a
- * reload may change (log_level, reconcile_interval); the worker follows
- * them without a restart. error is the worker's only non-atomic field: the
- * supervisor empties it before the fork and reads it after the exit.
- */
-/* Latency buckets: bucket b holds values in [2^(b/4), 2^((b+1)/4)) microseconds. */
-#define WORKER_LAT_BUCKETS 128
-#define WORKER_ERROR_MAX 400
-
-typedef struct worker_slot {
-    int state;            /* worker_state_t */
-    int consumed;         /* 1 once this run got as far as consuming (zeroed before the fork) */
-    uint64_t progress_ms; /* CLOCK_MONOTONIC ms of the last loop iteration */
-    metrics_counters_t c; /* what it did, for STATUS= and /metrics */
-    int reconciling;      /* 1 while the handler's reconcile() runs (its SIGALRM is that limit) */
-    /* Publish-to-commit latency of committed messages that carry the integer
-     * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
-    uint64_t lat[WORKER_LAT_BUCKETS];
-    /* Crash note: while in_handler is 1 the worker is inside the handler on
-     * the message crash_id (crash_counted: its start is counted already).
-     * A worker that finds it set at start succeeds one that died there: when
-     * crash_consumer is its own and exit_signal says the handler did it, it
-     * counts the crash (and the start, unless counted) for the guard. */
-    int in_handler;
-    int crash_counted;
-    uint32_t crash_id_len;
-    char crash_id[256];
-    char crash_consumer[129];
-    int test_crashes; /* IDEMD_TEST_CRASH_BEFORE_RELAY deaths of this slot so far (tests only) */
-    /* The outbox as the last sweep saw it (metrics): rows, age of the oldest in
-     * microseconds, and when (CLOCK_MONOTONIC ms; 0 = never swept here). */
-    int64_t outbox_rows, outbox_oldest_us;
-    int64_t outbox_retrying, outbox_exhausted; /* rows refused before; rows out of attempts */
-    uint64_t outbox_seen_ms;
-    int exit_signal; /* set by the supervisor at reap: the signal that ended the last worker, or 0
-                      */
-    int log_level;   /* set by the supervisor: log_level_t in effect */
-    int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
-    /* Why the worker exits with WORKER_EXIT_CONFIG after a failed
-     * declaration (the broker's reason) or on a server too old; the
-     * supervisor logs it once. error_kind: worker_error_t. */
-    char error[WORKER_ERROR_MAX];
-    int error_kind;
-    /* What the worker lost before it exited with WORKER_EXIT_TEMPFAIL
-     * (worker_lost_t); the next run counts a reconnect when it connects. */
-    int lost;
-    /* 1 once a worker of this slot warned that its queue exists without idemd's
-     * dead-letter arguments (mq_declare fell back): the warning is given once. */
-    int dlx_warned;
-    /* The last error or warning about this slot's workers: written by the
-     * worker (log_set_sink), and by the supervisor about a worker that is
-     * gone (its exit); read by the status endpoint. */
-    log_sink_t last_error;
-} worker_slot_t;
-
-/* What kind of refusal a slot's error is (the supervisor words and paces it by this). */
-typedef enum worker_error {
-    WORKER_ERROR_DECLARE = 0, /* a declaration, or a table the worker needs */
-    WORKER_ERROR_SERVER = 1,  /* the broker or database is older than idemd supports */
-} worker_error_t;
-
-typedef enum worker_lost {
-    WORKER_LOST_NONE = 0,
-    WORKER_LOST_BROKER = 1,
-    WORKER_LOST_DATABASE = 2,
-} worker_lost_t;
+#include "slot.h"
 
 /* Bucket index of a latency in microseconds. */
 int worker_lat_bucket(uint64_t us);
 /* Lower bound in microseconds of a bucket. */
 uint64_t worker_lat_bucket_floor(int bucket);
 
-/* Exit codes of a worker process. */
-#define WORKER_EXIT_STOPPED 0   /* asked to stop, clean */
-#define WORKER_EXIT_TEMPFAIL 75 /* lost broker or database: restart after a pause */
-#define WORKER_EXIT_CONFIG                                                                         \
-    78 /* cannot work with this configuration (plugin init, declare,                               \
-          a server older than idemd supports) */
-
 /*
  * The body of a worker process: loads q's handler, then never returns,
- * exits with one of the codes above. conf and q are inherited from the
+ * exits with one of the codes in slot.h. conf and q are inherited from the
  * supervisor across fork.
  */
 void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_slot_t *slot)

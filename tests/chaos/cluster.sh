@@ -23,10 +23,17 @@
 #   cl_rabbit_start N        start node N again (same name, address and data) and wait for it
 #   cl_galera_kill N         kill -9 Galera node N
 #   cl_galera_start N        start node N again; it rejoins (IST, or rsync SST) and is Synced
+#   cl_rabbit_wait N         wait until node N answers (AMQP port, await_startup)
+#   cl_rabbit_wait3 N S      wait up to S s until node N sees CL_RABBIT_SIZE (3) running
+#   cl_galera_wait N [S]     wait up to S s (180) until node N is Synced in a cluster of
+#                            CL_GALERA_SIZE (3)
 #   cl_rabbit_part N [S]     cut node N's link for at least S s (CLC_PART_HOLD, 25) and until
 #                            both sides saw the partition, heal it, wait until N runs in the
 #                            cluster of 3 again
 #   cl_galera_part N [S]     the same for Galera node N (non-Primary alone, then Synced again)
+#   cl_galera_primary        true when some Galera node is in a Primary component
+#   cl_galera_bootstrap      none is: make the most advanced answering node Primary
+#                            (pc.bootstrap=YES); prints its number
 #   cl_sql N QUERY [DB]      run QUERY as root on node N (unix socket), rows tab-separated
 #   cl_sql_any QUERY [DB]    the same on the first node that answers
 #   cl_ctl N ARGS...         rabbitmqctl against node N, from the hub (Erlang distribution)
@@ -275,16 +282,16 @@ cl_rabbit_running()
     echo "$r"
 }
 
-# Wait up to $2 s until node $1 sees 3 running nodes.
+# Wait up to $2 s until node $1 sees CL_RABBIT_SIZE (3) running nodes.
 cl_rabbit_wait3()
 {
-    local deadline=$((SECONDS + $2)) r
+    local deadline=$((SECONDS + $2)) r size=${CL_RABBIT_SIZE:-3}
     while ((SECONDS < deadline)); do
         r=$(cl_rabbit_running "$1")
-        [[ $r == 3 ]] && return 0
+        [[ $r == "$size" ]] && return 0
         sleep 1
     done
-    cl_log "RabbitMQ node $1 sees $r running nodes, not 3"
+    cl_log "RabbitMQ node $1 sees $r running nodes, not $size"
     return 1
 }
 
@@ -356,19 +363,20 @@ cl_galera_status()
               VARIABLE_NAME IN ($2) ORDER BY VARIABLE_NAME" 2>/dev/null | paste -sd' '
 }
 
-# Wait until node $1 answers and reports itself Synced in a cluster of 3.
+# Wait up to $2 s (180) until node $1 answers and reports itself Synced in a cluster of
+# CL_GALERA_SIZE (3) nodes.
 cl_galera_wait()
 {
-    local n=$1 deadline=$((SECONDS + ${2:-180})) st
+    local n=$1 deadline=$((SECONDS + ${2:-180})) st size=${CL_GALERA_SIZE:-3}
     while ((SECONDS < deadline)); do
         st=$(cl_galera_status "$n" "'wsrep_local_state_comment', 'wsrep_cluster_size'") || st=
-        [[ $st == "3 Synced" ]] && return 0
+        [[ $st == "$size Synced" ]] && return 0
         [[ -f "$CL_DIR/g$n.pgid" ]] || break
         pgrep -g "$(cat "$CL_DIR/g$n.pgid")" >/dev/null || break
         sleep 0.5
     done
     tail -n 30 "$CL_DIR/g$n/err.log" >&2
-    cl_log "Galera node $n is not Synced in a cluster of 3 (last: '${st:-no answer}')"
+    cl_log "Galera node $n is not Synced in a cluster of $size (last: '${st:-no answer}')"
     cl_galera_report
     return 1
 }
@@ -386,6 +394,31 @@ cl_galera_report()
 
 # The rsync SST daemon (run as root) drops to user nobody and also sets the permissions of
 # the datadir itself: the joiner's datadir must belong to nobody, not only be mode 777.
+# True when some Galera node is in a Primary component.
+cl_galera_primary()
+{
+    local n
+    for n in 1 2 3; do
+        [[ $(cl_galera_status "$n" "'wsrep_cluster_status'") == Primary ]] && return 0
+    done
+    return 1
+}
+
+# No node Primary (the last Primary component lost a member before the one cut off was
+# back: a kill right after a heal): make the answering node with the highest
+# wsrep_last_committed Primary (pc.bootstrap), what an operator does. Prints its number.
+cl_galera_bootstrap()
+{
+    local n seq best=-2 bn=0
+    for n in 1 2 3; do
+        seq=$(cl_galera_status "$n" "'wsrep_last_committed'")
+        [[ $seq =~ ^-?[0-9]+$ ]] && ((seq > best)) && best=$seq bn=$n
+    done
+    ((bn)) || return 1
+    cl_sql "$bn" "SET GLOBAL wsrep_provider_options = 'pc.bootstrap=YES'" || return 1
+    echo "$bn"
+}
+
 cl_sst_writable()
 {
     chown -R nobody:nogroup "$CL_DIR/g$1/data" 2>/dev/null || true

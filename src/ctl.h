@@ -1,0 +1,86 @@
+/* ctl.h: what idemctl's command files share: the command line, exit codes and helpers. */
+#ifndef IDEMD_CTL_H
+#define IDEMD_CTL_H
+
+#include <json-c/json.h>
+#include <regex.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#include "conf.h"
+#include "db.h"
+#include "mq.h"
+#include "relay.h"
+
+/* Exit codes a script can rely on (idemctl(8), EXIT STATUS). */
+#define CTL_EXIT_OK 0
+#define CTL_EXIT_NOMATCH 1 /* an id was not found, or nothing matched */
+#define CTL_EXIT_USAGE 2   /* bad arguments or configuration; purge without --yes */
+#define CTL_EXIT_CONNECT 3 /* cannot reach the broker or the database */
+#define CTL_EXIT_PARTIAL 4 /* stopped part way: what was done is done, the rest is untouched */
+
+typedef enum ctl_mode { CTL_LIST, CTL_COUNT, CTL_REPLAY, CTL_PURGE } ctl_mode_t;
+
+/* The command line, and what the command shares. */
+typedef struct ctl {
+    conf_t *conf;
+    bool json;
+    const char *consumer; /* --consumer or NULL */
+    bool has_reason;
+    const char *reason_src;
+    regex_t reason;
+    long limit; /* dlq list: 0 = all */
+    const char **ids;
+    int n_ids;
+    bool all, yes, to_original;
+    bool unverified;       /* dlq replay: letters whose idemd-sig does not verify too */
+    bool allow_empty_body; /* dlq replay: letters whose body was dropped too */
+    relay_keys_t keys;     /* dlq replay: the installation's relay keys (n = 0: unread) */
+    const char *to_queue;
+    long slow_ms;
+    long long older_s; /* records purge */
+    long batch;
+    json_object *out; /* --json: the document printed at the end */
+} ctl_t;
+
+/* Helpers in idemctl.c. */
+
+/* Seconds s as a duration idemctl reads back ("1d1m", "90s"), into buf. */
+void ctl_format_duration(long long s, char *buf, size_t len);
+/* Print bytes on one line for text output (see idemctl.c for the escapes). */
+void ctl_put(FILE *f, const char *s, size_t len);
+/* ctl_put of a C string. */
+void ctl_puts(FILE *f, const char *s);
+/* An X'...' literal for bytes: safe for any consumer or id. Returns a malloc'd string or NULL. */
+char *ctl_hex(const char *s, size_t len);
+/* Add a string member to a JSON object (bytes, may hold anything json-c can escape). */
+void ctl_json_str(json_object *o, const char *key, const char *s, size_t len);
+/* Print the --json document (ctl->out) and free it. */
+void ctl_json_flush(ctl_t *ctl);
+/* The distinct consumers of the configuration, or just --consumer (see idemctl.c). */
+const char **ctl_consumers(const ctl_t *ctl, int *n);
+/* Open the database as the first configured consumer. 0 or CTL_EXIT_CONNECT (logged). */
+int ctl_db_open(const ctl_t *ctl, db_t **db);
+/* One row of sql into vals[0..n-1]: 1 for a row, 0 for none, -1 on error (logged). */
+int ctl_query_row(db_t *db, const char *sql, char (*vals)[64], int n);
+/* Passive queue.declare of name: 0, 1 when there is no such queue, or -1 (logged). */
+int ctl_queue_peek(mq_t *mq, const char *name, unsigned *msgs, unsigned *consumers);
+
+/* The commands, one file per family; each returns CTL_EXIT_*. */
+
+/* ctl_records.c: lookup, records purge, and the horizon records purge keeps. */
+int ctl_lookup(ctl_t *ctl, char **ids, int n_ids);
+int ctl_records_purge(ctl_t *ctl);
+long long ctl_purge_floor(const ctl_t *ctl, const char **longest, int *max_ms);
+/* ctl_key.c: key status / stage / promote / retire. */
+int ctl_key(ctl_t *ctl, const char *sub);
+/* ctl_status.c: status. */
+int ctl_status(ctl_t *ctl);
+/* ctl_outbox.c: outbox list, and one consumer's outbox counts for status (0, 1, -1). */
+int ctl_outbox_list(ctl_t *ctl, const char *queue);
+int ctl_outbox_counts(const ctl_t *ctl, db_t *db, const char *consumer, long long ob[3]);
+/* ctl_dlq.c: dlq list / count / replay / purge. */
+int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode);
+
+#endif

@@ -1,0 +1,553 @@
+/* ctl_dlq.c: idemctl's dead letter commands: dlq list, count, replay and purge. */
+#include <errno.h>
+#include <json-c/json.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ctl.h"
+#include "delivery.h"
+#include "log.h"
+
+#define CTL_CONFIRM_MS 30000
+#define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_dlq */
+/* A letter returned this often (x-delivery-count) is near RabbitMQ 4's default delivery limit. */
+#define CTL_RETURNS_WARN 10
+
+/* What idemctl reads off one dead letter; borrows nothing after ctl_letter_read. */
+typedef struct ctl_letter {
+    uint64_t tag;
+    amqp_message_t msg;
+    const conf_queue_t *q; /* the configured queue named by idemd-queue, or NULL */
+    bool has_id;
+    char id[DELIVERY_ID_MAX + 1];
+    size_t id_len;
+    long long attempts;
+    bool has_exchange, has_routing_key;
+    bool onward;          /* idemd-onward = 1: an onward message idemd could not deliver */
+    bool body_dropped;    /* idemd-body-dropped: the body was not kept */
+    bool verified;        /* idemd-sig verifies (ctl_letter_verify) */
+    char unverified[300]; /* why not, when not */
+    char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
+} ctl_letter_t;
+
+/* ---------- dead letters ---------- */
+
+/* A header of props as text (strings as they are, integers in decimal); false if absent. */
+static bool ctl_header(const amqp_basic_properties_t *p, const char *name, char *buf, size_t len)
+{
+    size_t n = strlen(name);
+    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
+        return false;
+    for (int i = 0; i < p->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &p->headers.entries[i];
+        if (e->key.len != n || memcmp(e->key.bytes, name, n) != 0)
+            continue;
+        const amqp_field_value_t *v = &e->value;
+        switch (v->kind) {
+        case AMQP_FIELD_KIND_UTF8:
+        case AMQP_FIELD_KIND_BYTES:
+            snprintf(buf, len, "%.*s", (int)v->value.bytes.len, (const char *)v->value.bytes.bytes);
+            return true;
+        case AMQP_FIELD_KIND_I64:
+            snprintf(buf, len, "%lld", (long long)v->value.i64);
+            return true;
+        case AMQP_FIELD_KIND_I32:
+            snprintf(buf, len, "%d", (int)v->value.i32);
+            return true;
+        case AMQP_FIELD_KIND_U32:
+            snprintf(buf, len, "%u", (unsigned)v->value.u32);
+            return true;
+        default:
+            snprintf(buf, len, "?");
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Fill l's fields from its message (l->msg read already). */
+static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    char num[32], err[128];
+
+    l->q = NULL;
+    l->queue[0] = '\0';
+    if (ctl_header(p, RELAY_H_QUEUE, l->queue, sizeof(l->queue)))
+        for (int i = 0; i < ctl->conf->n_queues && !l->q; i++)
+            if (strcmp(ctl->conf->queues[i].name, l->queue) == 0)
+                l->q = &ctl->conf->queues[i];
+    /* A dead onward message's id is its message_id property, whatever its source queue uses. */
+    l->onward = delivery_header_int(p, RELAY_H_ONWARD) == 1;
+    l->id_len = 0;
+    l->has_id = delivery_id(p, l->q && !l->onward ? l->q->id_header : NULL, l->id, &l->id_len, err,
+                            sizeof(err)) == 0;
+    if (!ctl_header(p, RELAY_H_ERROR, l->reason, sizeof(l->reason)))
+        l->reason[0] = '\0';
+    if (!ctl_header(p, RELAY_H_FIRST_FAILURE, l->first, sizeof(l->first)))
+        l->first[0] = '\0';
+    if (!ctl_header(p, RELAY_H_LAST_FAILURE, l->last, sizeof(l->last)))
+        l->last[0] = '\0';
+    l->attempts = ctl_header(p, RELAY_H_ATTEMPTS, num, sizeof(num)) ? atoll(num) : 0;
+    l->has_exchange = ctl_header(p, RELAY_H_EXCHANGE, l->exchange, sizeof(l->exchange));
+    if (!l->has_exchange)
+        l->exchange[0] = '\0';
+    l->has_routing_key = ctl_header(p, RELAY_H_ROUTING_KEY, l->routing_key, sizeof(l->routing_key));
+    if (!l->has_routing_key)
+        l->routing_key[0] = '\0';
+    l->body_dropped = ctl_header(p, RELAY_H_BODY_DROPPED, num, sizeof(num));
+    l->verified = false;
+    l->unverified[0] = '\0';
+}
+
+/*
+ * Whether l's idemd headers (queue, id, attempts, first failure, original
+ * route) were signed by idemd under one of ctl->keys: sets l->verified, or
+ * l->unverified to why not. A letter of a queue idemd dead-lettered is
+ * bound to that queue (idemd-queue) and its id (the queue's id_header, or
+ * the message_id property when the queue is not configured here); a dead
+ * onward message (idemd-onward) to "onward:" and its source queue, and the
+ * message_id property.
+ */
+static void ctl_letter_verify(const ctl_t *ctl, ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    char oq[300], sig[RELAY_SIG_HEX + 8];
+    const char *bound = l->onward ? relay_onward_queue(l->queue, oq, sizeof(oq)) : l->queue;
+    unsigned attempts;
+
+    if (ctl->keys.n == 0)
+        snprintf(l->unverified, sizeof(l->unverified), "the relay keys could not be read");
+    else if (!l->queue[0])
+        snprintf(l->unverified, sizeof(l->unverified), "it has no %s header", RELAY_H_QUEUE);
+    else if (!ctl_header(p, RELAY_H_SIG, sig, sizeof(sig)))
+        snprintf(l->unverified, sizeof(l->unverified),
+                 "it has no %s: idemd did not dead-letter it (published into the queue?)",
+                 RELAY_H_SIG);
+    else if (!l->has_id || bound == NULL)
+        snprintf(l->unverified, sizeof(l->unverified), "it has no message id to check %s against",
+                 RELAY_H_SIG);
+    else if (!relay_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts))
+        snprintf(l->unverified, sizeof(l->unverified),
+                 "%s does not verify under the %d key(s) in table " DB_KEY_TABLE
+                 " for queue '%.100s'%s: forged or changed headers, or a retired key",
+                 RELAY_H_SIG, ctl->keys.n, l->queue,
+                 l->onward || l->q ? "" : " (not in this configuration: id taken from message_id)");
+    else
+        l->verified = true;
+}
+
+/* Whether the command's selection (--reason, --id) takes l. */
+static bool ctl_selected(const ctl_t *ctl, const ctl_letter_t *l)
+{
+    if (ctl->has_reason && regexec(&ctl->reason, l->reason, 0, NULL, 0) != 0)
+        return false;
+    if (ctl->n_ids > 0) {
+        bool hit = false;
+        for (int i = 0; i < ctl->n_ids && !hit; i++)
+            hit = l->has_id && strlen(ctl->ids[i]) == l->id_len &&
+                  memcmp(ctl->ids[i], l->id, l->id_len) == 0;
+        return hit;
+    }
+    return true;
+}
+
+/* One dead letter for dlq list: a line of text, or an object of the --json document. */
+static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr)
+{
+    if (ctl->json) {
+        json_object *o = json_object_new_object();
+        if (l->has_id)
+            ctl_json_str(o, "id", l->id, l->id_len);
+        else
+            json_object_object_add(o, "id", NULL);
+        ctl_json_str(o, "reason", l->reason, strlen(l->reason));
+        json_object_object_add(o, "attempts", json_object_new_int64(l->attempts));
+        json_object_object_add(o, "first_failure", json_object_new_string(l->first));
+        json_object_object_add(o, "last_failure", json_object_new_string(l->last));
+        json_object_object_add(o, "original_exchange",
+                               l->has_exchange ? json_object_new_string(l->exchange) : NULL);
+        json_object_object_add(o, "original_routing_key",
+                               l->has_routing_key ? json_object_new_string(l->routing_key) : NULL);
+        json_object_object_add(o, "queue", json_object_new_string(l->queue));
+        json_object_array_add(arr, o);
+        return;
+    }
+    if (l->has_id)
+        ctl_put(stdout, l->id, l->id_len);
+    else
+        fputc('-', stdout);
+    printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
+           l->last[0] ? l->last : "-");
+    ctl_puts(stdout, l->has_exchange ? l->exchange : "-");
+    fputc('\t', stdout);
+    ctl_puts(stdout, l->has_routing_key ? l->routing_key : "-");
+    fputc('\t', stdout);
+    ctl_puts(stdout, l->queue[0] ? l->queue : "-");
+    fputc('\t', stdout);
+    ctl_puts(stdout, l->reason);
+    fputc('\n', stdout);
+}
+
+/*
+ * Headers a replayed copy must not carry: idemd's failure headers and the
+ * broker's. idemd-body-dropped stays, so that whoever gets the empty body
+ * knows why.
+ */
+static bool ctl_header_dropped(amqp_bytes_t key)
+{
+    size_t bd = strlen(RELAY_H_BODY_DROPPED);
+    if (key.len == bd && memcmp(key.bytes, RELAY_H_BODY_DROPPED, bd) == 0)
+        return false;
+    static const char *prefixes[] = {"idemd-", "x-death", "x-first-death-", "x-last-death-",
+                                     "x-delivery-count"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+        size_t n = strlen(prefixes[i]);
+        if (key.len >= n && memcmp(key.bytes, prefixes[i], n) == 0)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Replay one dead letter: publish a copy (confirmed, mandatory) to its
+ * route (ctl_replay_route), clear its attempts row, then ack it on rd. A
+ * letter whose signature does not verify (without --unverified) or whose
+ * body was dropped (without --allow-empty-body) is refused: said on stderr,
+ * one line, and kept. Returns 0 when replayed, 1 when refused, or -1
+ * (logged) when the letter stays in the queue unacked and the pass stops.
+ */
+static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    amqp_basic_properties_t props = *p;
+    amqp_table_entry_t *entries = NULL;
+    const char *exchange = "", *rk;
+    char pid[96];
+    int n = 0, rc = -1;
+
+    delivery_id_printable(l->has_id ? l->id : "-", l->has_id ? l->id_len : 1, pid, sizeof(pid));
+    if (!l->verified && !ctl->unverified) {
+        fprintf(stderr,
+                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
+                "letter queue; check it, then --unverified replays it anyway\n",
+                pid, l->queue[0] ? l->queue : "-", l->unverified);
+        return 1;
+    }
+    if (!l->verified)
+        fprintf(
+            stderr,
+            "idemctl: WARNING: replaying dead letter %s (queue '%s') unverified (--unverified): "
+            "%s\n",
+            pid, l->queue[0] ? l->queue : "-", l->unverified);
+    if (l->body_dropped && !ctl->allow_empty_body) {
+        fprintf(stderr,
+                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
+                "the copy would be empty. It stays; --allow-empty-body replays it with the "
+                "header kept\n",
+                pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
+        return 1;
+    }
+    if (ctl->to_queue) {
+        rk = ctl->to_queue;
+    } else if ((ctl->to_original || l->onward) && l->has_exchange && l->exchange[0]) {
+        /* An onward message goes where it was meant to go; --to-original sends a letter
+         * back through its original exchange, to every queue bound there. */
+        exchange = l->exchange;
+        rk = l->routing_key;
+    } else if ((ctl->to_original || l->onward) && l->has_routing_key && l->routing_key[0]) {
+        rk = l->routing_key; /* published through the default exchange: the queue's name */
+    } else if (!l->onward && l->queue[0]) {
+        rk = l->queue; /* the queue that dead-lettered it, only it */
+    } else {
+        log_error("replay: dead letter %s carries no %s (%s, %s, %s): use --to QUEUE", pid,
+                  l->onward ? "intended route" : "queue", RELAY_H_QUEUE, RELAY_H_EXCHANGE,
+                  RELAY_H_ROUTING_KEY);
+        goto out;
+    }
+    if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
+        entries = calloc((size_t)p->headers.num_entries + 1, sizeof(*entries));
+        if (entries == NULL)
+            goto out;
+        for (int i = 0; i < p->headers.num_entries; i++)
+            if (!ctl_header_dropped(p->headers.entries[i].key))
+                entries[n++] = p->headers.entries[i];
+        props.headers.entries = entries;
+        props.headers.num_entries = n;
+    }
+    mq_round_begin(pub);
+    if (mq_publish_to(pub, exchange, rk, &props, l->msg.body) < 0 ||
+        mq_wait_confirms(pub, CTL_CONFIRM_MS) != 0) {
+        log_error("replay: dead letter %s: the copy to exchange '%s' routing key '%s' was not "
+                  "confirmed; the dead letter stays",
+                  pid, exchange, rk);
+        goto out;
+    }
+    if (l->has_id && !l->onward) { /* an onward message has no attempts row */
+        const char *consumer = ctl->consumer ? ctl->consumer
+                               : l->q        ? l->q->consumer
+                               : l->queue[0] ? l->queue
+                                             : NULL;
+        if (consumer && (db_set_consumer(db, consumer) != 0 ||
+                         db_attempt_clear(db, l->id, l->id_len) < 0 || db_commit(db) != DB_OK)) {
+            (void)db_rollback(db);
+            log_error("replay: dead letter %s: published, but its attempts row was not cleared; "
+                      "the dead letter stays (a second replay is absorbed by the record)",
+                      pid);
+            goto out;
+        }
+    }
+    log_info("replay: %s published to exchange '%s' routing key '%s'", pid, exchange, rk);
+    if (ctl->slow_ms > 0) {
+        /* Test knob: a window between the confirmed copy and the ack for kill -9. */
+        fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
+        struct timespec ts = {ctl->slow_ms / 1000, (ctl->slow_ms % 1000) * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+    }
+    if (mq_ack(rd, l->tag, false) != 0)
+        goto out;
+    rc = 0;
+out:
+    free(entries);
+    return rc;
+}
+
+/*
+ * Requeue the kept deliveries tags[0..n-1] (ascending) in their order.
+ * Closing the channel would requeue them too, but a quorum queue (3.10)
+ * then returns them out of order; and it reorders returns that pile up
+ * past 32 in its client on the broker side. So: basic.nack (multiple,
+ * requeue) CTL_NACK_CHUNK tags at a time, and before the next chunk wait
+ * (up to 5 s, then go on) until the queue's ready count shows this one
+ * back. Logs failures; the channel's close requeues what is left.
+ */
+static void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
+{
+    unsigned base = 0, ready = 0, consumers;
+    long back = 0;
+
+    if (ctl_queue_peek(rd, queue, &base, &consumers) != 0)
+        return;
+    for (long i = 0; i < n; i++) {
+        if ((i + 1) % CTL_NACK_CHUNK != 0 && i != n - 1)
+            continue;
+        if (amqp_basic_nack(rd->conn, MQ_CHANNEL, tags[i], 1, 1) != AMQP_STATUS_OK) {
+            log_warn("broker %s: nack of the kept messages failed; closing the channel "
+                     "requeues them",
+                     rd->where);
+            return;
+        }
+        back = i + 1;
+        for (int waited = 0; waited < 1000; waited++) {
+            if (ctl_queue_peek(rd, queue, &ready, &consumers) != 0)
+                return;
+            if ((long)ready >= (long)base + back)
+                break;
+            struct timespec ts = {0, 5000000L};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/*
+ * dlq list / replay / purge (and the count that purge without --yes
+ * prints): take the queue's messages one by one with basic.get, without
+ * acking, as many as it held at the start. Selected ones are printed
+ * (list, kept), replayed or purged (acked); every message not acked is
+ * requeued at the end in its order (ctl_requeue). A classic queue puts
+ * them back at their positions; a quorum queue (3.10) appends returned
+ * messages behind the rest, so the pass always takes the whole queue.
+ * Dead letters that arrive during a pass end up ahead of the returned
+ * ones on a quorum queue.
+ */
+int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
+{
+    static const char *verbs[] = {"listed", "matched", "replayed", "purged"};
+    mq_t *rd = NULL, *pub = NULL;
+    db_t *db = NULL;
+    json_object *arr = NULL;
+    unsigned depth = 0, consumers = 0;
+    uint64_t *kept = NULL; /* tags not acked, ascending */
+    long n_kept = 0;
+    long scanned = 0, matched = 0, done = 0, undecodable = 0, refused = 0;
+    long long returns = 0; /* the highest x-delivery-count seen */
+    int rc = CTL_EXIT_OK;
+    char why[400];
+
+    if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
+        fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        return CTL_EXIT_CONNECT;
+    }
+    int st = ctl_queue_peek(rd, queue, &depth, &consumers);
+    if (st != 0) {
+        if (st > 0)
+            fprintf(stderr, "idemctl: no queue %s\n", queue);
+        rc = st > 0 ? CTL_EXIT_NOMATCH : CTL_EXIT_PARTIAL;
+        goto out;
+    }
+    if (consumers > 0)
+        log_warn("queue %s has %u consumer(s): they may take messages during this pass, and the "
+                 "order seen here is not the queue's",
+                 queue, consumers);
+    if (mode == CTL_REPLAY) {
+        if (mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
+            fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+            rc = CTL_EXIT_CONNECT;
+            goto out;
+        }
+        if ((rc = ctl_db_open(ctl, &db)) != 0)
+            goto out;
+        if (db_relay_keys(db, false, &ctl->keys) != 0) {
+            if (!ctl->unverified) {
+                fprintf(stderr,
+                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
+                        " (see above), so no dead letter's %s can be checked; nothing was "
+                        "replayed. --unverified replays without checking\n",
+                        RELAY_H_SIG);
+                rc = CTL_EXIT_CONNECT;
+                goto out;
+            }
+            fprintf(stderr, "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
+                            ": every letter is replayed unverified (--unverified)\n");
+        }
+    }
+    if (ctl->json && mode == CTL_LIST)
+        arr = json_object_new_array();
+    if ((kept = calloc((size_t)depth + 1, sizeof(*kept))) == NULL) {
+        log_error("out of memory for %u delivery tags", depth);
+        rc = CTL_EXIT_PARTIAL;
+        goto out;
+    }
+    while (scanned < (long)depth) {
+        ctl_letter_t l;
+        amqp_rpc_reply_t r = amqp_basic_get(rd->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), 0);
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+            log_error("broker %s: basic.get %s: %s", rd->where, queue,
+                      mq_reply_text(r, why, sizeof(why)));
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
+        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+            break;
+        l.tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
+        r = amqp_read_message(rd->conn, MQ_CHANNEL, &l.msg, 0);
+        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+            r.library_error == AMQP_STATUS_BAD_AMQP_DATA) {
+            /* rabbitmq-c 0.14+ refuses headers nested deeper than 100 levels, and its input
+             * stays stuck on that frame: nothing more can be read on this connection. The
+             * letter is not acked, so it returns to the queue when the connection closes. */
+            rd->deaf = true;
+            undecodable++;
+            fprintf(stderr,
+                    "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
+                    "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
+                    "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
+                    "were not read. A client that decodes it (librabbitmq 0.11, or another "
+                    "library) can move it\n",
+                    scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
+        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+            log_error("broker %s: reading a message of %s: %s", rd->where, queue,
+                      mq_reply_text(r, why, sizeof(why)));
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
+        scanned++;
+        long long dc = delivery_header_int(&l.msg.properties, "x-delivery-count");
+        if (dc > returns)
+            returns = dc;
+        ctl_letter_fields(ctl, &l);
+        bool acked = false, stop = false;
+        /* Past --limit the pass still takes every message: a quorum queue puts returned
+         * messages behind the ones never taken, so only a whole pass keeps the order. */
+        bool wanted = !(mode == CTL_LIST && ctl->limit > 0 && matched >= ctl->limit);
+        if (wanted && ctl_selected(ctl, &l)) {
+            matched++;
+            switch (mode) {
+            case CTL_LIST:
+                ctl_letter_print(ctl, &l, arr);
+                break;
+            case CTL_COUNT:
+                break;
+            case CTL_PURGE:
+                acked = mq_ack(rd, l.tag, false) == 0;
+                stop = !acked;
+                break;
+            case CTL_REPLAY: {
+                ctl_letter_verify(ctl, &l);
+                int r1 = ctl_replay_one(ctl, rd, pub, db, &l);
+                acked = r1 == 0;
+                refused += r1 == 1;
+                stop = r1 < 0;
+                break;
+            }
+            }
+            done += acked;
+        }
+        if (!acked)
+            kept[n_kept++] = l.tag;
+        amqp_destroy_message(&l.msg);
+        amqp_maybe_release_buffers(rd->conn);
+        if (stop) {
+            rc = CTL_EXIT_PARTIAL;
+            break;
+        }
+    }
+    if (n_kept > 0 && rd->channel_open && !rd->deaf)
+        ctl_requeue(rd, queue, kept, n_kept);
+    /* idemd declares its quorum queues without a delivery limit; one from an older idemd
+     * keeps RabbitMQ 4's, and on 4.0-4.2 every pass counts a return for each letter. */
+    if (returns >= CTL_RETURNS_WARN)
+        log_warn("queue %s: a letter was returned %lld times (x-delivery-count; RabbitMQ "
+                 "4.0-4.2 count each pass): harmless where the queue has no delivery limit (as "
+                 "idemd declares it), but one from an older idemd keeps RabbitMQ 4's limit of 20, "
+                 "which deletes it: apply a policy with \"delivery-limit\": -1 "
+                 "(docs/rabbitmq.md, \"Delivery limits\")",
+                 queue, returns);
+    if (rc == CTL_EXIT_OK && matched == 0)
+        rc = CTL_EXIT_NOMATCH;
+    if (rc == CTL_EXIT_OK && refused > 0)
+        rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
+    if (ctl->json) {
+        ctl->out = json_object_new_object();
+        json_object_object_add(ctl->out, "queue", json_object_new_string(queue));
+        json_object_object_add(ctl->out, "scanned", json_object_new_int64(scanned));
+        json_object_object_add(ctl->out, "matched", json_object_new_int64(matched));
+        json_object_object_add(ctl->out, "undecodable", json_object_new_int64(undecodable));
+        if (mode == CTL_REPLAY || mode == CTL_PURGE)
+            json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(done));
+        if (mode == CTL_REPLAY)
+            json_object_object_add(ctl->out, "refused", json_object_new_int64(refused));
+        json_object_object_add(ctl->out, "complete",
+                               json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
+        if (arr)
+            json_object_object_add(ctl->out, "letters", arr);
+        arr = NULL;
+    } else if (mode == CTL_REPLAY && refused > 0) {
+        printf("%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
+               verbs[mode], done, scanned, queue, matched, refused);
+    } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
+        printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
+               queue, matched);
+    } else if (mode == CTL_COUNT) {
+        printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
+               matched, scanned, queue);
+    }
+    if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
+        rc = CTL_EXIT_USAGE;
+out:
+    free(kept);
+    json_object_put(arr);
+    ctl_json_flush(ctl);
+    db_close(db);
+    mq_close(pub);
+    mq_close(rd);
+    explicit_bzero(&ctl->keys, sizeof(ctl->keys));
+    return rc;
+}

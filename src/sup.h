@@ -1,0 +1,127 @@
+/* sup.h: the supervisor's state, shared by its files: supervisor.c, sup_status.c, sup_reload.c.
+ */
+#ifndef IDEMD_SUP_H
+#define IDEMD_SUP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "conf.h"
+#include "log.h"
+#include "metrics.h"
+#include "slot.h"
+
+#define SUP_MAX_SLOTS 256 /* workers alive at once, old and new generations together */
+
+typedef struct sup_worker {
+    bool used;
+    const conf_t *conf; /* the generation it belongs to */
+    const conf_queue_t *q;
+    int index; /* worker number within the queue */
+    pid_t pid; /* 0 when not running */
+    uint64_t started_ms;
+    uint64_t restart_at_ms; /* when pid == 0: when to start it (again) */
+    int failures;           /* consecutive abnormal exits */
+    bool retiring;          /* stopped by a reload: drained, never restarted */
+    bool waiting;           /* started by a reload: waits for its queue's old workers */
+    worker_slot_t *slot;
+    char error[WORKER_ERROR_MAX]; /* its last failed declaration, until it consumes again */
+    int error_kind;               /* worker_error_t of error */
+    uint64_t last_progress_ms;    /* when pid == 0: its last run's last progress */
+} sup_worker_t;
+
+/*
+ * What a queue name did, for /metrics: the counters of slots given up by
+ * its workers (a slot is reused by any queue, so they move here), and what
+ * only the supervisor sees. Kept for every name ever configured: counters
+ * never go backwards, also across reloads that remove a queue.
+ */
+typedef struct sup_qstats {
+    char *name;
+    metrics_counters_t c;
+    uint64_t restarts[METRICS_EXIT_KINDS];
+    uint64_t reconcile_killed; /* reconcile runs killed at reconcile_timeout */
+    log_sink_t last_error;     /* the newest of slots given up */
+} sup_qstats_t;
+
+/* A handler file as it was when the config generation was loaded. */
+typedef struct sup_file_id {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime;
+} sup_file_id_t;
+
+typedef struct supervisor {
+    conf_t *conf;       /* the current generation */
+    sup_file_id_t *ids; /* per queue of conf */
+    conf_t **old;       /* earlier generations that draining workers still point into */
+    int n_old;
+    sup_worker_t workers[SUP_MAX_SLOTS];
+    worker_slot_t *slots; /* shared memory, SUP_MAX_SLOTS entries */
+    int sigfd;
+    int log_level_override; /* from the command line, or -1 */
+    bool ready;
+    bool stopping;
+    uint64_t stop_deadline_ms;
+    uint64_t watchdog_usec;
+    uint64_t next_watchdog_ms;     /* the next WATCHDOG=1 is due then */
+    uint64_t next_withhold_log_ms; /* a ping still held back is logged again from then */
+    uint64_t next_status_ms;
+    const char *version;
+    sup_qstats_t *qstats;
+    int n_qstats;
+    metrics_server_t *metrics; /* NULL unless metrics.listen is set */
+    char metrics_on[80];       /* the metrics.listen it serves */
+    struct sockaddr_storage metrics_addr;
+    metrics_queue_t *view; /* the last scrape's, n_qstats entries */
+} supervisor_t;
+
+/* supervisor.c: workers, their slots and their queues' stats. */
+
+/* CLOCK_MONOTONIC in milliseconds. */
+uint64_t sup_now_ms(void);
+/*
+ * Check every queue's handler in a child process and note each file's
+ * identity into a new array in *ids (caller frees). 0, or -1 (logged).
+ */
+int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids);
+/* Copy a slot's last error into *into when it is newer (both may be empty). */
+void sup_newer_error(log_sink_t *into, const log_sink_t *slot);
+/* Worker entry w is given up (its process is gone): its counters move to its queue's stats. */
+void sup_release_worker(supervisor_t *s, sup_worker_t *w);
+/* Add a worker entry for queue q of conf; it starts at the next loop turn (unless waiting). */
+void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, int index,
+                    bool waiting);
+/* The queue named name in conf, or NULL. */
+const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name);
+
+/* sup_status.c: systemd readiness, STATUS= and watchdog; the /metrics view. */
+
+/* Tell systemd how the workers are doing: totals, then each queue's state. */
+void sup_status(supervisor_t *s);
+/* Announce READY=1 once every current worker consumes or is refused (see sup_status.c). */
+void sup_check_ready(supervisor_t *s);
+/* Ping the watchdog when due and every running worker shows progress. */
+void sup_watchdog(supervisor_t *s, uint64_t now);
+/* How long the loop may wait for a signal, in ms. */
+int sup_poll_ms(const supervisor_t *s, uint64_t now);
+/* At exit: the counters of all workers, and publish-to-commit latency if measured. */
+void sup_log_totals(const supervisor_t *s);
+/* Serve metrics.listen of conf (nothing when unset), at startup and after a reload. 0, or -1
+ * (logged). */
+int sup_metrics_listen(supervisor_t *s, const conf_t *conf);
+
+/* sup_reload.c: SIGHUP, and the settings running workers follow. */
+
+/* Hand every slot the daemon settings that running workers follow without a restart. */
+void sup_share_settings(supervisor_t *s);
+/* Free (conf_free: passwords zeroed) every earlier generation no worker points into. */
+void sup_free_old(supervisor_t *s);
+/* SIGHUP: load the file again; a config that does not load leaves everything as it was. */
+void sup_reload(supervisor_t *s);
+
+#endif

@@ -1,0 +1,999 @@
+/* sim.c: deterministic simulation of idemd's message life: the real batch transaction (txn.c)
+ * inside a model of the worker's collect, crash guard, settle, held list and outbox relay,
+ * against the simulated broker and database, with deaths, faults and invariants; one seed drives
+ * everything (docs/simulation.md).
+ */
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+#include "pubround.h"
+#include "sim.h"
+
+sim_t sim;
+
+/* txn.c's test-only switch: weak, so that a txn.c without it still links. */
+extern bool txn_test_no_fallback __attribute__((weak));
+
+#define SIM_GUARD_UNCONFIRMED 10 /* worker.c WORKER_GUARD_UNCONFIRMED */
+#define SIM_RETURNS_MAX 15       /* worker.c WORKER_RETURNS_MAX */
+#define SIM_CHAOS_STEPS 300      /* steps with faults, then calm until drained */
+#define SIM_DRAIN_STEPS 6000
+
+void sim_log(const char *fmt, ...)
+{
+    va_list ap;
+    if (!sim.trace)
+        return;
+    printf("# %6llu ms  ", (unsigned long long)sim.now_ms);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+}
+
+void sim_violation(const char *fmt, ...)
+{
+    va_list ap;
+    if (sim.failed)
+        return;
+    sim.failed = true;
+    va_start(ap, fmt);
+    vsnprintf(sim.why, sizeof(sim.why), fmt, ap);
+    va_end(ap);
+    sim_log("VIOLATION: %s", sim.why);
+}
+
+bool sim_fault(unsigned pm)
+{
+    return !sim.calm && sim_rng_pm(&sim.rng, pm);
+}
+
+/* ---------- the worker, as worker.c runs a message's life ---------- */
+typedef struct wmsg {
+    sim_delivery_t d;
+    bool suspect;
+    txn_route_t route;
+    bool copy_ok;
+    int copy_index;
+} wmsg_t;
+
+static struct {
+    wmsg_t batch[SIM_BATCH];
+    txn_msg_t tm[SIM_BATCH];
+    int n;
+    wmsg_t held[SIM_PREFETCH];
+    txn_msg_t held_tm[SIM_PREFETCH];
+    int n_held, held_streak;
+    uint64_t held_next_ms;
+    bool has_carry;
+    wmsg_t carry;
+    txn_msg_t carry_tm;
+    uint64_t bulk_off_until_ms;
+} w;
+
+/* The worker's slot in shared memory: survives the worker (worker_slot_t's crash note). */
+sim_slot_t sim_slot;
+static bool starting; /* a successor: confirm the predecessor's crash first */
+
+bool sim_slot_pending_start(void)
+{
+    return starting;
+}
+
+void sim_slot_started(void)
+{
+    starting = false;
+}
+
+void sim_die(int sig, const char *where)
+{
+    int ids[SIM_BATCH], n = 0;
+    sim.deaths++;
+    sim_log("worker %s: %s", sig ? strsignal(sig) : "exits", where);
+    if (sim.model)
+        for (int i = 0; i < w.n; i++)
+            ids[n++] = w.batch[i].d.m.id;
+    else
+        n = sim_life_batch_ids(ids, SIM_BATCH);
+    /* Whoever was in flight, other than a crasher by its own hand, was cut short. */
+    for (int i = 0; i < n; i++)
+        if (!(sim_slot.in_handler && sig != SIGKILL && ids[i] == sim_slot.crash_id))
+            sim.truth[ids[i]].kills_in_flight++;
+    for (int id = 0; id < sim.o.n_msgs; id++)
+        for (int r = 0; r < SIM_ROWS; r++)
+            if (sim_db.row[id][r] && sim.truth[id].row_confirmed[r])
+                sim.truth[id].row_may_resend[r] = true; /* its DELETE may never have run */
+    sim_slot.exit_signal = sig;
+    /* The successor's view: the broker requeues what was unacked, the server rolls back. */
+    if (!sim.model)
+        sim_life_die();
+    sim_mq_close_consumer();
+    sim_pub_close();
+    sim_db_disconnect();
+    memset(&w, 0, sizeof(w));
+    starting = true;
+    longjmp(sim.death, 1);
+}
+
+void sim_maybe_die(const char *where)
+{
+    if (sim_fault(sim.o.pm_death))
+        sim_die(SIGKILL, where);
+}
+
+/* The worker lost its database (or the broker): it exits, the supervisor starts another. */
+static void worker_exit(const char *why) __attribute__((noreturn));
+static void worker_exit(const char *why)
+{
+    sim_die(0, why);
+}
+
+void sim_on_ack(int id)
+{
+    /* Invariants 1 and 2 at the moment an original goes: its effects committed, or a copy
+     * of it (delay tier, dead letter queue) or another delivery of it still alive. */
+    bool dead_lettered = false;
+    for (int q = SQ_DLQ; q <= SQ_BDLX; q++)
+        for (int i = 0; i < sim_mq.qn[q]; i++)
+            dead_lettered |= sim_mq.q[q][i].id == id;
+    if (sim_db.eff[id] == 0 && sim_mq_count(id) == 0 && !dead_lettered)
+        sim_violation("m%d acked with no effects committed and no copy anywhere: lost", id);
+}
+
+/* The successor counts its predecessor's crash (worker_count_crash). */
+static void worker_count_crash(void)
+{
+    if (!sim_slot.in_handler)
+        return;
+    int sig = sim_slot.exit_signal;
+    if (sig == SIGKILL || sig == SIGTERM) {
+        sim_log("successor: predecessor killed in the handler on m%d: not a crash",
+                sim_slot.crash_id);
+    } else {
+        long long n = sim_db_crash(sim_slot.crash_id, !sim_slot.crash_counted);
+        if (n < 0)
+            worker_exit("database lost counting a crash");
+        sim.crashes_seen++;
+        sim_log("successor: predecessor died in the handler on m%d (%s): crash %lld counted",
+                sim_slot.crash_id, sig ? strsignal(sig) : "exit", n);
+    }
+    sim_slot.in_handler = false;
+}
+
+/* Prepare a delivery (worker_accept): id, attempt, suspect, the returns guard. */
+static void worker_accept(wmsg_t *m, txn_msg_t *t)
+{
+    memset(t, 0, sizeof(*t));
+    t->state = TXN_NEW;
+    t->id_len = (size_t)snprintf(t->id, sizeof(t->id), "m%d", m->d.m.id);
+    m->route = TXN_ROUTE_HOLD;
+    m->copy_ok = false;
+    m->suspect = m->d.m.redelivered || m->d.m.dcount > 0;
+    t->attempt = m->d.m.attempts + 1;
+    if (sim.o.quorum && sim.o.rmq4 && m->d.m.dcount >= SIM_RETURNS_MAX) {
+        txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 "returned to the queue %d times (x-delivery-count): dead-lettered before a "
+                 "broker delivery limit deletes it",
+                 m->d.m.dcount);
+    }
+}
+
+/* Take one batch (worker_collect): a suspect delivery runs alone. */
+static void worker_collect(void)
+{
+    if (w.n == 0) {
+        if (w.has_carry) {
+            w.batch[0] = w.carry;
+            w.tm[0] = w.carry_tm;
+            w.has_carry = false;
+        } else {
+            if (!sim_mq_next(&w.batch[0].d))
+                return;
+            worker_accept(&w.batch[0], &w.tm[0]);
+        }
+        w.n = 1;
+    }
+    if (w.batch[0].suspect)
+        return;
+    /* A delivery is carried already (the batch before was cut short): worker.c on main goes
+     * on filling, so a second suspect overwrites the first (stuck unacked), and the batch's
+     * multiple ack covers the carried tag (acked, never run: lost). The model stops here. */
+    while (w.n < sim.o.batch_size && (!w.has_carry || sim.bug.carry_ack)) {
+        wmsg_t *m = &w.batch[w.n];
+        if (!sim_mq_next(&m->d))
+            break;
+        worker_accept(m, &w.tm[w.n]);
+        if (m->suspect) {
+            w.carry = *m;
+            w.carry_tm = w.tm[w.n];
+            w.has_carry = true;
+            break;
+        }
+        w.n++;
+    }
+}
+
+/* The crash guard for a suspect message (worker_guard). */
+static void worker_guard(int i)
+{
+    txn_msg_t *t = &w.tm[i];
+    int id = w.batch[i].d.m.id;
+    bool found = false;
+    long long crashes = 0;
+    if (!w.batch[i].suspect || t->state != TXN_NEW)
+        return;
+    if (sim_db_find(id, &found) != 0)
+        worker_exit("database lost in the crash guard");
+    if (found) {
+        txn_move(t, TXN_DUPLICATE);
+        return;
+    }
+    long long starts = sim_db_bump(id, &crashes);
+    if (starts < 0)
+        worker_exit("database lost in the crash guard");
+    t->counted = true;
+    if ((unsigned long long)crashes + 1 > t->attempt)
+        t->attempt = (unsigned)crashes + 1;
+    bool crashed = crashes >= sim.o.max_attempts;
+    if (crashed || starts > (long long)sim.o.max_attempts + SIM_GUARD_UNCONFIRMED) {
+        t->attempt = (unsigned)starts - 1;
+        txn_move(t, TXN_REJECT);
+        snprintf(t->reason, sizeof(t->reason),
+                 crashed ? "handler crashed: its worker died in the handler %lld times"
+                         : "handler started %lld times without finishing",
+                 crashed ? crashes : starts - 1);
+    }
+}
+
+/* The handler's own code: a few milliseconds. */
+static void handler_time(void)
+{
+    sim.now_ms += 1 + sim_rng_below(&sim.rng, 40);
+}
+
+/*
+ * One statement of the handler under handler_timeout: a lock wait past it
+ * is the database's doing (stall.c: not a crash); with alarm_as_crash, as
+ * before stall.c, SIGALRM ends the worker and the successor counts a crash.
+ */
+static unsigned handler_stmt(int id, int row)
+{
+    uint64_t waited;
+    unsigned e = sim_db_stmt(id, row, &waited);
+    if (waited > (uint64_t)sim.o.handler_timeout_ms) {
+        if (sim.bug.alarm_as_crash) {
+            sim.now_ms += (uint64_t)sim.o.handler_timeout_ms;
+            sim_die(SIGALRM, "handler_timeout while the handler waits on a database lock");
+        }
+        sim_log("stall watchdog: m%d waits on the database for %llu ms: not a crash", id,
+                (unsigned long long)waited);
+    }
+    sim.now_ms += waited;
+    return e;
+}
+
+/* The test handler's verdict on one message (both handle and handle_batch use it). */
+static idemd_result_t handler_run(txn_msg_t *m, unsigned *err)
+{
+    int id = sim_id_of(m);
+    const sim_truth_t *tr = &sim.truth[id];
+    unsigned e;
+
+    handler_time();
+    if (tr->kind == SIM_CRASH)
+        sim_die(SIGSEGV, "the handler crashed");
+    if ((e = handler_stmt(id, -1)) != 0) {
+        *err = e;
+        snprintf(m->reason, sizeof(m->reason), "statement failed: %u", e);
+        return IDEMD_RESULT_RETRY; /* a well-behaved handler */
+    }
+    for (int r = 0; r < tr->rows; r++)
+        if ((e = handler_stmt(id, r)) != 0) {
+            *err = e;
+            snprintf(m->reason, sizeof(m->reason), "outbox insert failed: %u", e);
+            return IDEMD_RESULT_RETRY;
+        }
+    if (tr->kind == SIM_FLAKY && m->attempt == 1) {
+        snprintf(m->reason, sizeof(m->reason), "flaky: try again");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (tr->kind == SIM_POISON) {
+        snprintf(m->reason, sizeof(m->reason), "poisoned message");
+        return IDEMD_RESULT_REJECT;
+    }
+    return IDEMD_RESULT_OK;
+}
+
+/* txn_ops_t.handle: the crash note in the slot brackets the call (worker_op_handle). */
+static idemd_result_t op_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
+{
+    (void)ctx;
+    (void)i;
+    sim_slot.crash_id = sim_id_of(m);
+    sim_slot.crash_counted = m->counted;
+    sim_slot.in_handler = true;
+    m->reason[0] = '\0';
+    idemd_result_t r = handler_run(m, err);
+    sim_slot.in_handler = false;
+    return r;
+}
+
+/* txn_ops_t.handle_many: one call for the batch, failing as a whole on a poisoned message. */
+static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err)
+{
+    (void)ctx;
+    handler_time();
+    for (int j = 0; j < k; j++)
+        if (sim.truth[sim_id_of(ms[j])].kind == SIM_POISON) {
+            snprintf(ms[0]->reason, sizeof(ms[0]->reason), "batch failed: poisoned message");
+            return -1;
+        }
+    for (int j = 0; j < k; j++) {
+        unsigned e = 0;
+        r[j] = handler_run(ms[j], &e);
+        if (e && !*err)
+            *err = e;
+    }
+    return 0;
+}
+
+static uint64_t op_now(void *ctx)
+{
+    (void)ctx;
+    return sim.now_ms;
+}
+
+const txn_ops_t sim_txn_ops = {
+    sim_db_exec, sim_db_record,      sim_db_clear,        op_handle,
+    op_now,      sim_db_record_many, sim_db_find_records, op_handle_many,
+};
+
+/* Whether a retry's reason is the database's doing (an injected error or lock wait), not the
+ * message's nor idemd's. */
+bool sim_infra_reason(const char *why)
+{
+    static const char *const db[] = {"statement failed", "outbox insert failed", "lock wait",
+                                     "transaction lost"};
+    for (size_t k = 0; k < sizeof(db) / sizeof(db[0]); k++)
+        if (strstr(why, db[k]))
+            return true;
+    return false;
+}
+
+/* The batch's transaction (worker_transact). */
+static void worker_transact(void)
+{
+    txn_t t;
+    for (int i = 0; i < w.n; i++)
+        worker_guard(i);
+    memset(&t, 0, sizeof(t));
+    t.ops = &sim_txn_ops;
+    t.record = true;
+    t.bulk = sim.o.bulk && sim.now_ms >= w.bulk_off_until_ms;
+    t.batch = sim.o.batch_handler;
+    t.limit_ms = 2000; /* heartbeat 4 s: settle within half of it */
+    t.m = w.tm;
+    t.n = w.n;
+    if (txn_run(&t) != TXN_DONE)
+        worker_exit("the database cannot be trusted (TXN_FATAL)");
+    if (t.too_slow)
+        w.bulk_off_until_ms = sim.now_ms + 60000;
+    sim_after_txn(w.tm, w.n);
+}
+
+void sim_after_txn(const txn_msg_t *tm, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const txn_msg_t *m = &tm[i];
+        sim_truth_t *tr = &sim.truth[sim_id_of(m)];
+        if (m->state == TXN_RETRY && sim_infra_reason(m->reason))
+            tr->infra_fails++;
+        txn_route_t r = txn_route(m, sim.o.max_attempts, sim.o.has_dlq);
+        if (r == TXN_ROUTE_DLQ || r == TXN_ROUTE_BROKER)
+            snprintf(tr->dl_reason, sizeof(tr->dl_reason), "%.150s", m->reason);
+        /* Invariant 1 as the transaction ends: committed means committed once. */
+        if (m->state == TXN_COMMITTED && sim_db.eff[sim_id_of(m)] != 1)
+            sim_violation("m%d committed with %d effects in the database", sim_id_of(m),
+                          sim_db.eff[sim_id_of(m)]);
+    }
+}
+
+/* Publish the copies of the retried and dead-lettered ones among ms (worker_republish). */
+static int worker_republish(wmsg_t *ms, txn_msg_t *ts, int n)
+{
+    int published = 0;
+    for (int i = 0; i < n; i++) {
+        wmsg_t *m = &ms[i];
+        m->copy_index = -1;
+        m->copy_ok = false;
+        if (m->route != TXN_ROUTE_DELAY && m->route != TXN_ROUTE_DLQ)
+            continue;
+        if (published == 0)
+            sim_pub_begin();
+        sim_bmsg_t c;
+        memset(&c, 0, sizeof(c));
+        c.id = m->d.m.id;
+        c.row = -1;
+        c.attempts = ts[i].attempt;
+        c.ready_ms = sim.now_ms + 1000ULL * ts[i].attempt;
+        snprintf(c.reason, sizeof(c.reason), "%.150s", ts[i].reason);
+        m->copy_index = sim_pub_publish(m->route == TXN_ROUTE_DLQ ? SQ_DLQ : SQ_DELAY, &c);
+        if (m->copy_index < 0)
+            goto fail;
+        published++;
+    }
+    if (published == 0)
+        return 0;
+    int rc = sim_pub_wait();
+    for (int i = 0; i < n; i++)
+        ms[i].copy_ok = sim_pub_ok(ms[i].copy_index);
+    if (rc == 0)
+        return 1;
+fail:
+    sim_pub_close();
+    return -1;
+}
+
+/* Ack from..to-1 (worker_ack_run): one multiple ack when nothing is held. */
+static void worker_ack_run(int from, int to)
+{
+    if (from >= to)
+        return;
+    /* A multiple ack covers every lower tag: none may be held, nor carried to the next batch
+     * (with carry_ack, as worker.c on main, the carried one is forgotten). */
+    if (w.n_held == 0 && (!w.has_carry || sim.bug.carry_ack)) {
+        if (sim_mq_ack(w.batch[to - 1].d.tag, to - from > 1) != 0)
+            worker_exit("consuming channel failed");
+        return;
+    }
+    for (int i = from; i < to; i++)
+        if (sim_mq_ack(w.batch[i].d.tag, false) != 0)
+            worker_exit("consuming channel failed");
+}
+
+static bool worker_hold(int i)
+{
+    if (w.n_held >= sim.o.max_held)
+        return false;
+    w.held[w.n_held] = w.batch[i];
+    w.held_tm[w.n_held++] = w.tm[i];
+    if (w.held_next_ms == 0)
+        w.held_next_ms = sim.now_ms + 250;
+    return true;
+}
+
+static void worker_retry_held(void)
+{
+    int k = 0;
+    if (w.n_held == 0 || sim.now_ms < w.held_next_ms)
+        return;
+    if (worker_republish(w.held, w.held_tm, w.n_held) < 0) {
+        int delay = 250 << (w.held_streak < 6 ? w.held_streak : 6);
+        w.held_streak++;
+        w.held_next_ms = sim.now_ms + (uint64_t)delay;
+    } else {
+        w.held_streak = 0;
+        w.held_next_ms = 0;
+    }
+    for (int i = 0; i < w.n_held; i++) {
+        if (!w.held[i].copy_ok) {
+            w.held[k] = w.held[i];
+            w.held_tm[k++] = w.held_tm[i];
+            continue;
+        }
+        if (sim_mq_ack(w.held[i].d.tag, false) != 0)
+            worker_exit("consuming channel failed");
+    }
+    w.n_held = k;
+    if (k == 0)
+        w.held_next_ms = 0;
+}
+
+/* Settle the batch in tag order (worker_settle). */
+static void worker_settle(void)
+{
+    int from = 0, i;
+    for (i = 0; i < w.n; i++) {
+        txn_msg_t *t = &w.tm[i];
+        w.batch[i].route = txn_route(t, sim.o.max_attempts, sim.o.has_dlq);
+        if (t->state == TXN_RETRY && w.batch[i].route != TXN_ROUTE_DELAY) {
+            char why[sizeof(t->reason)];
+            snprintf(why, sizeof(why), "gave up after %u attempts: %.400s", t->attempt, t->reason);
+            memcpy(t->reason, why, sizeof(why));
+        }
+    }
+    int round = worker_republish(w.batch, w.tm, w.n);
+    int requeued = 0;
+    for (i = 0; i < w.n; i++) {
+        wmsg_t *m = &w.batch[i];
+        if (m->route == TXN_ROUTE_HOLD)
+            break;
+        if (m->route == TXN_ROUTE_ACK || m->copy_ok)
+            continue;
+        worker_ack_run(from, i);
+        from = i + 1;
+        if (m->route == TXN_ROUTE_BROKER) {
+            if (sim_mq_nack(m->d.tag, false) != 0)
+                worker_exit("consuming channel failed");
+        } else if (!worker_hold(i)) {
+            requeued++;
+            if (sim_mq_nack(m->d.tag, true) != 0)
+                worker_exit("consuming channel failed");
+        }
+    }
+    worker_ack_run(from, i);
+    if (round < 0 && requeued > 0)
+        sim.now_ms += 250; /* worker_pause */
+    /* Keep the ones never started (cut short) for the next batch. */
+    int k = 0;
+    for (i = 0; i < w.n; i++) {
+        if (w.batch[i].route != TXN_ROUTE_HOLD)
+            continue;
+        w.batch[k] = w.batch[i];
+        w.tm[k++] = w.tm[i];
+    }
+    w.n = k;
+}
+
+/* The outbox relay (outbox.c, modelled): publish committed rows, delete the confirmed ones. */
+void sim_relay(void)
+{
+    struct {
+        int id, row, idx;
+    } out[SIM_ROUND];
+    int n = 0;
+    for (int id = 0; id < sim.o.n_msgs && n < SIM_ROUND; id++)
+        for (int r = 0; r < SIM_ROWS && n < SIM_ROUND; r++)
+            if (sim_db.row[id][r]) {
+                out[n].id = id;
+                out[n++].row = r;
+            }
+    if (n == 0)
+        return;
+    sim_pub_begin();
+    for (int j = 0; j < n; j++) {
+        sim_bmsg_t c;
+        sim_truth_t *tr = &sim.truth[out[j].id];
+        memset(&c, 0, sizeof(c));
+        c.id = out[j].id;
+        c.row = out[j].row;
+        if (tr->row_confirmed[c.row]) {
+            /* Invariant 3: a confirmed row goes again only when its DELETE was lost. */
+            if (!tr->row_may_resend[c.row])
+                sim_violation("outbox row %d of m%d re-sent after the broker confirmed it", c.row,
+                              c.id);
+            tr->row_may_resend[c.row] = false;
+            tr->row_confirmed[c.row] = false; /* until this send is confirmed */
+            tr->row_resends[c.row]++;
+        }
+        tr->row_sends[c.row]++;
+        if ((out[j].idx = sim_pub_publish(SQ_DOWN, &c)) < 0) {
+            sim_pub_close();
+            return;
+        }
+    }
+    int rc = sim_pub_wait();
+    for (int j = 0; j < n; j++)
+        if (sim_pub_ok(out[j].idx))
+            sim.truth[out[j].id].row_confirmed[out[j].row] = true;
+    for (int j = 0; j < n; j++) {
+        if (!sim_pub_ok(out[j].idx))
+            continue;
+        /* A failed DELETE leaves confirmed rows behind: the exit marks them (sim_die). */
+        if (sim_db_row_delete(out[j].id, out[j].row) != 0)
+            worker_exit("database lost deleting outbox rows");
+    }
+    if (rc != 0)
+        sim_pub_close();
+}
+
+/* One turn of the worker's loop; false when it had nothing to do. */
+static bool worker_step(void)
+{
+    if (starting) {
+        worker_count_crash();
+        starting = false;
+    }
+    worker_retry_held();
+    worker_collect();
+    if (w.n == 0) {
+        sim_relay();
+        return w.n_held > 0;
+    }
+    worker_transact();
+    worker_settle();
+    sim_relay();
+    return true;
+}
+
+/* ---------- invariants ---------- */
+
+/* Invariant 1 and 5, after every step. */
+static void check_step(void)
+{
+    for (int id = 0; id < sim.o.n_msgs; id++)
+        if (sim_db.eff[id] > 1)
+            sim_violation("m%d: effects committed %d times", id, sim_db.eff[id]);
+    int held = sim.model ? w.n_held : sim_life_held(), n = sim.model ? w.n : sim_life_batch_n();
+    if (held > sim.o.max_held)
+        sim_violation("held list at %d, over its bound %d", held, sim.o.max_held);
+    if (sim_mq.n_unacked > sim.o.prefetch)
+        sim_violation("%d unacked, over prefetch %d", sim_mq.n_unacked, sim.o.prefetch);
+    if (n > sim.o.batch_size)
+        sim_violation("batch of %d, over batch_size %d", n, sim.o.batch_size);
+    if (sim_mq.dropped)
+        sim_violation("the broker dropped %d message(s) at its delivery limit", sim_mq.dropped);
+}
+
+/* Why a dead letter of id is allowed (invariant 4), or NULL. */
+static const char *dead_letter_ok(int id)
+{
+    const sim_truth_t *tr = &sim.truth[id];
+    if (tr->kind == SIM_POISON || tr->kind == SIM_CRASH)
+        return "poisoned";
+    if (tr->max_dcount >= SIM_RETURNS_MAX)
+        return "returned to its queue past the delivery-limit guard";
+    if (tr->infra_fails + (tr->kind == SIM_FLAKY) >= sim.o.max_attempts)
+        return "every attempt failed by the database's fault";
+    if (strstr(tr->dl_reason, "started") && tr->kills_in_flight >= sim.o.max_attempts)
+        return "its runs were killed again and again";
+    return NULL;
+}
+
+/* Invariants 2, 3 and 4 at the end of a run. */
+static void check_end(void)
+{
+    bool dl[SIM_MSGS] = {false};
+    for (int q = SQ_DLQ; q <= SQ_BDLX; q++)
+        for (int i = 0; i < sim_mq.qn[q]; i++) {
+            const sim_bmsg_t *m = &sim_mq.q[q][i];
+            dl[m->id] = true;
+            if (!m->reason[0])
+                sim_violation("m%d dead-lettered without a reason", m->id);
+            if (!dead_letter_ok(m->id))
+                sim_violation("m%d (not poisoned) dead-lettered: %s / %s", m->id, m->reason,
+                              sim.truth[m->id].dl_reason);
+            /* A message may be both: one copy given up by the database's fault, a second one
+             * (its first copy's confirm was lost) committed; a replay is then a duplicate. */
+        }
+    for (int id = 0; id < sim.o.n_msgs; id++) {
+        const sim_truth_t *tr = &sim.truth[id];
+        if (sim_db.eff[id] != 1 && !dl[id] && sim_mq_count(id) == 0)
+            sim_violation("m%d dropped: not committed, not dead-lettered, not queued", id);
+        if ((tr->kind == SIM_POISON || tr->kind == SIM_CRASH) && sim_db.eff[id])
+            sim_violation("m%d (poisoned) has committed effects", id);
+        for (int r = 0; r < SIM_ROWS; r++) {
+            if (tr->row_committed[r] && tr->row_sends[r] == 0)
+                sim_violation("outbox row %d of m%d committed but never published", r, id);
+            if (sim_db.row[id][r])
+                sim_violation("outbox row %d of m%d still waiting after the drain", r, id);
+        }
+    }
+}
+
+/* ---------- one seed ---------- */
+
+static void draw_options(void)
+{
+    sim_opts_t *o = &sim.o;
+    sim_rng_t *r = &sim.rng;
+    o->n_msgs = 4 + (int)sim_rng_below(r, SIM_MSGS - 4);
+    o->batch_size = 1 + (int)sim_rng_below(r, SIM_BATCH);
+    o->prefetch = 1 + (int)sim_rng_below(r, SIM_PREFETCH);
+    o->max_held = o->prefetch / 2 > 0 ? o->prefetch / 2 : 1;
+    o->max_attempts = 3 + (int)sim_rng_below(r, 3);
+    o->handler_timeout_ms = 5000;
+    o->bulk = sim_rng_below(r, 2);
+    o->batch_handler = sim_rng_below(r, 2);
+    o->rollback_on_timeout = sim_rng_below(r, 2);
+    o->has_dlq = sim_rng_below(r, 10) != 0;
+    o->quorum = sim_rng_below(r, 2);
+    o->rmq4 = sim_rng_below(r, 2);
+    o->outbox = sim_rng_below(r, 2);
+    o->pm_db_fault = sim_rng_below(r, 30);
+    o->pm_commit_lost = sim_rng_below(r, 20);
+    o->pm_death = sim_rng_below(r, 6);
+    o->pm_stall = sim_rng_below(r, 20);
+    o->pm_unroutable = sim_rng_below(r, 120);
+    o->pm_nack = sim_rng_below(r, 40);
+    o->pm_close = sim_rng_below(r, 40);
+    for (int id = 0; id < o->n_msgs; id++) {
+        unsigned k = sim_rng_below(r, 100);
+        sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
+        sim.truth[id].rows = o->outbox ? (int)sim_rng_below(r, 3) : 0;
+    }
+}
+
+/* A lock taken by another session: LOCK TABLES, FLUSH TABLES WITH READ LOCK, a long row lock. */
+static void maybe_lock(void)
+{
+    if (sim_db.lock_until_ms > sim.now_ms || !sim_fault(sim.o.pm_stall))
+        return;
+    sim_db.lock_until_ms =
+        sim.now_ms + (uint64_t)sim.o.handler_timeout_ms * (1 + sim_rng_below(&sim.rng, 8));
+    sim_db.lock_is_row = sim_rng_below(&sim.rng, 3) == 0;
+    sim_log("another session takes a %s lock until %llu ms", sim_db.lock_is_row ? "row" : "table",
+            (unsigned long long)sim_db.lock_until_ms);
+}
+
+static bool drained(void)
+{
+    if (sim_mq.qn[SQ_MAIN] || sim_mq.qn[SQ_DELAY] || sim_mq.n_unacked)
+        return false;
+    if (sim.model ? (w.n_held || w.n || w.has_carry) : !sim_life_idle())
+        return false;
+    for (int id = 0; id < sim.o.n_msgs; id++)
+        for (int r = 0; r < SIM_ROWS; r++)
+            if (sim_db.row[id][r])
+                return false;
+    return true;
+}
+
+/* Run one seed; true when every invariant held. */
+static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
+{
+    memset(&sim, 0, sizeof(sim));
+    memset(&w, 0, sizeof(w));
+    memset(&sim_slot, 0, sizeof(sim_slot));
+    sim.seed = seed;
+    sim.rng.s = seed;
+    sim.bug = *bugs;
+    sim.trace = trace;
+    sim.model = model;
+    starting = false;
+    sim.now_ms = 1;
+    if (&txn_test_no_fallback)
+        txn_test_no_fallback = bugs->no_fallback;
+    pubround_test_match_by_key = bugs->match_by_key;
+    sim_db_reset();
+    sim_mq_reset();
+    draw_options();
+    const sim_opts_t *o = &sim.o;
+    sim_log("seed %llu: %d messages, batch_size %d, prefetch %d, max_attempts %d, bulk %d, "
+            "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d; per mille: db "
+            "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
+            (unsigned long long)seed, o->n_msgs, o->batch_size, o->prefetch, o->max_attempts,
+            o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
+            o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
+            o->outbox, o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall,
+            o->pm_unroutable, o->pm_nack, o->pm_close);
+    for (int id = 0; id < o->n_msgs; id++) {
+        sim_bmsg_t m;
+        memset(&m, 0, sizeof(m));
+        m.id = id;
+        m.row = -1;
+        sim_mq_put(SQ_MAIN, &m);
+        if (sim_rng_below(&sim.rng, 20) == 0)
+            sim_mq_put(SQ_MAIN, &m); /* the publisher sent it twice */
+    }
+    sim_log("%d messages published; the worker is %s", sim_mq.qn[SQ_MAIN],
+            model ? "modelled (sim.c)" : "batch.c, guard.c, settle.c");
+    if (!model)
+        sim_life_begin();
+    while (!sim.failed) {
+        if (setjmp(sim.death) != 0)
+            continue; /* the worker died: its successor takes the next step */
+        sim.steps++;
+        if (sim.steps == SIM_CHAOS_STEPS) {
+            sim.calm = true;
+            sim_log("calm: no more faults; draining");
+        }
+        if (sim.steps > SIM_CHAOS_STEPS + SIM_DRAIN_STEPS) {
+            sim_violation("not drained after %d calm steps", SIM_DRAIN_STEPS);
+            break;
+        }
+        maybe_lock();
+        sim.now_ms += 1 + sim_rng_below(&sim.rng, 20);
+        uint64_t next = sim_mq_tick();
+        bool busy = model ? worker_step() : sim_life_step();
+        check_step();
+        if (!busy && sim.calm && drained())
+            break;
+        if (!busy) {
+            /* Idle: the clock jumps to the next thing that can happen. */
+            uint64_t t = next;
+            uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms();
+            if (h && (t == 0 || h < t))
+                t = h;
+            if (t > sim.now_ms)
+                sim.now_ms = t;
+        }
+    }
+    if (!sim.failed)
+        check_end();
+    if (!model)
+        sim_life_end();
+    sim_mq_reset();
+    return !sim.failed;
+}
+
+/* ---------- the command ---------- */
+
+typedef struct bug_case {
+    bool model_only; /* a switch of the worker's model (sim.c), not of the real modules */
+    const char *flag;
+    const char *name;
+    sim_bugs_t set;
+    bool available;
+} bug_case_t;
+
+static int t_n, t_failed;
+
+static void t_line(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void t_line(bool ok, const char *fmt, ...)
+{
+    va_list ap;
+    t_n++;
+    t_failed += !ok;
+    printf("%sok %d - ", ok ? "" : "not ", t_n);
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    printf("\n");
+    fflush(stdout);
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void usage(void)
+{
+    printf("usage: sim [--seeds N] [--first S] [--seed S [--trace]] [--bug NAME] [--no-bugs]\n"
+           "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
+           "  --seed S    run one seed; --trace prints every step\n"
+           "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
+           "              carry_ack\n"
+           "  --no-bugs   skip the check that each old behaviour is found\n"
+           "  --show N    print the first N failing seeds (default 5)\n"
+           "  --model     drive the worker's model (sim.c) instead of batch.c, guard.c, settle.c\n"
+           "Prints TAP lines, then \"N passed, N failed\".\n");
+}
+
+int main(int argc, char **argv)
+{
+    long seeds = 2000, bug_budget = 2000, show = 5;
+    uint64_t first = 1, one = 0;
+    bool have_one = false, trace = false, check_bugs = true, model = false;
+    sim_bugs_t bugs = {false, false, false, false};
+    const char *argv0 = argv[0];
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--seeds") == 0 && i + 1 < argc)
+            seeds = atol(argv[++i]);
+        else if (strcmp(argv[i], "--first") == 0 && i + 1 < argc)
+            first = strtoull(argv[++i], NULL, 10);
+        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
+            one = strtoull(argv[++i], NULL, 10);
+            have_one = true;
+        } else if (strcmp(argv[i], "--trace") == 0)
+            trace = true;
+        else if (strcmp(argv[i], "--no-bugs") == 0)
+            check_bugs = false;
+        else if (strcmp(argv[i], "--show") == 0 && i + 1 < argc)
+            show = atol(argv[++i]);
+        else if (strcmp(argv[i], "--model") == 0)
+            model = true;
+        else if (strcmp(argv[i], "--bug") == 0 && i + 1 < argc) {
+            const char *b = argv[++i];
+            if (strcmp(b, "no_fallback") == 0)
+                bugs.no_fallback = true;
+            else if (strcmp(b, "match_by_key") == 0)
+                bugs.match_by_key = true;
+            else if (strcmp(b, "alarm_as_crash") == 0)
+                bugs.alarm_as_crash = true;
+            else if (strcmp(b, "carry_ack") == 0)
+                bugs.carry_ack = true;
+            else {
+                usage();
+                return 64;
+            }
+        } else {
+            usage();
+            return strcmp(argv[i], "--help") == 0 ? 0 : 64;
+        }
+    }
+    log_set_level(LOG_LEVEL_ERROR - 1); /* txn.c's lines would drown the trace */
+    if (bugs.no_fallback && !&txn_test_no_fallback) {
+        fprintf(stderr, "sim: this txn.c has no txn_test_no_fallback\n");
+        return 64;
+    }
+    bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack;
+    char bugarg[80] = "";
+    if (any_bug)
+        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s", bugs.no_fallback ? " --bug no_fallback" : "",
+                 bugs.match_by_key ? " --bug match_by_key" : "",
+                 bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
+                 bugs.carry_ack ? " --bug carry_ack" : "");
+
+    if (have_one) {
+        bool ok = sim_run(one, &bugs, trace, model);
+        t_line(ok, "sim seed %llu%s: %s (%ld steps, %d deaths, %d crashes counted)",
+               (unsigned long long)one, bugarg, ok ? "every invariant held" : sim.why, sim.steps,
+               sim.deaths, sim.crashes_seen);
+        printf("%d passed, %d failed\n", t_n - t_failed, t_failed);
+        return t_failed ? 1 : 0;
+    }
+
+    double t0 = now_s();
+    long steps = 0, deaths = 0, bad = 0;
+    for (long k = 0; k < seeds; k++) {
+        uint64_t s = first + (uint64_t)k;
+        if (!sim_run(s, &bugs, false, model)) {
+            if (++bad <= show)
+                printf("# seed %llu broke an invariant: %s\n#   replay: SIM_SEED=%llu make sim   "
+                       "or   %s --seed %llu%s --trace\n",
+                       (unsigned long long)s, sim.why, (unsigned long long)s, argv0,
+                       (unsigned long long)s, bugarg);
+        }
+        steps += sim.steps;
+        deaths += sim.deaths;
+    }
+    double dt = now_s() - t0;
+    t_line(bad == 0,
+           "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
+           "%.0f seeds/s)",
+           (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
+           bad, steps, deaths, dt > 0 ? (double)seeds / dt : 0.0);
+
+    if (check_bugs && !any_bug) {
+        bug_case_t cases[] = {
+            {false,
+             "no_fallback",
+             "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
+             {true, false, false, false},
+             &txn_test_no_fallback != NULL},
+            {false,
+             "match_by_key",
+             "match_by_key (a return marks every pending copy with its routing key)",
+             {false, true, false, false},
+             true},
+            {false,
+             "alarm_as_crash",
+             "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
+             {false, false, true, false},
+             true},
+            {true,
+             "carry_ack",
+             "carry_ack (before 2026-12: a batch filled after a cut-short one acks "
+             "the carried "
+             "delivery)",
+             {false, false, false, true},
+             true},
+        };
+        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+            if (!cases[c].available) {
+                t_line(true, "sim finds %s # SKIP the switch is not in this build", cases[c].name);
+                continue;
+            }
+            long k;
+            for (k = 0; k < bug_budget; k++)
+                if (!sim_run(first + (uint64_t)k, &cases[c].set, false,
+                             model || cases[c].model_only))
+                    break;
+            if (k < bug_budget)
+                t_line(true,
+                       "sim finds %s: first at seed %llu of %ld: %s (replay: %s --seed %llu "
+                       "--bug %s%s --trace)",
+                       cases[c].name, (unsigned long long)(first + (uint64_t)k), bug_budget,
+                       sim.why, argv0, (unsigned long long)(first + (uint64_t)k), cases[c].flag,
+                       model || cases[c].model_only ? " --model" : "");
+            else
+                t_line(false, "sim finds %s: not found in %ld seeds", cases[c].name, bug_budget);
+        }
+        if (&txn_test_no_fallback)
+            txn_test_no_fallback = false;
+    }
+    sim_pub_free();
+    printf("%d passed, %d failed\n", t_n - t_failed, t_failed);
+    return t_failed ? 1 : 0;
+}

@@ -1,0 +1,299 @@
+/* sim.h: the deterministic simulation's shared world: one seed, one clock, a simulated broker
+ * and database, the message catalogue and the invariant reporter (docs/simulation.md).
+ */
+#ifndef IDEMD_SIM_H
+#define IDEMD_SIM_H
+
+#include <setjmp.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "amqp_compat.h"
+#include "txn.h"
+
+/* ---------- randomness: splitmix64, the only source of choice in a run ---------- */
+typedef struct sim_rng {
+    uint64_t s;
+} sim_rng_t;
+
+static inline uint64_t sim_rng_next(sim_rng_t *r)
+{
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+/* 0..n-1 (n > 0). */
+static inline unsigned sim_rng_below(sim_rng_t *r, unsigned n)
+{
+    return (unsigned)(sim_rng_next(r) % n);
+}
+
+/* True with probability pm per mille. */
+static inline bool sim_rng_pm(sim_rng_t *r, unsigned pm)
+{
+    return pm > 0 && sim_rng_below(r, 1000) < pm;
+}
+
+/* ---------- sizes: everything is bounded, invariant 5 checks the bounds ---------- */
+#define SIM_MSGS 48  /* distinct message ids of one run */
+#define SIM_QCAP 512 /* messages a simulated queue may hold */
+#define SIM_BATCH 8  /* largest batch_size drawn */
+#define SIM_PREFETCH 16
+#define SIM_ROWS 4             /* outbox rows one message may write */
+#define SIM_ROUND 32           /* copies of one publishing round */
+#define SIM_LOCK_WAIT_MS 15000 /* innodb_lock_wait_timeout: a row lock wait ends in 1205 */
+
+/* How a message's handler behaves. */
+typedef enum sim_kind {
+    SIM_OK = 0, /* one business row; ok */
+    SIM_FLAKY,  /* asks to retry on its first attempt, then ok */
+    SIM_POISON, /* rejects; handle_batch fails as a whole on a batch holding it */
+    SIM_CRASH,  /* kills its worker inside the handler (SIGSEGV) */
+} sim_kind_t;
+
+/* Queues of the simulated broker. */
+typedef enum sim_queue {
+    SQ_MAIN = 0, /* the consumed queue */
+    SQ_DELAY,    /* the delay tier: a TTL queue that dead-letters back into SQ_MAIN */
+    SQ_DLQ,      /* idemd's dead letter queue (copies with a reason) */
+    SQ_BDLX,     /* the broker's own dead-lettering (nack without requeue, delivery limit) */
+    SQ_DOWN,     /* downstream: where outbox rows are published */
+    SQ_N
+} sim_queue_t;
+
+/* One message inside the broker. */
+typedef struct sim_bmsg {
+    int id;            /* index in the catalogue; for SQ_DOWN the outbox row's message */
+    int row;           /* SQ_DOWN: which row of that message; else -1 */
+    unsigned attempts; /* the signed idemd-attempts header of a retry copy: runs so far */
+    bool redelivered;
+    int dcount;        /* quorum queues: x-delivery-count */
+    uint64_t ready_ms; /* SQ_DELAY: when its TTL expires */
+    char reason[160];  /* SQ_DLQ / SQ_BDLX: why */
+    /* Its AMQP properties as published (sim_life.c), in pool; pool NULL: none kept. The entry
+     * owns the pool: whoever drops the entry frees it (sim_bmsg_free). */
+    amqp_pool_t *pool;
+    amqp_basic_properties_t props;
+} sim_bmsg_t;
+
+/* Free what a broker entry owns (its properties' pool). */
+void sim_bmsg_free(sim_bmsg_t *m);
+
+/* The options one seed draws (printed with --trace). */
+typedef struct sim_opts {
+    int n_msgs, batch_size, prefetch, max_attempts, handler_timeout_ms, max_held;
+    bool bulk, batch_handler, rollback_on_timeout, has_dlq, quorum, rmq4, outbox;
+    unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
+} sim_opts_t;
+
+/* Test-only switches that put an old behaviour back (sim --bug NAME). */
+typedef struct sim_bugs {
+    bool no_fallback;    /* txn_test_no_fallback: a failed handle_batch retries all together */
+    bool match_by_key;   /* returns marked by routing key, not by the publish sequence */
+    bool alarm_as_crash; /* a database lock wait past handler_timeout is a handler crash */
+    bool carry_ack;      /* worker.c on main: a carried delivery is covered by a multiple ack */
+} sim_bugs_t;
+
+/* What the catalogue knows about each message id (the ground truth). */
+typedef struct sim_truth {
+    sim_kind_t kind;
+    int rows;                     /* outbox rows its handler writes */
+    int infra_fails;              /* attempts that failed by the database's fault (not its own) */
+    int kills_in_flight;          /* deaths (not its own crash) while it was in a batch */
+    int max_dcount;               /* highest x-delivery-count it reached */
+    char dl_reason[160];          /* why idemd dead-lettered it (route DLQ or BROKER), or "" */
+    bool row_committed[SIM_ROWS]; /* its outbox row was committed (with its effects) */
+    int row_sends[SIM_ROWS];
+    bool row_confirmed[SIM_ROWS];  /* a send of the row was confirmed by the broker */
+    bool row_may_resend[SIM_ROWS]; /* confirmed, but its delete was lost: one more send is ok */
+    int row_resends[SIM_ROWS];     /* sends after a confirm */
+} sim_truth_t;
+
+typedef struct sim {
+    uint64_t seed;
+    sim_rng_t rng;
+    uint64_t now_ms;
+    sim_opts_t o;
+    sim_bugs_t bug;
+    bool trace, calm; /* calm: faults off, the run drains */
+    bool model;       /* run the worker's model (sim.c) instead of batch.c, guard.c, settle.c */
+    sim_truth_t truth[SIM_MSGS];
+    jmp_buf death; /* sim_die() jumps here: the worker process is gone */
+    int deaths, crashes_seen;
+    long steps;
+    bool failed;
+    char why[512];
+} sim_t;
+
+extern sim_t sim;
+
+/* A trace line (printed with --trace only). */
+void sim_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* An invariant broke: keep the first reason; the run stops at the next check. */
+void sim_violation(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* The worker process dies here (sig: its signal; in_handler: inside the handler on id). */
+void sim_die(int sig, const char *where) __attribute__((noreturn));
+
+/* Whether a fault with probability pm hits now (never once calm). */
+bool sim_fault(unsigned pm);
+
+/* A possible death of the worker at this step. */
+void sim_maybe_die(const char *where);
+
+/* ---------- the simulated database (sim_db.c) ---------- */
+typedef struct sim_db {
+    /* Committed. */
+    int rec[SIM_MSGS], eff[SIM_MSGS];
+    long long starts[SIM_MSGS], crashes[SIM_MSGS];
+    bool row[SIM_MSGS][SIM_ROWS]; /* outbox rows waiting for the relay */
+    /* The open transaction: a list of writes; savepoints are positions in it. */
+    struct {
+        int kind, id, row;
+    } w[256];
+    int nw;
+    struct {
+        char name[8];
+        int at;
+    } sp[SIM_BATCH + 2];
+    int nsp;
+    bool dead;              /* the connection is gone: every call fails with 2006 */
+    uint64_t lock_until_ms; /* another session locks the business table until then */
+    bool lock_is_row; /* an InnoDB row lock (1205 after SIM_LOCK_WAIT_MS), else a table lock */
+} sim_db_t;
+
+extern sim_db_t sim_db;
+
+/* A new database: nothing committed, no transaction, connected. */
+void sim_db_reset(void);
+/* The connection is gone with its open transaction (the successor's view). */
+void sim_db_disconnect(void);
+/* txn_ops_t's database calls: 0 or a MySQL error number, done to the transaction as the server
+ * does it. */
+unsigned sim_db_exec(void *ctx, const char *sql);
+unsigned sim_db_record(void *ctx, const txn_msg_t *m);
+unsigned sim_db_clear(void *ctx, const txn_msg_t *m);
+unsigned sim_db_record_many(void *ctx, txn_msg_t *const *ms, int k);
+unsigned sim_db_find_records(void *ctx, txn_msg_t *const *ms, int k, bool *found);
+/* One statement of a handler: the business row of id (row < 0) or its outbox row. *waited_ms:
+ * how long it waited for a lock another session holds. */
+unsigned sim_db_stmt(int id, int row, uint64_t *waited_ms);
+/* The crash guard's statements (db_find_records, db_attempt_bump, db_attempt_crash): committed
+ * at once. */
+unsigned sim_db_find(int id, bool *found);
+long long sim_db_bump(int id, long long *crashes);
+long long sim_db_crash(int id, bool add_start);
+/* Take back one counted start (never below 0). 0 or an error number. */
+unsigned sim_db_unstart(int id);
+/* The relay's DELETE of a published outbox row (its own transaction). */
+unsigned sim_db_row_delete(int id, int row);
+/* A message id of the catalogue from a txn message ("m<N>"). */
+int sim_id_of(const txn_msg_t *m);
+
+/* ---------- the simulated broker (sim_mq.c) ---------- */
+typedef struct sim_delivery {
+    uint64_t tag;
+    sim_bmsg_t m;
+} sim_delivery_t;
+
+typedef struct sim_copy {
+    uint64_t seq;
+    sim_queue_t target;
+    sim_bmsg_t m;
+    bool routed;   /* truth: the broker put it in its queue */
+    bool returned; /* truth: the broker sent basic.return */
+    bool nacked;   /* truth: the broker refused it */
+} sim_copy_t;
+
+typedef struct sim_mq {
+    sim_bmsg_t q[SQ_N][SIM_QCAP];
+    int qn[SQ_N];
+    /* The consuming channel. */
+    sim_delivery_t unacked[SIM_PREFETCH];
+    int n_unacked;
+    uint64_t next_tag;
+    /* The publishing channel (confirm mode). */
+    bool pub_open;
+    uint64_t pub_seq;
+    sim_copy_t sent[SIM_ROUND]; /* this round's copies, in publishing order */
+    int n_sent;
+    int dropped; /* messages the broker deleted (4.x delivery limit, no dead-lettering) */
+} sim_mq_t;
+
+extern sim_mq_t sim_mq;
+
+void sim_mq_reset(void);
+/* Put a new message in queue q (the publisher's, or a TTL expiry). */
+void sim_mq_put(sim_queue_t q, const sim_bmsg_t *m);
+/* basic.deliver of the next ready message within prefetch; false when none. */
+bool sim_mq_next(sim_delivery_t *d);
+/* basic.ack (multiple: every tag up to tag), basic.nack (requeue or not) of one delivery: 0, or
+ * -1 when the channel failed. */
+int sim_mq_ack(uint64_t tag, bool multiple);
+int sim_mq_nack(uint64_t tag, bool requeue);
+/* The consumer's connection closed: every unacked delivery back to the queue, redelivered. */
+void sim_mq_close_consumer(void);
+/* Move expired delay-tier messages back to SQ_MAIN; the time of the next expiry or 0. */
+uint64_t sim_mq_tick(void);
+
+/* The publishing side: begin a round, publish one copy (which takes over m's pool; with a pool,
+ * the caller gives the worker its chance to die before building it) (its index, or -1 when the
+ * channel is closed), wait for confirms (0, or -1 when the channel closed: unsettled copies not
+ * ok), and whether copy i is ok: confirmed by basic.ack and not returned, as the round's matching
+ * decides. */
+void sim_pub_begin(void);
+int sim_pub_publish(sim_queue_t target, const sim_bmsg_t *m);
+int sim_pub_wait(void);
+bool sim_pub_ok(int i);
+bool sim_pub_returned(int i);
+const char *sim_pub_why(int i);
+void sim_pub_close(void);
+/* Free the round's memory (end of the program). */
+void sim_pub_free(void);
+
+/* The broker forgot an acked delivery of id: invariants 1 and 2 look at what is left (sim.c). */
+void sim_on_ack(int id);
+
+/* ---------- the worker's real modules (sim_life.c): batch.c, guard.c, settle.c, life.c ----------
+ */
+/* What sim.c shares with them: the txn ops (handler, database) and the crash note. */
+extern const txn_ops_t sim_txn_ops;
+typedef struct sim_slot {
+    bool in_handler, crash_counted;
+    int crash_id;
+    int exit_signal;
+} sim_slot_t;
+extern sim_slot_t sim_slot;
+
+/* sim.c's side: the successor's pending crash count, the bookkeeping after a transaction, the
+ * outbox relay's model, whether a retry's reason is the database's doing. */
+bool sim_slot_pending_start(void);
+void sim_slot_started(void);
+void sim_after_txn(const txn_msg_t *tm, int n);
+void sim_relay(void);
+bool sim_infra_reason(const char *why);
+
+/* A new run (after the seed's options are drawn) / its end. */
+void sim_life_begin(void);
+void sim_life_end(void);
+/* The worker died: give up its deliveries (the broker requeues them); a new worker next. */
+void sim_life_die(void);
+/* One turn of the loop (worker_loop) on the real modules; false when idle. */
+bool sim_life_step(void);
+/* The ids in the batch now (for the deaths' bookkeeping); returns how many. */
+int sim_life_batch_ids(int *ids, int max);
+/* Sizes for invariant 5 and the drain. */
+int sim_life_held(void);
+int sim_life_batch_n(void);
+bool sim_life_idle(void);
+uint64_t sim_life_held_next_ms(void);
+/* Trace the state the worker's batch is in. */
+void sim_life_trace(void);
+
+/* How many live instances of id the broker holds (queues, delay tier, unacked). */
+int sim_mq_count(int id);
+
+#endif

@@ -1,0 +1,320 @@
+/* sim_db.c: the simulated database: committed tables, the open transaction as a list of writes,
+ * and the server's answer to each fault (tests/unit/test_txn.c's fake, grown).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim.h"
+
+sim_db_t sim_db;
+
+/* Kinds of write in the open transaction. */
+enum { W_RECORD, W_EFFECT, W_CLEAR, W_ROW };
+
+/* What a statement may fail with. */
+enum { F_CONN = 1, F_DEADLOCK = 2, F_LOCKWAIT = 4 };
+
+static void db_reset_tx(void)
+{
+    sim_db.nw = 0;
+    sim_db.nsp = 0;
+}
+
+void sim_db_reset(void)
+{
+    memset(&sim_db, 0, sizeof(sim_db));
+}
+
+void sim_db_disconnect(void)
+{
+    db_reset_tx(); /* the server rolls back what the connection had open */
+    sim_db.dead = false;
+}
+
+int sim_id_of(const txn_msg_t *m)
+{
+    return atoi(m->id + 1); /* ids are "m<N>" */
+}
+
+/*
+ * Before each statement: the worker may die here; a connection already
+ * lost fails at once; then maybe one of the errors this statement can get
+ * (kinds), done to the transaction as the server does it: 1213 rolls back
+ * all of it, 1205 the statement (or all of it with
+ * innodb_rollback_on_timeout), 2006/2013 all of it and the connection.
+ */
+static unsigned db_fault(const char *what, int kinds)
+{
+    static const unsigned conn[] = {2006, 2013};
+    unsigned e = 0;
+
+    if (sim_db.dead)
+        return 2006;
+    sim_maybe_die(what);
+    if (!sim_fault(sim.o.pm_db_fault))
+        return 0;
+    unsigned pick = sim_rng_below(&sim.rng, 3);
+    if (pick == 0 && (kinds & F_DEADLOCK))
+        e = 1213;
+    else if (pick == 1 && (kinds & F_LOCKWAIT))
+        e = 1205;
+    else if (kinds & F_CONN)
+        e = conn[sim_rng_below(&sim.rng, 2)];
+    else
+        return 0;
+    sim_log("db: %s fails with %u", what, e);
+    if (e == 1213 || (e == 1205 && sim.o.rollback_on_timeout))
+        db_reset_tx();
+    if (e >= 2000) {
+        db_reset_tx();
+        sim_db.dead = true;
+    }
+    return e;
+}
+
+static int db_sp_find(const char *name)
+{
+    for (int i = 0; i < sim_db.nsp; i++)
+        if (strcmp(sim_db.sp[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static void db_commit(void)
+{
+    for (int i = 0; i < sim_db.nw; i++) {
+        int id = sim_db.w[i].id;
+        switch (sim_db.w[i].kind) {
+        case W_RECORD:
+            sim_db.rec[id]++;
+            break;
+        case W_EFFECT:
+            sim_db.eff[id]++;
+            break;
+        case W_CLEAR:
+            sim_db.starts[id] = sim_db.crashes[id] = 0;
+            break;
+        case W_ROW:
+            sim_db.row[id][sim_db.w[i].row] = true;
+            sim.truth[id].row_committed[sim_db.w[i].row] = true;
+            break;
+        }
+    }
+    db_reset_tx();
+}
+
+static void db_write(int kind, int id, int row)
+{
+    if (sim_db.nw >= (int)(sizeof(sim_db.w) / sizeof(sim_db.w[0]))) {
+        sim_violation("memory: the open transaction passed %d writes", sim_db.nw);
+        return;
+    }
+    sim_db.w[sim_db.nw].kind = kind;
+    sim_db.w[sim_db.nw].id = id;
+    sim_db.w[sim_db.nw++].row = row;
+}
+
+unsigned sim_db_exec(void *ctx, const char *sql)
+{
+    char name[8];
+    unsigned e;
+    int i;
+    (void)ctx;
+
+    if (sscanf(sql, "SAVEPOINT %7s", name) == 1) {
+        if ((e = db_fault(sql, F_CONN)) != 0)
+            return e;
+        if ((i = db_sp_find(name)) < 0) {
+            if (sim_db.nsp >= (int)(sizeof(sim_db.sp) / sizeof(sim_db.sp[0]))) {
+                sim_violation("memory: more than %d savepoints", sim_db.nsp);
+                return 1305;
+            }
+            i = sim_db.nsp++;
+            snprintf(sim_db.sp[i].name, sizeof(sim_db.sp[i].name), "%s", name);
+        }
+        sim_db.sp[i].at = sim_db.nw;
+        return 0;
+    }
+    if (sscanf(sql, "ROLLBACK TO SAVEPOINT %7s", name) == 1) {
+        if ((e = db_fault(sql, F_CONN)) != 0)
+            return e;
+        if ((i = db_sp_find(name)) < 0)
+            return 1305;
+        sim_db.nw = sim_db.sp[i].at;
+        int k = 0; /* later savepoints go */
+        for (int j = 0; j < sim_db.nsp; j++)
+            if (sim_db.sp[j].at <= sim_db.nw)
+                sim_db.sp[k++] = sim_db.sp[j];
+        sim_db.nsp = k;
+        return 0;
+    }
+    if (sscanf(sql, "RELEASE SAVEPOINT %7s", name) == 1) {
+        if ((e = db_fault(sql, F_CONN)) != 0)
+            return e;
+        if ((i = db_sp_find(name)) < 0)
+            return 1305;
+        sim_db.sp[i] = sim_db.sp[--sim_db.nsp];
+        return 0;
+    }
+    if (strcmp(sql, "COMMIT") == 0) {
+        if ((e = db_fault(sql, F_CONN | F_DEADLOCK)) != 0)
+            return e;
+        if (sim_fault(sim.o.pm_commit_lost)) {
+            bool applied = sim_rng_below(&sim.rng, 2);
+            sim_log("db: COMMIT reply lost (%s)", applied ? "applied" : "not applied");
+            if (applied)
+                db_commit();
+            db_reset_tx();
+            sim_db.dead = true;
+            return 2013;
+        }
+        db_commit();
+        return 0;
+    }
+    if (strcmp(sql, "ROLLBACK") == 0) {
+        e = db_fault(sql, F_CONN);
+        db_reset_tx();
+        return e;
+    }
+    fprintf(stderr, "sim: unexpected SQL %s\n", sql);
+    abort();
+}
+
+/* Whether id has a record, committed or in the open transaction. */
+static bool db_has_record(int id)
+{
+    if (sim_db.rec[id])
+        return true;
+    for (int i = 0; i < sim_db.nw; i++)
+        if (sim_db.w[i].kind == W_RECORD && sim_db.w[i].id == id)
+            return true;
+    return false;
+}
+
+unsigned sim_db_record(void *ctx, const txn_msg_t *m)
+{
+    unsigned e;
+    (void)ctx;
+    /* A key another transaction holds uncommitted waits (1205); a committed one answers 1062 at
+     * once. */
+    if ((e = db_fault("record INSERT",
+                      F_CONN | F_DEADLOCK | (sim_db.rec[sim_id_of(m)] ? 0 : F_LOCKWAIT))) != 0)
+        return e;
+    if (db_has_record(sim_id_of(m)))
+        return 1062;
+    db_write(W_RECORD, sim_id_of(m), 0);
+    return 0;
+}
+
+unsigned sim_db_clear(void *ctx, const txn_msg_t *m)
+{
+    unsigned e;
+    (void)ctx;
+    if ((e = db_fault("attempts DELETE", F_CONN | F_DEADLOCK)) != 0)
+        return e;
+    db_write(W_CLEAR, sim_id_of(m), 0);
+    return 0;
+}
+
+unsigned sim_db_record_many(void *ctx, txn_msg_t *const *ms, int k)
+{
+    unsigned e;
+    int committed = 0;
+    (void)ctx;
+    for (int j = 0; j < k; j++)
+        committed += sim_db.rec[sim_id_of(ms[j])] > 0;
+    if ((e = db_fault("multi-row record INSERT",
+                      F_CONN | F_DEADLOCK | (committed == k ? 0 : F_LOCKWAIT))) != 0)
+        return e;
+    for (int j = 0; j < k; j++)
+        if (db_has_record(sim_id_of(ms[j])))
+            return 1062; /* the whole statement is rolled back */
+    for (int j = 0; j < k; j++)
+        db_write(W_RECORD, sim_id_of(ms[j]), 0);
+    return 0;
+}
+
+unsigned sim_db_find_records(void *ctx, txn_msg_t *const *ms, int k, bool *found)
+{
+    unsigned e;
+    (void)ctx;
+    if ((e = db_fault("record SELECT", F_CONN)) != 0)
+        return e;
+    for (int j = 0; j < k; j++)
+        found[j] = sim_db.rec[sim_id_of(ms[j])] > 0;
+    return 0;
+}
+
+unsigned sim_db_stmt(int id, int row, uint64_t *waited_ms)
+{
+    unsigned e;
+    *waited_ms = 0;
+    if ((e = db_fault(row < 0 ? "handler UPDATE" : "handler outbox INSERT",
+                      F_CONN | F_DEADLOCK | F_LOCKWAIT)) != 0)
+        return e;
+    if (row < 0 && sim_db.lock_until_ms > sim.now_ms) {
+        /* Another session holds the table (LOCK TABLES, FLUSH TABLES WITH READ LOCK) or the
+         * row: the statement waits. A row lock wait ends in 1205 after innodb_lock_wait_timeout;
+         * a table lock wait lasts until the unlock (lock_wait_timeout is a year). */
+        uint64_t left = sim_db.lock_until_ms - sim.now_ms;
+        if (sim_db.lock_is_row && left > SIM_LOCK_WAIT_MS) {
+            *waited_ms = SIM_LOCK_WAIT_MS;
+            sim_log("db: handler UPDATE of m%d waits %d ms for a row lock: 1205", id,
+                    SIM_LOCK_WAIT_MS);
+            if (sim.o.rollback_on_timeout)
+                db_reset_tx();
+            return 1205;
+        }
+        *waited_ms = left;
+        sim_log("db: handler UPDATE of m%d waits %llu ms for a %s lock", id,
+                (unsigned long long)left, sim_db.lock_is_row ? "row" : "table");
+    }
+    db_write(row < 0 ? W_EFFECT : W_ROW, id, row < 0 ? 0 : row);
+    return 0;
+}
+
+unsigned sim_db_find(int id, bool *found)
+{
+    unsigned e;
+    if ((e = db_fault("guard record SELECT", F_CONN)) != 0)
+        return e;
+    *found = sim_db.rec[id] > 0;
+    return 0;
+}
+
+long long sim_db_bump(int id, long long *crashes)
+{
+    if (db_fault("guard attempts bump", F_CONN) != 0)
+        return -1;
+    *crashes = sim_db.crashes[id];
+    return ++sim_db.starts[id];
+}
+
+long long sim_db_crash(int id, bool add_start)
+{
+    if (db_fault("guard crash count", F_CONN) != 0)
+        return -1;
+    if (add_start)
+        sim_db.starts[id]++;
+    return ++sim_db.crashes[id];
+}
+
+unsigned sim_db_unstart(int id)
+{
+    unsigned e;
+    if ((e = db_fault("guard attempts unstart", F_CONN)) != 0)
+        return e;
+    if (sim_db.starts[id] > 0)
+        sim_db.starts[id]--;
+    return 0;
+}
+
+unsigned sim_db_row_delete(int id, int row)
+{
+    unsigned e;
+    if ((e = db_fault("outbox DELETE", F_CONN | F_DEADLOCK)) != 0)
+        return e;
+    sim_db.row[id][row] = false;
+    return 0;
+}
