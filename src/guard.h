@@ -16,7 +16,7 @@
 /*
  * The database as the guard sees it (table idemd_attempt, one row per
  * consumer and message id). Each call commits on its own, outside any
- * batch transaction; failures are logged by the implementation (worker.c
+ * batch transaction; failures are logged by the implementation (worker_ops.c
  * wraps db.h). ctx is the caller's.
  */
 typedef struct guard_ops {

@@ -132,7 +132,7 @@ const char *life_state_name(life_state_t s);
  * Each call is on ctx (the caller's); failures are logged by the
  * implementation. The consuming connection: next, ack, nack. The publishing
  * connection (confirm mode, opened when first needed): the rest. The real
- * implementation wraps mq.h (worker.c); a simulator passes fakes.
+ * implementation wraps mq.h (worker_ops.c); a simulator passes fakes.
  */
 typedef struct life_broker_ops {
     /* Consuming connection. */
@@ -167,6 +167,6 @@ typedef struct life_broker_ops {
     void (*pause)(void *ctx, int ms); /* sleep, showing progress; returns early on stop */
 } life_broker_ops_t;
 
-/* The real broker: ops on an mq_t pair, see worker.c (life_mq_ops). */
+/* The real broker: ops on an mq_t pair, see worker_ops.c (worker_broker_ops). */
 
 #endif

@@ -1,0 +1,202 @@
+/* worker_ops.c: the real broker (mq.h) and database (db.h) behind the ops tables of batch.c,
+ * settle.c (life_broker_ops_t) and guard.c (guard_ops_t).
+ */
+#include "worker_int.h"
+
+#include <time.h>
+
+/* The broker for batch.c and settle.c (life_broker_ops_t): the consuming and publishing mq_t. */
+static mq_status_t worker_b_next(void *ctx, const struct timeval *tv, size_t max_body,
+                                 amqp_envelope_t *env, uint64_t *dropped)
+{
+    worker_t *w = ctx;
+    return mq_next(w->mq, tv, max_body, env, dropped);
+}
+
+static int worker_b_ack(void *ctx, uint64_t tag, bool multiple)
+{
+    worker_t *w = ctx;
+    return mq_ack(w->mq, tag, multiple);
+}
+
+static int worker_b_nack(void *ctx, uint64_t tag, bool requeue)
+{
+    worker_t *w = ctx;
+    return mq_nack(w->mq, tag, requeue);
+}
+
+/* A publishing connection lost while idle is replaced; a new one declares after a failure. */
+static int worker_b_pub_open(void *ctx)
+{
+    worker_t *w = ctx;
+    if (w->pub && mq_service(w->pub) != 0) {
+        mq_close(w->pub);
+        w->pub = NULL;
+    }
+    return w->pub == NULL ? worker_open_publisher(w) : 0;
+}
+
+static bool worker_b_pub_blocked(void *ctx)
+{
+    worker_t *w = ctx;
+    return mq_blocked(w->pub);
+}
+
+static void worker_b_round_begin(void *ctx)
+{
+    worker_t *w = ctx;
+    mq_round_begin(w->pub);
+}
+
+static int worker_b_publish(void *ctx, const char *exchange, const char *routing_key,
+                            const amqp_basic_properties_t *props, amqp_bytes_t body)
+{
+    worker_t *w = ctx;
+    return mq_publish_to(w->pub, exchange, routing_key, props, body);
+}
+
+static int worker_b_wait_confirms(void *ctx, int timeout_ms)
+{
+    worker_t *w = ctx;
+    return mq_wait_confirms(w->pub, timeout_ms);
+}
+
+static bool worker_b_round_ok(void *ctx, int i)
+{
+    worker_t *w = ctx;
+    return i >= 0 && w->pub && mq_round_ok(w->pub, i);
+}
+
+static bool worker_b_round_returned(void *ctx, int i)
+{
+    worker_t *w = ctx;
+    return i >= 0 && w->pub && mq_round_returned(w->pub, i);
+}
+
+static const char *worker_b_round_why(void *ctx, int i)
+{
+    worker_t *w = ctx;
+    return i >= 0 && w->pub ? mq_round_why(w->pub, i) : "no publishing connection";
+}
+
+static bool worker_b_pub_usable(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->pub && mq_channel_usable(w->pub);
+}
+
+static int worker_b_pub_restore(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->pub ? mq_channel_restore(w->pub) : -1;
+}
+
+static void worker_b_pub_close(void *ctx)
+{
+    worker_t *w = ctx;
+    mq_close(w->pub);
+    w->pub = NULL;
+    w->pub_failed = true;
+}
+
+static uint64_t worker_b_max_message(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->pub ? w->pub->max_message : 0;
+}
+
+static uint64_t worker_b_now_ms(void *ctx)
+{
+    (void)ctx;
+    return worker_now_ms();
+}
+
+static uint64_t worker_b_wall_ms(void *ctx)
+{
+    struct timespec ts;
+    (void)ctx;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void worker_b_pause(void *ctx, int ms)
+{
+    worker_pause(ctx, ms);
+}
+
+static const life_broker_ops_t worker_broker_ops = {
+    .next = worker_b_next,
+    .ack = worker_b_ack,
+    .nack = worker_b_nack,
+    .pub_open = worker_b_pub_open,
+    .pub_blocked = worker_b_pub_blocked,
+    .round_begin = worker_b_round_begin,
+    .publish = worker_b_publish,
+    .wait_confirms = worker_b_wait_confirms,
+    .round_ok = worker_b_round_ok,
+    .round_returned = worker_b_round_returned,
+    .round_why = worker_b_round_why,
+    .pub_usable = worker_b_pub_usable,
+    .pub_restore = worker_b_pub_restore,
+    .pub_close = worker_b_pub_close,
+    .max_message = worker_b_max_message,
+    .now_ms = worker_b_now_ms,
+    .wall_ms = worker_b_wall_ms,
+    .pause = worker_b_pause,
+};
+
+/* The database for the crash guard (guard_ops_t): idemd_attempt through db.h. */
+static int worker_g_find_record(void *ctx, const char *id, size_t len, bool *found)
+{
+    worker_t *w = ctx;
+    return db_find_records(w->db, &id, &len, 1, found) == DB_OK ? 0 : -1;
+}
+
+static long long worker_g_bump(void *ctx, const char *id, size_t len, long long *crashes)
+{
+    worker_t *w = ctx;
+    return db_attempt_bump(w->db, id, len, crashes);
+}
+
+static long long worker_g_crash(void *ctx, const char *id, size_t len, bool add_start)
+{
+    worker_t *w = ctx;
+    return db_attempt_crash(w->db, id, len, add_start);
+}
+
+static int worker_g_unstart(void *ctx, const char *id, size_t len)
+{
+    worker_t *w = ctx;
+    return db_attempt_unstart(w->db, id, len);
+}
+
+static const guard_ops_t worker_guard_ops = {
+    .find_record = worker_g_find_record,
+    .bump = worker_g_bump,
+    .crash = worker_g_crash,
+    .unstart = worker_g_unstart,
+};
+
+/* Wire the batch, settle and guard modules to this worker (its life, broker and database). */
+void worker_wire(worker_t *w)
+{
+    w->guard = (guard_t){.ops = &worker_guard_ops,
+                         .ctx = w,
+                         .max_attempts = w->q->max_attempts,
+                         .dedup_table = w->q->dedup == CONF_DEDUP_TABLE,
+                         .workers = w->q->workers};
+    w->bt.q = w->q;
+    w->bt.ops = &worker_broker_ops;
+    w->bt.ctx = w;
+    w->bt.life = &w->life;
+    w->bt.keys = &w->relay_keys;
+    w->st = (settle_t){.q = w->q,
+                       .handler = w->h->name,
+                       .ops = &worker_broker_ops,
+                       .ctx = w,
+                       .guard = &w->guard,
+                       .key = w->relay_keys.k[0],
+                       .c = &w->slot->c,
+                       .heartbeat = w->conf->broker.heartbeat,
+                       .life = &w->life};
+}
