@@ -6,48 +6,6 @@
 #include "outbox.h"
 #include "tap.h"
 
-/* The relay's broker calls are not under test here (t_outbox_chain runs them for real). */
-void mq_round_begin(mq_t *mq)
-{
-    (void)mq;
-}
-int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
-                  const amqp_basic_properties_t *props, amqp_bytes_t body)
-{
-    (void)mq, (void)exchange, (void)routing_key, (void)props, (void)body;
-    return -1;
-}
-int mq_wait_confirms(mq_t *mq, int timeout_ms)
-{
-    (void)mq, (void)timeout_ms;
-    return -1;
-}
-bool mq_round_ok(const mq_t *mq, int index)
-{
-    (void)mq, (void)index;
-    return false;
-}
-const char *mq_round_why(const mq_t *mq, int index)
-{
-    (void)mq, (void)index;
-    return "stub";
-}
-bool mq_round_returned(const mq_t *mq, int index)
-{
-    (void)mq, (void)index;
-    return false;
-}
-int mq_channel_restore(mq_t *mq)
-{
-    (void)mq;
-    return -1;
-}
-bool mq_channel_usable(const mq_t *mq)
-{
-    (void)mq;
-    return false;
-}
-
 int main(void)
 {
     char a[OUTBOX_ID_MAX + 1], b[OUTBOX_ID_MAX + 1], big[300];
