@@ -19,6 +19,11 @@ struct outbox {
     outbox_policy_t pol;
     const outbox_db_ops_t *db; /* the outbox table */
     void *ctx;                 /* db's */
+    /* A slice's rows, allocated on the first relay and kept: OUTBOX_SLICE_ROWS of each, and of
+     * ids three times (due ids, their sizes, ids to delete). */
+    struct outbox_row *rows;
+    outbox_msg_t *msgs;
+    unsigned long long *ids;
 };
 
 outbox_t *outbox_new_ops(const outbox_db_ops_t *ops, void *ctx)
@@ -53,6 +58,9 @@ void outbox_close(outbox_t *o)
         return;
     if (o->db->close)
         o->db->close(o->ctx);
+    free(o->rows);
+    free(o->msgs);
+    free(o->ids);
     free(o);
 }
 
@@ -481,19 +489,22 @@ static int outbox_settle(outbox_t *o, const outbox_row_t *rows, unsigned long lo
 int outbox_relay_ops(outbox_t *o, const outbox_mq_ops_t *mq, void *mc, const char *const *src,
                      const size_t *src_len, int k, int grace_s, int slices)
 {
-    outbox_row_t *rows = calloc(OUTBOX_SLICE_ROWS, sizeof(*rows));
-    outbox_msg_t *msgs = calloc(OUTBOX_SLICE_ROWS, sizeof(*msgs));
-    unsigned long long *ids = calloc(3 * OUTBOX_SLICE_ROWS, sizeof(*ids));
-    unsigned long long *sizes = ids + OUTBOX_SLICE_ROWS, *del = ids + 2 * OUTBOX_SLICE_ROWS;
     int sent = 0, rc = -2;
 
-    if (rows == NULL || msgs == NULL || ids == NULL) {
+    if (o->rows == NULL)
+        o->rows = calloc(OUTBOX_SLICE_ROWS, sizeof(*o->rows));
+    if (o->msgs == NULL)
+        o->msgs = calloc(OUTBOX_SLICE_ROWS, sizeof(*o->msgs));
+    if (o->ids == NULL)
+        o->ids = calloc(3 * OUTBOX_SLICE_ROWS, sizeof(*o->ids));
+    if (o->rows == NULL || o->msgs == NULL || o->ids == NULL) {
         log_error("outbox: out of memory");
-        free(rows);
-        free(msgs);
-        free(ids);
         return -2;
     }
+    outbox_row_t *rows = o->rows;
+    outbox_msg_t *msgs = o->msgs;
+    unsigned long long *ids = o->ids, *sizes = ids + OUTBOX_SLICE_ROWS,
+                       *del = ids + 2 * OUTBOX_SLICE_ROWS;
     for (int slice = 0; slice < slices; slice++) {
         int got = 0, have = 0;
         if ((rc = o->db->due(o->ctx, src, src_len, k, grace_s, OUTBOX_SLICE_ROWS, ids, sizes,
@@ -528,9 +539,6 @@ int outbox_relay_ops(outbox_t *o, const outbox_mq_ops_t *mq, void *mc, const cha
     }
     rc = 0;
 done:
-    free(rows);
-    free(msgs);
-    free(ids);
     if (rc != 0)
         o->db->rollback(o->ctx); /* end the read transaction */
     return rc == 0 ? sent : rc;
