@@ -7,6 +7,7 @@
 #include "amqp_compat.h"
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "../include/idemd/handler.h"
 #include "db.h"
@@ -18,10 +19,91 @@
 
 typedef struct outbox outbox_t;
 
+/* The consumer's outbox by state (metrics, idemctl). */
+typedef struct outbox_depth {
+    long long rows;      /* all */
+    long long retrying;  /* refused at least once, attempts left */
+    long long exhausted; /* attempts used up, not dead-lettered (no dead_letter_queue) */
+    double oldest_s;     /* age of the oldest row; 0 when none */
+} outbox_depth_t;
+
+/* One outbox row as read whole: every pointer is borrowed from the database ops until their next
+ * fetch, commit or rollback. */
+typedef struct outbox_msg {
+    unsigned long long id;
+    const char *msg_id, *exchange, *routing_key, *content_type, *source_id;
+    size_t msg_id_len, exchange_len, routing_key_len, content_type_len, source_len;
+    const unsigned char *headers; /* outbox_encode_headers' bytes; NULL when none */
+    size_t headers_len;
+    const char *body;
+    size_t body_len;
+    unsigned attempts;  /* refused sends before this one */
+    long long failed_s; /* the first refused send (Unix seconds), 0 when none */
+} outbox_msg_t;
+
+/*
+ * The outbox table as the relay sees it. Calls are on ctx; each logs its
+ * own failure and returns 0, -1 when the connection is lost (the caller
+ * reconnects) or -2 for another failure. Reads and writes of a relay slice
+ * are one transaction, ended by commit or rollback. The real
+ * implementation is MySQL (outbox_io.c); the simulator passes fakes.
+ */
+typedef struct outbox_db_ops {
+    /* Ids and body+header sizes of at most limit rows due to be sent, oldest first: the rows of
+     * the k sources src[0..k-1], or with k = -1 those older than grace_s seconds; rows waiting
+     * out a backoff are left out. Their number in *got. */
+    int (*due)(void *ctx, const char *const *src, const size_t *src_len, int k, int grace_s,
+               int limit, unsigned long long *ids, unsigned long long *sizes, int *got);
+    /* The rows of ids[0..n-1] whole, in id order, into out; their number (rows gone meanwhile
+     * are missing) in *got. */
+    int (*fetch)(void *ctx, const unsigned long long *ids, int n, outbox_msg_t *out, int *got);
+    int (*remove)(void *ctx, const unsigned long long *ids, int n); /* delete sent rows */
+    /* Count a refused send of row id: attempts + 1, next try in wait_ms, last error why. */
+    int (*refuse)(void *ctx, unsigned long long id, long long wait_ms, const char *why);
+    int (*commit)(void *ctx);
+    void (*rollback)(void *ctx);
+    /* The table lacks sql/009's columns: no attempts, no backoff, no dead letters. */
+    bool (*legacy)(void *ctx);
+    int (*depth)(void *ctx, unsigned max_attempts, outbox_depth_t *d); /* 0 or -1 */
+    void (*close)(void *ctx); /* free ctx (outbox_close); NULL: not owned */
+} outbox_db_ops_t;
+
+/*
+ * The publishing channel (confirm mode) as the relay sees it, calls on
+ * ctx, as mq.h's: round_begin, publish (persistent, mandatory; the copy's
+ * index or -1), wait_confirms, round_ok / returned / why, usable (the
+ * channel is open), broken (the connection is lost), restore (reopen a
+ * channel the broker closed, 0 or -1), the broker's max message size (0:
+ * unknown) and the wall clock (ms) for dead letters' headers.
+ */
+typedef struct outbox_mq_ops {
+    void (*round_begin)(void *ctx);
+    int (*publish)(void *ctx, const char *exchange, const char *routing_key,
+                   const amqp_basic_properties_t *props, amqp_bytes_t body);
+    int (*wait_confirms)(void *ctx, int timeout_ms);
+    bool (*round_ok)(void *ctx, int i);
+    bool (*round_returned)(void *ctx, int i);
+    const char *(*round_why)(void *ctx, int i);
+    bool (*usable)(void *ctx);
+    bool (*broken)(void *ctx);
+    int (*restore)(void *ctx);
+    uint64_t (*max_message)(void *ctx);
+    uint64_t (*wall_ms)(void *ctx);
+} outbox_mq_ops_t;
+
+/*
+ * An outbox on the table behind ops (ctx: owned when ops->close is set).
+ * NULL when out of memory (logged). Free with outbox_close.
+ */
+outbox_t *outbox_new_ops(const outbox_db_ops_t *ops, void *ctx);
+
+/* The ctx given to outbox_new_ops (the real implementation's own state). */
+void *outbox_ops_ctx(const outbox_t *o);
+
 /*
  * A worker's outbox on db (borrowed; call outbox_rebind after a
- * reconnect). Returns NULL when out of memory (logged). Free with
- * outbox_close.
+ * reconnect), with the MySQL ops of outbox_io.c. Returns NULL when out of
+ * memory (logged). Free with outbox_close.
  */
 outbox_t *outbox_new(db_t *db);
 
@@ -70,13 +152,9 @@ void outbox_set_policy(outbox_t *o, const outbox_policy_t *pol);
 int outbox_relay(outbox_t *o, mq_t *pub, const char *const *src, const size_t *src_len, int k,
                  int grace_s, int slices);
 
-/* The consumer's outbox by state (metrics, idemctl). */
-typedef struct outbox_depth {
-    long long rows;      /* all */
-    long long retrying;  /* refused at least once, attempts left */
-    long long exhausted; /* attempts used up, not dead-lettered (no dead_letter_queue) */
-    double oldest_s;     /* age of the oldest row; 0 when none */
-} outbox_depth_t;
+/* outbox_relay on the publishing channel behind mq (calls on mq_ctx). */
+int outbox_relay_ops(outbox_t *o, const outbox_mq_ops_t *mq, void *mq_ctx, const char *const *src,
+                     const size_t *src_len, int k, int grace_s, int slices);
 
 /* The consumer's outbox rows by state into *d. 0, or -1 (logged). */
 int outbox_depth(outbox_t *o, outbox_depth_t *d);

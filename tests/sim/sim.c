@@ -251,7 +251,7 @@ void sim_on_ack(int id)
     bool dead_lettered = false;
     for (int q = SQ_DLQ; q <= SQ_BDLX; q++)
         for (int i = 0; i < sim_mq.qn[q]; i++)
-            dead_lettered |= sim_mq.q[q][i].id == id;
+            dead_lettered |= sim_mq.q[q][i].id == id && sim_mq.q[q][i].row < 0;
     if (sim_db.eff[id] == 0 && sim_mq_count(id) == 0 && !dead_lettered)
         sim_violation("m%d acked with no effects committed and no copy anywhere: lost", id);
 }
@@ -697,58 +697,6 @@ static void worker_settle(void)
     w.n = k;
 }
 
-/* The outbox relay (outbox.c, modelled): publish committed rows, delete the confirmed ones. */
-void sim_relay(void)
-{
-    struct {
-        int id, row, idx;
-    } out[SIM_ROUND];
-    int n = 0;
-    for (int id = 0; id < sim.o.n_msgs && n < SIM_ROUND; id++)
-        for (int r = 0; r < SIM_ROWS && n < SIM_ROUND; r++)
-            if (sim_db.row[id][r]) {
-                out[n].id = id;
-                out[n++].row = r;
-            }
-    if (n == 0)
-        return;
-    sim_pub_begin();
-    for (int j = 0; j < n; j++) {
-        sim_bmsg_t c;
-        sim_truth_t *tr = &sim.truth[out[j].id];
-        memset(&c, 0, sizeof(c));
-        c.id = out[j].id;
-        c.row = out[j].row;
-        if (tr->row_confirmed[c.row]) {
-            /* Invariant 3: a confirmed row goes again only when its DELETE was lost. */
-            if (!tr->row_may_resend[c.row])
-                sim_violation("outbox row %d of m%d re-sent after the broker confirmed it", c.row,
-                              c.id);
-            tr->row_may_resend[c.row] = false;
-            tr->row_confirmed[c.row] = false; /* until this send is confirmed */
-            tr->row_resends[c.row]++;
-        }
-        tr->row_sends[c.row]++;
-        if ((out[j].idx = sim_pub_publish(SQ_DOWN, &c)) < 0) {
-            sim_pub_close();
-            return;
-        }
-    }
-    int rc = sim_pub_wait();
-    for (int j = 0; j < n; j++)
-        if (sim_pub_ok(out[j].idx))
-            sim.truth[out[j].id].row_confirmed[out[j].row] = true;
-    for (int j = 0; j < n; j++) {
-        if (!sim_pub_ok(out[j].idx))
-            continue;
-        /* A failed DELETE leaves confirmed rows behind: the exit marks them (sim_die). */
-        if (sim_db_row_delete(out[j].id, out[j].row) != 0)
-            worker_exit("database lost deleting outbox rows");
-    }
-    if (rc != 0)
-        sim_pub_close();
-}
-
 /* One turn of the worker's loop; false when it had nothing to do. */
 static bool worker_step(void)
 {
@@ -810,6 +758,13 @@ static void check_end(void)
     for (int q = SQ_DLQ; q <= SQ_BDLX; q++)
         for (int i = 0; i < sim_mq.qn[q]; i++) {
             const sim_bmsg_t *m = &sim_mq.q[q][i];
+            if (m->row >= 0) {
+                /* An onward message's dead letter (outbox.c): its reason names it. */
+                if (!strstr(m->reason, "onward message not delivered"))
+                    sim_violation("outbox row %d of m%d dead-lettered without its reason: '%s'",
+                                  m->row, m->id, m->reason);
+                continue;
+            }
             dl[m->id] = true;
             if (!m->reason[0])
                 sim_violation("m%d dead-lettered without a reason", m->id);
@@ -828,6 +783,10 @@ static void check_end(void)
         for (int r = 0; r < SIM_ROWS; r++) {
             if (tr->row_committed[r] && tr->row_sends[r] == 0)
                 sim_violation("outbox row %d of m%d committed but never published", r, id);
+            if (tr->row_committed[r] && !tr->row_delivered[r] && tr->row_dead[r] == 0)
+                sim_violation("outbox row %d of m%d neither confirmed downstream nor "
+                              "dead-lettered",
+                              r, id);
             if (sim_db.row[id][r])
                 sim_violation("outbox row %d of m%d still waiting after the drain", r, id);
         }
@@ -867,6 +826,10 @@ static void draw_options(void)
     o->pm_unroutable = sim_rng_below(r, 120);
     o->pm_nack = sim_rng_below(r, 40);
     o->pm_close = sim_rng_below(r, 40);
+    /* The relay's policy on a stream of its own: the other draws stay as they were. */
+    sim_rng_t orng = {sim.seed ^ 0x0B7B0C5EED5EEDULL};
+    o->ob_max_attempts = 1 + (int)sim_rng_below(&orng, 4);
+    o->ob_backoff_ms = 50 << sim_rng_below(&orng, 6);
     for (int id = 0; id < o->n_msgs; id++) {
         unsigned k = sim_rng_below(r, 100);
         sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
@@ -926,13 +889,14 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     const sim_opts_t *o = &sim.o;
     sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
             "bulk %d, "
-            "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d; per mille: db "
+            "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
+            "backoff %d ms); per mille: db "
             "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
             (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
             o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
             o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
-            o->outbox, o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall,
-            o->pm_unroutable, o->pm_nack, o->pm_close);
+            o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->pm_db_fault, o->pm_commit_lost,
+            o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
     for (int id = 0; id < o->n_msgs; id++) {
         sim_bmsg_t m;
         memset(&m, 0, sizeof(m));
@@ -949,6 +913,7 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             model ? "modelled (sim.c)" : "batch.c, guard.c, settle.c");
     if (!model)
         sim_life_begin();
+    sim_outbox_begin();
     while (!sim.failed) {
         if (setjmp(sim.death) != 0)
             continue; /* the worker died: its successor takes the next step */
@@ -987,7 +952,9 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             break;
         if (!busy) {
             /* Idle: the clock jumps to the next thing that can happen. */
-            uint64_t t = next;
+            uint64_t t = next, ob = sim_outbox_next_ms();
+            if (ob && (t == 0 || ob < t))
+                t = ob;
             for (int k = 0; k < (model ? 1 : o->workers); k++) {
                 uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms(k);
                 if (h && (t == 0 || h < t))
@@ -1001,6 +968,7 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
         check_end();
     if (!model)
         sim_life_end();
+    sim_outbox_end();
     conns_free();
     sim_mq_reset();
     return !sim.failed;

@@ -88,6 +88,7 @@ typedef struct sim_opts {
     int workers; /* workers consuming the queue (1..SIM_WORKERS; the model: 1) */
     bool bulk, batch_handler, rollback_on_timeout, has_dlq, quorum, rmq4, outbox;
     unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
+    int ob_max_attempts, ob_backoff_ms; /* daemon.outbox_max_attempts, outbox_backoff_ms */
 } sim_opts_t;
 
 /* Test-only switches that put an old behaviour back (sim --bug NAME). */
@@ -118,6 +119,8 @@ typedef struct sim_truth {
     bool row_confirmed[SIM_ROWS];  /* a send of the row was confirmed by the broker */
     bool row_may_resend[SIM_ROWS]; /* confirmed, but its delete was lost: one more send is ok */
     int row_resends[SIM_ROWS];     /* sends after a confirm */
+    bool row_delivered[SIM_ROWS];  /* some send of the row was confirmed */
+    int row_dead[SIM_ROWS];        /* its dead letters the broker confirmed */
 } sim_truth_t;
 
 typedef struct sim {
@@ -165,6 +168,11 @@ typedef struct sim_db {
     int rec[SIM_MSGS], eff[SIM_MSGS];
     long long starts[SIM_MSGS], crashes[SIM_MSGS];
     bool row[SIM_MSGS][SIM_ROWS]; /* outbox rows waiting for the relay */
+    /* Their idemd_outbox columns: attempts, next_at, failed_at, last_error. */
+    unsigned row_attempts[SIM_MSGS][SIM_ROWS];
+    uint64_t row_next_ms[SIM_MSGS][SIM_ROWS];
+    long long row_failed_s[SIM_MSGS][SIM_ROWS];
+    char row_error[SIM_MSGS][SIM_ROWS][96];
     /* The open transaction: a list of writes; savepoints are positions in it. */
     struct {
         int kind, id, row;
@@ -203,8 +211,11 @@ long long sim_db_bump(int id, long long *crashes);
 long long sim_db_crash(int id, bool add_start);
 /* Take back one counted start (never below 0). 0 or an error number. */
 unsigned sim_db_unstart(int id);
-/* The relay's DELETE of a published outbox row (its own transaction). */
+/* The relay's DELETE of a published outbox row (its own transaction; the model's). */
 unsigned sim_db_row_delete(int id, int row);
+/* Before one of the outbox relay's statements: a death, a lost connection, or (deadlock) a
+ * 1213 that rolls the relay's transaction back. 0 or the error number. */
+unsigned sim_db_outbox_fault(const char *what, bool deadlock);
 /* A message id of the catalogue from a txn message ("m<N>"). */
 int sim_id_of(const txn_msg_t *m);
 
@@ -288,7 +299,15 @@ extern sim_slot_t sim_slot;
 bool sim_slot_pending_start(void);
 void sim_slot_started(void);
 void sim_after_txn(const txn_msg_t *tm, int n);
+/* The real outbox relay (sim_outbox.c): the rows of the sources ids[0..k-1] (after their
+ * COMMIT), or with k = -1 every due row (the sweeper). */
+void sim_relay_sources(const int *ids, int k);
 void sim_relay(void);
+/* A run starts (the relay's policy) and ends. */
+void sim_outbox_begin(void);
+void sim_outbox_end(void);
+/* The earliest time a waiting outbox row is due again (0: none): the idle clock jumps there. */
+uint64_t sim_outbox_next_ms(void);
 bool sim_infra_reason(const char *why);
 
 /* A new run (after the seed's options are drawn) / its end. */

@@ -97,6 +97,9 @@ static void db_commit(void)
             break;
         case W_ROW:
             sim_db.row[id][sim_db.w[i].row] = true;
+            sim_db.row_attempts[id][sim_db.w[i].row] = 0;
+            sim_db.row_next_ms[id][sim_db.w[i].row] = 0;
+            sim_db.row_failed_s[id][sim_db.w[i].row] = 0;
             sim.truth[id].row_committed[sim_db.w[i].row] = true;
             break;
         }
@@ -319,4 +322,9 @@ unsigned sim_db_row_delete(int id, int row)
         return e;
     sim_db.row[id][row] = false;
     return 0;
+}
+
+unsigned sim_db_outbox_fault(const char *what, bool deadlock)
+{
+    return db_fault(what, F_CONN | (deadlock ? F_DEADLOCK : 0));
 }

@@ -466,7 +466,7 @@ bool sim_life_step(void)
     if (settle_retry_held(&x->st) != 0 || batch_collect(&x->bt) != 0)
         sim_die(0, "broker lost");
     if (life->batch.n == 0) {
-        sim_relay();
+        sim_relay(); /* worker_sweep: every due row */
         return life->held.n > 0;
     }
     for (int i = 0; i < life->batch.n; i++)
@@ -486,9 +486,14 @@ bool sim_life_step(void)
     if (t.too_slow)
         x->bulk_off_until_ms = sim.now_ms + 60000;
     sim_after_txn(life->batch.t, life->batch.n);
+    /* worker_relay: the committed messages' outbox rows, right after their COMMIT. */
+    int committed[SIM_BATCH], k = 0;
+    for (int i = 0; i < life->batch.n && k < SIM_BATCH; i++)
+        if (life->batch.t[i].state == TXN_COMMITTED)
+            committed[k++] = sim_id_of(&life->batch.t[i]);
     if (settle_batch(&x->st) != 0)
         sim_die(0, "consuming channel failed");
     settle_release(&x->st);
-    sim_relay();
+    sim_relay_sources(committed, k);
     return true;
 }

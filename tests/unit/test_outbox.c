@@ -1,51 +1,294 @@
-/* test_outbox.c: unit tests of the outbox's pure parts: onward message ids and the header encoding.
+/* test_outbox.c: unit tests of the outbox: onward message ids, the header encoding, and the relay
+ * driven through its ops tables by a scripted table and broker.
  */
 #include <stdio.h>
 #include <string.h>
 
 #include "outbox.h"
+#include "relay.h"
 #include "tap.h"
 
-/* The relay's broker calls are not under test here (t_outbox_chain runs them for real). */
-void mq_round_begin(mq_t *mq)
+/* ---------- a scripted outbox table and publishing channel ---------- */
+
+#define F_ROWS 4
+static struct {
+    bool present[F_ROWS];
+    unsigned attempts[F_ROWS];
+    long long wait_ms[F_ROWS];
+    char error[F_ROWS][128];
+    int commits, rollbacks, fail_remove; /* fail_remove: the next remove fails with it */
+    char msg_id[F_ROWS][32];
+} T;
+
+/* The broker's script: what each publish of a round gets ('a' ack, 'r' return, 'n' nack,
+ * 'c' the channel closes from this one on). to[] says where each went. */
+static struct {
+    const char *script;
+    int pos, n;
+    char fate[16], to[16][32], why[16][64];
+    bool open;
+    int published, dead;
+    char dead_error[300];
+} B;
+
+static int f_due(void *ctx, const char *const *src, const size_t *src_len, int k, int grace_s,
+                 int limit, unsigned long long *ids, unsigned long long *sizes, int *got)
 {
-    (void)mq;
+    (void)ctx, (void)src, (void)src_len, (void)k, (void)grace_s;
+    *got = 0;
+    for (int i = 0; i < F_ROWS && *got < limit; i++)
+        if (T.present[i]) {
+            ids[*got] = (unsigned long long)i + 1;
+            sizes[(*got)++] = 2;
+        }
+    return 0;
 }
-int mq_publish_to(mq_t *mq, const char *exchange, const char *routing_key,
-                  const amqp_basic_properties_t *props, amqp_bytes_t body)
+
+static int f_fetch(void *ctx, const unsigned long long *ids, int n, outbox_msg_t *out, int *got)
 {
-    (void)mq, (void)exchange, (void)routing_key, (void)props, (void)body;
-    return -1;
+    (void)ctx;
+    *got = 0;
+    for (int i = 0; i < n; i++) {
+        int r = (int)ids[i] - 1;
+        outbox_msg_t *m = &out[(*got)++];
+        memset(m, 0, sizeof(*m));
+        snprintf(T.msg_id[r], sizeof(T.msg_id[r]), "svc:s%d:0", r);
+        m->id = ids[i];
+        m->msg_id = T.msg_id[r];
+        m->msg_id_len = strlen(m->msg_id);
+        m->exchange = "";
+        m->routing_key = "down";
+        m->routing_key_len = 4;
+        m->source_id = "s";
+        m->source_len = 1;
+        m->body = "{}";
+        m->body_len = 2;
+        m->attempts = T.attempts[r];
+    }
+    return 0;
 }
-int mq_wait_confirms(mq_t *mq, int timeout_ms)
+
+static int f_remove(void *ctx, const unsigned long long *ids, int n)
 {
-    (void)mq, (void)timeout_ms;
-    return -1;
+    (void)ctx;
+    if (T.fail_remove) {
+        int rc = T.fail_remove;
+        T.fail_remove = 0;
+        return rc;
+    }
+    for (int i = 0; i < n; i++)
+        T.present[ids[i] - 1] = false;
+    return 0;
 }
-bool mq_round_ok(const mq_t *mq, int index)
+
+static int f_refuse(void *ctx, unsigned long long id, long long wait_ms, const char *why)
 {
-    (void)mq, (void)index;
+    (void)ctx;
+    T.attempts[id - 1]++;
+    T.wait_ms[id - 1] = wait_ms;
+    snprintf(T.error[id - 1], sizeof(T.error[0]), "%s", why);
+    return 0;
+}
+
+static int f_commit(void *ctx)
+{
+    (void)ctx;
+    T.commits++;
+    return 0;
+}
+
+static void f_rollback(void *ctx)
+{
+    (void)ctx;
+    T.rollbacks++;
+}
+
+static bool f_legacy(void *ctx)
+{
+    (void)ctx;
     return false;
 }
-const char *mq_round_why(const mq_t *mq, int index)
+
+static int f_depth(void *ctx, unsigned max_attempts, outbox_depth_t *d)
 {
-    (void)mq, (void)index;
-    return "stub";
+    (void)ctx, (void)max_attempts;
+    memset(d, 0, sizeof(*d));
+    return 0;
 }
-bool mq_round_returned(const mq_t *mq, int index)
+
+static const outbox_db_ops_t fake_db = {f_due,      f_fetch,  f_remove, f_refuse, f_commit,
+                                        f_rollback, f_legacy, f_depth,  NULL};
+
+static void b_begin(void *ctx)
 {
-    (void)mq, (void)index;
+    (void)ctx;
+    B.n = 0;
+}
+
+static int b_publish(void *ctx, const char *exchange, const char *routing_key,
+                     const amqp_basic_properties_t *props, amqp_bytes_t body)
+{
+    (void)ctx, (void)exchange, (void)body;
+    if (!B.open || B.n >= 16)
+        return -1;
+    char f = B.script[B.pos] ? B.script[B.pos++] : 'a';
+    B.fate[B.n] = f;
+    snprintf(B.to[B.n], sizeof(B.to[0]), "%s", routing_key);
+    B.published++;
+    if (strcmp(routing_key, "down") != 0 && f == 'a') {
+        B.dead++;
+        for (int i = 0; i < props->headers.num_entries; i++)
+            if (props->headers.entries[i].key.len == strlen(RELAY_H_ERROR) &&
+                memcmp(props->headers.entries[i].key.bytes, RELAY_H_ERROR, strlen(RELAY_H_ERROR)) ==
+                    0)
+                snprintf(B.dead_error, sizeof(B.dead_error), "%.*s",
+                         (int)props->headers.entries[i].value.value.bytes.len,
+                         (const char *)props->headers.entries[i].value.value.bytes.bytes);
+    }
+    return B.n++;
+}
+
+static int b_wait(void *ctx, int timeout_ms)
+{
+    (void)ctx, (void)timeout_ms;
+    int rc = 0;
+    for (int i = 0; i < B.n; i++) {
+        if (B.fate[i] == 'c')
+            B.open = false;
+        if (!B.open)
+            B.fate[i] = 'c';
+        rc |= B.fate[i] != 'a';
+    }
+    return rc ? -1 : 0;
+}
+
+static const char *b_why(void *ctx, int i)
+{
+    (void)ctx;
+    switch (B.fate[i]) {
+    case 'a':
+        return NULL;
+    case 'r':
+        return "unroutable: returned by the broker: 312 NO_ROUTE";
+    case 'n':
+        return "refused by the broker (basic.nack)";
+    default:
+        return "channel closed by the broker: 406";
+    }
+}
+
+static bool b_ok(void *ctx, int i)
+{
+    return b_why(ctx, i) == NULL;
+}
+
+static bool b_returned(void *ctx, int i)
+{
+    (void)ctx;
+    return B.fate[i] == 'r';
+}
+
+static bool b_usable(void *ctx)
+{
+    (void)ctx;
+    return B.open;
+}
+
+static bool b_broken(void *ctx)
+{
+    (void)ctx;
     return false;
 }
-int mq_channel_restore(mq_t *mq)
+
+static int b_restore(void *ctx)
 {
-    (void)mq;
-    return -1;
+    (void)ctx;
+    B.open = true;
+    B.n = 0;
+    return 0;
 }
-bool mq_channel_usable(const mq_t *mq)
+
+static uint64_t b_zero(void *ctx)
 {
-    (void)mq;
-    return false;
+    (void)ctx;
+    return 0;
+}
+
+static uint64_t b_wall(void *ctx)
+{
+    (void)ctx;
+    return 1700000000000ULL;
+}
+
+static const outbox_mq_ops_t fake_mq = {b_begin,  b_publish, b_wait,    b_ok,   b_returned, b_why,
+                                        b_usable, b_broken,  b_restore, b_zero, b_wall};
+
+static void fake_reset(int rows, const char *script)
+{
+    memset(&T, 0, sizeof(T));
+    memset(&B, 0, sizeof(B));
+    for (int i = 0; i < rows; i++)
+        T.present[i] = true;
+    B.script = script;
+    B.open = true;
+}
+
+static void test_relay(void)
+{
+    static const unsigned char key[RELAY_KEY_LEN] = {1};
+    outbox_t *o = outbox_new_ops(&fake_db, NULL);
+    outbox_policy_t pol = {
+        .queue = "orders", .dlq = "orders.dlq", .max_attempts = 2, .backoff_ms = 100, .key = key};
+    outbox_set_policy(o, &pol);
+
+    /* Three rows; the broker returns the second: only it stays, counted, with its backoff. */
+    fake_reset(3, "ara");
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 2, "relay: 2 of 3 sent");
+    ok(!T.present[0] && T.present[1] && !T.present[2], "the confirmed rows are deleted");
+    ok(T.attempts[1] == 1 && T.wait_ms[1] == 100 && strstr(T.error[1], "NO_ROUTE"),
+       "the returned row: 1 attempt, backoff 100 ms, its reason (%s)", T.error[1]);
+    is_int(T.commits, 1, "one COMMIT for the slice");
+
+    /* Refused again (a nack): its second refusal is max_attempts: dead-lettered, then deleted. */
+    B.script = "na";
+    B.pos = 0;
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    ok(!T.present[1] && B.dead == 1 && strcmp(B.to[0], "orders.dlq") == 0,
+       "refused max_attempts times: dead-lettered to orders.dlq and deleted");
+    ok(strstr(B.dead_error, "not delivered after 2 attempts") != NULL,
+       "the dead letter says why: %s", B.dead_error);
+
+    /* The dead letter is not confirmed: the row stays, counted, for the next try. */
+    fake_reset(1, "rn");
+    T.attempts[0] = 1;
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    ok(T.present[0] && T.attempts[0] == 2 && B.dead == 0,
+       "a dead letter the broker refused: the row stays");
+
+    /* The channel closes under the second of three: the unconfirmed rows go one at a time. */
+    fake_reset(3, "acaaa");
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 3,
+           "channel closed in a round: every row sent after all");
+    ok(!T.present[0] && !T.present[1] && !T.present[2], "all deleted");
+    is_int(B.published, 5, "3 in the round, then the 2 unconfirmed alone");
+
+    /* The DELETE fails (lost connection): the relay rolls back and says so; rows stay. */
+    fake_reset(2, "aa");
+    T.fail_remove = -1;
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), -1,
+           "a lost connection at the DELETE: -1");
+    ok(T.present[0] && T.present[1] && T.rollbacks == 1, "rows stay, the transaction rolled back");
+
+    /* No dead letter queue: a row used up stays and is tried again later. */
+    pol.dlq = NULL;
+    outbox_set_policy(o, &pol);
+    fake_reset(1, "r");
+    T.attempts[0] = 5;
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    ok(T.present[0] && T.attempts[0] == 6 && B.dead == 0 && T.wait_ms[0] == 3200,
+       "without a dead letter queue the row stays (backoff doubled per refusal: %lld ms)",
+       T.wait_ms[0]);
+    outbox_close(o);
 }
 
 int main(void)
@@ -110,5 +353,6 @@ int main(void)
        "a header of another type is refused");
     ok(outbox_encode_headers(h, 3, buf, 8, &len) == -1, "too little room is refused");
 
+    test_relay();
     return done();
 }
