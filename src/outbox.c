@@ -517,7 +517,12 @@ int outbox_relay_ops(outbox_t *o, const outbox_mq_ops_t *mq, void *mc, const cha
         }
         if ((rc = o->db->fetch(o->ctx, ids, n, msgs, &have)) != 0)
             goto done;
-        n = have < n ? have : n; /* gone meanwhile */
+        /* A row gone meanwhile (another worker's relay sent it) is missing from msgs: each
+         * row is the one fetched, never the picked id at the same place, so a refused row is
+         * never deleted in the name of a sent one. */
+        n = have < n ? have : n;
+        for (int i = 0; i < n; i++)
+            rows[i].id = msgs[i].id;
         int lost = outbox_send_slice(o, mq, mc, msgs, rows, n);
         if ((rc = outbox_settle(o, rows, del, n)) != 0)
             goto done;

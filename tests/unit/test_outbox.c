@@ -17,6 +17,7 @@ static struct {
     long long wait_ms[F_ROWS];
     char error[F_ROWS][128];
     int commits, rollbacks, fail_remove; /* fail_remove: the next remove fails with it */
+    int vanish; /* row vanish-1 is deleted between the two reads of a slice (another relay) */
     char msg_id[F_ROWS][32];
 } T;
 
@@ -48,8 +49,14 @@ static int f_fetch(void *ctx, const unsigned long long *ids, int n, outbox_msg_t
 {
     (void)ctx;
     *got = 0;
+    if (T.vanish) {
+        T.present[T.vanish - 1] = false;
+        T.vanish = 0;
+    }
     for (int i = 0; i < n; i++) {
         int r = (int)ids[i] - 1;
+        if (!T.present[r])
+            continue;
         outbox_msg_t *m = &out[(*got)++];
         memset(m, 0, sizeof(*m));
         snprintf(T.msg_id[r], sizeof(T.msg_id[r]), "svc:s%d:0", r);
@@ -278,6 +285,17 @@ static void test_relay(void)
     is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), -1,
            "a lost connection at the DELETE: -1");
     ok(T.present[0] && T.present[1] && T.rollbacks == 1, "rows stay, the transaction rolled back");
+
+    /* The first row goes between the two reads (another worker's relay sent it); of the two
+     * left the broker returns the first: that one stays, counted; the other is deleted. */
+    fake_reset(3, "ra");
+    T.vanish = 1;
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 1), 1,
+           "a row gone between the reads: the 2 left sent, 1 confirmed");
+    ok(T.present[1] && T.attempts[1] == 1 && !T.present[2],
+       "the returned row stays with its attempt, the confirmed one is deleted (row 2 %s, "
+       "attempts %u; row 3 %s)",
+       T.present[1] ? "kept" : "DELETED", T.attempts[1], T.present[2] ? "kept" : "deleted");
 
     /* No dead letter queue: a row used up stays and is tried again later. */
     pol.dlq = NULL;
