@@ -366,9 +366,12 @@ static int outbox_send_slice(outbox_t *o, const outbox_mq_ops_t *mq, void *mc,
         rows[i].attempts = msgs[i].attempts;
         rows[i].failed_s = msgs[i].failed_s;
     }
+    /* Every slot is -1 before a round: a loop that stops early leaves none of the later rows
+     * pointing at another row's copy (which would settle them by its fate). */
+    for (int i = 0; i < n; i++)
+        copy[i] = -1;
     mq->round_begin(mc);
     for (int i = 0; i < n; i++) {
-        copy[i] = -1;
         if (outbox_too_big(mq, mc, msgs[i].body_len, &rows[i]))
             continue;
         if (!mq->usable(mc) || (copy[i] = outbox_send(mq, mc, &msgs[i])) < 0)
@@ -420,9 +423,10 @@ static int outbox_send_slice(outbox_t *o, const outbox_mq_ops_t *mq, void *mc,
     }
     /* Dead letters for the rows that used up their attempts: confirmed before they go. */
     if (o->pol.dlq && o->pol.dlq[0] && !o->db->legacy(o->ctx)) {
+        for (int i = 0; i < n; i++)
+            copy[i] = -1;
         mq->round_begin(mc);
         for (int i = 0; i < n; i++) {
-            copy[i] = -1;
             if (rows[i].state != OUTBOX_REFUSED || rows[i].attempts + 1 < o->pol.max_attempts)
                 continue;
             copy[i] = outbox_dead_letter(o, mq, mc, &msgs[i], &rows[i], now_ms);

@@ -22,7 +22,8 @@ static struct {
 } T;
 
 /* The broker's script: what each publish of a round gets ('a' ack, 'r' return, 'n' nack,
- * 'c' the channel closes from this one on). to[] says where each went. */
+ * 'c' the channel closes from this one on, 'f' the publish fails at once with the channel
+ * still usable). to[] says where each went. */
 static struct {
     const char *script;
     int pos, n;
@@ -139,6 +140,8 @@ static int b_publish(void *ctx, const char *exchange, const char *routing_key,
     if (!B.open || B.n >= 16)
         return -1;
     char f = B.script[B.pos] ? B.script[B.pos++] : 'a';
+    if (f == 'f')
+        return -1; /* fails here (out of memory, say); the channel stays usable */
     B.fate[B.n] = f;
     snprintf(B.to[B.n], sizeof(B.to[0]), "%s", routing_key);
     B.published++;
@@ -296,6 +299,15 @@ static void test_relay(void)
        "the returned row stays with its attempt, the confirmed one is deleted (row 2 %s, "
        "attempts %u; row 3 %s)",
        T.present[1] ? "kept" : "DELETED", T.attempts[1], T.present[2] ? "kept" : "deleted");
+
+    /* The second publish of three fails at once (the channel still usable): the round stops
+     * there; the first is confirmed and deleted, the two unsent stay. */
+    fake_reset(3, "af");
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 1), 1,
+           "a publish that fails stops the round: 1 sent");
+    ok(!T.present[0] && T.present[1] && T.present[2],
+       "the rows after it stay, unsent (row 2 %s, row 3 %s)", T.present[1] ? "kept" : "DELETED",
+       T.present[2] ? "kept" : "DELETED");
 
     /* No dead letter queue: a row used up stays and is tried again later. */
     pol.dlq = NULL;
