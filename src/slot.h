@@ -45,7 +45,11 @@ typedef struct worker_slot {
      * counts the crash (and the start, unless counted) for the guard. */
     int in_handler;
     int crash_counted;
-    int crash_pid; /* the worker that wrote the note: its exit signal is the one that counts */
+    /* spawn_gen: set by the supervisor before each start of a worker in this slot; crash_gen:
+     * the spawn_gen of the worker that wrote the crash note (its exit signal is the one that
+     * counts). A generation, not a pid: a successor may get its predecessor's pid again. */
+    uint32_t spawn_gen;
+    uint32_t crash_gen;
     uint32_t crash_id_len;
     char crash_id[256];
     char crash_consumer[129];
@@ -56,7 +60,7 @@ typedef struct worker_slot {
     int64_t outbox_retrying, outbox_exhausted; /* rows refused before; rows out of attempts */
     uint64_t outbox_seen_ms;
     /* Set by the supervisor at reap: the signal that ended the worker that wrote a pending
-     * crash note (crash_pid), else the last worker's, or 0. A successor killed before it
+     * crash note (crash_gen), else the last worker's, or 0. A successor killed before it
      * counted the note does not overwrite it, so the crash is still counted. */
     int exit_signal;
     int log_level;          /* set by the supervisor: log_level_t in effect */

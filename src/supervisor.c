@@ -156,6 +156,7 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     __atomic_store_n(&w->slot->consumed, 0, __ATOMIC_RELAXED);
     w->slot->error[0] = '\0';
     w->slot->error_kind = WORKER_ERROR_DECLARE;
+    __atomic_add_fetch(&w->slot->spawn_gen, 1, __ATOMIC_RELAXED); /* the crash note's owner */
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for queue '%s' worker %d: %s", w->q->name, w->index, strerror(errno));
@@ -310,7 +311,8 @@ static void sup_reap(supervisor_t *s)
              * would pass for a kill from outside and not be counted (found by the
              * simulation, docs/simulation.md). */
             bool pending = __atomic_load_n(&w->slot->in_handler, __ATOMIC_ACQUIRE) != 0 &&
-                           __atomic_load_n(&w->slot->crash_pid, __ATOMIC_RELAXED) != (int)pid;
+                           __atomic_load_n(&w->slot->crash_gen, __ATOMIC_RELAXED) !=
+                               __atomic_load_n(&w->slot->spawn_gen, __ATOMIC_RELAXED);
             if (!pending)
                 __atomic_store_n(&w->slot->exit_signal, WIFSIGNALED(status) ? WTERMSIG(status) : 0,
                                  __ATOMIC_RELAXED);

@@ -104,7 +104,8 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     memcpy(sl->crash_id, t->id, t->id_len);
     sl->crash_id_len = (uint32_t)t->id_len;
     __atomic_store_n(&sl->crash_counted, t->counted ? 1 : 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&sl->crash_pid, (int)getpid(), __ATOMIC_RELAXED);
+    __atomic_store_n(&sl->crash_gen, __atomic_load_n(&sl->spawn_gen, __ATOMIC_RELAXED),
+                     __ATOMIC_RELAXED);
     __atomic_store_n(&sl->in_handler, 1, __ATOMIC_RELEASE);
     t->reason[0] = '\0';
     worker_timer_on(w);

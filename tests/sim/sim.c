@@ -207,7 +207,7 @@ void sim_die(int sig, const char *where)
                 sim.truth[id].row_may_resend[r] = true; /* its DELETE may never have run */
     /* A successor killed before it counted its predecessor's crash: the supervisor's reap
      * keeps the signal of the worker that wrote the pending note (supervisor.c sup_reap,
-     * crash_pid). With lost_note, as before 2026-12, it overwrites it, so the next successor
+     * crash_gen). With lost_note, as before 2026-12, it overwrites it, so the next successor
      * takes that crash for a kill from outside and does not count it. */
     if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL && sig == SIGKILL &&
         sim.bug.lost_note) {
