@@ -37,6 +37,12 @@ static const conf_enum_t conf_dedups[] = {
     {NULL, 0},
 };
 
+static const conf_enum_t conf_order_dls[] = {
+    {"release", CONF_ORDER_DL_RELEASE},
+    {"hold", CONF_ORDER_DL_HOLD},
+    {NULL, 0},
+};
+
 #define CONF_STRING(sec, nm, st, fld, fl, d, lo, hi, dd, h)                                        \
     {                                                                                              \
         .section = sec, .name = nm, .type = CONF_T_STRING, .off = offsetof(st, fld), .flags = fl,  \
@@ -280,6 +286,17 @@ const conf_def_t conf_defs[] = {
              "delete this queue's dedup records (and crash counts) older than this many days, "
              "hourly; 0 = keep them forever. Must exceed the longest time a copy of a message "
              "can still arrive"),
+    CONF_STRING("queue", "order_key", conf_queue_t, order_key, NR, "", 0, 255, "`\"\"` (unordered)",
+                "per-key ordering (docs/ordering.md): `\"header:NAME\"` (an application "
+                "header) or `\"json:PATH\"` (a field of the JSON body, `a.b` for nested); "
+                "messages of one key are handled in publish order, a retried one blocks the "
+                "later ones of its key; a message without the key is dead-lettered. Needs "
+                "`workers = 1` and `dedup = \"table\"`"),
+    CONF_ENUM("queue", "order_dead_letter", conf_queue_t, order_dead_letter, 0, "release",
+              conf_order_dls,
+              "with `order_key`: dead-lettering the message a key waits on `release`s the key "
+              "(its next message goes on), or `hold`s it blocked until `idemctl order release` "
+              "or a replay of that dead letter"),
     CONF_GROUP("queue", "declare", 0, "declare", "what to declare at startup"),
     CONF_RAW("queue", "settings", conf_queue_t, settings, 0,
              "group handed to the handler as is; idemd does not check it"),
@@ -305,6 +322,11 @@ const conf_def_t conf_defs[] = {
               "delivery it cannot decode (headers nested deeper than 100 levels); idemd "
               "declares that itself for a new queue. false: unless idemd declared it so, such "
               "a delivery is requeued, and the queue stops at it"),
+    CONF_BOOL("declare", "single_active_consumer", conf_queue_t, single_active_consumer, NR,
+              "false",
+              "declare the queue with `x-single-active-consumer`: one consumer of all instances "
+              "gets its messages, the others stand by (ordering across instances, "
+              "docs/ordering.md); an existing queue cannot change it: declare a new one"),
     CONF_ARGS("declare", "arguments", conf_queue_t, args, n_args, NR,
               "more x-arguments of queue.declare; each value a string or an integer. A length "
               "limit (`x-max-length`, `x-max-length-bytes`) needs `x-overflow = "

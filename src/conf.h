@@ -17,6 +17,12 @@ typedef enum conf_dedup {
     CONF_DEDUP_NONE = 1,  /* handler is idempotent by business state */
 } conf_dedup_t;
 
+/* order_dead_letter: what dead-lettering the head of a blocked key does (docs/ordering.md). */
+typedef enum conf_order_dl {
+    CONF_ORDER_DL_RELEASE = 0, /* the next waiter becomes the head */
+    CONF_ORDER_DL_HOLD,        /* the key stays blocked until an operator releases it */
+} conf_order_dl_t;
+
 typedef struct conf_binding {
     char *exchange;
     char *routing_key;
@@ -48,6 +54,9 @@ typedef struct conf_queue {
     int n_retry_delays;
     int handler_timeout;       /* seconds; 0 = no limit */
     int record_retention_days; /* 0 = keep records forever */
+    char *order_key;           /* "header:NAME" or "json:PATH"; NULL or "": unordered */
+    conf_order_dl_t order_dead_letter;
+    bool single_active_consumer; /* declare with x-single-active-consumer */
     bool declare;              /* declare.enabled: declare the queue at startup */
     bool durable;              /* declare the queue durable */
     bool quorum;               /* x-queue-type=quorum */

@@ -131,6 +131,50 @@ int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
     return 0;
 }
 
+/*
+ * order_key (docs/ordering.md): "header:NAME" or "json:PATH" with a non-empty name; an ordered
+ * queue runs one worker per instance (two workers of one instance would handle two messages of
+ * a key at once) and needs the record table (a waiter's copy and its original can both come
+ * back: the record keeps one). 0, or -1 with the FILE:LINE message.
+ */
+static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                            const conf_queue_t *q)
+{
+    char sp[CONF_PATH_MAX];
+    const char *k = q->order_key;
+    const config_setting_t *at = config_setting_get_member(grp, "order_key");
+
+    if (k == NULL || k[0] == '\0')
+        return 0;
+    conf_path(sp, path, "order_key");
+    if (!((strncmp(k, "header:", 7) == 0 && k[7]) || (strncmp(k, "json:", 5) == 0 && k[5])))
+        return conf_error(ctx, at, sp,
+                          "\"%s\" is not \"header:NAME\" or \"json:PATH\" (e.g. "
+                          "\"json:order.id\")",
+                          k);
+    if (strncmp(k, "json:", 5) == 0 && (k[5] == '.' || k[strlen(k) - 1] == '.' || strstr(k, "..")))
+        return conf_error(ctx, at, sp, "\"%s\": an empty field name in the path", k);
+    if (q->workers > 1) {
+        const config_setting_t *w = config_setting_get_member(grp, "workers");
+        conf_path(sp, path, "workers");
+        return conf_error(ctx, w ? w : at, sp,
+                          "is %d, but the queue has order_key = \"%s\": an ordered queue runs "
+                          "one worker per instance (two would handle two messages of one key at "
+                          "once); set workers = 1, and shard over several queues for more "
+                          "(docs/ordering.md)",
+                          q->workers, k);
+    }
+    if (q->dedup != CONF_DEDUP_TABLE) {
+        const config_setting_t *d = config_setting_get_member(grp, "dedup");
+        conf_path(sp, path, "dedup");
+        return conf_error(ctx, d ? d : at, sp,
+                          "must be \"table\" with order_key = \"%s\": a waiting message and "
+                          "its copy can both come back, and the record keeps one",
+                          k);
+    }
+    return 0;
+}
+
 int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
 {
     conf_queue_t *q = base;
@@ -152,6 +196,8 @@ int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, c
                           "RabbitMQ's 255: shorten the queue name or set retry_delays_ms = [ ]",
                           q->name, q->retry_delays_ms[i], n);
     }
+    if (conf_check_order(ctx, grp, path, q) != 0)
+        return -1;
     conf_path(sp, path, "consumer");
     if (!q->consumer) {
         if (strlen(q->name) > 128)
@@ -556,6 +602,12 @@ int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
         free(q->dead_letter_queue); /* "" turns our dead letter queue off */
         q->dead_letter_queue = NULL;
     }
+    for (int i = 0; q->single_active_consumer && i < q->n_args; i++)
+        if (strcmp(q->args[i].key, "x-single-active-consumer") == 0) {
+            conf_path(sp, path, "single_active_consumer");
+            return conf_error(ctx, config_setting_get_member(grp, "single_active_consumer"), sp,
+                              "true and arguments x-single-active-consumer: set one of them");
+        }
     if (q->dead_letter_queue && strcmp(q->dead_letter_queue, q->name) == 0) {
         conf_path(sp, path, "dead_letter_queue");
         return conf_error(ctx, config_setting_get_member(grp, "dead_letter_queue"), sp,

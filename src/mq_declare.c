@@ -207,8 +207,9 @@ static int mq_dead_letter_args(const conf_queue_t *q, amqp_table_entry_t *e)
 
 int mq_declare(mq_t *mq, const conf_queue_t *q)
 {
-    /* Room for x-queue-type, 4 dead-letter and 1 limit arguments beside the configured ones. */
-    amqp_table_entry_t *e = calloc((size_t)q->n_args + 6, sizeof(*e));
+    /* Room for x-queue-type, x-single-active-consumer, 4 dead-letter and 1 limit arguments
+     * beside the configured ones. */
+    amqp_table_entry_t *e = calloc((size_t)q->n_args + 7, sizeof(*e));
     amqp_table_t args = {0, e};
     amqp_rpc_reply_t r;
     char what[300];
@@ -222,6 +223,12 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
         goto fail;
     if (q->quorum) {
         mq_entry_str(&e[args.num_entries++], "x-queue-type", "quorum");
+    }
+    if (q->single_active_consumer) {
+        amqp_table_entry_t *sac = &e[args.num_entries++];
+        sac->key = amqp_cstring_bytes("x-single-active-consumer");
+        sac->value.kind = AMQP_FIELD_KIND_BOOLEAN;
+        sac->value.value.boolean = 1;
     }
     for (int i = 0; i < q->n_args; i++) {
         own_limit |= strcmp(q->args[i].key, "x-delivery-limit") == 0;
@@ -237,8 +244,15 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
         n_limit = mq_limit_args(mq, &e[args.num_entries]);
         args.num_entries += n_limit;
     }
-    if ((left = mq_declare_args(mq, q->name, q->durable, q->quorum, args, n_dl, n_limit)) < 0)
+    if ((left = mq_declare_args(mq, q->name, q->durable, q->quorum, args, n_dl, n_limit)) < 0) {
+        if (q->single_active_consumer)
+            log_error("queue '%s' has declare.single_active_consumer = true: if the broker "
+                      "refused x-single-active-consumer as inequivalent, the queue exists without "
+                      "it, and RabbitMQ cannot change a queue's arguments: consume a new queue, "
+                      "or drain and delete this one (docs/ordering.md)",
+                      q->name);
         goto fail;
+    }
     mq->limit_unsure = (left & MQ_LEFT_LIMIT) || own_limit;
     mq->dead_letter_fallback = (left & MQ_LEFT_DL) != 0;
     mq->dead_letters =
