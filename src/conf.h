@@ -57,12 +57,12 @@ typedef struct conf_queue {
     char *order_key;           /* "header:NAME" or "json:PATH"; NULL or "": unordered */
     conf_order_dl_t order_dead_letter;
     bool single_active_consumer; /* declare with x-single-active-consumer */
-    bool declare;              /* declare.enabled: declare the queue at startup */
-    bool durable;              /* declare the queue durable */
-    bool quorum;               /* x-queue-type=quorum */
-    bool dead_letter_policy;   /* the broker dead-letters its rejects (a policy) */
-    char *dead_letter_queue;   /* declared and wired as the DLX target; NULL: none */
-    conf_arg_t *args;          /* declare.arguments */
+    bool declare;                /* declare.enabled: declare the queue at startup */
+    bool durable;                /* declare the queue durable */
+    bool quorum;                 /* x-queue-type=quorum */
+    bool dead_letter_policy;     /* the broker dead-letters its rejects (a policy) */
+    char *dead_letter_queue;     /* declared and wired as the DLX target; NULL: none */
+    conf_arg_t *args;            /* declare.arguments */
     int n_args;
     conf_binding_t *bindings; /* declare.bindings */
     int n_bindings;

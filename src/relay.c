@@ -154,7 +154,7 @@ bool relay_trusted(const amqp_basic_properties_t *p, const relay_keys_t *keys, c
     char want[RELAY_SIG_HEX + 1];
     long long n = relay_int(p, RELAY_H_ATTEMPTS);
 
-    if (n < 1 || n > RELAY_MAX_ATTEMPTS || !relay_str(p, RELAY_H_SIG, &sig) ||
+    if (n < 0 || n > RELAY_MAX_ATTEMPTS || !relay_str(p, RELAY_H_SIG, &sig) ||
         sig.len != RELAY_SIG_HEX || !relay_str(p, RELAY_H_FIRST_FAILURE, &first) ||
         !relay_str(p, RELAY_H_EXCHANGE, &exchange) || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
         return false;

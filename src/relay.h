@@ -87,7 +87,7 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
  * original route) were put there by idemd: they carry a signature made by
  * relay_copy_init (or relay_sign) under one of keys for this queue and
  * message id. When true, *attempts is the attempts made so far
- * (1..RELAY_MAX_ATTEMPTS). A publisher's own idemd-* headers are not
+ * (0..RELAY_MAX_ATTEMPTS). A publisher's own idemd-* headers are not
  * believed. For a dead onward message, queue is relay_onward_queue's
  * string and id its message_id property.
  */
@@ -101,7 +101,8 @@ bool relay_trusted(const amqp_basic_properties_t *p, const relay_keys_t *keys, c
  * route (idemd-original-exchange, idemd-original-routing-key). Writes
  * RELAY_SIG_HEX + 1 bytes (NUL-terminated hex) into out. Borrows all.
  * Returns 0, or -1 when out of memory. relay_trusted checks what this
- * makes when the same queue string and id are given.
+ * makes when the same queue string and id are given. *attempts may be 0: the
+ * waiting copy of an ordered queue's message (docs/ordering.md) is no attempt.
  */
 int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
                uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,

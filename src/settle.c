@@ -38,10 +38,12 @@ static void settle_report(settle_t *s, int i)
     case TXN_REJECT:
         settle_count(&s->c->n_reject);
         break;
+    case TXN_WAIT:
+        break; /* ordered queue: not an outcome, its key waits (logged at debug) */
     default:
         return; /* waiting for the next batch: nothing happened to it yet */
     }
-    if (settled && !log_enabled(LOG_LEVEL_DEBUG))
+    if ((settled || t->state == TXN_WAIT) && !log_enabled(LOG_LEVEL_DEBUG))
         return; /* the common case: no formatting at all */
     /* Every value from the message, the handler or the config is quoted (log_quote): an id
      * or a reason can never forge a field or a line. The journal gets the raw id. */
@@ -58,7 +60,10 @@ static void settle_report(settle_t *s, int i)
     }
     switch (m->route) {
     case TXN_ROUTE_DELAY:
-        snprintf(where, sizeof(where), copied ? "retry scheduled" : "held (republish failed)");
+        snprintf(where, sizeof(where), "%s",
+                 !copied                ? "held (republish failed)"
+                 : t->state == TXN_WAIT ? "waiting for its order key"
+                                        : "retry scheduled");
         break;
     case TXN_ROUTE_DLQ:
         snprintf(where, sizeof(where),
@@ -72,8 +77,10 @@ static void settle_report(settle_t *s, int i)
         snprintf(where, sizeof(where), "-");
         break;
     }
-    log_fields_id(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, q->name,
-                  q->consumer, id, id_len, s->handler, name,
+    log_fields_id(t->state == TXN_WAIT          ? LOG_LEVEL_DEBUG
+                  : m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO
+                                                : LOG_LEVEL_WARNING,
+                  q->name, q->consumer, id, id_len, s->handler, name,
                   "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
                   name, qq, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
                   q->max_attempts, log_quote_str(s->handler, qh, sizeof(qh)),
@@ -184,14 +191,18 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
         }
         if (published == 0)
             s->ops->round_begin(s->ctx);
-        const char *target =
-            m->route == TXN_ROUTE_DLQ
-                ? q->dead_letter_queue
-                : relay_delay_queue(q, t->attempt, delay_q, sizeof(delay_q), &delay_ms) ?: q->name;
+        /* A waiting message of an ordered queue goes to the first delay queue, and its wait is
+         * no attempt: its copy carries the attempts made before it. */
+        bool waits = t->state == TXN_WAIT;
+        const char *target = m->route == TXN_ROUTE_DLQ
+                                 ? q->dead_letter_queue
+                                 : relay_delay_queue(q, waits ? 1 : t->attempt, delay_q,
+                                                     sizeof(delay_q), &delay_ms)
+                                       ?: q->name;
         relay_copy_t c;
         amqp_bytes_t body = m->env.message.body;
         if (relay_copy_init(&c, &m->env, q->name, q->id_header, t->id, t->id_len, m->trusted,
-                            s->key, t->attempt, t->reason, now_ms) != 0)
+                            s->key, waits ? t->attempt - 1 : t->attempt, t->reason, now_ms) != 0)
             goto fail;
         if (s->max_message > 0 && body.len > s->max_message) {
             /* The broker would refuse the copy and close the channel: it goes without it. */

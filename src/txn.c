@@ -23,12 +23,44 @@ static txn_pass_t txn_undo(txn_t *t, int i)
     return err ? txn_lost(t, err, "ROLLBACK TO SAVEPOINT") : TXN_PASS_DONE;
 }
 
+/* Ordered queues: message i's key rows at step (txn_ops_t.order); DONE, or what the error means.
+ * Whatever it wrote is to be committed: *handled. */
+static txn_pass_t txn_order(txn_t *t, int i, txn_order_step_t step, bool *wait, bool *handled)
+{
+    bool w = false;
+    unsigned err;
+    if (t->ops->order == NULL)
+        return TXN_PASS_DONE;
+    if ((err = t->ops->order(t->ctx, i, &t->m[i], step, &w)) != 0)
+        return txn_lost(t, err, "the order key's rows");
+    if (wait)
+        *wait = w;
+    *handled = true;
+    return TXN_PASS_DONE;
+}
+
+/*
+ * Ordered queues: message i's key is blocked by another message: undo its
+ * record and append it to the key's waiters, which is committed with the
+ * batch (it goes to the delay queue to wait, not as an attempt).
+ */
+static txn_pass_t txn_wait(txn_t *t, int i, bool *handled)
+{
+    txn_msg_t *m = &t->m[i];
+    txn_move(m, TXN_WAIT);
+    txn_why(m, "waiting: an earlier message of its order key is not done (not an attempt)");
+    txn_pass_t p = txn_undo(t, i);
+    return p == TXN_PASS_DONE ? txn_order(t, i, TXN_ORDER_WAIT, NULL, handled) : p;
+}
+
 /* Record, then handle message i inside the open transaction. */
 static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
 {
     txn_msg_t *m = &t->m[i];
     char sql[48];
     unsigned err;
+    bool wait = false;
+    txn_pass_t p;
 
     snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
     if ((err = t->ops->exec(t->ctx, sql)) != 0)
@@ -37,7 +69,8 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
         switch (db_classify(err)) {
         case DB_DUPLICATE: /* only the statement was rolled back */
             txn_move(m, TXN_DUPLICATE);
-            return TXN_PASS_DONE;
+            /* Committed before: should its key still wait on it, it waits no more. */
+            return txn_order(t, i, TXN_ORDER_DONE, NULL, handled);
         case DB_ERR_LOCK_TIMEOUT:
             /* Another transaction holds the key. The server may have rolled
              * back only the statement or (innodb_rollback_on_timeout) all of
@@ -45,16 +78,27 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
             t->lock_waits++;
             txn_move(m, TXN_RETRY);
             txn_why(m, "lock wait timeout on the dedup key: another transaction holds it");
-            return txn_undo(t, i);
+            p = txn_undo(t, i);
+            return p == TXN_PASS_DONE ? txn_order(t, i, TXN_ORDER_FAILED, NULL, handled) : p;
         default:
             return txn_lost(t, err, "record INSERT");
         }
     }
     txn_move(m, TXN_RECORDED);
-    txn_pass_t p = txn_handle(t, i);
-    if (p == TXN_PASS_DONE)
+    if ((p = txn_order(t, i, TXN_ORDER_CHECK, &wait, handled)) != TXN_PASS_DONE)
+        return p;
+    if (wait)
+        return txn_wait(t, i, handled);
+    p = txn_handle(t, i);
+    if (p == TXN_PASS_DONE) {
         *handled = true;
-    return p == TXN_PASS_FAILED ? txn_undo(t, i) : p;
+        return txn_order(t, i, TXN_ORDER_DONE, NULL, handled);
+    }
+    if (p != TXN_PASS_FAILED)
+        return p;
+    /* Rolled back to its savepoint first, so that the key's new rows stay. */
+    p = txn_undo(t, i);
+    return p == TXN_PASS_DONE ? txn_order(t, i, TXN_ORDER_FAILED, NULL, handled) : p;
 }
 
 /*
@@ -84,21 +128,35 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
     return TXN_PASS_DONE;
 }
 
-/* One pass: every NEW message in order, then COMMIT or ROLLBACK. */
+/*
+ * One pass: every NEW message in order, then COMMIT or ROLLBACK. An ordered
+ * queue's pass opens with savepoint "o" (its key rows may be all it
+ * writes), and writes the key rows of the messages that failed before it
+ * (crash guard, no key, an earlier pass) where they stand in the batch.
+ */
 static txn_pass_t txn_pass(txn_t *t)
 {
     bool handled = false;
     int first = -1;
     uint64_t start = t->ops->now_ms ? t->ops->now_ms(t->ctx) : 0;
     txn_pass_t p;
+    unsigned err;
 
+    if (t->ops->order && (err = t->ops->exec(t->ctx, "SAVEPOINT o")) != 0)
+        return txn_lost(t, err, "SAVEPOINT");
     for (int i = 0; i < t->n; i++) {
-        if (t->m[i].state != TXN_NEW)
-            continue;
+        txn_state_t s = t->m[i].state;
+        if (t->ops->order && (s == TXN_RETRY || s == TXN_REJECT) &&
+            (p = txn_order(t, i, TXN_ORDER_FAILED, NULL, &handled)) != TXN_PASS_DONE)
+            return p;
+        if (s != TXN_NEW || t->cut_short)
+            continue; /* past the cut an ordered queue still writes the failed ones' rows */
         if (first >= 0 && t->limit_ms && t->ops->now_ms &&
             t->ops->now_ms(t->ctx) - start >= t->limit_ms) {
             t->cut_short = true; /* the rest stay NEW: the caller keeps them for later */
-            break;
+            if (!t->ops->order)
+                break;
+            continue;
         }
         if (first < 0)
             first = i;
@@ -106,7 +164,10 @@ static txn_pass_t txn_pass(txn_t *t)
             return p;
     }
     char sp[16];
-    snprintf(sp, sizeof(sp), "m%d", first);
+    if (t->ops->order)
+        snprintf(sp, sizeof(sp), "o");
+    else
+        snprintf(sp, sizeof(sp), "m%d", first);
     return txn_finish(t, handled, sp);
 }
 
@@ -203,7 +264,9 @@ static txn_pass_t txn_restart(txn_t *t)
     t->cut_short = false;
     for (int i = 0; i < t->n; i++) {
         txn_msg_t *m = &t->m[i];
-        if (m->state == TXN_RECORDED || m->state == TXN_HANDLED || m->state == TXN_DUPLICATE)
+        /* A waiter looks at its key again: the key's rows of this pass are gone too. */
+        if (m->state == TXN_RECORDED || m->state == TXN_HANDLED || m->state == TXN_DUPLICATE ||
+            m->state == TXN_WAIT)
             txn_move(m, TXN_NEW);
     }
     return TXN_PASS_DONE;
@@ -222,8 +285,8 @@ txn_status_t txn_run(txn_t *t)
     for (int i = 0; i < t->n; i++)
         fresh += t->m[i].state == TXN_NEW;
     /* The set-based pass has no time limit: only for batches that are not cut short. */
-    bool bulk =
-        t->bulk && fresh > 1 && (!t->record || (t->ops->record_many && t->ops->find_records));
+    bool bulk = t->bulk && !t->ops->order && fresh > 1 &&
+                (!t->record || (t->ops->record_many && t->ops->find_records));
     txn_msg_t *list[bulk ? t->n : 1];
     bool found[bulk ? t->n : 1];
     idemd_result_t verdicts[bulk ? t->n : 1];
@@ -249,6 +312,14 @@ txn_status_t txn_run(txn_t *t)
             log_info("batch of %d: transaction lost (%s): redoing (pass %d)", t->n, t->lost_why,
                      t->redos + 1);
             continue;
+        }
+        /* An ordered queue's retries need their key rows committed, which just failed: give
+         * the batch back to the broker instead (its messages come back in order). */
+        if (t->ops->order) {
+            log_warn("batch of %d: transaction lost %d times in a row (last: %s): ordered "
+                     "queue, the broker redelivers it",
+                     t->n, TXN_REDO_MAX, t->lost_why);
+            return TXN_FATAL;
         }
         for (int i = 0; i < t->n; i++) {
             if (t->m[i].state != TXN_NEW)

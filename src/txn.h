@@ -23,7 +23,8 @@
  *    +--1062--> DUPLICATE      +--1205 on the record--> RETRY
  *   RECORDED, HANDLED, DUPLICATE --transaction lost (1213, 1305)--> NEW (redo)
  *   NEW, RECORDED, HANDLED --redone TXN_REDO_MAX times--> RETRY
- *   NEW --bad id, crash guard--> REJECT (before the transaction)
+ *   NEW --bad id, crash guard, no order key--> REJECT (before the transaction)
+ *   RECORDED --its key is blocked by another message (ordered queue)--> WAIT --lost--> NEW
  */
 typedef enum txn_state {
     TXN_NEW = 0,   /* waiting for this pass of the transaction */
@@ -33,6 +34,8 @@ typedef enum txn_state {
     TXN_DUPLICATE, /* another committed transaction holds its record: ack, never handled */
     TXN_RETRY,     /* rolled back; try again later */
     TXN_REJECT,    /* rolled back or never run; dead-letter */
+    TXN_WAIT,      /* ordered queue: its key waits on another message; to the delay queue, not
+                    * an attempt (docs/ordering.md) */
     TXN_N_STATES
 } txn_state_t;
 
@@ -53,6 +56,14 @@ typedef struct txn_msg {
     bool counted;     /* an attempts row exists for it: delete it with the effects */
     char reason[512]; /* why it is RETRY or REJECT */
 } txn_msg_t;
+
+/* The steps of an ordered queue's message at which txn_ops_t.order is called. */
+typedef enum txn_order_step {
+    TXN_ORDER_CHECK,  /* recorded, before the handler: lock the key; *wait: it must wait */
+    TXN_ORDER_WAIT,   /* it waits (rolled back to its savepoint): append it to the waiters */
+    TXN_ORDER_DONE,   /* handled ok, or a duplicate: its key moves on if it was the head */
+    TXN_ORDER_FAILED, /* RETRY or REJECT: block the key on it (retry) or release/hold (dead) */
+} txn_order_step_t;
 
 /*
  * The database as the protocol sees it. Each call returns 0 or the MySQL
@@ -85,6 +96,14 @@ typedef struct txn_ops {
      * back and every message runs alone through handle().
      */
     int (*handle_many)(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err);
+    /*
+     * Ordered queues (NULL: unordered): the key's rows for message i at
+     * step, in the open transaction; 0 or the error number. Idempotent: a
+     * redone pass calls it again for every message that failed before it,
+     * in batch order. Only the per-message pass calls it (t->bulk must be
+     * false).
+     */
+    unsigned (*order)(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, bool *wait);
 } txn_ops_t;
 
 typedef struct txn {
@@ -144,7 +163,7 @@ void txn_move(txn_msg_t *m, txn_state_t to);
 /* Where m goes: retries past max_attempts and rejects go to the dead letter queue if any. */
 txn_route_t txn_route(const txn_msg_t *m, int max_attempts, bool has_dlq);
 
-/* The outcome's name for logs: "ok", "duplicate", "retry", "reject", "pending". */
+/* The outcome's name for logs: "ok", "duplicate", "retry", "reject", "wait", "pending". */
 const char *txn_outcome_name(txn_state_t s);
 
 #endif

@@ -13,16 +13,20 @@
 static const bool txn_next[TXN_N_STATES][TXN_N_STATES] = {
     [TXN_NEW] =
         {[TXN_RECORDED] = true, [TXN_DUPLICATE] = true, [TXN_RETRY] = true, [TXN_REJECT] = true},
-    [TXN_RECORDED] =
-        {[TXN_HANDLED] = true, [TXN_RETRY] = true, [TXN_REJECT] = true, [TXN_NEW] = true},
+    [TXN_RECORDED] = {[TXN_HANDLED] = true,
+                      [TXN_RETRY] = true,
+                      [TXN_REJECT] = true,
+                      [TXN_NEW] = true,
+                      [TXN_WAIT] = true},
     [TXN_HANDLED] = {[TXN_COMMITTED] = true, [TXN_NEW] = true},
     [TXN_DUPLICATE] = {[TXN_NEW] = true},
+    [TXN_WAIT] = {[TXN_NEW] = true},
 };
 
 static const char *txn_names[TXN_N_STATES] = {
     [TXN_NEW] = "pending",   [TXN_RECORDED] = "pending",    [TXN_HANDLED] = "pending",
     [TXN_COMMITTED] = "ok",  [TXN_DUPLICATE] = "duplicate", [TXN_RETRY] = "retry",
-    [TXN_REJECT] = "reject",
+    [TXN_REJECT] = "reject", [TXN_WAIT] = "wait",
 };
 
 void txn_move(txn_msg_t *m, txn_state_t to)
@@ -52,6 +56,8 @@ txn_route_t txn_route(const txn_msg_t *m, int max_attempts, bool has_dlq)
         return has_dlq ? TXN_ROUTE_DLQ : TXN_ROUTE_BROKER;
     case TXN_REJECT:
         return has_dlq ? TXN_ROUTE_DLQ : TXN_ROUTE_BROKER;
+    case TXN_WAIT:
+        return TXN_ROUTE_DELAY; /* never an attempt, never dead-lettered */
     default:
         return TXN_ROUTE_HOLD;
     }

@@ -280,6 +280,9 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr || !w.bidx)
             w.ids = NULL; /* reported just below */
     }
+    if (q->order_key && q->order_key[0] &&
+        (w.okeys = calloc((size_t)q->batch_size, sizeof(*w.okeys))) == NULL)
+        w.ids = NULL; /* reported just below */
     if (!mem || w.ids == NULL || w.id_lens == NULL) {
         log_error("out of memory");
         _exit(WORKER_EXIT_TEMPFAIL);
@@ -309,6 +312,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     life_free(&w.life);
     free(w.ids);
     free(w.id_lens);
+    free(w.okeys);
     free(w.bmsg);
     free(w.bptr);
     free(w.bidx);

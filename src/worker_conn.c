@@ -93,6 +93,12 @@ int worker_connect_db(worker_t *w)
         return WORKER_EXIT_CONFIG;
     }
     w->keys_read_ms = worker_now_ms();
+    if (w->okeys && order_tables(w->db) != 0) {
+        snprintf(w->slot->error, sizeof(w->slot->error),
+                 "queue has order_key but cannot use tables idemd_order_block and "
+                 "idemd_order_waiter (apply sql/012_idemd_order.sql)");
+        return WORKER_EXIT_CONFIG;
+    }
     if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
                                  &w->state, err, sizeof(err)) != 0) {
         char qe[800];

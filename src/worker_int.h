@@ -16,6 +16,7 @@
 #include "guard.h"
 #include "life.h"
 #include "mq.h"
+#include "order.h"
 #include "outbox.h"
 #include "plugin.h"
 #include "relay.h"
@@ -35,6 +36,13 @@ typedef struct worker_hmsg {
 } worker_hmsg_t;
 
 /* One worker process's context, on worker_main's stack for the process's life. */
+/* An ordered queue's batch entry: its key (order_key), found afresh for every batch. */
+typedef struct worker_okey {
+    bool has; /* it has a key and an id: its key's rows follow it */
+    size_t len;
+    char key[ORDER_KEY_MAX + 1];
+} worker_okey_t;
+
 typedef struct worker {
     const conf_t *conf;
     const conf_queue_t *q;
@@ -75,6 +83,7 @@ typedef struct worker {
     int keys_reread_ms;      /* how often: RELAY_KEY_REREAD_MS, or the test knob */
     int undecodable_streak;  /* requeued undecodable ones in a row (no dead-lettering) */
     stall_t *stall;          /* handler_timeout's watchdog (NULL: plain alarm()) */
+    worker_okey_t *okeys;    /* order_key: each batch entry's key (NULL: unordered queue) */
 } worker_t;
 
 /* Set by SIGTERM / SIGINT (or a dead supervisor): finish the batch and exit. */

@@ -201,10 +201,79 @@ static uint64_t worker_op_now(void *ctx)
     return worker_now_ms();
 }
 
+/*
+ * An ordered queue's key rows for message i at step (txn_ops_t.order,
+ * order.h). A message without a key (none found, or no id) has none.
+ */
+static unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t step, bool *wait)
+{
+    worker_t *w = ctx;
+    const worker_okey_t *k = &w->okeys[i];
+    const conf_queue_t *q = w->q;
+    order_place_t place = ORDER_FREE;
+    unsigned err = 0;
+
+    *wait = false;
+    if (!k->has)
+        return 0;
+    switch (step) {
+    case TXN_ORDER_CHECK:
+        err = order_check(w->db, k->key, k->len, t->id, t->id_len, &place);
+        *wait = place == ORDER_WAIT;
+        break;
+    case TXN_ORDER_WAIT:
+        err = order_wait(w->db, k->key, k->len, t->id, t->id_len);
+        break;
+    case TXN_ORDER_DONE:
+        err = order_done(w->db, k->key, k->len, t->id, t->id_len, false);
+        break;
+    case TXN_ORDER_FAILED:
+        if (txn_route(t, q->max_attempts, q->dead_letter_queue != NULL) == TXN_ROUTE_DELAY)
+            err = order_block(w->db, k->key, k->len, t->id, t->id_len);
+        else
+            err = order_done(w->db, k->key, k->len, t->id, t->id_len,
+                             q->order_dead_letter == CONF_ORDER_DL_HOLD);
+        break;
+    }
+    return err;
+}
+
 static const txn_ops_t worker_txn_ops = {
-    worker_op_exec, worker_op_record,      worker_op_clear,        worker_op_handle,
-    worker_op_now,  worker_op_record_many, worker_op_find_records, worker_op_handle_many,
+    worker_op_exec,         worker_op_record,      worker_op_clear,
+    worker_op_handle,       worker_op_now,         worker_op_record_many,
+    worker_op_find_records, worker_op_handle_many, NULL,
 };
+
+static const txn_ops_t worker_txn_ops_ordered = {
+    worker_op_exec,         worker_op_record,      worker_op_clear,
+    worker_op_handle,       worker_op_now,         worker_op_record_many,
+    worker_op_find_records, worker_op_handle_many, worker_op_order,
+};
+
+/*
+ * An ordered queue: find each batch entry's key afresh (entries move
+ * between batches). One without it is bad input: dead-lettered with the
+ * reason, never handled, never dropped.
+ */
+static void worker_order_keys(worker_t *w)
+{
+    for (int i = 0; i < w->life.batch.n; i++) {
+        life_msg_t *m = &w->life.batch.m[i];
+        txn_msg_t *t = &w->life.batch.t[i];
+        worker_okey_t *k = &w->okeys[i];
+        char why[sizeof(t->reason)];
+        k->has = false;
+        if (m->no_id || t->id_len == 0)
+            continue;
+        if (order_key_of(w->q->order_key, &m->env.message.properties, m->env.message.body, k->key,
+                         &k->len, why, sizeof(why)) == 0) {
+            k->has = true;
+        } else if (t->state == TXN_NEW) {
+            txn_move(t, TXN_REJECT);
+            memcpy(t->reason, why, sizeof(why));
+        }
+    }
+}
 
 /*
  * host->publish for the message being handled (plugin_set_publisher): an
@@ -325,13 +394,16 @@ int worker_transact(worker_t *w)
         if (guard_check(&w->guard, &w->life.batch.m[i], &w->life.batch.t[i]) != 0)
             return -1;
     memset(&t, 0, sizeof(t));
-    t.ops = &worker_txn_ops;
+    t.ops = w->okeys ? &worker_txn_ops_ordered : &worker_txn_ops;
     t.ctx = w;
     t.record = w->q->dedup == CONF_DEDUP_TABLE;
     /* One record INSERT per batch; per-message savepoints only after a failure, and for a
-     * minute after handlers were too slow to finish a batch within the limit that way. */
-    t.bulk = worker_now_ms() >= w->bulk_off_until_ms;
-    t.batch = w->bmsg != NULL;
+     * minute after handlers were too slow to finish a batch within the limit that way. An
+     * ordered queue goes message by message: each one's key is looked at before it runs. */
+    t.bulk = worker_now_ms() >= w->bulk_off_until_ms && w->okeys == NULL;
+    t.batch = w->bmsg != NULL && w->okeys == NULL;
+    if (w->okeys)
+        worker_order_keys(w);
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
     t.m = w->life.batch.t;

@@ -500,8 +500,10 @@ static uint64_t op_now(void *ctx)
 }
 
 const txn_ops_t sim_txn_ops = {
-    sim_db_exec, sim_db_record,      sim_db_clear,        op_handle,
-    op_now,      sim_db_record_many, sim_db_find_records, op_handle_many,
+    sim_db_exec,        sim_db_record,       sim_db_clear,   op_handle, op_now,
+    sim_db_record_many, sim_db_find_records, op_handle_many, NULL, /* order: ordered queues are not
+                                                                      simulated (docs/ordering.md)
+                                                                    */
 };
 
 /* Whether a retry's reason is the database's doing (an injected error or lock wait), not the
