@@ -75,6 +75,8 @@ int ctl_records_purge(ctl_t *ctl);
 long long ctl_purge_floor(const ctl_t *ctl, const char **longest, int *max_ms);
 /* ctl_key.c: key status / stage / promote / retire. */
 int ctl_key(ctl_t *ctl, const char *sub);
+/* ctl_order.c: order list [QUEUE] / order release QUEUE KEY (args: what follows the sub). */
+int ctl_order(ctl_t *ctl, const char *sub, char **args, int n_args);
 /* ctl_status.c: status. */
 int ctl_status(ctl_t *ctl);
 /* ctl_outbox.c: outbox list, and one consumer's outbox counts for status (0, 1, -1). */

@@ -29,6 +29,7 @@ static void ctl_usage(FILE *out)
           "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
           "  outbox list [QUEUE] [--limit N]\n"
           "  key (status | stage | promote | retire)\n"
+          "  order list [QUEUE] | order release QUEUE KEY\n"
           "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
           "         -h, --help, -V, --version\n"
           "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n",
@@ -408,6 +409,9 @@ int main(int argc, char **argv)
         if (n_args != 2 || (strcmp(sub, "status") && strcmp(sub, "stage") &&
                             strcmp(sub, "promote") && strcmp(sub, "retire")))
             return ctl_bad("key: status, stage, promote or retire%s", "");
+    } else if (!strcmp(cmd, "order")) {
+        if (!((!strcmp(sub, "list") && n_args <= 3) || (!strcmp(sub, "release") && n_args == 4)))
+            return ctl_bad("order: list [QUEUE], or release QUEUE KEY%s", "");
     } else if (!strcmp(cmd, "records") && !strcmp(sub, "purge")) {
         if (n_args != 2)
             return ctl_bad("records purge takes no arguments%s", "");
@@ -436,6 +440,8 @@ int main(int argc, char **argv)
         rc = ctl_outbox_list(&ctl, n_args > 2 ? args[2] : NULL);
     else if (!strcmp(cmd, "key"))
         rc = ctl_key(&ctl, sub);
+    else if (!strcmp(cmd, "order"))
+        rc = ctl_order(&ctl, sub, args + 2, n_args - 2);
     else if (!strcmp(sub, "list"))
         rc = ctl_dlq(&ctl, args[2], CTL_LIST);
     else if (!strcmp(sub, "replay"))

@@ -1,0 +1,85 @@
+/* ordered.c: test handler for per-key ordering: records each effect's key and sequence number in
+ * the order the effects were committed.
+ */
+
+/*
+ * Each handled message runs
+ *   INSERT INTO order_effects(queue, okey, seq, msg_id) VALUES (...)
+ * inside idemd's transaction; order_effects.id (AUTO_INCREMENT) gives the
+ * order in which the effects were made (tests/schema.sql). The key and the
+ * sequence number come from the headers "okey" (string) and "seq" (string
+ * or integer); a message without them records okey '' and seq -1.
+ * Bodies: "retry-once" (or one starting with "retry-once") -> RETRY on the
+ * first attempt, then as any other; "retry" -> RETRY every time; "reject"
+ * -> REJECT; anything else -> OK. The effect is written first, so a RETRY
+ * or REJECT always rolls back an effect.
+ */
+#include <idemd/handler.h>
+
+#include <mysql.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The header named key: its string (into buf) or integer as text. "" when absent. */
+static const char *ordered_header(const idemd_message_t *msg, const char *key, char *buf,
+                                  size_t len)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < msg->n_headers; i++) {
+        const idemd_header_t *h = &msg->headers[i];
+        if (strcmp(h->key, key) != 0)
+            continue;
+        if (h->type == IDEMD_HEADER_STRING)
+            snprintf(buf, len, "%.*s", (int)h->len, h->str);
+        else if (h->type == IDEMD_HEADER_INT)
+            snprintf(buf, len, "%lld", (long long)h->i);
+    }
+    return buf;
+}
+
+static int ordered_body_starts(const idemd_message_t *msg, const char *word)
+{
+    size_t n = strlen(word);
+    return msg->body_len >= n && memcmp(msg->body, word, n) == 0;
+}
+
+static idemd_result_t ordered_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
+                                     size_t errlen)
+{
+    char key[256], seq[32], ekey[520], eid[520], eq[600], sql[2048];
+    (void)state;
+
+    ordered_header(msg, "okey", key, sizeof(key));
+    ordered_header(msg, "seq", seq, sizeof(seq));
+    mysql_real_escape_string(db, ekey, key, strlen(key));
+    mysql_real_escape_string(db, eid, msg->msg_id, msg->msg_id_len);
+    mysql_real_escape_string(db, eq, msg->queue, strlen(msg->queue));
+    snprintf(sql, sizeof(sql),
+             "INSERT INTO order_effects(queue, okey, seq, msg_id) VALUES ('%s', '%s', %lld, '%s')",
+             eq, ekey, seq[0] ? strtoll(seq, NULL, 10) : -1LL, eid);
+    if (mysql_query(db, sql) != 0) {
+        snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+        return IDEMD_RESULT_RETRY;
+    }
+    if (ordered_body_starts(msg, "retry-once") && msg->attempt == 1) {
+        snprintf(err, errlen, "test: retry-once");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (msg->body_len == 5 && memcmp(msg->body, "retry", 5) == 0) {
+        snprintf(err, errlen, "test: retry");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (ordered_body_starts(msg, "reject")) {
+        snprintf(err, errlen, "test: reject");
+        return IDEMD_RESULT_REJECT;
+    }
+    return IDEMD_RESULT_OK;
+}
+
+const idemd_handler_t idemd_handler = {
+    .abi_major = IDEMD_HANDLER_ABI_MAJOR,
+    .abi_minor = IDEMD_HANDLER_ABI_MINOR,
+    .name = "ordered",
+    .handle = ordered_handle,
+};
