@@ -164,6 +164,15 @@ static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const 
                           "(docs/ordering.md)",
                           q->workers, k);
     }
+    if (q->n_retry_delays == 0) {
+        const config_setting_t *r = config_setting_get_member(grp, "retry_delays_ms");
+        conf_path(sp, path, "retry_delays_ms");
+        return conf_error(ctx, r ? r : at, sp,
+                          "is [ ], but the queue has order_key = \"%s\": its waiting messages "
+                          "wait in the first delay queue (without one they would go round the "
+                          "queue at once, for as long as their key is blocked)",
+                          k);
+    }
     if (q->dedup != CONF_DEDUP_TABLE) {
         const config_setting_t *d = config_setting_get_member(grp, "dedup");
         conf_path(sp, path, "dedup");

@@ -110,7 +110,7 @@ int guard_count_crash(const guard_t *g, const guard_note_t *note, const char *co
 void guard_finished(const guard_t *g, txn_msg_t *t)
 {
     char pid[96];
-    if (!t->counted || (t->state != TXN_RETRY && t->state != TXN_REJECT))
+    if (!t->counted || (t->state != TXN_RETRY && t->state != TXN_REJECT && t->state != TXN_WAIT))
         return;
     t->counted = false;
     if (g->ops->unstart(g->ctx, t->id, t->id_len) != 0)

@@ -76,8 +76,9 @@ int guard_count_crash(const guard_t *g, const guard_note_t *note, const char *co
 
 /*
  * A counted run of t finished in this process (its handler returned: retry
- * or reject), and its delivery goes back to the broker unacked or waits on
- * the held list: its start is not one "without finishing", take it back,
+ * or reject; or, on an ordered queue, it only waited for its key), and its
+ * delivery goes back to the broker unacked, waits on the held list, or waits
+ * in a delay queue: its start is not one "without finishing", take it back,
  * so that a message requeued because the held list is full is never
  * dead-lettered as "started N times". Clears t->counted. Failure is logged
  * and ignored (the count only errs on the safe side).

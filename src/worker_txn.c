@@ -428,8 +428,12 @@ int worker_transact(worker_t *w)
     if (t.batch_calls || t.fell_back)
         log_debug("batch of %d: handle_batch called %d time(s)%s", w->life.batch.n, t.batch_calls,
                   t.fell_back ? ", then message by message" : "");
-    for (int i = 0; i < w->life.batch.n; i++)
+    for (int i = 0; i < w->life.batch.n; i++) {
         held += w->life.batch.t[i].state == TXN_NEW;
+        /* A redelivered message that only waited for its key never started its handler. */
+        if (w->life.batch.t[i].state == TXN_WAIT)
+            guard_finished(&w->guard, &w->life.batch.t[i]);
+    }
     if (t.cut_short)
         log_debug("batch of %d ran past %llu ms: settling %d, keeping %d for the next",
                   w->life.batch.n, (unsigned long long)t.limit_ms, w->life.batch.n - held, held);

@@ -174,6 +174,39 @@ cat durable.start.out
 grep -qF "durable.conf:4: queues.[0].declare.durable" durable.start.out ||
     h_fail "idemd -c durable.conf does not name durable.conf:4"
 
+# order_key: its form; an ordered queue with workers > 1, without a delay tier, with dedup none;
+# single_active_consumer twice.
+ordered() # ordered FILE LINES...: a queue group with order_key and the given lines
+{
+    local f=$1
+    shift
+    {
+        echo 'daemon = { log_level = "info"; };'
+        echo 'database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };'
+        echo 'queues = ('
+        echo "  { name = \"q1\"; handler = \"$counter\";"
+        printf '    %s\n' "$@"
+        echo '  }'
+        echo ');'
+    } >"$f"
+}
+ordered order_key.conf 'order_key = "body:x";'
+check_bad order_key.conf 5 "header:NAME"
+ordered order_path.conf 'order_key = "json:a..b";'
+check_bad order_path.conf 5 "empty field name"
+ordered order_workers.conf 'order_key = "header:k";' 'workers = 2;'
+check_bad order_workers.conf 6 "queues.[0].workers"
+grep -qF "one worker per instance" order_workers.conf.out || h_fail "order_workers.conf: no reason given"
+ordered order_delays.conf 'order_key = "json:order.id";' 'retry_delays_ms = [ ];'
+check_bad order_delays.conf 6 "retry_delays_ms"
+ordered order_dedup.conf 'order_key = "header:k";' 'dedup = "none";'
+check_bad order_dedup.conf 6 "dedup"
+ordered order_dl.conf 'order_key = "header:k";' 'order_dead_letter = "keep";'
+check_bad order_dl.conf 6 "order_dead_letter"
+ordered sac.conf 'declare = { single_active_consumer = true;' \
+    '            arguments = { x-single-active-consumer = "true"; }; };'
+check_bad sac.conf 5 "single_active_consumer"
+
 # A good file (the servers need not be reachable: --check-config connects nowhere).
 {
     h_conf_common t_bad_config
@@ -182,7 +215,9 @@ queues = (
   { name = "q1"; handler = "$counter"; prefetch = 50; workers = 2; dedup = "table";
     declare = { dead_letter_queue = "q1.dlq"; bindings = ( { exchange = "x"; routing_key = "k"; } ); };
     settings = { sleep_ms = 1; }; },
-  { name = "q2"; handler = "$H_PLUGINS/order_pay.so"; dedup = "none"; settings = { table = "orders"; }; }
+  { name = "q2"; handler = "$H_PLUGINS/order_pay.so"; dedup = "none"; settings = { table = "orders"; }; },
+  { name = "q3"; handler = "$counter"; order_key = "json:order.id"; order_dead_letter = "hold";
+    declare = { single_active_consumer = true; }; }
 );
 CONF
 } >good.conf
