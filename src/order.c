@@ -4,6 +4,7 @@
 #include "order.h"
 
 #include <json-c/json.h>
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -24,12 +25,19 @@ static int order_json_key(const char *path, amqp_bytes_t body, char *key, size_t
         snprintf(why, whylen, "out of memory");
         return -1;
     }
-    if (body.len > 0)
+    if (body.len > 0 && body.len < INT_MAX)
         root = json_tokener_parse_ex(tok, body.bytes, (int)body.len);
-    if (root == NULL || json_tokener_get_error(tok) != json_tokener_success ||
-        tok->char_offset != (int)body.len) {
+    /* Only white space may follow the value (a trailing newline is common). */
+    size_t end = root ? json_tokener_get_parse_end(tok) : 0;
+    const char *b = body.bytes;
+    while (root && end < body.len &&
+           (b[end] == ' ' || b[end] == '\t' || b[end] == '\r' || b[end] == '\n'))
+        end++;
+    if (root == NULL || json_tokener_get_error(tok) != json_tokener_success || end != body.len) {
         snprintf(why, whylen, "body is not JSON (%s)",
-                 body.len == 0 ? "empty" : json_tokener_error_desc(json_tokener_get_error(tok)));
+                 body.len == 0 ? "empty"
+                 : root        ? "text after the value"
+                               : json_tokener_error_desc(json_tokener_get_error(tok)));
         goto fail;
     }
     v = root;
@@ -87,10 +95,18 @@ int order_key_of(const char *spec, const amqp_basic_properties_t *props, amqp_by
 {
     char err[300];
 
+    *len = 0;
     if (strncmp(spec, "header:", 7) == 0) {
-        if (delivery_id(props, spec + 7, key, len, err, sizeof(err)) != 0 || *len == 0) {
-            snprintf(why, whylen, "no order key (order_key %s): %s: bad input, not handled", spec,
-                     *len == 0 ? "empty" : err);
+        int rc = delivery_id(props, spec + 7, key, len, err, sizeof(err));
+        if (rc != 0 || *len == 0) {
+            /* delivery_id speaks of an id: here it is the key's header. */
+            const char *e = rc != 0 ? err : "id is empty";
+            const char *rest = strncmp(e, "no id header", 12) == 0 ? e + 12
+                               : strncmp(e, "id ", 3) == 0         ? e + 2
+                                                                   : NULL;
+            snprintf(why, whylen, "no order key (order_key %s): %s%s: bad input, not handled", spec,
+                     rest ? (rest == e + 12 ? "no header" : "the header's value") : "",
+                     rest ? rest : e);
             return -1;
         }
         return 0;
