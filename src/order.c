@@ -6,6 +6,7 @@
 #include <json-c/json.h>
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "delivery.h"
@@ -167,6 +168,46 @@ static unsigned order_head(db_t *db, const char *key, size_t klen, bool *found, 
     }
     mysql_free_result(res);
     return 0;
+}
+
+unsigned order_blocked(db_t *db, const char *const *keys, const size_t *lens, int n, bool *blocked)
+{
+    size_t need = 256 + 2 * (size_t)db->consumer_len;
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+    unsigned err = 0;
+    char *sql, *s;
+
+    for (int j = 0; j < n; j++) {
+        blocked[j] = false;
+        need += 2 * lens[j] + 8;
+    }
+    if (n == 0)
+        return 0;
+    if ((sql = malloc(need)) == NULL) {
+        log_error("order: out of memory");
+        return CR_OUT_OF_MEMORY;
+    }
+    s = sql + sprintf(sql, "SELECT okey FROM idemd_order_block WHERE consumer = ");
+    s = db_hex_literal(s, db->consumer, db->consumer_len);
+    s += sprintf(s, " AND okey IN (");
+    for (int j = 0; j < n; j++) {
+        if (j)
+            *s++ = ',';
+        s = db_hex_literal(s, keys[j], lens[j]);
+    }
+    sprintf(s, ") FOR UPDATE");
+    if ((err = order_query(db, sql, &res)) == 0) {
+        while ((row = mysql_fetch_row(res)) != NULL) {
+            unsigned long *l = mysql_fetch_lengths(res);
+            for (int j = 0; l && j < n; j++)
+                if (l[0] == lens[j] && memcmp(row[0], keys[j], lens[j]) == 0)
+                    blocked[j] = true;
+        }
+        mysql_free_result(res);
+    }
+    free(sql);
+    return err;
 }
 
 unsigned order_check(db_t *db, const char *key, size_t klen, const char *id, size_t idlen,

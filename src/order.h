@@ -38,6 +38,14 @@ int order_key_of(const char *spec, const amqp_basic_properties_t *props, amqp_by
  * is idempotent: a redone transaction may call it again.
  */
 
+/*
+ * Of keys[0..n-1] (lens: their lengths; repeats allowed), which are blocked:
+ * sets blocked[j]; their rows are locked. One statement. A key not blocked
+ * now can only become blocked by this transaction (one consumer per
+ * queue), so its messages need no order_check.
+ */
+unsigned order_blocked(db_t *db, const char *const *keys, const size_t *lens, int n, bool *blocked);
+
 /* Where message id stands towards key: *place. */
 unsigned order_check(db_t *db, const char *key, size_t klen, const char *id, size_t idlen,
                      order_place_t *place);

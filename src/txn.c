@@ -144,6 +144,11 @@ static txn_pass_t txn_pass(txn_t *t)
 
     if (t->ops->order && (err = t->ops->exec(t->ctx, "SAVEPOINT o")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
+    if (t->ops->order) {
+        bool unused;
+        if ((err = t->ops->order(t->ctx, -1, NULL, TXN_ORDER_PASS, &unused)) != 0)
+            return txn_lost(t, err, "the order keys' rows");
+    }
     for (int i = 0; i < t->n; i++) {
         txn_state_t s = t->m[i].state;
         if (t->ops->order && (s == TXN_RETRY || s == TXN_REJECT) &&

@@ -59,6 +59,7 @@ typedef struct txn_msg {
 
 /* The steps of an ordered queue's message at which txn_ops_t.order is called. */
 typedef enum txn_order_step {
+    TXN_ORDER_PASS,   /* a pass begins (i = -1, m = NULL): lock the batch's blocked keys at once */
     TXN_ORDER_CHECK,  /* recorded, before the handler: lock the key; *wait: it must wait */
     TXN_ORDER_WAIT,   /* it waits (rolled back to its savepoint): append it to the waiters */
     TXN_ORDER_DONE,   /* handled ok, or a duplicate: its key moves on if it was the head */

@@ -38,7 +38,9 @@ typedef struct worker_hmsg {
 /* One worker process's context, on worker_main's stack for the process's life. */
 /* An ordered queue's batch entry: its key (order_key), found afresh for every batch. */
 typedef struct worker_okey {
-    bool has; /* it has a key and an id: its key's rows follow it */
+    bool has;     /* it has a key and an id: its key's rows follow it */
+    bool free;    /* this pass's check found its key free: its commit has no row to move */
+    bool blocked; /* blocked at the pass's start, or written since: look before it runs */
     size_t len;
     char key[ORDER_KEY_MAX + 1];
 } worker_okey_t;
@@ -84,6 +86,8 @@ typedef struct worker {
     int undecodable_streak;  /* requeued undecodable ones in a row (no dead-lettering) */
     stall_t *stall;          /* handler_timeout's watchdog (NULL: plain alarm()) */
     worker_okey_t *okeys;    /* order_key: each batch entry's key (NULL: unordered queue) */
+    int *obidx;              /* order_blocked's scratch: batch index of each key asked about */
+    bool *oblocked;          /* ... and its answer */
 } worker_t;
 
 /* Set by SIGTERM / SIGINT (or a dead supervisor): finish the batch and exit. */
