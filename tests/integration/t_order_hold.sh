@@ -1,4 +1,4 @@
-# t_order_hold: the message a key waits on is dead-lettered (retries used up): order_dead_letter = "release" lets the key's next messages go on in order; "hold" keeps them waiting (never handled, never dead-lettered, shown by idemctl order list) until idemctl order release.
+# t_order_hold: the message a key waits on is dead-lettered (retries used up): order_dead_letter = "release" lets the key's next messages go on in order; "hold" keeps them waiting (never handled, never dead-lettered, shown by idemctl order list) until idemctl order release; declare.single_active_consumer declares x-single-active-consumer.
 qr=t_order_hold.r # release
 qh=t_order_hold.h # hold
 db=t_order_hold
@@ -13,11 +13,16 @@ queues = (
   { name = "$qr"; handler = "$H_TEST_PLUGINS/ordered.so"; order_key = "header:okey";
     max_attempts = 2; retry_delays_ms = [ 200 ]; order_dead_letter = "release"; },
   { name = "$qh"; handler = "$H_TEST_PLUGINS/ordered.so"; order_key = "header:okey";
-    max_attempts = 2; retry_delays_ms = [ 200 ]; order_dead_letter = "hold"; }
+    max_attempts = 2; retry_delays_ms = [ 200 ]; order_dead_letter = "hold";
+    declare = { single_active_consumer = true; }; }
 );
 CONF
 } >idemd.conf
 h_daemon_start idemd.conf idemd.log
+# The hold queue is declared with x-single-active-consumer, the release queue without.
+args=$(h_rabbitmqctl list_queues name arguments)
+grep -qE "^$qh[[:space:]].*x-single-active-consumer" <<<"$args" || h_fail "$qh has no x-single-active-consumer: $args"
+grep -qE "^$qr[[:space:]].*x-single-active-consumer" <<<"$args" && h_fail "$qr has x-single-active-consumer: $args"
 effects() { h_sql "SELECT okey, GROUP_CONCAT(seq ORDER BY id) FROM order_effects WHERE queue = '$1' GROUP BY okey ORDER BY okey"; }
 # x1 always asks for a retry: after 2 attempts it is dead-lettered. y1 is another key.
 for q in $qr $qh; do
