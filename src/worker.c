@@ -174,7 +174,7 @@ static int worker_loop(worker_t *w)
 
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     if (w->h->abi_minor >= 3)
-        chores_set_sweep(&w->chores, worker_sweep, w);
+        chores_set_sweep(&w->chores, worker_sweep_peek, worker_sweep, w);
     while (!worker_stop) {
         worker_progress(w);
         worker_service_pub(w);

@@ -257,7 +257,7 @@ int worker_check_db(worker_t *w)
         return -1;
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     if (w->h->abi_minor >= 3)
-        chores_set_sweep(&w->chores, worker_sweep, w);
+        chores_set_sweep(&w->chores, worker_sweep_peek, worker_sweep, w);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     return 0;
 }

@@ -112,7 +112,8 @@ int worker_undecodable(worker_t *w); /* 0, or an exit code */
 int worker_transact(worker_t *w); /* 0, or -1: the database cannot be trusted */
 int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd_publish_t *p,
                    char *err, size_t errlen);
-int worker_sweep(void *arg); /* a chore: 0, or -1 when the database failed */
+int worker_sweep_peek(void *arg); /* the sweeper's look: 1 rows, 0 none, -1 database failed */
+int worker_sweep(void *arg);      /* a chore: 0, or -1 when the database failed */
 
 /* worker_ops.c: wire batch.c, settle.c and guard.c to this worker's broker and database. */
 void worker_wire(worker_t *w);

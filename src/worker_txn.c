@@ -284,6 +284,31 @@ static void worker_relay(worker_t *w)
 }
 
 /* The outbox sweeper (a chore, one runner at a time): rows a dead worker left behind. */
+/* Publish what the outbox holds (outbox_depth) in the slot, for /status and metrics. */
+static void worker_show_depth(worker_t *w, const outbox_depth_t *d)
+{
+    __atomic_store_n(&w->slot->outbox_rows, (int64_t)d->rows, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_retrying, (int64_t)d->retrying, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_exhausted, (int64_t)d->exhausted, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(d->oldest_s * 1e6), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
+}
+
+/*
+ * Before the sweeper takes its lease: count the consumer's outbox rows (one
+ * read, its transaction rolled back) and show them. 1 when there are rows
+ * to look at, 0 when none, -1 when the database failed.
+ */
+int worker_sweep_peek(void *arg)
+{
+    worker_t *w = arg;
+    outbox_depth_t d;
+    if (outbox_depth(w->outbox, &d) != 0)
+        return db_classify(mysql_errno(w->db->my)) == DB_ERR_CONNECTION ? -1 : 1;
+    worker_show_depth(w, &d);
+    return d.rows > 0 ? 1 : 0;
+}
+
 int worker_sweep(void *arg)
 {
     worker_t *w = arg;
@@ -301,13 +326,8 @@ int worker_sweep(void *arg)
         log_info("outbox: sweeper sent %d onward message(s) left behind", n);
     }
     outbox_depth_t d;
-    if (outbox_depth(w->outbox, &d) == 0) {
-        __atomic_store_n(&w->slot->outbox_rows, (int64_t)d.rows, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_retrying, (int64_t)d.retrying, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_exhausted, (int64_t)d.exhausted, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(d.oldest_s * 1e6), __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
-    }
+    if (outbox_depth(w->outbox, &d) == 0)
+        worker_show_depth(w, &d);
     return 0;
 }
 
