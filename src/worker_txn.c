@@ -283,7 +283,6 @@ static void worker_relay(worker_t *w)
     }
 }
 
-/* The outbox sweeper (a chore, one runner at a time): rows a dead worker left behind. */
 /* Publish what the outbox holds (outbox_depth) in the slot, for /status and metrics. */
 static void worker_show_depth(worker_t *w, const outbox_depth_t *d)
 {
@@ -309,6 +308,7 @@ int worker_sweep_peek(void *arg)
     return d.rows > 0 ? 1 : 0;
 }
 
+/* The outbox sweeper (a chore, one runner at a time): rows a dead worker left behind. */
 int worker_sweep(void *arg)
 {
     worker_t *w = arg;
