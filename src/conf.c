@@ -264,7 +264,7 @@ const conf_def_t conf_defs[] = {
              "with `workers = \"auto\"`: fewest workers, and how many start"),
     CONF_INT_OR("queue", "workers_max", conf_queue_t, workers_max, 0, "auto", 1, 64, conf_auto,
                 "with `workers = \"auto\"`: most workers; `\"auto\"`: 2 x online CPUs, at most "
-                "16; all queues together also stay within `database.connection_budget`"),
+                "16; all queues together also stay within `daemon.db_connection_budget`"),
     CONF_ENUM("queue", "dedup", conf_queue_t, dedup, NR, "table", conf_dedups,
               "`table`: record each id in the record table; `none`: the handler is idempotent "
               "by itself"),

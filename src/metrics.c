@@ -342,13 +342,13 @@ char *metrics_status_json(const metrics_queue_t *qs, int n, const char *version)
                     *r = json_object_new_object();
         json_object_object_add(o, "queue", json_object_new_string(q->name));
         metrics_json_int(o, "workers", q->workers);
-        json_object_object_add(o, "workers_mode",
-                               json_object_new_string(q->autoscaled ? "auto" : "fixed"));
-        metrics_json_int(o, "workers_max", q->workers_max);
         metrics_json_int(o, "consuming", q->consuming);
         metrics_json_int(o, "connecting", q->connecting);
         metrics_json_int(o, "restarting", q->restarting);
         metrics_json_int(o, "draining", q->draining);
+        json_object_object_add(o, "workers_mode",
+                               json_object_new_string(q->autoscaled ? "auto" : "fixed"));
+        metrics_json_int(o, "workers_max", q->workers_max);
         json_object_object_add(o, "progress_age_seconds",
                                json_object_new_double(q->progress_age_s));
         metrics_json_int(m, "ok", (long long)q->c.n_ok);

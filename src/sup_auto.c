@@ -193,12 +193,14 @@ void sup_auto_tick(supervisor_t *s, uint64_t now)
         qs->as.target = sup_auto_count(s, q->name);
         switch (autoscale_feed(&qs->as, &smp)) {
         case AUTOSCALE_UP:
-            log_info("queue '%s': %d workers: %s", q->name, qs->as.target, qs->as.why);
+            log_info("queue '%s': workers %d -> %d: %s", q->name, qs->as.target - 1, qs->as.target,
+                     qs->as.why);
             sup_add_worker(s, s->conf, q, sup_auto_free_index(s, q), false);
             s->next_status_ms = 0;
             break;
         case AUTOSCALE_DOWN:
-            log_info("queue '%s': %d workers: %s", q->name, qs->as.target, qs->as.why);
+            log_info("queue '%s': workers %d -> %d: %s", q->name, qs->as.target + 1, qs->as.target,
+                     qs->as.why);
             sup_auto_retire(s, q);
             s->next_status_ms = 0;
             break;
