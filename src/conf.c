@@ -259,7 +259,7 @@ const conf_def_t conf_defs[] = {
     CONF_INT_OR("queue", "workers", conf_queue_t, workers, 0, "auto", 1, 64, conf_auto,
                 "worker processes, each with its own AMQP and database connection; `\"auto\"`: "
                 "between `workers_min` and `workers_max`, added while the backlog stays and "
-                "throughput grows, removed when idle (docs/scaling.md); a number: that many"),
+                "throughput grows, removed when idle (docs/performance.md); a number: that many"),
     CONF_INT("queue", "workers_min", conf_queue_t, workers_min, 0, "1", 1, 64,
              "with `workers = \"auto\"`: fewest workers, and how many start"),
     CONF_INT_OR("queue", "workers_max", conf_queue_t, workers_max, 0, "auto", 1, 64, conf_auto,
