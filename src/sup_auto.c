@@ -79,14 +79,14 @@ void sup_auto_start(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, 
         sup_add_worker(s, conf, q, k, waiting);
 }
 
-/* The lowest worker number of queue q not in use by a current worker. */
+/* The lowest worker number of queue q not in use, also by one still draining (logs name it). */
 static int sup_auto_free_index(const supervisor_t *s, const conf_queue_t *q)
 {
     for (int k = 0;; k++) {
         bool used = false;
         for (int i = 0; i < SUP_MAX_SLOTS && !used; i++) {
             const sup_worker_t *w = &s->workers[i];
-            used = w->used && !w->retiring && w->index == k && strcmp(w->q->name, q->name) == 0;
+            used = w->used && w->index == k && strcmp(w->q->name, q->name) == 0;
         }
         if (!used)
             return k;
