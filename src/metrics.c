@@ -217,7 +217,13 @@ void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *ver
             metrics_sample(out, "idemd_worker_restarts_total", qs[i].name, exits[e],
                            qs[i].restarts[e]);
     metrics_gauge(out, qs, n, "idemd_workers", METRICS_Q(workers),
-                  "Worker processes the configuration asks for.");
+                  "Worker processes the queue runs: the number configured, or with workers = "
+                  "\"auto\" the count chosen now.");
+    metrics_gauge(out, qs, n, "idemd_workers_max", METRICS_Q(workers_max),
+                  "Most workers the queue may run: with workers = \"auto\" workers_max within "
+                  "the database connection budget, else the number configured.");
+    metrics_gauge(out, qs, n, "idemd_workers_auto", METRICS_Q(autoscaled),
+                  "1 when the queue's workers = \"auto\" (adaptive), 0 when a number.");
     metrics_gauge(out, qs, n, "idemd_workers_consuming", METRICS_Q(consuming),
                   "Workers running and consuming.");
     metrics_gauge(out, qs, n, "idemd_workers_connecting", METRICS_Q(connecting),
@@ -340,6 +346,9 @@ char *metrics_status_json(const metrics_queue_t *qs, int n, const char *version)
         metrics_json_int(o, "connecting", q->connecting);
         metrics_json_int(o, "restarting", q->restarting);
         metrics_json_int(o, "draining", q->draining);
+        json_object_object_add(o, "workers_mode",
+                               json_object_new_string(q->autoscaled ? "auto" : "fixed"));
+        metrics_json_int(o, "workers_max", q->workers_max);
         json_object_object_add(o, "progress_age_seconds",
                                json_object_new_double(q->progress_age_s));
         metrics_json_int(m, "ok", (long long)q->c.n_ok);

@@ -90,7 +90,9 @@ typedef struct metrics_queue {
     const char *name;
     metrics_counters_t c;
     uint64_t restarts[METRICS_EXIT_KINDS];
-    int workers;           /* configured (current generation) */
+    int workers;           /* the count the queue runs now: configured, or chosen by "auto" */
+    int workers_max;       /* most it may run (workers_max and the budget); = workers if fixed */
+    int autoscaled;        /* 1: workers = "auto" (an int: it is a gauge) */
     int consuming;         /* running and consuming */
     int connecting;        /* running, not consuming yet (starting, waiting for the database) */
     int restarting;        /* not running: waiting out the restart backoff */

@@ -167,6 +167,32 @@ static void worker_latencies(worker_t *w)
 
 static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
 
+/*
+ * Time for workers = "auto": a span that starts (on) or ends (off) now. The
+ * supervisor reads *since while a span runs, so a long one counts before it ends.
+ */
+static void worker_time(uint64_t *total, uint64_t *since, bool on)
+{
+    uint64_t t = __atomic_load_n(since, __ATOMIC_RELAXED), now = worker_now_us();
+    if (on && t == 0)
+        __atomic_store_n(since, now, __ATOMIC_RELAXED);
+    if (!on && t != 0) {
+        __atomic_add_fetch(total, now - t, __ATOMIC_RELAXED);
+        __atomic_store_n(since, 0, __ATOMIC_RELAXED);
+    }
+}
+
+/* Take the next batch; the wait for its first delivery is idle time, the rest busy. 0 or -1. */
+static int worker_collect(worker_t *w)
+{
+    worker_time(&w->slot->busy_us, &w->slot->busy_since_us, false);
+    bool wait = w->life.batch.n == 0 && !w->bt.has_carry;
+    worker_time(&w->slot->idle_us, &w->slot->idle_since_us, wait);
+    int rc = settle_retry_held(&w->st) != 0 || batch_collect(&w->bt) != 0 ? -1 : 0;
+    worker_time(&w->slot->idle_us, &w->slot->idle_since_us, false);
+    return rc;
+}
+
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
@@ -186,7 +212,9 @@ static int worker_loop(worker_t *w)
             worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
-        if (settle_retry_held(&w->st) != 0 || batch_collect(&w->bt) != 0) {
+        int collected = worker_collect(w);
+        worker_time(&w->slot->busy_us, &w->slot->busy_since_us, w->life.batch.n > 0);
+        if (collected != 0) {
             worker_release(w);
             return worker_lose(w, WORKER_LOST_BROKER);
         }

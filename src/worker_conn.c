@@ -61,6 +61,7 @@ int worker_connect_db(worker_t *w)
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
+    __atomic_store_n(&w->slot->db_max_connections, w->db->max_connections, __ATOMIC_RELAXED);
     w->bt.batch_max = w->q->batch_size;
     int cap = w->conf->database.galera_max_batch;
     if (w->db->galera && cap > 0 && w->bt.batch_max > cap) {

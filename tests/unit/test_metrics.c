@@ -54,6 +54,8 @@ static void test_counters(void)
     q.c.n_copies[METRICS_COPY_DEAD_LETTER][METRICS_COPY_REFUSED] = 3;
     q.restarts[METRICS_EXIT_DATABASE] = 4;
     q.workers = 2;
+    q.workers_max = 4;
+    q.autoscaled = 1;
     q.consuming = 1;
     q.progress_age_s = 1.5;
     char *text = render(&q, 1);
@@ -66,6 +68,8 @@ static void test_counters(void)
     expect_line(text, "idemd_dead_letter_copies_total{queue=\"orders\",outcome=\"refused\"} 3");
     expect_line(text, "idemd_worker_restarts_total{queue=\"orders\",outcome=\"database\"} 4");
     expect_line(text, "idemd_workers{queue=\"orders\"} 2");
+    expect_line(text, "idemd_workers_max{queue=\"orders\"} 4");
+    expect_line(text, "idemd_workers_auto{queue=\"orders\"} 1");
     expect_line(text, "idemd_workers_consuming{queue=\"orders\"} 1");
     expect_line(text, "idemd_worker_progress_age_seconds{queue=\"orders\"} 1.500");
     free(text);
@@ -146,6 +150,8 @@ static void test_status_json(void)
     ok(strstr(doc, "\"queue\":\"orders\",\"workers\":3,\"consuming\":2,\"connecting\":0,"
                    "\"restarting\":1") != NULL,
        "status: workers by state");
+    ok(strstr(doc, "\"draining\":0,\"workers_mode\":\"fixed\",\"workers_max\":0") != NULL,
+       "status: workers mode and cap");
     ok(strstr(doc, "\"ok\":41") != NULL && strstr(doc, "\"crash\":4") != NULL,
        "status: messages and restarts");
     ok(strstr(doc, "\"time\":\"2023-11-14T22:13:20.123Z\"") != NULL &&
