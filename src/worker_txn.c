@@ -4,6 +4,7 @@
 #include "worker_int.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,6 +31,39 @@ static const char *worker_cstr(amqp_bytes_t b, char *buf, size_t len)
         memcpy(buf, b.bytes, n);
     buf[n] = '\0';
     return buf;
+}
+
+/*
+ * The delivery's tracestate and baggage as NUL-terminated strings in hm's
+ * own buffer (grown as needed): "" when absent, or when out of memory.
+ */
+static void worker_trace_text(worker_hmsg_t *hm, const trace_ctx_t *tc)
+{
+    idemd_message_t *msg = &hm->msg;
+    size_t need = tc->state_len + tc->baggage_len + 2;
+    msg->tracestate = "";
+    msg->baggage = "";
+    if (tc->state == NULL && tc->baggage == NULL)
+        return;
+    if (need > hm->trace_cap) {
+        char *b = realloc(hm->trace_text, need);
+        if (b == NULL)
+            return;
+        hm->trace_text = b;
+        hm->trace_cap = need;
+    }
+    char *p = hm->trace_text;
+    if (tc->state) {
+        memcpy(p, tc->state, tc->state_len);
+        p[tc->state_len] = '\0';
+        msg->tracestate = p;
+        p += tc->state_len + 1;
+    }
+    if (tc->baggage) {
+        memcpy(p, tc->baggage, tc->baggage_len);
+        p[tc->baggage_len] = '\0';
+        msg->baggage = p;
+    }
 }
 
 /*
@@ -65,6 +99,10 @@ static void worker_fill_msg(worker_t *w, int i, const txn_msg_t *t, worker_hmsg_
     msg->app_id = (p->_flags & AMQP_BASIC_APP_ID_FLAG)
                       ? worker_cstr(p->app_id, hm->appid, sizeof(hm->appid))
                       : "";
+    msg->traceparent = m->trace.traceparent;
+    msg->trace_id = m->trace.trace_id;
+    msg->span_id = m->trace.span_id;
+    worker_trace_text(hm, &m->trace);
 }
 
 /*
