@@ -276,9 +276,16 @@ int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd
                  "needs its own msg_id");
         return -1;
     }
+    /* The context is captured now, not when the relay sends: the onward message's own span
+     * (a child of the processing span) and the source's tracestate and baggage. */
+    const trace_ctx_t *tc = &w->life.batch.m[i].trace;
+    char child[TRACE_PARENT_LEN + 1];
+    outbox_trace_t tr = {NULL, tc->state, tc->state_len, tc->baggage, tc->baggage_len};
+    if (trace_child(tc, trace_rng_next(&w->rng), child))
+        tr.traceparent = child;
     w->outbox_used = true;
     return outbox_add(w->outbox, w->life.batch.t[i].id, w->life.batch.t[i].id_len,
-                      w->life.batch.m[i].pub_seq++, p, err, errlen);
+                      w->life.batch.m[i].pub_seq++, p, &tr, err, errlen);
 }
 
 /*
