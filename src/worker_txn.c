@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "delivery.h"
@@ -15,12 +16,20 @@
 #define WORKER_RELAY_SLICES 1000 /* outbox slices after a COMMIT: all the batch's rows */
 #define WORKER_SWEEP_SLICES 20   /* outbox slices per sweep (500 rows, 16 MiB each) */
 
-/* A handler call that started at t0 (worker_now_us) ended: one observation of its duration. */
-static void worker_handler_time(worker_t *w, uint64_t t0)
+/* A handler call that started at t0 (worker_now_us) ended: one observation of its duration,
+ * with tc's trace as its bucket's exemplar (tc NULL or without a trace: none). */
+static void worker_handler_time(worker_t *w, uint64_t t0, const trace_ctx_t *tc)
 {
     static const uint64_t bounds[] = METRICS_HANDLER_BOUNDS;
-    metrics_observe(w->slot->c.handler, &w->slot->c.handler_sum_us, bounds, METRICS_HANDLER_N,
-                    worker_now_us() - t0);
+    uint64_t v = worker_now_us() - t0;
+    int b = metrics_observe(w->slot->c.handler, &w->slot->c.handler_sum_us, bounds,
+                            METRICS_HANDLER_N, v);
+    if (tc && tc->has) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        metrics_exemplar_put(&w->slot->c.handler_ex[b], tc->trace_id, tc->span_id, v,
+                             (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+    }
 }
 
 /* Copy AMQP bytes into a NUL-terminated buffer (truncating). */
@@ -149,7 +158,7 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     worker_timer_on(w);
     uint64_t t0 = worker_now_us();
     idemd_result_t r = w->h->handle(w->state, w->db->my, &w->one.msg, t->reason, sizeof(t->reason));
-    worker_handler_time(w, t0);
+    worker_handler_time(w, t0, &w->life.batch.m[i].trace);
     worker_timer_off(w);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
     *err = mysql_errno(w->db->my);
@@ -181,7 +190,12 @@ static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_r
     worker_timer_on(w);
     uint64_t t0 = worker_now_us();
     int rc = w->h->handle_batch(w->state, w->db->my, w->bptr, (size_t)k, r, w->berr, errlen);
-    worker_handler_time(w, t0);
+    /* One observation for the batch: its exemplar is the first traced message's. */
+    const trace_ctx_t *tc = NULL;
+    for (int j = 0; j < k && tc == NULL; j++)
+        if (w->life.batch.m[w->bidx[j]].trace.has)
+            tc = &w->life.batch.m[w->bidx[j]].trace;
+    worker_handler_time(w, t0, tc);
     worker_timer_off(w);
     *err = mysql_errno(w->db->my);
     for (int j = 0; j < k; j++) {
