@@ -87,6 +87,41 @@ h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox")" 0 "outbox rows left"
 h_assert_eq "$(h_count_log idemd.log "outcome=ok queue=$qo id=o1 .* trace_id=$trace span_id=")" 1 \
     "o1's outcome line with its trace_id"
 
+# The handler duration histogram offers exemplars with the trace id, in OpenMetrics only.
+curl -sS --max-time 5 -D om.hdr -H 'Accept: application/openmetrics-text; version=1.0.0' \
+    "http://127.0.0.1:$mport/metrics" >om.txt || h_fail "scrape (OpenMetrics)"
+grep -i '^content-type: application/openmetrics-text' om.hdr >/dev/null || h_fail "content type: $(cat om.hdr)"
+n=$(h_count_log om.txt "^idemd_handler_duration_seconds_bucket\\{queue=\"$q\",le=\"[^\"]+\"\\} [0-9]+ # \\{trace_id=\"$trace\",span_id=\"[0-9a-f]{16}\"\\} [0-9.]+ [0-9.]+\$")
+((n >= 1)) || { cat om.txt; h_fail "no exemplar with trace_id $trace on $q's handler duration buckets"; }
+h_assert_eq "$(tail -n 1 om.txt)" "# EOF" "OpenMetrics ends with # EOF"
+curl -sS --max-time 5 "http://127.0.0.1:$mport/metrics" >plain.txt || h_fail "scrape (plain)"
+h_assert_eq "$(h_count_log plain.txt ' # \{')" 0 "exemplars in plain Prometheus text"
+promtool check metrics <plain.txt >promtool.log 2>&1 || { cat promtool.log; h_fail "promtool check metrics"; }
+
+# A real Prometheus (it asks for OpenMetrics) stores the exemplars.
+pport=$(h_free_port 36000 2000)
+cat >prom.yml <<YML
+global: { scrape_interval: 1s }
+scrape_configs:
+  - job_name: idemd
+    static_configs: [ { targets: [ "127.0.0.1:$mport" ] } ]
+YML
+rm -rf prom-data
+prometheus --config.file=prom.yml --storage.tsdb.path="$PWD/prom-data" --enable-feature=exemplar-storage \
+    --web.listen-address="127.0.0.1:$pport" >prom.log 2>&1 &
+prom_pid=$!
+deadline=$((SECONDS + 60))
+until curl -sS --max-time 5 -G "http://127.0.0.1:$pport/api/v1/query_exemplars" \
+    --data-urlencode "query=idemd_handler_duration_seconds_bucket{queue=\"$q\"}" \
+    --data-urlencode "start=$(($(date +%s) - 600))" --data-urlencode "end=$(($(date +%s) + 60))" \
+    >exemplars.json 2>/dev/null && [[ "$(cat exemplars.json)" == *"\"trace_id\":\"$trace\""* ]]; do
+    kill -0 "$prom_pid" 2>/dev/null || { tail prom.log; h_fail "prometheus exited"; }
+    ((SECONDS < deadline)) || { cat exemplars.json; tail prom.log; h_fail "no exemplar with trace_id $trace in Prometheus"; }
+    sleep 0.5
+done
+kill "$prom_pid"
+wait "$prom_pid" 2>/dev/null || true
+
 h_daemon_alive || h_fail "idemd died"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 echo "t_trace_context: ok"
