@@ -124,4 +124,27 @@ wait "$prom_pid" 2>/dev/null || true
 
 h_daemon_alive || h_fail "idemd died"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
+
+# An outbox table from before sql/011: idemd says which file to apply and keeps the context
+# among the row's headers; then sql/011 adds the columns, twice without harm.
+h_sql "ALTER TABLE idemd_outbox DROP COLUMN traceparent, DROP COLUMN tracestate, DROP COLUMN baggage"
+h_daemon_start idemd.conf idemd2.log
+out=$(printf 'o2	hello	traceparent=%s	tracestate=%s	baggage=%s
+' "$tp" "$ts" "$bg" |
+    h_mq publish -r "$qo")
+h_assert_eq "$out" "published 1 confirmed 1" "publisher of $qo (before sql/011)"
+h_wait_depth "$down" 1 30
+line=$(h_mq get "$down")
+echo "$line"
+[[ "$(c_hdr "$line" traceparent)" =~ ^00-$trace-[0-9a-f]{16}-01$ ]] ||
+    h_fail "onward traceparent before sql/011: '$(c_hdr "$line" traceparent)'"
+h_assert_eq "$(c_hdr "$line" tracestate)$(c_hdr "$line" baggage)" "$ts$bg" \
+    "onward tracestate and baggage before sql/011"
+h_wait_log idemd2.log "apply sql/011_idemd_outbox_trace.sql" 1 10
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM (2)"
+for k in 1 2; do
+    h_mysql "$db" <"$H_SQL_DIR/011_idemd_outbox_trace.sql" || h_fail "sql/011 failed ($k)"
+done
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '$db' AND TABLE_NAME = 'idemd_outbox' AND COLUMN_NAME IN ('traceparent', 'tracestate', 'baggage')")" 3 \
+    "sql/011's columns"
 echo "t_trace_context: ok"
