@@ -206,6 +206,7 @@ FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_SRC_conf := $(CONF_SRCS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
+FUZZ_SRC_trace := src/trace.c
 FUZZ_SRC_order_pay :=
 
 .SECONDEXPANSION:
