@@ -3,7 +3,6 @@
  */
 #include "trace.h"
 
-#include <stdio.h>
 #include <string.h>
 
 static bool trace_ows(char c)
@@ -165,8 +164,26 @@ bool trace_state_valid(const char *s, size_t len)
 /* RFC 7230 tchar. */
 static bool trace_tchar(char c)
 {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || trace_digit(c) ||
-           (c != 0 && strchr("!#$%&'*+-.^_`|~", c) != NULL);
+    switch (c) {
+    case '!':
+    case '#':
+    case '$':
+    case '%':
+    case '&':
+    case '\'':
+    case '*':
+    case '+':
+    case '-':
+    case '.':
+    case '^':
+    case '_':
+    case '`':
+    case '|':
+    case '~':
+        return true;
+    default:
+        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || trace_digit(c);
+    }
 }
 
 /* W3C Baggage baggage-octet: %x21 / %x23-2B / %x2D-3A / %x3C-5B / %x5D-7E. */
@@ -235,13 +252,27 @@ bool trace_baggage_valid(const char *s, size_t len)
 
 void trace_span_id(uint64_t r, char out[TRACE_SPAN_HEX + 1])
 {
-    snprintf(out, TRACE_SPAN_HEX + 1, "%016llx", (unsigned long long)(r ? r : 1));
+    static const char hex[] = "0123456789abcdef";
+    if (r == 0)
+        r = 1;
+    /* By hand, not snprintf: this runs for every traced delivery and onward message. */
+    for (int i = TRACE_SPAN_HEX - 1; i >= 0; i--, r >>= 4)
+        out[i] = hex[r & 15];
+    out[TRACE_SPAN_HEX] = '\0';
 }
 
 void trace_parent_format(const char *trace_id, const char *span_id, unsigned char flags,
                          char out[TRACE_PARENT_LEN + 1])
 {
-    snprintf(out, TRACE_PARENT_LEN + 1, "00-%.32s-%.16s-%02x", trace_id, span_id, flags);
+    static const char hex[] = "0123456789abcdef";
+    memcpy(out, "00-", 3);
+    memcpy(out + 3, trace_id, TRACE_ID_HEX);
+    out[35] = '-';
+    memcpy(out + 36, span_id, TRACE_SPAN_HEX);
+    out[52] = '-';
+    out[53] = hex[flags >> 4];
+    out[54] = hex[flags & 15];
+    out[TRACE_PARENT_LEN] = '\0';
 }
 
 void trace_ctx_read(trace_ctx_t *c, const char *tp, size_t tp_len, const char *ts, size_t ts_len,
