@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -295,6 +296,10 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         worker_stop = 1;
 
     w.bt.batch_max = q->batch_size;
+    /* Span ids need to differ across processes and restarts, not to be secret. */
+    if (getrandom(&w.rng.s, sizeof(w.rng.s), 0) != (ssize_t)sizeof(w.rng.s))
+        w.rng.s = worker_now_us() ^ ((uint64_t)getpid() << 32);
+    w.bt.rng = &w.rng;
     bool mem = life_init(&w.life, q->batch_size, q->prefetch / 2 > 0 ? q->prefetch / 2 : 1) == 0;
     w.ids = calloc((size_t)q->batch_size, sizeof(*w.ids));
     w.id_lens = calloc((size_t)q->batch_size, sizeof(*w.id_lens));
@@ -337,6 +342,9 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     life_free(&w.life);
     free(w.ids);
     free(w.id_lens);
+    free(w.one.trace_text);
+    for (int i = 0; w.bmsg && i < q->batch_size; i++)
+        free(w.bmsg[i].trace_text);
     free(w.bmsg);
     free(w.bptr);
     free(w.bidx);

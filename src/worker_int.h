@@ -32,6 +32,8 @@ typedef struct worker_hmsg {
     idemd_message_t msg;
     char exchange[256], rkey[256], ctype[256], uid[256], appid[256];
     idemd_header_t headers[WORKER_MAX_HEADERS];
+    char *trace_text; /* tracestate and baggage, NUL-terminated (grown as needed; owned) */
+    size_t trace_cap;
 } worker_hmsg_t;
 
 /* One worker process's context, on worker_main's stack for the process's life. */
@@ -75,6 +77,7 @@ typedef struct worker {
     int keys_reread_ms;      /* how often: RELAY_KEY_REREAD_MS, or the test knob */
     int undecodable_streak;  /* requeued undecodable ones in a row (no dead-lettering) */
     stall_t *stall;          /* handler_timeout's watchdog (NULL: plain alarm()) */
+    trace_rng_t rng;         /* span ids: seeded from getrandom at start */
 } worker_t;
 
 /* Set by SIGTERM / SIGINT (or a dead supervisor): finish the batch and exit. */
