@@ -134,11 +134,12 @@ int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
 /*
  * order_key (docs/ordering.md): "header:NAME" or "json:PATH" with a non-empty name; an ordered
  * queue runs one worker per instance (two workers of one instance would handle two messages of
- * a key at once) and needs the record table (a waiter's copy and its original can both come
- * back: the record keeps one). 0, or -1 with the FILE:LINE message.
+ * a key at once: workers = "auto" means 1 there) and needs the record table (a waiter's copy
+ * and its original can both come back: the record keeps one). 0, or -1 with the FILE:LINE
+ * message.
  */
 static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
-                            const conf_queue_t *q)
+                            conf_queue_t *q)
 {
     char sp[CONF_PATH_MAX];
     const char *k = q->order_key;
@@ -154,6 +155,10 @@ static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const 
                           k);
     if (strncmp(k, "json:", 5) == 0 && (k[5] == '.' || k[strlen(k) - 1] == '.' || strstr(k, "..")))
         return conf_error(ctx, at, sp, "\"%s\": an empty field name in the path", k);
+    if (q->workers == CONF_WORKERS_AUTO) {
+        q->workers = 1; /* auto: one, the most an ordered queue may have */
+        q->workers_min = q->workers_max = 1;
+    }
     if (q->workers > 1) {
         const config_setting_t *w = config_setting_get_member(grp, "workers");
         conf_path(sp, path, "workers");
@@ -204,6 +209,12 @@ int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, c
                           "the delay queue \"%s.retry.%d\" would be %d bytes long, more than "
                           "RabbitMQ's 255: shorten the queue name or set retry_delays_ms = [ ]",
                           q->name, q->retry_delays_ms[i], n);
+    }
+    if (q->workers_max != CONF_WORKERS_AUTO && q->workers_min > q->workers_max) {
+        const config_setting_t *at = config_setting_get_member(grp, "workers_min");
+        conf_path(sp, path, "workers_min");
+        return conf_error(ctx, at ? at : grp, sp, "%d is more than workers_max = %d",
+                          q->workers_min, q->workers_max);
     }
     if (conf_check_order(ctx, grp, path, q) != 0)
         return -1;
