@@ -143,7 +143,7 @@ $(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit $(B)/t
 SIM_SEEDS ?= 2000
 SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c \
 	src/life.c src/batch.c src/guard.c src/settle.c src/outbox.c src/relay.c src/delivery.c \
-	src/log.c
+	src/trace.c src/log.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
 
@@ -210,6 +210,7 @@ FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_SRC_conf := $(CONF_SRCS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
+FUZZ_SRC_trace := src/trace.c
 FUZZ_SRC_order_pay :=
 
 .SECONDEXPANSION:

@@ -18,6 +18,23 @@ static void batch_body_key(const amqp_bytes_t *body, txn_msg_t *t)
     t->id_len = (size_t)snprintf(t->id, sizeof(t->id), "~body:%016llx", (unsigned long long)h);
 }
 
+/* Read the delivery's trace context; its processing span is new. Malformed means absent. */
+static void batch_trace(const batch_t *b, life_msg_t *m)
+{
+    static trace_rng_t fixed; /* without b->rng (tests): a fixed sequence */
+    const amqp_basic_properties_t *p = &m->env.message.properties;
+    const char *tp = NULL, *ts = NULL, *bg = NULL;
+    size_t tpl = 0, tsl = 0, bgl = 0;
+    if (!delivery_header_str(p, "traceparent", &tp, &tpl))
+        tp = NULL;
+    if (!delivery_header_str(p, "tracestate", &ts, &tsl))
+        ts = NULL;
+    if (!delivery_header_str(p, "baggage", &bg, &bgl))
+        bg = NULL;
+    trace_ctx_read(&m->trace, tp, tpl, ts, tsl, bg, bgl,
+                   tp ? trace_rng_next(b->rng ? b->rng : &fixed) : 0);
+}
+
 void batch_accept(const batch_t *b, life_msg_t *m, txn_msg_t *t)
 {
     const amqp_basic_properties_t *p = &m->env.message.properties;
@@ -29,6 +46,7 @@ void batch_accept(const batch_t *b, life_msg_t *m, txn_msg_t *t)
     m->no_id = false;
     m->route = TXN_ROUTE_HOLD;
     m->copy_index = -1;
+    batch_trace(b, m);
     if (delivery_id(p, b->q->id_header, t->id, &t->id_len, t->reason, sizeof(t->reason)) != 0) {
         if (b->q->dedup == CONF_DEDUP_NONE) {
             m->no_id = true; /* ids only matter for the record; the guard still needs a key */

@@ -10,6 +10,7 @@
 #include "conf.h"
 #include "life.h"
 #include "relay.h"
+#include "trace.h"
 
 /*
  * Returns (x-delivery-count) after which a message of a quorum queue whose
@@ -26,6 +27,7 @@ typedef struct batch {
     int batch_max;            /* at most this many (<= life->batch.cap) */
     const relay_keys_t *keys; /* check our signature on idemd-* headers */
     bool returns_guard;       /* the queue may have a broker delivery limit: BATCH_RETURNS_MAX */
+    trace_rng_t *rng;         /* processing span ids (NULL: a fixed sequence) */
     bool has_carry;           /* a delivery waits in the carry slot for the next batch */
     /* A delivery the connection could not decode (MQ_UNDECODABLE): the batch before it is
      * settled first, then the worker rejects or requeues it and reconnects. */
@@ -45,6 +47,7 @@ int batch_collect(batch_t *b) __attribute__((warn_unused_result));
 /*
  * Prepare a received delivery m (with its protocol half t): its id (a bad
  * one makes it REJECT at once), attempt number, suspect and trusted flags,
+ * its trace context (traceparent, tracestate, baggage; a new processing span),
  * and the refusals before it runs (too deep headers, body dropped, returned
  * too often, over max_body_bytes).
  */

@@ -38,6 +38,7 @@ typedef struct chores {
     chores_lease_t retention;
     chores_lease_t reconcile;
     chores_lease_t sweep; /* "outbox:<consumer>" */
+    int (*sweep_peek)(void *arg);
     int (*sweep_fn)(void *arg);
     void *sweep_arg;
     bool run_open;      /* a retention run was started and is not finished */
@@ -56,11 +57,15 @@ void chores_init(chores_t *c, const conf_t *conf, const conf_queue_t *q, const c
                  worker_slot_t *slot, db_t *db, const idemd_handler_t *h, void *state);
 
 /*
- * Add the outbox sweeper: every few seconds, under its own lease, fn(arg)
- * sends outbox rows that their workers left behind. fn returns 0, or -1
- * when the database connection was lost.
+ * Add the outbox sweeper: every few seconds, peek(arg) looks whether the
+ * outbox holds any row (1), none (0), or the database connection was lost
+ * (-1); only with rows does fn(arg), under the sweeper's own lease, send
+ * those their workers left behind. fn returns 0, or -1 when the connection
+ * was lost. The peek is one read and no commit: an empty outbox (the usual
+ * case) costs the consuming worker no lease transactions (two redo-log
+ * flushes) every few seconds.
  */
-void chores_set_sweep(chores_t *c, int (*fn)(void *arg), void *arg);
+void chores_set_sweep(chores_t *c, int (*peek)(void *arg), int (*fn)(void *arg), void *arg);
 
 /*
  * Call between batches, with no transaction open. Does whatever is due and

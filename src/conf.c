@@ -31,6 +31,12 @@ static const conf_enum_t conf_log_levels[] = {
     {NULL, 0},
 };
 
+/* Words an integer setting of workers takes instead of a number (the value stored). */
+static const conf_enum_t conf_auto[] = {
+    {"auto", CONF_WORKERS_AUTO},
+    {NULL, 0},
+};
+
 static const conf_enum_t conf_dedups[] = {
     {"table", CONF_DEDUP_TABLE},
     {"none", CONF_DEDUP_NONE},
@@ -46,6 +52,11 @@ static const conf_enum_t conf_dedups[] = {
     {                                                                                              \
         .section = sec, .name = nm, .type = CONF_T_INT, .off = offsetof(st, fld), .flags = fl,     \
         .def = d, .min = lo, .max = hi, .help = h                                                  \
+    }
+#define CONF_INT_OR(sec, nm, st, fld, fl, d, lo, hi, words, h)                                     \
+    {                                                                                              \
+        .section = sec, .name = nm, .type = CONF_T_INT, .off = offsetof(st, fld), .flags = fl,     \
+        .def = d, .min = lo, .max = hi, .enums = words, .help = h                                  \
     }
 #define CONF_BOOL(sec, nm, st, fld, fl, d, h)                                                      \
     {                                                                                              \
@@ -117,6 +128,11 @@ const conf_def_t conf_defs[] = {
              "seconds between calls of a handler's `reconcile()`; 0 = never"),
     CONF_INT("daemon", "reconcile_timeout", conf_t, reconcile_timeout, 0, "30", 1, 3600,
              "seconds one `reconcile()` call may take before its worker is killed"),
+    CONF_INT_OR("daemon", "db_connection_budget", conf_t, db_connection_budget, 0, "auto", 1,
+                100000, conf_auto,
+                "database connections the workers of all queues may hold together (one each); "
+                "`workers = \"auto\"` adds none past it; `\"auto\"`: half the server's "
+                "`max_connections`, as the workers read it when they connect"),
     CONF_INT("daemon", "outbox_grace", conf_t, outbox_grace, 0, "30", 1, 3600,
              "seconds an outbox row is left to the worker that wrote it before the sweeper "
              "sends it"),
@@ -240,8 +256,15 @@ const conf_def_t conf_defs[] = {
                 "dedup namespace: the `consumer` column of the record table"),
     CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "1000", 1, 65535,
              "unacknowledged deliveries per worker (basic.qos)"),
-    CONF_INT("queue", "workers", conf_queue_t, workers, 0, "1", 1, 64,
-             "worker processes, each with its own AMQP and database connection"),
+    CONF_INT_OR("queue", "workers", conf_queue_t, workers, 0, "auto", 1, 64, conf_auto,
+                "worker processes, each with its own AMQP and database connection; `\"auto\"`: "
+                "between `workers_min` and `workers_max`, added while the backlog stays and "
+                "throughput grows, removed when idle (docs/performance.md); a number: that many"),
+    CONF_INT("queue", "workers_min", conf_queue_t, workers_min, 0, "1", 1, 64,
+             "with `workers = \"auto\"`: fewest workers, and how many start"),
+    CONF_INT_OR("queue", "workers_max", conf_queue_t, workers_max, 0, "auto", 1, 64, conf_auto,
+                "with `workers = \"auto\"`: most workers; `\"auto\"`: 2 x online CPUs, at most "
+                "16; all queues together also stay within `daemon.db_connection_budget`"),
     CONF_ENUM("queue", "dedup", conf_queue_t, dedup, NR, "table", conf_dedups,
               "`table`: record each id in the record table; `none`: the handler is idempotent "
               "by itself"),

@@ -12,6 +12,9 @@
  * place only, the settings table in conf.c (docs/configuration.md is made from it).
  */
 
+/* workers, workers_max, db_connection_budget = "auto" (the numbers start at 1). */
+#define CONF_WORKERS_AUTO 0
+
 typedef enum conf_dedup {
     CONF_DEDUP_TABLE = 0, /* record the id in the record table */
     CONF_DEDUP_NONE = 1,  /* handler is idempotent by business state */
@@ -35,7 +38,9 @@ typedef struct conf_queue {
     char *handler;        /* absolute path of the handler .so */
     char *consumer;       /* dedup namespace (the queue name unless set) */
     int prefetch;         /* basic.qos per worker */
-    int workers;          /* processes for this queue */
+    int workers;          /* processes for this queue; CONF_WORKERS_AUTO: adaptive */
+    int workers_min;      /* auto: fewest (and the number started) */
+    int workers_max;      /* auto: most; CONF_WORKERS_AUTO: from the CPUs (sup_auto.c) */
     conf_dedup_t dedup;   /* "table" | "none" */
     char *id_header;      /* NULL: AMQP message_id property; else header name */
     int batch_size;       /* most messages per transaction */
@@ -119,13 +124,14 @@ typedef struct conf_metrics {
 
 typedef struct conf {
     char *path;
-    int log_level;           /* log_level_t; daemon.log_level */
-    int shutdown_timeout;    /* seconds; daemon.shutdown_timeout */
-    int reconcile_interval;  /* seconds; daemon.reconcile_interval; 0 = off */
-    int reconcile_timeout;   /* seconds; daemon.reconcile_timeout */
-    int outbox_grace;        /* seconds; daemon.outbox_grace */
-    int outbox_max_attempts; /* daemon.outbox_max_attempts */
-    int outbox_backoff_ms;   /* daemon.outbox_backoff_ms */
+    int log_level;            /* log_level_t; daemon.log_level */
+    int shutdown_timeout;     /* seconds; daemon.shutdown_timeout */
+    int reconcile_interval;   /* seconds; daemon.reconcile_interval; 0 = off */
+    int reconcile_timeout;    /* seconds; daemon.reconcile_timeout */
+    int db_connection_budget; /* workers of all queues at most; CONF_WORKERS_AUTO: server's */
+    int outbox_grace;         /* seconds; daemon.outbox_grace */
+    int outbox_max_attempts;  /* daemon.outbox_max_attempts */
+    int outbox_backoff_ms;    /* daemon.outbox_backoff_ms */
     conf_broker_t broker;
     conf_database_t database;
     conf_metrics_t metrics;

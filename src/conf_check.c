@@ -152,6 +152,12 @@ int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, c
                           "RabbitMQ's 255: shorten the queue name or set retry_delays_ms = [ ]",
                           q->name, q->retry_delays_ms[i], n);
     }
+    if (q->workers_max != CONF_WORKERS_AUTO && q->workers_min > q->workers_max) {
+        const config_setting_t *at = config_setting_get_member(grp, "workers_min");
+        conf_path(sp, path, "workers_min");
+        return conf_error(ctx, at ? at : grp, sp, "%d is more than workers_max = %d",
+                          q->workers_min, q->workers_max);
+    }
     conf_path(sp, path, "consumer");
     if (!q->consumer) {
         if (strlen(q->name) > 128)

@@ -8,7 +8,7 @@
 
 typedef enum conf_type {
     CONF_T_STRING,    /* char *; min..max is the length in bytes (max 0: no limit) */
-    CONF_T_INT,       /* int in min..max */
+    CONF_T_INT,       /* int in min..max, or one of enums[] (a word such as "auto") when set */
     CONF_T_BOOL,      /* bool */
     CONF_T_ENUM,      /* int, the value of one of enums[] */
     CONF_T_INT_ARRAY, /* int * at off, count at off_n; each element in min..max */

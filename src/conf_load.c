@@ -393,7 +393,10 @@ static int conf_load_default(conf_ctx_t *ctx, const conf_def_t *d, const config_
     case CONF_T_STRING:
         return conf_set_string(ctx, anchor, sp, CONF_AT(base, d->off, char *), d->def);
     case CONF_T_INT:
-        *CONF_AT(base, d->off, int) = d->def ? atoi(d->def) : 0;
+        if (d->def && d->enums && conf_enum_lookup(d->enums, d->def) >= 0)
+            *CONF_AT(base, d->off, int) = conf_enum_lookup(d->enums, d->def);
+        else
+            *CONF_AT(base, d->off, int) = d->def ? atoi(d->def) : 0;
         return 0;
     case CONF_T_BOOL:
         *CONF_AT(base, d->off, bool) = d->def && strcmp(d->def, "true") == 0;
@@ -555,6 +558,20 @@ static int conf_load_one(conf_ctx_t *ctx, const conf_def_t *d, const config_sett
         return conf_set_string(ctx, s, sp, CONF_AT(base, d->off, char *),
                                config_setting_get_string(s));
     case CONF_T_INT:
+        if (d->enums && config_setting_type(s) == CONFIG_TYPE_STRING) {
+            if ((v = conf_enum_lookup(d->enums, config_setting_get_string(s))) < 0)
+                return conf_error(ctx, s, sp,
+                                  "must be an integer between %lld and %lld or \"%s\" "
+                                  "(got \"%s\")",
+                                  d->min, d->max, d->enums[0].name, config_setting_get_string(s));
+            *CONF_AT(base, d->off, int) = v;
+            return 0;
+        }
+        if (d->enums && !conf_is_int(s))
+            return conf_error(ctx, s, sp,
+                              "must be an integer between %lld and %lld or \"%s\" "
+                              "(got %s)",
+                              d->min, d->max, d->enums[0].name, conf_type_name(s));
         if (conf_get_int(ctx, s, sp, d->min, d->max, &v) < 0)
             return -1;
         *CONF_AT(base, d->off, int) = v;

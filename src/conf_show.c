@@ -159,9 +159,14 @@ static void conf_dump_section(const char *section, const void *base, int depth, 
             fputs(";\n", out);
             break;
         }
-        case CONF_T_INT:
-            fprintf(out, "%*s%s = %d;\n", ind, "", d->name, *CONF_CAT(base, d->off, int));
+        case CONF_T_INT: {
+            int v = *CONF_CAT(base, d->off, int);
+            if (d->enums && (v < d->min || v > d->max))
+                fprintf(out, "%*s%s = \"%s\";\n", ind, "", d->name, conf_enum_name(d->enums, v));
+            else
+                fprintf(out, "%*s%s = %d;\n", ind, "", d->name, v);
             break;
+        }
         case CONF_T_BOOL:
             fprintf(out, "%*s%s = %s;\n", ind, "", d->name,
                     *CONF_CAT(base, d->off, bool) ? "true" : "false");
@@ -251,7 +256,7 @@ static const char *conf_doc_type(const conf_def_t *d)
     case CONF_T_STRING:
         return (d->flags & CONF_F_READABLE) ? "string (path)" : "string";
     case CONF_T_INT:
-        return "integer";
+        return d->enums ? "integer or string" : "integer";
     case CONF_T_BOOL:
         return "boolean";
     case CONF_T_ENUM:
@@ -278,7 +283,8 @@ static void conf_doc_default(const conf_def_t *d, FILE *out)
 {
     if (d->flags & CONF_F_REQUIRED)
         fputs("required", out);
-    else if (d->def && (d->type == CONF_T_STRING || d->type == CONF_T_ENUM))
+    else if (d->def && (d->type == CONF_T_STRING || d->type == CONF_T_ENUM ||
+                        (d->enums && !(d->def[0] >= '0' && d->def[0] <= '9'))))
         fprintf(out, "`\"%s\"`", d->def);
     else if (d->def)
         fprintf(out, "`%s`", d->def);
@@ -303,6 +309,8 @@ static void conf_doc_range(const conf_def_t *d, FILE *out)
         break;
     case CONF_T_INT:
         fprintf(out, "%lld..%lld", d->min, d->max);
+        for (const conf_enum_t *e = d->enums; e && e->name; e++)
+            fprintf(out, ", `\"%s\"`", e->name);
         break;
     case CONF_T_ENUM:
         for (const conf_enum_t *e = d->enums; e->name; e++)
@@ -479,7 +487,8 @@ static void conf_sample_setting(FILE *out, const conf_def_t *d, int depth)
     default:
         break;
     }
-    if (d->def && (d->type == CONF_T_STRING || d->type == CONF_T_ENUM)) {
+    if (d->def && (d->type == CONF_T_STRING || d->type == CONF_T_ENUM ||
+                   (d->enums && !(d->def[0] >= '0' && d->def[0] <= '9')))) {
         fprintf(out, "%*s%s = ", ind, "", d->name);
         conf_print_string(out, d->def);
         fputs(";\n", out);

@@ -248,12 +248,27 @@ int ctl_status(ctl_t *ctl)
         if (dq)
             json_object_object_get_ex(dq, "restarts", &dr);
         long long up = ctl_json_ll(dq, "consuming");
+        /* The count the queue runs: the daemon's (workers = "auto" chooses it), else the file's. */
+        long long nw = ctl_json_ll(dq, "workers"), nmax = ctl_json_ll(dq, "workers_max");
+        bool autos = q->workers == CONF_WORKERS_AUTO;
+        char wbuf[24];
+        if (nw >= 0)
+            snprintf(wbuf, sizeof(wbuf), "%lld", nw);
+        else if (autos)
+            snprintf(wbuf, sizeof(wbuf), "auto");
+        else
+            snprintf(wbuf, sizeof(wbuf), "%d", q->workers);
         if (ctl->json) {
             json_object *o = json_object_new_object();
             json_object_object_add(o, "queue", json_object_new_string(q->name));
             json_object_object_add(o, "consumer", json_object_new_string(q->consumer));
             json_object_object_add(o, "present", json_object_new_boolean(present));
-            json_object_object_add(o, "workers_configured", json_object_new_int(q->workers));
+            json_object_object_add(o, "workers_configured",
+                                   autos ? json_object_new_string("auto")
+                                         : json_object_new_int(q->workers));
+            json_object_object_add(o, "workers", nw >= 0 ? json_object_new_int64(nw) : NULL);
+            json_object_object_add(o, "workers_max",
+                                   nmax >= 0 ? json_object_new_int64(nmax) : NULL);
             json_object_object_add(o, "consumers", json_object_new_int64(consumers));
             json_object_object_add(o, "ready", json_object_new_int64(ready));
             json_object_object_add(
@@ -279,12 +294,12 @@ int ctl_status(ctl_t *ctl)
             json_object_object_add(o, "last_error", derror ? json_object_get(derror) : NULL);
             json_object_array_add(ctl->out, o);
         } else {
-            char upbuf[32] = "?", rsbuf[32] = "?", errbuf[600] = "none", obbuf[80] = "-";
+            char upbuf[48] = "?", rsbuf[32] = "?", errbuf[600] = "none", obbuf[80] = "-";
             if (obs == 0)
                 snprintf(obbuf, sizeof(obbuf), "%lld/%lld/%lld", ob[0], ob[1], ob[2]);
             json_object *t, *age;
             if (up >= 0)
-                snprintf(upbuf, sizeof(upbuf), "%lld/%d", up, q->workers);
+                snprintf(upbuf, sizeof(upbuf), "%lld/%s", up, wbuf);
             if (dr) {
                 long long sum = 0;
                 json_object_object_foreach(dr, kind, count)
@@ -298,11 +313,16 @@ int ctl_status(ctl_t *ctl)
                 json_object_object_get_ex(derror, "age_seconds", &age))
                 snprintf(errbuf, sizeof(errbuf), "%.0fs ago: %s", json_object_get_double(age),
                          json_object_get_string(t));
-            printf("%s\t%s\tconsumers=%u/%d\tready=%u\tdead_letters=%u\tdelayed=%u\t"
+            char maxbuf[40] = "";
+            if (autos && nmax >= 0)
+                snprintf(maxbuf, sizeof(maxbuf), "\tworkers=auto(max %lld)", nmax);
+            else if (autos)
+                snprintf(maxbuf, sizeof(maxbuf), "\tworkers=auto");
+            printf("%s\t%s\tconsumers=%u/%s\tready=%u\tdead_letters=%u\tdelayed=%u\t"
                    "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\toutbox=%s\tworkers_up=%s\t"
-                   "restarts=%s\tlast_error=%s\n",
-                   q->name, present ? "present" : "absent", consumers, q->workers, ready, dl,
-                   delayed, recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf);
+                   "restarts=%s\tlast_error=%s%s\n",
+                   q->name, present ? "present" : "absent", consumers, wbuf, ready, dl, delayed,
+                   recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf, maxbuf);
         }
     }
     if (ctl->conf->metrics.listen && daemon == NULL)

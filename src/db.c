@@ -400,9 +400,9 @@ static int db_session(db_t *db, const conf_database_t *cfg, const char *where)
 {
     static const char *q[] = {
         "SELECT @@innodb_lock_wait_timeout, @@innodb_rollback_on_timeout, @@tx_isolation, "
-        "@@autocommit, @@wait_timeout",
+        "@@autocommit, @@wait_timeout, @@max_connections",
         "SELECT @@innodb_lock_wait_timeout, @@innodb_rollback_on_timeout, "
-        "@@transaction_isolation, @@autocommit, @@wait_timeout", /* MySQL 8 */
+        "@@transaction_isolation, @@autocommit, @@wait_timeout, @@max_connections", /* MySQL 8 */
     };
     MYSQL_RES *res = NULL;
     MYSQL_ROW row = NULL;
@@ -420,6 +420,7 @@ static int db_session(db_t *db, const conf_database_t *cfg, const char *where)
         goto fail;
     }
     lock_wait = atol(row[0]);
+    db->max_connections = row[5] ? atoi(row[5]) : 0; /* for workers = "auto" */
     bool rot = row[1] && (atoi(row[1]) == 1 || strcasecmp(row[1], "ON") == 0);
     if (lock_wait > want) {
         snprintf(sql, sizeof(sql), "SET SESSION innodb_lock_wait_timeout = %ld", want);

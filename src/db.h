@@ -39,6 +39,7 @@ typedef struct db {
     unsigned long id_len;
     unsigned last_errno; /* of the last statement that failed */
     bool galera;         /* the server is a Galera node (wsrep_on = ON) */
+    int max_connections; /* the server's @@max_connections (0: not read) */
     char record_table[65];
     char *sql; /* statement buffer of the set-based record calls, grown as needed */
     size_t sql_size;

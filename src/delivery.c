@@ -165,6 +165,17 @@ size_t delivery_headers(const amqp_basic_properties_t *props, idemd_header_t *ou
     return n;
 }
 
+bool delivery_header_str(const amqp_basic_properties_t *props, const char *name, const char **s,
+                         size_t *len)
+{
+    const amqp_field_value_t *v = delivery_header_find(props, name);
+    if (v == NULL || (v->kind != AMQP_FIELD_KIND_UTF8 && v->kind != AMQP_FIELD_KIND_BYTES))
+        return false;
+    *s = v->value.bytes.bytes ? v->value.bytes.bytes : "";
+    *len = v->value.bytes.len;
+    return true;
+}
+
 long long delivery_header_int(const amqp_basic_properties_t *props, const char *name)
 {
     const amqp_field_value_t *v = delivery_header_find(props, name);

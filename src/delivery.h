@@ -3,6 +3,7 @@
 #define IDEMD_DELIVERY_H
 
 #include "amqp_compat.h"
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "../include/idemd/handler.h"
@@ -44,6 +45,13 @@ int delivery_too_deep(const amqp_basic_properties_t *props);
  */
 size_t delivery_headers(const amqp_basic_properties_t *props, idemd_header_t *out, size_t max,
                         char *scratch, size_t scratch_len);
+
+/*
+ * A string header's bytes (longstr or bytes): true and *s, *len pointing
+ * into props (not NUL-terminated); false when absent or of another type.
+ */
+bool delivery_header_str(const amqp_basic_properties_t *props, const char *name, const char **s,
+                         size_t *len);
 
 /* An integer header's value; -1 when absent or not an integer. */
 long long delivery_header_int(const amqp_basic_properties_t *props, const char *name);

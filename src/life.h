@@ -10,6 +10,7 @@
 #include <sys/time.h>
 
 #include "mq.h"
+#include "trace.h"
 #include "txn.h"
 
 /*
@@ -63,6 +64,7 @@ typedef struct life_msg {
     unsigned pub_seq;  /* onward messages it sent in the current handler call */
     int copy_index;    /* its copy's place in the publishing round while COPYING, else -1 */
     uint64_t dropped;  /* its body was over max_body_bytes: its size (the body was not kept) */
+    trace_ctx_t trace; /* its W3C trace context (points into env's headers) */
 } life_msg_t;
 
 /*

@@ -46,6 +46,8 @@ typedef struct log_fields {
     size_t msg_id_len;
     const char *handler;
     const char *outcome;
+    const char *trace_id; /* TRACE_ID= and SPAN_ID=, as the OpenTelemetry journald mapping */
+    const char *span_id;
 } log_fields_t;
 
 /* One journal record under construction: "NAME=value" strings packed into buf. */
@@ -300,6 +302,10 @@ static int log_write_journal(log_level_t level, const char *text, const log_fiel
         log_record_add_n(&r, "IDEMD_MSG_ID", f->msg_id, f->msg_id_len, LOG_FIELD_MAX);
         log_record_add(&r, "IDEMD_HANDLER", f->handler, LOG_FIELD_MAX);
         log_record_add(&r, "IDEMD_OUTCOME", f->outcome, LOG_FIELD_MAX);
+        if (f->trace_id && *f->trace_id)
+            log_record_add(&r, "TRACE_ID", f->trace_id, 64);
+        if (f->span_id && *f->span_id)
+            log_record_add(&r, "SPAN_ID", f->span_id, 32);
     }
     return log_journal_writer(r.iov, r.n);
 }
@@ -392,14 +398,26 @@ void log_msg(log_level_t level, const char *fmt, ...)
 void log_vfields(log_level_t level, const char *queue, const char *consumer, const char *msg_id,
                  const char *handler, const char *outcome, const char *fmt, va_list ap)
 {
-    log_fields_t f = {queue, consumer, msg_id, msg_id ? strlen(msg_id) : 0, handler, outcome};
+    log_fields_t f = {queue,   consumer, msg_id, msg_id ? strlen(msg_id) : 0,
+                      handler, outcome,  NULL,   NULL};
     log_emit(level, &f, fmt, ap);
 }
 
 void log_fields_id(log_level_t level, const char *queue, const char *consumer, const char *id,
                    size_t id_len, const char *handler, const char *outcome, const char *fmt, ...)
 {
-    log_fields_t f = {queue, consumer, id, id_len, handler, outcome};
+    log_fields_t f = {queue, consumer, id, id_len, handler, outcome, NULL, NULL};
+    va_list ap;
+    va_start(ap, fmt);
+    log_emit(level, &f, fmt, ap);
+    va_end(ap);
+}
+
+void log_fields_trace(log_level_t level, const char *queue, const char *consumer, const char *id,
+                      size_t id_len, const char *handler, const char *outcome, const char *trace_id,
+                      const char *span_id, const char *fmt, ...)
+{
+    log_fields_t f = {queue, consumer, id, id_len, handler, outcome, trace_id, span_id};
     va_list ap;
     va_start(ap, fmt);
     log_emit(level, &f, fmt, ap);

@@ -106,6 +106,16 @@ void log_fields_id(log_level_t level, const char *queue, const char *consumer, c
     __attribute__((format(printf, 8, 9)));
 
 /*
+ * As log_fields_id(), with the W3C trace context of the message: trace_id
+ * and span_id become the journal fields TRACE_ID= and SPAN_ID= (NULL or
+ * "": left out). The text should carry them as trace_id=... span_id=...
+ */
+void log_fields_trace(log_level_t level, const char *queue, const char *consumer, const char *id,
+                      size_t id_len, const char *handler, const char *outcome, const char *trace_id,
+                      const char *span_id, const char *fmt, ...)
+    __attribute__((format(printf, 10, 11)));
+
+/*
  * Render len bytes of s as one logfmt value in out (outlen bytes, always
  * NUL-terminated when outlen > 0): as they are when they are non-empty
  * printable ASCII without space, '=', '"' or '\\'; else in double quotes,

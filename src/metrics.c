@@ -53,13 +53,78 @@ static uint64_t metrics_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* 16 lowercase hex digits of s as a number; false when they are not. */
+static bool metrics_hex64(const char *s, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        char c = s[i];
+        unsigned d;
+        if (c >= '0' && c <= '9')
+            d = (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            d = (unsigned)(c - 'a' + 10);
+        else
+            return false;
+        v = v << 4 | d;
+    }
+    *out = v;
+    return true;
+}
+
+void metrics_exemplar_put(metrics_exemplar_t *ex, const char *trace_id, const char *span_id,
+                          uint64_t value_us, uint64_t when_ms)
+{
+    uint64_t hi, lo, span;
+    if (strlen(trace_id) != 32 || strlen(span_id) != 16 || !metrics_hex64(trace_id, &hi) ||
+        !metrics_hex64(trace_id + 16, &lo) || !metrics_hex64(span_id, &span))
+        return;
+    uint64_t seq = __atomic_load_n(&ex->seq, __ATOMIC_RELAXED);
+    __atomic_store_n(&ex->seq, seq | 1, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&ex->trace_hi, hi, __ATOMIC_RELAXED);
+    __atomic_store_n(&ex->trace_lo, lo, __ATOMIC_RELAXED);
+    __atomic_store_n(&ex->span, span, __ATOMIC_RELAXED);
+    __atomic_store_n(&ex->value_us, value_us, __ATOMIC_RELAXED);
+    __atomic_store_n(&ex->when_ms, when_ms, __ATOMIC_RELAXED);
+    __atomic_store_n(&ex->seq, (seq | 1) + 1, __ATOMIC_RELEASE);
+}
+
+/* A consistent copy of ex into out; false when a write was under way (out untouched). */
+static bool metrics_exemplar_get(const metrics_exemplar_t *ex, metrics_exemplar_t *out)
+{
+    uint64_t a = __atomic_load_n(&ex->seq, __ATOMIC_ACQUIRE);
+    if (a & 1)
+        return false;
+    metrics_exemplar_t c;
+    c.trace_hi = __atomic_load_n(&ex->trace_hi, __ATOMIC_RELAXED);
+    c.trace_lo = __atomic_load_n(&ex->trace_lo, __ATOMIC_RELAXED);
+    c.span = __atomic_load_n(&ex->span, __ATOMIC_RELAXED);
+    c.value_us = __atomic_load_n(&ex->value_us, __ATOMIC_RELAXED);
+    c.when_ms = __atomic_load_n(&ex->when_ms, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (__atomic_load_n(&ex->seq, __ATOMIC_RELAXED) != a)
+        return false;
+    c.seq = 0;
+    *out = c;
+    return true;
+}
+
 void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from)
 {
     _Static_assert(sizeof(metrics_counters_t) % sizeof(uint64_t) == 0, "only uint64_t fields");
+    _Static_assert(offsetof(metrics_counters_t, handler_ex) + sizeof(to->handler_ex) ==
+                       sizeof(metrics_counters_t),
+                   "the exemplars come last");
     uint64_t *t = (uint64_t *)(void *)to;
     const uint64_t *f = (const uint64_t *)(const void *)from;
-    for (size_t i = 0; i < sizeof(*to) / sizeof(uint64_t); i++)
+    for (size_t i = 0; i < offsetof(metrics_counters_t, handler_ex) / sizeof(uint64_t); i++)
         t[i] += __atomic_load_n(&f[i], __ATOMIC_RELAXED);
+    for (int b = 0; b <= METRICS_HANDLER_N; b++) {
+        metrics_exemplar_t e;
+        if (metrics_exemplar_get(&from->handler_ex[b], &e) && e.when_ms > to->handler_ex[b].when_ms)
+            to->handler_ex[b] = e;
+    }
 }
 
 /* ---------------------------------------------------------------------- */
@@ -78,9 +143,17 @@ static void metrics_label(FILE *out, const char *v)
     }
 }
 
+/* Rendering OpenMetrics rather than Prometheus text: set for the length of one render (the
+ * server renders one scrape at a time, in one thread). */
+static bool metrics_om;
+
 static void metrics_head(FILE *out, const char *name, const char *type, const char *help)
 {
-    fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+    size_t n = strlen(name);
+    /* OpenMetrics names a counter family without the _total of its sample. */
+    if (metrics_om && strcmp(type, "counter") == 0 && n > 6 && strcmp(name + n - 6, "_total") == 0)
+        n -= 6;
+    fprintf(out, "# HELP %.*s %s\n# TYPE %.*s %s\n", (int)n, name, help, (int)n, name, type);
 }
 
 /* name{queue="q"[,outcome="o"]} value */
@@ -115,10 +188,22 @@ static void metrics_gauge(FILE *out, const metrics_queue_t *qs, int n, const cha
             (unsigned long long)*(const int *)(const void *)((const char *)&qs[i] + field));
 }
 
-/* A histogram of one queue: cumulative buckets, sum and count; values divided by scale. */
+/* An exemplar after a bucket's value (OpenMetrics): " # {trace_id=...,span_id=...} v ts". */
+static void metrics_exemplar(FILE *out, const metrics_exemplar_t *ex, double scale)
+{
+    if (!metrics_om || ex == NULL || ex->when_ms == 0)
+        return;
+    fprintf(out, " # {trace_id=\"%016llx%016llx\",span_id=\"%016llx\"} %.6f %llu.%03llu",
+            (unsigned long long)ex->trace_hi, (unsigned long long)ex->trace_lo,
+            (unsigned long long)ex->span, (double)ex->value_us / scale,
+            (unsigned long long)(ex->when_ms / 1000), (unsigned long long)(ex->when_ms % 1000));
+}
+
+/* A histogram of one queue: cumulative buckets (with exemplars ex[0..nb] when not NULL), sum
+ * and count; values divided by scale. */
 static void metrics_histogram(FILE *out, const char *name, const char *queue,
                               const uint64_t *buckets, const uint64_t *bounds, int nb, uint64_t sum,
-                              double scale)
+                              double scale, const metrics_exemplar_t *ex)
 {
     unsigned long long cum = 0;
     for (int b = 0; b <= nb; b++) {
@@ -126,9 +211,11 @@ static void metrics_histogram(FILE *out, const char *name, const char *queue,
         fprintf(out, "%s_bucket{queue=\"", name);
         metrics_label(out, queue);
         if (b < nb)
-            fprintf(out, "\",le=\"%g\"} %llu\n", (double)bounds[b] / scale, cum);
+            fprintf(out, "\",le=\"%g\"} %llu", (double)bounds[b] / scale, cum);
         else
-            fprintf(out, "\",le=\"+Inf\"} %llu\n", cum);
+            fprintf(out, "\",le=\"+Inf\"} %llu", cum);
+        metrics_exemplar(out, ex ? &ex[b] : NULL, scale);
+        fputc('\n', out);
     }
     fprintf(out, "%s_sum{queue=\"", name);
     metrics_label(out, queue);
@@ -144,7 +231,23 @@ static void metrics_histogram(FILE *out, const char *name, const char *queue,
 #define METRICS_C(fld) offsetof(metrics_counters_t, fld)
 #define METRICS_Q(fld) offsetof(metrics_queue_t, fld)
 
+static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, const char *version);
+
 void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *version)
+{
+    metrics_om = false;
+    metrics_render_body(out, qs, n, version);
+}
+
+void metrics_render_openmetrics(FILE *out, const metrics_queue_t *qs, int n, const char *version)
+{
+    metrics_om = true;
+    metrics_render_body(out, qs, n, version);
+    fputs("# EOF\n", out);
+    metrics_om = false;
+}
+
+static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, const char *version)
 {
     static const uint64_t batch_b[] = METRICS_BATCH_BOUNDS, handler_b[] = METRICS_HANDLER_BOUNDS,
                           latency_b[] = METRICS_LATENCY_BOUNDS;
@@ -194,19 +297,20 @@ void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *ver
     metrics_head(out, "idemd_batch_size", "histogram", "Messages per batch transaction.");
     for (int i = 0; i < n; i++)
         metrics_histogram(out, "idemd_batch_size", qs[i].name, qs[i].c.batch, batch_b,
-                          METRICS_BATCH_N, qs[i].c.batch_sum, 1);
+                          METRICS_BATCH_N, qs[i].c.batch_sum, 1, NULL);
     metrics_head(out, "idemd_handler_duration_seconds", "histogram",
                  "Duration of one handler call: handle() for one message, or handle_batch() "
                  "for a batch.");
     for (int i = 0; i < n; i++)
         metrics_histogram(out, "idemd_handler_duration_seconds", qs[i].name, qs[i].c.handler,
-                          handler_b, METRICS_HANDLER_N, qs[i].c.handler_sum_us, 1e6);
+                          handler_b, METRICS_HANDLER_N, qs[i].c.handler_sum_us, 1e6,
+                          qs[i].c.handler_ex);
     metrics_head(out, "idemd_publish_to_commit_seconds", "histogram",
                  "From the publisher's idemd-pub-us header (CLOCK_REALTIME microseconds) to the "
                  "commit of the message; only messages that carry it.");
     for (int i = 0; i < n; i++)
         metrics_histogram(out, "idemd_publish_to_commit_seconds", qs[i].name, qs[i].c.latency,
-                          latency_b, METRICS_LATENCY_N, qs[i].c.latency_sum_us, 1e6);
+                          latency_b, METRICS_LATENCY_N, qs[i].c.latency_sum_us, 1e6, NULL);
 
     metrics_head(out, "idemd_worker_restarts_total", "counter",
                  "Worker processes restarted, by how the previous run ended: crash (signal or "
@@ -217,7 +321,13 @@ void metrics_render(FILE *out, const metrics_queue_t *qs, int n, const char *ver
             metrics_sample(out, "idemd_worker_restarts_total", qs[i].name, exits[e],
                            qs[i].restarts[e]);
     metrics_gauge(out, qs, n, "idemd_workers", METRICS_Q(workers),
-                  "Worker processes the configuration asks for.");
+                  "Worker processes the queue runs: the number configured, or with workers = "
+                  "\"auto\" the count chosen now.");
+    metrics_gauge(out, qs, n, "idemd_workers_max", METRICS_Q(workers_max),
+                  "Most workers the queue may run: with workers = \"auto\" workers_max within "
+                  "the database connection budget, else the number configured.");
+    metrics_gauge(out, qs, n, "idemd_workers_auto", METRICS_Q(autoscaled),
+                  "1 when the queue's workers = \"auto\" (adaptive), 0 when a number.");
     metrics_gauge(out, qs, n, "idemd_workers_consuming", METRICS_Q(consuming),
                   "Workers running and consuming.");
     metrics_gauge(out, qs, n, "idemd_workers_connecting", METRICS_Q(connecting),
@@ -340,6 +450,9 @@ char *metrics_status_json(const metrics_queue_t *qs, int n, const char *version)
         metrics_json_int(o, "connecting", q->connecting);
         metrics_json_int(o, "restarting", q->restarting);
         metrics_json_int(o, "draining", q->draining);
+        json_object_object_add(o, "workers_mode",
+                               json_object_new_string(q->autoscaled ? "auto" : "fixed"));
+        metrics_json_int(o, "workers_max", q->workers_max);
         json_object_object_add(o, "progress_age_seconds",
                                json_object_new_double(q->progress_age_s));
         metrics_json_int(m, "ok", (long long)q->c.n_ok);
@@ -520,6 +633,19 @@ static void metrics_log_refused(metrics_server_t *s, struct MHD_Connection *conn
     s->refused_unlogged = 0;
 }
 
+/* Whether an Accept header asks for OpenMetrics text (at a q above 0). */
+static bool metrics_wants_openmetrics(const char *accept)
+{
+    for (const char *p = accept; p && (p = strcasestr(p, "application/openmetrics-text")) != NULL;
+         p++) {
+        const char *end = strchr(p, ',');
+        const char *q = strstr(p, "q=");
+        if (q == NULL || (end && q > end) || strtod(q + 2, NULL) > 0)
+            return true;
+    }
+    return false;
+}
+
 /* Answer one request: 401 without the token (when one is set); GET or HEAD /metrics or /status,
  * else 404 / 405. */
 static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, const char *url,
@@ -562,7 +688,14 @@ static enum MHD_Result metrics_answer(void *cls, struct MHD_Connection *conn, co
         if (out == NULL)
             return MHD_NO;
         s->collect(s->ctx, &qs, &n);
-        metrics_render(out, qs, n, s->version);
+        /* Exemplars only for a scraper that asks for OpenMetrics (Prometheus does). */
+        const char *accept = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Accept");
+        if (metrics_wants_openmetrics(accept)) {
+            metrics_render_openmetrics(out, qs, n, s->version);
+            type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+        } else {
+            metrics_render(out, qs, n, s->version);
+        }
         if (fclose(out) != 0) {
             free(body);
             return MHD_NO;

@@ -41,6 +41,19 @@ enum { METRICS_COPY_RETRY = 0, METRICS_COPY_DEAD_LETTER = 1, METRICS_COPY_KINDS 
 enum { METRICS_COPY_PUBLISHED = 0, METRICS_COPY_REFUSED = 1, METRICS_COPY_OUTCOMES };
 
 /*
+ * An OpenMetrics exemplar of one histogram bucket: the trace of the newest
+ * observation that fell into it. Written by one worker, under seq (odd while
+ * a write is under way); only uint64_t fields.
+ */
+typedef struct metrics_exemplar {
+    uint64_t seq;
+    uint64_t trace_hi, trace_lo; /* the trace id's 16 bytes */
+    uint64_t span;               /* the processing span's id */
+    uint64_t value_us;
+    uint64_t when_ms; /* CLOCK_REALTIME; 0: none yet */
+} metrics_exemplar_t;
+
+/*
  * One worker's counters, in its slot of shared memory: written only by the
  * worker (relaxed atomic adds, no allocation), read by the supervisor.
  * Only uint64_t fields, so that metrics_counters_add can walk it as an
@@ -59,20 +72,32 @@ typedef struct metrics_counters {
     uint64_t batch[METRICS_BATCH_N + 1], batch_sum;          /* messages per batch */
     uint64_t handler[METRICS_HANDLER_N + 1], handler_sum_us; /* one handler call */
     uint64_t latency[METRICS_LATENCY_N + 1], latency_sum_us; /* publish to commit */
+    /* Not counters: the newest traced handler call per bucket of handler (exemplars). Last. */
+    metrics_exemplar_t handler_ex[METRICS_HANDLER_N + 1];
 } metrics_counters_t;
 
-/* Add one observation v to a histogram of n bounds (a relaxed atomic add each). */
-static inline void metrics_observe(uint64_t *buckets, uint64_t *sum, const uint64_t *bounds, int n,
-                                   uint64_t v)
+/* Add one observation v to a histogram of n bounds (a relaxed atomic add each). Its bucket. */
+static inline int metrics_observe(uint64_t *buckets, uint64_t *sum, const uint64_t *bounds, int n,
+                                  uint64_t v)
 {
     int b = 0;
     while (b < n && v > bounds[b])
         b++;
     __atomic_add_fetch(&buckets[b], 1, __ATOMIC_RELAXED);
     __atomic_add_fetch(sum, v, __ATOMIC_RELAXED);
+    return b;
 }
 
-/* to += from, field by field (relaxed atomic loads of from). */
+/*
+ * Note an observation of value_us at when_ms (CLOCK_REALTIME) of the trace
+ * trace_id (32 hex digits) and span span_id (16) as ex's exemplar. The only
+ * writer of ex. Ids that are not hex leave ex as it was.
+ */
+void metrics_exemplar_put(metrics_exemplar_t *ex, const char *trace_id, const char *span_id,
+                          uint64_t value_us, uint64_t when_ms);
+
+/* to += from, counter by counter (relaxed atomic loads of from); of the exemplars the newer
+ * one (a write under way in from is skipped). */
 void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from);
 
 /* Worker restarts by how the previous run ended (the outcome label). */
@@ -90,7 +115,9 @@ typedef struct metrics_queue {
     const char *name;
     metrics_counters_t c;
     uint64_t restarts[METRICS_EXIT_KINDS];
-    int workers;           /* configured (current generation) */
+    int workers;           /* the count the queue runs now: configured, or chosen by "auto" */
+    int workers_max;       /* most it may run (workers_max and the budget); = workers if fixed */
+    int autoscaled;        /* 1: workers = "auto" (an int: it is a gauge) */
     int consuming;         /* running and consuming */
     int connecting;        /* running, not consuming yet (starting, waiting for the database) */
     int restarting;        /* not running: waiting out the restart backoff */
@@ -108,6 +135,15 @@ typedef struct metrics_queue {
  * out, with idemd_build_info for version.
  */
 void metrics_render(FILE *out, const metrics_queue_t *queues, int n, const char *version);
+
+/*
+ * The same as OpenMetrics text 1.0.0 (asked for with Accept:
+ * application/openmetrics-text): counter families named without _total,
+ * the handler duration's buckets with exemplars (trace_id, span_id), and
+ * "# EOF" at the end.
+ */
+void metrics_render_openmetrics(FILE *out, const metrics_queue_t *queues, int n,
+                                const char *version);
 
 /*
  * The status document of queues[0..n-1] (JSON, one line and a newline):

@@ -184,11 +184,44 @@ int outbox_decode_headers(const unsigned char *buf, size_t len, amqp_table_entry
     return (int)n;
 }
 
+/* Whether hdr[0..n) has a header named key. */
+static bool outbox_has_header(const amqp_table_entry_t *hdr, int n, const char *key)
+{
+    size_t kl = strlen(key);
+    for (int i = 0; i < n; i++)
+        if (hdr[i].key.len == kl && memcmp(hdr[i].key.bytes, key, kl) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Append the row's trace context (traceparent, tracestate, baggage) to
+ * hdr[0..n) as string headers, each only when the row's own headers lack
+ * it (the handler's wins). hdr has room for OUTBOX_HEADERS_MAX + 3. The
+ * new count.
+ */
+static int outbox_trace_headers(const outbox_msg_t *m, amqp_table_entry_t *hdr, int n)
+{
+    const char *keys[3] = {"traceparent", "tracestate", "baggage"};
+    const char *vals[3] = {m->traceparent, m->tracestate, m->baggage};
+    size_t lens[3] = {m->traceparent_len, m->tracestate_len, m->baggage_len};
+    int own = n;
+    for (int k = 0; k < 3; k++) {
+        if (vals[k] == NULL || lens[k] == 0 || outbox_has_header(hdr, own, keys[k]))
+            continue;
+        hdr[n].key = amqp_cstring_bytes(keys[k]);
+        hdr[n].value.kind = AMQP_FIELD_KIND_UTF8;
+        hdr[n].value.value.bytes.bytes = (void *)vals[k];
+        hdr[n++].value.value.bytes.len = lens[k];
+    }
+    return n;
+}
+
 /*
  * The properties of m's onward message into props (persistent, its
  * message id, content type and headers, decoded into hdr, which holds
- * OUTBOX_HEADERS_MAX entries and must outlive props). Returns the number of
- * headers.
+ * OUTBOX_HEADERS_MAX + 3 entries and must outlive props, then its trace
+ * context). Returns the number of headers.
  */
 static int outbox_props(const outbox_msg_t *m, amqp_basic_properties_t *props,
                         amqp_table_entry_t *hdr)
@@ -212,6 +245,7 @@ static int outbox_props(const outbox_msg_t *m, amqp_basic_properties_t *props,
             nh = 0;
         }
     }
+    nh = outbox_trace_headers(m, hdr, nh);
     if (nh > 0) {
         props->_flags |= AMQP_BASIC_HEADERS_FLAG;
         props->headers.num_entries = nh;
@@ -224,7 +258,7 @@ static int outbox_props(const outbox_msg_t *m, amqp_basic_properties_t *props,
 static int outbox_send(const outbox_mq_ops_t *mq, void *mc, const outbox_msg_t *m)
 {
     amqp_basic_properties_t props;
-    amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX];
+    amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX + 3];
     char exchange[256], rkey[256];
 
     outbox_props(m, &props, hdr);
@@ -277,7 +311,7 @@ static int outbox_dead_letter(outbox_t *o, const outbox_mq_ops_t *mq, void *mc,
                               const outbox_msg_t *m, const outbox_row_t *r, uint64_t now_ms)
 {
     amqp_basic_properties_t props;
-    amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX + 12];
+    amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX + 3 + 12];
     char first[64], last[64], sig[RELAY_SIG_HEX + 1], queue[300], error[MQ_WHY_MAX + 300];
     uint64_t attempts = r->attempts + 1;
     uint64_t max_message = mq->max_message(mc);

@@ -39,6 +39,10 @@ typedef struct outbox_msg {
     size_t body_len;
     unsigned attempts;  /* refused sends before this one */
     long long failed_s; /* the first refused send (Unix seconds), 0 when none */
+    /* The trace context captured at publish() (sql/011's columns): NULL when none. Sent as the
+     * headers of the same names unless the row's headers have them already. */
+    const char *traceparent, *tracestate, *baggage;
+    size_t traceparent_len, tracestate_len, baggage_len;
 } outbox_msg_t;
 
 /*
@@ -113,14 +117,27 @@ void outbox_rebind(outbox_t *o, db_t *db);
 /* Free o; NULL is fine. */
 void outbox_close(outbox_t *o);
 
+/* The trace context an onward message takes from its source; each NULL when none. */
+typedef struct outbox_trace {
+    const char *traceparent; /* the onward message's own (a child span), NUL-terminated */
+    const char *state;       /* the source's tracestate */
+    size_t state_len;
+    const char *baggage; /* the source's baggage */
+    size_t baggage_len;
+} outbox_trace_t;
+
 /*
  * Write one onward message of the source message (source_id) into the
  * outbox, inside the open transaction: p is copied. seq is its index among
  * the source's onward messages (0, 1, ...), which makes the default
- * message id. Returns 0, or -1 with the reason in err.
+ * message id. tr (NULL: none) is the trace context to send it with: a
+ * header of the same name among p's headers wins (with its own
+ * traceparent, the source's tracestate is left out too). It goes into
+ * sql/011's columns, or into the headers when the table lacks them.
+ * Returns 0, or -1 with the reason in err.
  */
 int outbox_add(outbox_t *o, const char *source_id, size_t source_len, unsigned seq,
-               const idemd_publish_t *p, char *err, size_t errlen);
+               const idemd_publish_t *p, const outbox_trace_t *tr, char *err, size_t errlen);
 
 /* How a worker's outbox treats onward messages the broker refuses (outbox_set_policy). */
 typedef struct outbox_policy {

@@ -16,6 +16,7 @@
 typedef struct outbox_io {
     db_t *db;
     bool legacy;     /* the table lacks sql/009's columns: no attempts, no backoff */
+    bool no_trace;   /* the table lacks sql/011's columns: the context goes into headers */
     MYSQL_STMT *add; /* INSERT of one row, prepared on first use */
     unsigned char hdr[8192];
     char *sql; /* SELECT / DELETE text, grown as needed */
@@ -62,26 +63,60 @@ static void outbox_io_close(void *ctx)
     free(io);
 }
 
-/* Prepare the INSERT of a row on first use. 0, or -1 with err. */
+/* Say once that sql/011 is missing: from now on the trace context goes into the headers. */
+static void outbox_no_trace(outbox_io_t *o)
+{
+    if (o->no_trace)
+        return;
+    o->no_trace = true;
+    log_error("outbox: table " OUTBOX_TABLE " has no traceparent column: apply "
+              "sql/011_idemd_outbox_trace.sql; until then an onward message's trace context is "
+              "kept among its headers");
+}
+
+/* Prepare the INSERT of a row on first use (with sql/011's columns when the table has them).
+ * 0, or -1 with err. */
 static int outbox_prepare(outbox_io_t *o, char *err, size_t errlen)
 {
     static const char sql[] =
         "INSERT INTO " OUTBOX_TABLE " (consumer, source_id, msg_id, exchange, routing_key, "
         "content_type, headers, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)";
+    static const char sql_trace[] =
+        "INSERT INTO " OUTBOX_TABLE " (consumer, source_id, msg_id, exchange, routing_key, "
+        "content_type, headers, body, traceparent, tracestate, baggage) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     if (o->add)
         return 0;
-    if ((o->add = mysql_stmt_init(o->db->my)) == NULL ||
-        mysql_stmt_prepare(o->add, sql, sizeof(sql) - 1) != 0) {
-        snprintf(err, errlen,
-                 "outbox: cannot prepare the INSERT (is %s missing? apply "
-                 "sql/005_idemd_outbox.sql): %s",
-                 OUTBOX_TABLE, o->add ? mysql_stmt_error(o->add) : mysql_error(o->db->my));
-        if (o->add)
+    for (;;) {
+        const char *q = o->no_trace ? sql : sql_trace;
+        if ((o->add = mysql_stmt_init(o->db->my)) != NULL &&
+            mysql_stmt_prepare(o->add, q, strlen(q)) == 0)
+            return 0;
+        if (o->add && mysql_stmt_errno(o->add) == ER_BAD_FIELD_ERROR && !o->no_trace) {
             mysql_stmt_close(o->add);
-        o->add = NULL;
-        return -1;
+            o->add = NULL;
+            outbox_no_trace(o);
+            continue;
+        }
+        break;
     }
-    return 0;
+    snprintf(err, errlen,
+             "outbox: cannot prepare the INSERT (is %s missing? apply "
+             "sql/005_idemd_outbox.sql): %s",
+             OUTBOX_TABLE, o->add ? mysql_stmt_error(o->add) : mysql_error(o->db->my));
+    if (o->add)
+        mysql_stmt_close(o->add);
+    o->add = NULL;
+    return -1;
+}
+
+/* Whether h[0..n) has a header named key. */
+static bool outbox_own_header(const idemd_header_t *h, size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (h[i].key && strcmp(h[i].key, key) == 0)
+            return true;
+    return false;
 }
 
 static void outbox_bind(MYSQL_BIND *b, const void *p, unsigned long *len, bool null)
@@ -94,14 +129,15 @@ static void outbox_bind(MYSQL_BIND *b, const void *p, unsigned long *len, bool n
 }
 
 int outbox_add(outbox_t *ob, const char *source_id, size_t source_len, unsigned seq,
-               const idemd_publish_t *p, char *err, size_t errlen)
+               const idemd_publish_t *p, const outbox_trace_t *tr, char *err, size_t errlen)
 {
     char id[OUTBOX_ID_MAX + 1];
     size_t hlen = 0, idl;
     const char *ct = p->content_type ? p->content_type : "";
     outbox_io_t *o = outbox_ops_ctx(ob);
-    MYSQL_BIND b[8];
-    unsigned long l[8];
+    MYSQL_BIND b[11];
+    unsigned long l[11];
+    outbox_trace_t t = {0};
 
     if (p->exchange == NULL || p->routing_key == NULL || strlen(p->exchange) > 255 ||
         strlen(p->routing_key) > 255 || strlen(ct) > 255 || (p->body == NULL && p->body_len)) {
@@ -128,8 +164,42 @@ int outbox_add(outbox_t *ob, const char *source_id, size_t source_len, unsigned 
                  OUTBOX_HEADERS_MAX, sizeof(o->hdr));
         return -1;
     }
+    /* The handler's own headers win: its traceparent starts its own context (no tracestate of
+     * the source's with it), its tracestate or baggage replaces the source's. */
+    if (tr) {
+        t = *tr;
+        if (outbox_own_header(p->headers, p->n_headers, "traceparent"))
+            t.traceparent = NULL, t.state = NULL;
+        if (outbox_own_header(p->headers, p->n_headers, "tracestate"))
+            t.state = NULL;
+        if (outbox_own_header(p->headers, p->n_headers, "baggage"))
+            t.baggage = NULL;
+        if (t.traceparent && !*t.traceparent)
+            t.traceparent = NULL;
+    }
     if (outbox_prepare(o, err, errlen) != 0)
         return -1;
+    if (o->no_trace) { /* before sql/011: the context rides among the headers */
+        idemd_header_t th[3];
+        size_t n = 0, more = 0;
+        if (t.traceparent)
+            th[n++] = (idemd_header_t){"traceparent", IDEMD_HEADER_STRING, t.traceparent,
+                                       strlen(t.traceparent), 0};
+        if (t.state)
+            th[n++] = (idemd_header_t){"tracestate", IDEMD_HEADER_STRING, t.state, t.state_len, 0};
+        if (t.baggage)
+            th[n++] = (idemd_header_t){"baggage", IDEMD_HEADER_STRING, t.baggage, t.baggage_len, 0};
+        if (n > 0 &&
+            (p->n_headers + n > OUTBOX_HEADERS_MAX ||
+             outbox_encode_headers(th, n, o->hdr + hlen, sizeof(o->hdr) - hlen, &more) != 0)) {
+            snprintf(err, errlen,
+                     "publish: no room for the trace context among the headers (at most %d "
+                     "entries in %zu bytes; apply sql/011_idemd_outbox_trace.sql)",
+                     OUTBOX_HEADERS_MAX, sizeof(o->hdr));
+            return -1;
+        }
+        hlen += more;
+    }
     memset(b, 0, sizeof(b));
     l[0] = o->db->consumer_len;
     l[1] = (unsigned long)source_len;
@@ -139,6 +209,9 @@ int outbox_add(outbox_t *ob, const char *source_id, size_t source_len, unsigned 
     l[5] = (unsigned long)strlen(ct);
     l[6] = (unsigned long)hlen;
     l[7] = (unsigned long)p->body_len;
+    l[8] = t.traceparent ? (unsigned long)strlen(t.traceparent) : 0;
+    l[9] = (unsigned long)t.state_len;
+    l[10] = (unsigned long)t.baggage_len;
     outbox_bind(&b[0], o->db->consumer, &l[0], false);
     outbox_bind(&b[1], source_id, &l[1], false);
     outbox_bind(&b[2], id, &l[2], false);
@@ -147,6 +220,9 @@ int outbox_add(outbox_t *ob, const char *source_id, size_t source_len, unsigned 
     outbox_bind(&b[5], ct, &l[5], false);
     outbox_bind(&b[6], o->hdr, &l[6], hlen == 0);
     outbox_bind(&b[7], p->body ? p->body : "", &l[7], false);
+    outbox_bind(&b[8], t.traceparent ? t.traceparent : "", &l[8], t.traceparent == NULL);
+    outbox_bind(&b[9], t.state ? t.state : "", &l[9], t.state == NULL);
+    outbox_bind(&b[10], t.baggage ? t.baggage : "", &l[10], t.baggage == NULL);
     if (mysql_stmt_bind_param(o->add, b) != 0 || mysql_stmt_execute(o->add) != 0) {
         snprintf(err, errlen, "publish: mysql error %u: %s", mysql_stmt_errno(o->add),
                  mysql_stmt_error(o->add));
@@ -268,15 +344,22 @@ static int outbox_io_fetch(void *ctx, const unsigned long long *ids, int n, outb
     outbox_free_res(o);
     if (outbox_room(o, 512 + (size_t)n * 22) != 0)
         return -2;
-    char *s =
-        o->sql + sprintf(o->sql,
-                         "SELECT id, msg_id, exchange, routing_key, content_type, headers, "
-                         "body, source_id, %s FROM " OUTBOX_TABLE " WHERE id IN (",
-                         o->legacy ? "0, 0" : "attempts, COALESCE(UNIX_TIMESTAMP(failed_at), 0)");
-    for (int i = 0; i < n; i++)
-        s += sprintf(s, "%s%llu", i ? ", " : "", ids[i]);
-    sprintf(s, ") ORDER BY id");
-    if (mysql_query(o->db->my, o->sql) != 0 || (o->res = mysql_store_result(o->db->my)) == NULL) {
+    for (;;) {
+        char *s = o->sql +
+                  sprintf(o->sql,
+                          "SELECT id, msg_id, exchange, routing_key, content_type, headers, "
+                          "body, source_id, %s, %s FROM " OUTBOX_TABLE " WHERE id IN (",
+                          o->legacy ? "0, 0" : "attempts, COALESCE(UNIX_TIMESTAMP(failed_at), 0)",
+                          o->no_trace ? "NULL, NULL, NULL" : "traceparent, tracestate, baggage");
+        for (int i = 0; i < n; i++)
+            s += sprintf(s, "%s%llu", i ? ", " : "", ids[i]);
+        sprintf(s, ") ORDER BY id");
+        if (mysql_query(o->db->my, o->sql) == 0 && (o->res = mysql_store_result(o->db->my)) != NULL)
+            break;
+        if (mysql_errno(o->db->my) == ER_BAD_FIELD_ERROR && !o->no_trace) {
+            outbox_no_trace(o);
+            continue;
+        }
         log_error("outbox: reading rows: error %u: %s", mysql_errno(o->db->my),
                   mysql_error(o->db->my));
         return outbox_db_rc(o);
@@ -302,6 +385,12 @@ static int outbox_io_fetch(void *ctx, const unsigned long long *ids, int n, outb
         m->source_len = len[7];
         m->attempts = (unsigned)strtoul(row[8], NULL, 10);
         m->failed_s = strtoll(row[9], NULL, 10);
+        m->traceparent = row[10];
+        m->traceparent_len = row[10] ? len[10] : 0;
+        m->tracestate = row[11];
+        m->tracestate_len = row[11] ? len[11] : 0;
+        m->baggage = row[12];
+        m->baggage_len = row[12] ? len[12] : 0;
     }
     return 0;
 }

@@ -47,13 +47,17 @@ static void settle_report(settle_t *s, int i)
      * or a reason can never forge a field or a line. The journal gets the raw id. */
     const char *id = m->no_id ? NULL : t->id;
     size_t id_len = m->no_id ? 0 : t->id_len;
-    char qq[300], qh[200], qw[500], qr[1200];
+    char qq[300], qh[200], qw[500], qr[1200], tt[80] = "";
+    /* The processing span (idemd's, per delivery), not the incoming parent: docs/monitoring.md. */
+    const trace_ctx_t *tr = &m->trace;
+    if (tr->has)
+        snprintf(tt, sizeof(tt), " trace_id=%s span_id=%s", tr->trace_id, tr->span_id);
     delivery_id_printable(t->id, id_len, pid, sizeof(pid));
     log_quote_str(q->name, qq, sizeof(qq));
     if (settled) {
-        log_fields_id(LOG_LEVEL_DEBUG, q->name, q->consumer, id, id_len, s->handler, name,
-                      "outcome=%s queue=%s id=%s tag=%llu", name, qq, pid,
-                      (unsigned long long)m->env.delivery_tag);
+        log_fields_trace(LOG_LEVEL_DEBUG, q->name, q->consumer, id, id_len, s->handler, name,
+                         tr->trace_id, tr->span_id, "outcome=%s queue=%s id=%s tag=%llu%s", name,
+                         qq, pid, (unsigned long long)m->env.delivery_tag, tt);
         return;
     }
     switch (m->route) {
@@ -72,12 +76,13 @@ static void settle_report(settle_t *s, int i)
         snprintf(where, sizeof(where), "-");
         break;
     }
-    log_fields_id(m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, q->name,
-                  q->consumer, id, id_len, s->handler, name,
-                  "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s",
-                  name, qq, pid, (unsigned long long)m->env.delivery_tag, t->attempt,
-                  q->max_attempts, log_quote_str(s->handler, qh, sizeof(qh)),
-                  log_quote_str(where, qw, sizeof(qw)), log_quote_str(t->reason, qr, sizeof(qr)));
+    log_fields_trace(
+        m->route == TXN_ROUTE_DELAY ? LOG_LEVEL_INFO : LOG_LEVEL_WARNING, q->name, q->consumer, id,
+        id_len, s->handler, name, tr->trace_id, tr->span_id,
+        "outcome=%s queue=%s id=%s tag=%llu attempt=%u/%d handler=%s then=%s reason=%s%s", name, qq,
+        pid, (unsigned long long)m->env.delivery_tag, t->attempt, q->max_attempts,
+        log_quote_str(s->handler, qh, sizeof(qh)), log_quote_str(where, qw, sizeof(qw)),
+        log_quote_str(t->reason, qr, sizeof(qr)), tt);
 }
 
 /*

@@ -76,6 +76,11 @@ typedef struct worker_slot {
     /* 1 once a worker of this slot warned that its queue exists without idemd's
      * dead-letter arguments (mq_declare fell back): the warning is given once. */
     int dlx_warned;
+    /* For workers = "auto" (sup_auto.c): microseconds spent on batches (busy) and waiting for
+     * a batch's first delivery (idle), and when the current one of each began
+     * (CLOCK_MONOTONIC us; 0 = not in one), so that a long batch counts while it runs. */
+    uint64_t busy_us, idle_us, busy_since_us, idle_since_us;
+    int db_max_connections; /* the server's max_connections as the worker read it; 0: unknown */
     /* The last error or warning about this slot's workers: written by the
      * worker (log_set_sink), and by the supervisor about a worker that is
      * gone (its exit); read by the status endpoint. */

@@ -9,6 +9,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "autoscale.h"
 #include "conf.h"
 #include "log.h"
 #include "metrics.h"
@@ -31,6 +32,8 @@ typedef struct sup_worker {
     char error[WORKER_ERROR_MAX]; /* its last failed declaration, until it consumes again */
     int error_kind;               /* worker_error_t of error */
     uint64_t last_progress_ms;    /* when pid == 0: its last run's last progress */
+    /* workers = "auto": its slot's messages done, busy and idle microseconds when last sampled */
+    uint64_t seen_done, seen_busy_us, seen_idle_us;
 } sup_worker_t;
 
 /*
@@ -45,6 +48,8 @@ typedef struct sup_qstats {
     uint64_t restarts[METRICS_EXIT_KINDS];
     uint64_t reconcile_killed; /* reconcile runs killed at reconcile_timeout */
     log_sink_t last_error;     /* the newest of slots given up */
+    bool autoscaled;           /* the current generation's queue has workers = "auto" */
+    autoscale_t as;            /* its controller (sup_auto.c) */
 } sup_qstats_t;
 
 /* A handler file as it was when the config generation was loaded. */
@@ -78,6 +83,7 @@ typedef struct supervisor {
     char metrics_on[80];       /* the metrics.listen it serves */
     struct sockaddr_storage metrics_addr;
     metrics_queue_t *view; /* the last scrape's, n_qstats entries */
+    uint64_t auto_at_ms;   /* the last sample of the workers = "auto" queues (sup_auto.c) */
 } supervisor_t;
 
 /* supervisor.c: workers, their slots and their queues' stats. */
@@ -98,6 +104,26 @@ void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, 
                     bool waiting);
 /* The queue named name in conf, or NULL. */
 const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name);
+
+/* The stats of queue name, made on first use; NULL when out of memory (logged). */
+sup_qstats_t *sup_qstats(supervisor_t *s, const char *name);
+
+/* sup_auto.c: workers = "auto". */
+
+/*
+ * Add the workers queue q of conf starts with: workers, or with "auto"
+ * workers_min, its controller started afresh (waiting: see sup_add_worker).
+ */
+void sup_auto_start(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, bool waiting);
+/* Every AUTOSCALE_INTERVAL_MS: sample each "auto" queue's workers, add or retire one. */
+void sup_auto_tick(supervisor_t *s, uint64_t now);
+/* The most workers queue q may run now: workers_max (its "auto": from the CPUs), and the
+ * connection budget; the count of a fixed queue. */
+int sup_auto_cap(const supervisor_t *s, const conf_queue_t *q);
+/* workers_max in effect for q ("auto": 2 x online CPUs, at most 16). */
+int sup_auto_max(const conf_queue_t *q);
+/* The database connections all queues' workers may hold (0: unknown, no limit). */
+int sup_auto_budget(const supervisor_t *s);
 
 /* sup_status.c: systemd readiness, STATUS= and watchdog; the /metrics view. */
 

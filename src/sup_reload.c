@@ -145,8 +145,7 @@ void sup_reload(supervisor_t *s)
             log_info("reload: new queue '%s'", nq->name);
         else
             sup_retire(s, nq->name);
-        for (int k = 0; k < nq->workers; k++)
-            sup_add_worker(s, next, nq, k, oq != NULL);
+        sup_auto_start(s, next, nq, oq != NULL);
     }
     s->old[s->n_old++] = s->conf;
     s->conf = next;

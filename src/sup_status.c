@@ -68,6 +68,9 @@ void sup_status(supervisor_t *s)
         off +=
             (size_t)snprintf(buf + off, sizeof(buf) - off, "; %s: %d/%d up, %llu ok, %llu failed",
                              name, up, n, (unsigned long long)qok, (unsigned long long)qfail);
+        if (s->conf->queues[q].workers == CONF_WORKERS_AUTO && off < sizeof(buf))
+            off += (size_t)snprintf(buf + off, sizeof(buf) - off, ", auto (at most %d)",
+                                    sup_auto_cap(s, &s->conf->queues[q]));
         if (error && off < sizeof(buf))
             off +=
                 (size_t)snprintf(buf + off, sizeof(buf) - off, ", %s: %s",
@@ -237,6 +240,10 @@ static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
         memcpy(q->restarts, qs->restarts, sizeof(q->restarts));
         const conf_queue_t *cq = sup_find_queue(s->conf, qs->name);
         q->workers = cq ? cq->workers : 0;
+        q->workers_max = cq ? sup_auto_cap(s, cq) : 0;
+        q->autoscaled = cq && cq->workers == CONF_WORKERS_AUTO;
+        if (q->autoscaled)
+            q->workers = qs->as.target;
         uint64_t outbox_seen = 0;
         for (int i = 0; i < SUP_MAX_SLOTS; i++) {
             const sup_worker_t *w = &s->workers[i];

@@ -73,8 +73,7 @@ fail:
     return -1;
 }
 
-/* The stats of queue name, made on first use; NULL when out of memory (logged). */
-static sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
+sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
 {
     for (int i = 0; i < s->n_qstats; i++)
         if (strcmp(s->qstats[i].name, name) == 0)
@@ -118,6 +117,8 @@ void sup_release_worker(supervisor_t *s, sup_worker_t *w)
     }
     memset(&w->slot->c, 0, sizeof(w->slot->c));
     memset(&w->slot->last_error, 0, sizeof(w->slot->last_error));
+    w->slot->busy_us = w->slot->idle_us = 0;
+    w->slot->busy_since_us = w->slot->idle_since_us = 0;
     w->slot->lost = WORKER_LOST_NONE; /* not a reconnect for the slot's next worker */
     w->slot->dlx_warned = 0;
     w->used = false;
@@ -154,6 +155,9 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     __atomic_store_n(&w->slot->progress_ms, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->reconciling, 0, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->consumed, 0, __ATOMIC_RELAXED);
+    /* A span the last run left open ended with it. */
+    __atomic_store_n(&w->slot->busy_since_us, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->idle_since_us, 0, __ATOMIC_RELAXED);
     w->slot->error[0] = '\0';
     w->slot->error_kind = WORKER_ERROR_DECLARE;
     __atomic_add_fetch(&w->slot->spawn_gen, 1, __ATOMIC_RELAXED); /* the crash note's owner */
@@ -418,6 +422,7 @@ static void sup_tick(supervisor_t *s, uint64_t now)
             s->next_status_ms = 0;
         }
     }
+    sup_auto_tick(s, now);
     sup_check_ready(s);
     sup_watchdog(s, now);
     if (s->ready && now >= s->next_status_ms) {
@@ -466,8 +471,7 @@ int supervisor_run(conf_t *conf, int log_level_override, const char *version)
         goto fail;
     sup_share_settings(s);
     for (int i = 0; i < conf->n_queues; i++)
-        for (int k = 0; k < conf->queues[i].workers; k++)
-            sup_add_worker(s, conf, &conf->queues[i], k, false);
+        sup_auto_start(s, conf, &conf->queues[i], false);
     if (sd_watchdog_enabled(0, &s->watchdog_usec) <= 0)
         s->watchdog_usec = 0;
     sd_notify(0, "STATUS=starting workers");

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -167,6 +168,32 @@ static void worker_latencies(worker_t *w)
 
 static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
 
+/*
+ * Time for workers = "auto": a span that starts (on) or ends (off) now. The
+ * supervisor reads *since while a span runs, so a long one counts before it ends.
+ */
+static void worker_time(uint64_t *total, uint64_t *since, bool on)
+{
+    uint64_t t = __atomic_load_n(since, __ATOMIC_RELAXED), now = worker_now_us();
+    if (on && t == 0)
+        __atomic_store_n(since, now, __ATOMIC_RELAXED);
+    if (!on && t != 0) {
+        __atomic_add_fetch(total, now - t, __ATOMIC_RELAXED);
+        __atomic_store_n(since, 0, __ATOMIC_RELAXED);
+    }
+}
+
+/* Take the next batch; the wait for its first delivery is idle time, the rest busy. 0 or -1. */
+static int worker_collect(worker_t *w)
+{
+    worker_time(&w->slot->busy_us, &w->slot->busy_since_us, false);
+    bool wait = w->life.batch.n == 0 && !w->bt.has_carry;
+    worker_time(&w->slot->idle_us, &w->slot->idle_since_us, wait);
+    int rc = settle_retry_held(&w->st) != 0 || batch_collect(&w->bt) != 0 ? -1 : 0;
+    worker_time(&w->slot->idle_us, &w->slot->idle_since_us, false);
+    return rc;
+}
+
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
@@ -174,7 +201,7 @@ static int worker_loop(worker_t *w)
 
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     if (w->h->abi_minor >= 3)
-        chores_set_sweep(&w->chores, worker_sweep, w);
+        chores_set_sweep(&w->chores, worker_sweep_peek, worker_sweep, w);
     while (!worker_stop) {
         worker_progress(w);
         worker_service_pub(w);
@@ -186,7 +213,9 @@ static int worker_loop(worker_t *w)
             worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
-        if (settle_retry_held(&w->st) != 0 || batch_collect(&w->bt) != 0) {
+        int collected = worker_collect(w);
+        worker_time(&w->slot->busy_us, &w->slot->busy_since_us, w->life.batch.n > 0);
+        if (collected != 0) {
             worker_release(w);
             return worker_lose(w, WORKER_LOST_BROKER);
         }
@@ -267,6 +296,10 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         worker_stop = 1;
 
     w.bt.batch_max = q->batch_size;
+    /* Span ids need to differ across processes and restarts, not to be secret. */
+    if (getrandom(&w.rng.s, sizeof(w.rng.s), 0) != (ssize_t)sizeof(w.rng.s))
+        w.rng.s = worker_now_us() ^ ((uint64_t)getpid() << 32);
+    w.bt.rng = &w.rng;
     bool mem = life_init(&w.life, q->batch_size, q->prefetch / 2 > 0 ? q->prefetch / 2 : 1) == 0;
     w.ids = calloc((size_t)q->batch_size, sizeof(*w.ids));
     w.id_lens = calloc((size_t)q->batch_size, sizeof(*w.id_lens));
@@ -309,6 +342,9 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     life_free(&w.life);
     free(w.ids);
     free(w.id_lens);
+    free(w.one.trace_text);
+    for (int i = 0; w.bmsg && i < q->batch_size; i++)
+        free(w.bmsg[i].trace_text);
     free(w.bmsg);
     free(w.bptr);
     free(w.bidx);

@@ -61,6 +61,7 @@ int worker_connect_db(worker_t *w)
     }
     if (worker_stop)
         return WORKER_EXIT_STOPPED;
+    __atomic_store_n(&w->slot->db_max_connections, w->db->max_connections, __ATOMIC_RELAXED);
     w->bt.batch_max = w->q->batch_size;
     int cap = w->conf->database.galera_max_batch;
     if (w->db->galera && cap > 0 && w->bt.batch_max > cap) {
@@ -257,7 +258,7 @@ int worker_check_db(worker_t *w)
         return -1;
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     if (w->h->abi_minor >= 3)
-        chores_set_sweep(&w->chores, worker_sweep, w);
+        chores_set_sweep(&w->chores, worker_sweep_peek, worker_sweep, w);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     return 0;
 }

@@ -32,6 +32,8 @@ typedef struct worker_hmsg {
     idemd_message_t msg;
     char exchange[256], rkey[256], ctype[256], uid[256], appid[256];
     idemd_header_t headers[WORKER_MAX_HEADERS];
+    char *trace_text; /* tracestate and baggage, NUL-terminated (grown as needed; owned) */
+    size_t trace_cap;
 } worker_hmsg_t;
 
 /* One worker process's context, on worker_main's stack for the process's life. */
@@ -75,6 +77,7 @@ typedef struct worker {
     int keys_reread_ms;      /* how often: RELAY_KEY_REREAD_MS, or the test knob */
     int undecodable_streak;  /* requeued undecodable ones in a row (no dead-lettering) */
     stall_t *stall;          /* handler_timeout's watchdog (NULL: plain alarm()) */
+    trace_rng_t rng;         /* span ids: seeded from getrandom at start */
 } worker_t;
 
 /* Set by SIGTERM / SIGINT (or a dead supervisor): finish the batch and exit. */
@@ -112,7 +115,8 @@ int worker_undecodable(worker_t *w); /* 0, or an exit code */
 int worker_transact(worker_t *w); /* 0, or -1: the database cannot be trusted */
 int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd_publish_t *p,
                    char *err, size_t errlen);
-int worker_sweep(void *arg); /* a chore: 0, or -1 when the database failed */
+int worker_sweep_peek(void *arg); /* the sweeper's look: 1 rows, 0 none, -1 database failed */
+int worker_sweep(void *arg);      /* a chore: 0, or -1 when the database failed */
 
 /* worker_ops.c: wire batch.c, settle.c and guard.c to this worker's broker and database. */
 void worker_wire(worker_t *w);

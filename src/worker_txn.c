@@ -4,8 +4,10 @@
 #include "worker_int.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "delivery.h"
@@ -14,12 +16,20 @@
 #define WORKER_RELAY_SLICES 1000 /* outbox slices after a COMMIT: all the batch's rows */
 #define WORKER_SWEEP_SLICES 20   /* outbox slices per sweep (500 rows, 16 MiB each) */
 
-/* A handler call that started at t0 (worker_now_us) ended: one observation of its duration. */
-static void worker_handler_time(worker_t *w, uint64_t t0)
+/* A handler call that started at t0 (worker_now_us) ended: one observation of its duration,
+ * with tc's trace as its bucket's exemplar (tc NULL or without a trace: none). */
+static void worker_handler_time(worker_t *w, uint64_t t0, const trace_ctx_t *tc)
 {
     static const uint64_t bounds[] = METRICS_HANDLER_BOUNDS;
-    metrics_observe(w->slot->c.handler, &w->slot->c.handler_sum_us, bounds, METRICS_HANDLER_N,
-                    worker_now_us() - t0);
+    uint64_t v = worker_now_us() - t0;
+    int b = metrics_observe(w->slot->c.handler, &w->slot->c.handler_sum_us, bounds,
+                            METRICS_HANDLER_N, v);
+    if (tc && tc->has) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        metrics_exemplar_put(&w->slot->c.handler_ex[b], tc->trace_id, tc->span_id, v,
+                             (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+    }
 }
 
 /* Copy AMQP bytes into a NUL-terminated buffer (truncating). */
@@ -30,6 +40,39 @@ static const char *worker_cstr(amqp_bytes_t b, char *buf, size_t len)
         memcpy(buf, b.bytes, n);
     buf[n] = '\0';
     return buf;
+}
+
+/*
+ * The delivery's tracestate and baggage as NUL-terminated strings in hm's
+ * own buffer (grown as needed): "" when absent, or when out of memory.
+ */
+static void worker_trace_text(worker_hmsg_t *hm, const trace_ctx_t *tc)
+{
+    idemd_message_t *msg = &hm->msg;
+    size_t need = tc->state_len + tc->baggage_len + 2;
+    msg->tracestate = "";
+    msg->baggage = "";
+    if (tc->state == NULL && tc->baggage == NULL)
+        return;
+    if (need > hm->trace_cap) {
+        char *b = realloc(hm->trace_text, need);
+        if (b == NULL)
+            return;
+        hm->trace_text = b;
+        hm->trace_cap = need;
+    }
+    char *p = hm->trace_text;
+    if (tc->state) {
+        memcpy(p, tc->state, tc->state_len);
+        p[tc->state_len] = '\0';
+        msg->tracestate = p;
+        p += tc->state_len + 1;
+    }
+    if (tc->baggage) {
+        memcpy(p, tc->baggage, tc->baggage_len);
+        p[tc->baggage_len] = '\0';
+        msg->baggage = p;
+    }
 }
 
 /*
@@ -65,6 +108,10 @@ static void worker_fill_msg(worker_t *w, int i, const txn_msg_t *t, worker_hmsg_
     msg->app_id = (p->_flags & AMQP_BASIC_APP_ID_FLAG)
                       ? worker_cstr(p->app_id, hm->appid, sizeof(hm->appid))
                       : "";
+    msg->traceparent = m->trace.traceparent;
+    msg->trace_id = m->trace.trace_id;
+    msg->span_id = m->trace.span_id;
+    worker_trace_text(hm, &m->trace);
 }
 
 /*
@@ -111,7 +158,7 @@ static idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned 
     worker_timer_on(w);
     uint64_t t0 = worker_now_us();
     idemd_result_t r = w->h->handle(w->state, w->db->my, &w->one.msg, t->reason, sizeof(t->reason));
-    worker_handler_time(w, t0);
+    worker_handler_time(w, t0, &w->life.batch.m[i].trace);
     worker_timer_off(w);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
     *err = mysql_errno(w->db->my);
@@ -143,7 +190,12 @@ static int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_r
     worker_timer_on(w);
     uint64_t t0 = worker_now_us();
     int rc = w->h->handle_batch(w->state, w->db->my, w->bptr, (size_t)k, r, w->berr, errlen);
-    worker_handler_time(w, t0);
+    /* One observation for the batch: its exemplar is the first traced message's. */
+    const trace_ctx_t *tc = NULL;
+    for (int j = 0; j < k && tc == NULL; j++)
+        if (w->life.batch.m[w->bidx[j]].trace.has)
+            tc = &w->life.batch.m[w->bidx[j]].trace;
+    worker_handler_time(w, t0, tc);
     worker_timer_off(w);
     *err = mysql_errno(w->db->my);
     for (int j = 0; j < k; j++) {
@@ -238,9 +290,16 @@ int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd
                  "needs its own msg_id");
         return -1;
     }
+    /* The context is captured now, not when the relay sends: the onward message's own span
+     * (a child of the processing span) and the source's tracestate and baggage. */
+    const trace_ctx_t *tc = &w->life.batch.m[i].trace;
+    char child[TRACE_PARENT_LEN + 1];
+    outbox_trace_t tr = {NULL, tc->state, tc->state_len, tc->baggage, tc->baggage_len};
+    if (trace_child(tc, trace_rng_next(&w->rng), child))
+        tr.traceparent = child;
     w->outbox_used = true;
     return outbox_add(w->outbox, w->life.batch.t[i].id, w->life.batch.t[i].id_len,
-                      w->life.batch.m[i].pub_seq++, p, err, errlen);
+                      w->life.batch.m[i].pub_seq++, p, &tr, err, errlen);
 }
 
 /*
@@ -283,6 +342,31 @@ static void worker_relay(worker_t *w)
     }
 }
 
+/* Publish what the outbox holds (outbox_depth) in the slot, for /status and metrics. */
+static void worker_show_depth(worker_t *w, const outbox_depth_t *d)
+{
+    __atomic_store_n(&w->slot->outbox_rows, (int64_t)d->rows, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_retrying, (int64_t)d->retrying, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_exhausted, (int64_t)d->exhausted, __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(d->oldest_s * 1e6), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
+}
+
+/*
+ * Before the sweeper takes its lease: count the consumer's outbox rows (one
+ * read, its transaction rolled back) and show them. 1 when there are rows
+ * to look at, 0 when none, -1 when the database failed.
+ */
+int worker_sweep_peek(void *arg)
+{
+    worker_t *w = arg;
+    outbox_depth_t d;
+    if (outbox_depth(w->outbox, &d) != 0)
+        return db_classify(mysql_errno(w->db->my)) == DB_ERR_CONNECTION ? -1 : 1;
+    worker_show_depth(w, &d);
+    return d.rows > 0 ? 1 : 0;
+}
+
 /* The outbox sweeper (a chore, one runner at a time): rows a dead worker left behind. */
 int worker_sweep(void *arg)
 {
@@ -301,13 +385,8 @@ int worker_sweep(void *arg)
         log_info("outbox: sweeper sent %d onward message(s) left behind", n);
     }
     outbox_depth_t d;
-    if (outbox_depth(w->outbox, &d) == 0) {
-        __atomic_store_n(&w->slot->outbox_rows, (int64_t)d.rows, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_retrying, (int64_t)d.retrying, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_exhausted, (int64_t)d.exhausted, __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(d.oldest_s * 1e6), __ATOMIC_RELAXED);
-        __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
-    }
+    if (outbox_depth(w->outbox, &d) == 0)
+        worker_show_depth(w, &d);
     return 0;
 }
 

@@ -1,4 +1,4 @@
--- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id); reconcile_runs logs counter.so's reconcile() runs; counter_flags switches counter.so's behaviour.
+-- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id); reconcile_runs logs counter.so's reconcile() runs; counter_flags switches counter.so's behaviour; trace_seen holds the trace context counter.so saw.
 CREATE TABLE IF NOT EXISTS effects (
     queue VARCHAR(128) NOT NULL,
     msg_id VARBINARY(255) NOT NULL,
@@ -15,4 +15,14 @@ CREATE TABLE IF NOT EXISTS reconcile_runs (
 CREATE TABLE IF NOT EXISTS counter_flags (
     name VARCHAR(64) NOT NULL,
     PRIMARY KEY (name)
+) ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS trace_seen (
+    id BIGINT NOT NULL AUTO_INCREMENT,
+    msg_id VARBINARY(255) NOT NULL,
+    traceparent VARCHAR(64) NOT NULL,
+    tracestate TEXT NOT NULL,
+    baggage TEXT NOT NULL,
+    trace_id VARCHAR(32) NOT NULL,
+    span_id VARCHAR(16) NOT NULL,
+    PRIMARY KEY (id)
 ) ENGINE=InnoDB;

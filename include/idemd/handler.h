@@ -22,10 +22,13 @@ extern "C" {
  * host allocates the message and always fills them; a 1.0 plugin never
  * reads them); 1.2 appended handle_batch to idemd_handler_t (read only
  * from plugins that say abi_minor >= 2); 1.3 appended publish to
- * idemd_host_t (the transactional outbox; check host->abi_minor >= 3).
+ * idemd_host_t (the transactional outbox; check host->abi_minor >= 3);
+ * 1.4 appended the W3C trace context (traceparent, tracestate, baggage,
+ * trace_id, span_id) to idemd_message_t (read them only when
+ * host->abi_minor >= 4).
  */
 #define IDEMD_HANDLER_ABI_MAJOR 1
-#define IDEMD_HANDLER_ABI_MINOR 3
+#define IDEMD_HANDLER_ABI_MINOR 4
 #define IDEMD_HANDLER_SYMBOL "idemd_handler"
 
 /* The MySQL/MariaDB connection type (MYSQL in <mysql.h>). */
@@ -85,6 +88,18 @@ typedef struct idemd_message {
      * is whatever the publisher says. */
     const char *user_id;
     const char *app_id;
+    /* ABI 1.4 (read only when host->abi_minor >= 4): the message's W3C trace
+     * context, each "" when absent or malformed (never an error).
+     * traceparent is the incoming header (version 00 form); tracestate only
+     * with a valid traceparent; baggage on its own. trace_id is the
+     * traceparent's; span_id is idemd's processing span for this delivery
+     * (new per delivery, a child of the traceparent's parent-id; the span
+     * id in idemd's log lines). "" for both without a traceparent. */
+    const char *traceparent;
+    const char *tracestate;
+    const char *baggage;
+    const char *trace_id;
+    const char *span_id;
 } idemd_message_t;
 
 /* The handler's settings group from the queue's "settings" in the config. */

@@ -11,7 +11,7 @@ h_sql "DROP TABLE idemd_attempt;
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; } );
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; } );
 CONF
 } >idemd.conf
 chmod go= idemd.conf

@@ -23,11 +23,11 @@ h_sql "INSERT INTO orders(id) VALUES (1)"
     h_conf_common "$db"
     cat <<CONF
 queues = (
-  { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; retry_delays_ms = [ 100 ]; },
-  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; retry_delays_ms = [ 100 ];
+  { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; retry_delays_ms = [ 100 ]; },
+  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; retry_delays_ms = [ 100 ];
     max_batch_bytes = 1048576; batch_wait_ms = 2000; },
-  { name = "$qp"; handler = "$H_PLUGINS/order_pay.so"; retry_delays_ms = [ 100 ]; },
-  { name = "$qx"; handler = "$H_TEST_PLUGINS/counter.so"; retry_delays_ms = [ 100 ];
+  { name = "$qp"; handler = "$H_PLUGINS/order_pay.so"; workers = 1; retry_delays_ms = [ 100 ]; },
+  { name = "$qx"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; retry_delays_ms = [ 100 ];
     max_body_bytes = 8388608; max_attempts = 2; }
 );
 CONF

@@ -12,11 +12,11 @@ h_sql "CREATE TABLE x (v INT)"
     h_conf_common "$db"
     cat <<CONF
 queues = (
-  { name = "$qm"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3; retry_delays_ms = [ 100 ];
+  { name = "$qm"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; max_attempts = 3; retry_delays_ms = [ 100 ];
     max_body_bytes = 16777216; },
-  { name = "$qh"; handler = "$H_TEST_PLUGINS/counter.so"; id_header = "x-id"; max_attempts = 3;
+  { name = "$qh"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; id_header = "x-id"; max_attempts = 3;
     retry_delays_ms = [ 100 ]; },
-  { name = "$qp"; handler = "$H_PLUGINS/order_pay.so"; max_attempts = 3; retry_delays_ms = [ 100 ]; }
+  { name = "$qp"; handler = "$H_PLUGINS/order_pay.so"; workers = 1; max_attempts = 3; retry_delays_ms = [ 100 ]; }
 );
 CONF
 } >idemd.conf

@@ -9,8 +9,8 @@ c_fresh_queues "$qa" "$qa.dlq" "$qb" "$qb.dlq"
     h_conf_common "$db"
     cat <<CONF
 queues = (
-  { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; batch_size = 100; batch_wait_ms = 20; },
-  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; batch_size = 10; settings = { sleep_ms = 5; }; }
+  { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; batch_size = 100; batch_wait_ms = 20; },
+  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; batch_size = 10; settings = { sleep_ms = 5; }; }
 );
 CONF
 } >idemd.conf

@@ -14,9 +14,9 @@ queues()
 {
     cat <<CONF
 queues = (
-  { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; handler_timeout = 2; max_attempts = 2;
+  { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; handler_timeout = 2; max_attempts = 2;
     batch_size = 20; batch_wait_ms = 20; },
-  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; handler_timeout = 2; max_attempts = 2;
+  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; handler_timeout = 2; max_attempts = 2;
     batch_size = 20; batch_wait_ms = 20; dedup = "none"; }
 );
 CONF

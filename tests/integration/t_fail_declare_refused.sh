@@ -16,8 +16,8 @@ h_mq declare "$qbad" --dlq "$qbad.theirs"
 {
     H_LOG_LEVEL=info h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$qbad"; handler = "$H_TEST_PLUGINS/counter.so"; },
-           { name = "$qok"; handler = "$H_TEST_PLUGINS/counter.so"; } );
+queues = ( { name = "$qbad"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; },
+           { name = "$qok"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; } );
 CONF
 } >idemd.conf
 # READY=1 comes although qbad does not consume: the other queue works.

@@ -7,7 +7,7 @@ c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; dedup = "none"; max_attempts = 2; } );
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; dedup = "none"; max_attempts = 2; } );
 CONF
 } >idemd.conf
 h_daemon_start idemd.conf idemd.log

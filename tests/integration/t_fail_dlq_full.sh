@@ -11,7 +11,7 @@ trap 'h_rabbitmqctl clear_policy "$policy" >/dev/null 2>&1 || true' EXIT
     # heartbeat = 2: retrying held copies must not cost the consuming connection its heartbeats.
     h_conf_common "$db" | sed 's/heartbeat = 30/heartbeat = 2/'
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3; } );
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; max_attempts = 3; } );
 CONF
 } >idemd.conf
 h_daemon_start idemd.conf idemd.log

@@ -7,7 +7,7 @@ c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 200; batch_size = 20;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = 200; batch_size = 20;
              max_attempts = 1; settings = { sleep_ms = 2; }; } );
 CONF
 } >idemd.conf

@@ -7,7 +7,7 @@ c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3; } );
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; max_attempts = 3; } );
 CONF
 } >idemd.conf
 # d1 was committed long ago; its crash count already stands at max_attempts, as after three

@@ -7,7 +7,7 @@ c_fresh_queues "$q" "$q.dlq" "$q.retry.200"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 1;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; max_attempts = 1;
              retry_delays_ms = [ 200 ]; settings = { sleep_ms = 3000; }; } );
 CONF
 } >idemd.conf

@@ -8,7 +8,7 @@ c_fresh_queues "$q" "$dlq"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; handler_timeout = 2; max_attempts = 2;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; handler_timeout = 2; max_attempts = 2;
              batch_size = 100; batch_wait_ms = 20; } );
 CONF
 } >idemd.conf

@@ -11,7 +11,7 @@ trap 'h_rabbitmqctl clear_policy "$policy" >/dev/null 2>&1 || true' EXIT
     # heartbeat = 2 caps the pause after a requeue at 1 s; prefetch = 4 holds two messages.
     h_conf_common "$db" | sed 's/heartbeat = 30/heartbeat = 2/'
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 1;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; max_attempts = 1;
              prefetch = 4; batch_size = 2; } );
 CONF
 } >idemd.conf

@@ -10,7 +10,7 @@ c_fresh_queues "$q" "$q.dlq" "$q.retry.200"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 10; batch_size = 10;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = 10; batch_size = 10;
              batch_wait_ms = 1500; max_attempts = 5; retry_delays_ms = [ 200 ]; } );
 CONF
 } >idemd.conf

@@ -52,12 +52,12 @@ chmod +x idemd-wd
     # the slow batch (10 s) stays under two heartbeats.
     h_conf_common "$db" | sed 's/heartbeat = 30/heartbeat = 12/'
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; batch_size = 20;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; batch_size = 20;
              max_attempts = 3; retry_delays_ms = [ 200 ]; },
-           { name = "$qs"; handler = "$H_TEST_PLUGINS/counter.so"; batch_size = 11; prefetch = 11;
+           { name = "$qs"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; batch_size = 11; prefetch = 11;
              max_body_bytes = 33554432; # phase C needs its 20 MB copy whole
              batch_wait_ms = 2000; max_attempts = 3; retry_delays_ms = [ 200 ]; settings = { sleep_ms = 1000; }; },
-           { name = "$qo"; handler = "$H_TEST_PLUGINS/counter.so"; } );
+           { name = "$qo"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; } );
 CONF
 } >idemd.conf
 export IDEMD=$PWD/idemd-wd

@@ -7,7 +7,7 @@ c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 50; batch_size = 10;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = 50; batch_size = 10;
              settings = { sleep_ms = 5; }; } );
 CONF
 } >idemd.conf

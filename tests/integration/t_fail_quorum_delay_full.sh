@@ -20,7 +20,7 @@ h_rabbitmqctl eval "application:set_env(rabbit, $env_key, 1000)." >/dev/null
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; retry_delays_ms = [ 8000 ];
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; retry_delays_ms = [ 8000 ];
              declare = { quorum = true;
                          arguments = { x-max-length = 1; x-overflow = "reject-publish"; }; }; } );
 CONF

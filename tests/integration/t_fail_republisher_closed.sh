@@ -9,7 +9,7 @@ c_fresh_queues "$q" "$q.dlq" "$q.retry.200"
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 50;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = 50;
              batch_size = 20; retry_delays_ms = [ 200 ]; } );
 CONF
 } >idemd.conf

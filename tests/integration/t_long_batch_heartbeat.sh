@@ -7,7 +7,7 @@ c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db" | sed 's/heartbeat = 30/heartbeat = 2/'
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = 40; batch_size = 20;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = 40; batch_size = 20;
              batch_wait_ms = 500; settings = { sleep_ms = 300; }; } );
 CONF
 } >idemd.conf

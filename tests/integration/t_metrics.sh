@@ -21,7 +21,7 @@ m_conf()
     sed 's/shutdown_timeout = 30;/shutdown_timeout = 30; reconcile_interval = 1;/' <<<"$(h_conf_common "$db")"
     cat <<CONF
 metrics = { listen = "127.0.0.1:$1"; };
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = $2;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = $2;
              batch_size = 50; max_attempts = 2; retry_delays_ms = [ 100 ]; handler_timeout = 1;
              record_retention_days = 5; } );
 CONF

@@ -26,7 +26,7 @@ conf()
     cat <<CONF
 metrics = { listen = "127.0.0.1:$mport";
             token_file = "$PWD/$1"; };
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; } );
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; } );
 CONF
 }
 # code PATH [CURL ARGS]: the HTTP status of GET PATH.

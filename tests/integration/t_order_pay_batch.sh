@@ -12,9 +12,9 @@ h_sql "INSERT INTO orders(id) VALUES $ids; INSERT INTO orders_single(id) VALUES 
     h_conf_common "$db"
     cat <<CONF
 queues = (
-  { name = "$qb"; handler = "$H_PLUGINS/order_pay.so"; prefetch = 200; batch_size = 100;
+  { name = "$qb"; handler = "$H_PLUGINS/order_pay.so"; workers = 1; prefetch = 200; batch_size = 100;
     batch_wait_ms = 300; settings = { table = "orders"; }; },
-  { name = "$qm"; handler = "$H_PLUGINS/order_pay.so"; prefetch = 200; batch_size = 100;
+  { name = "$qm"; handler = "$H_PLUGINS/order_pay.so"; workers = 1; prefetch = 200; batch_size = 100;
     batch_wait_ms = 300; batch_handler = false; settings = { table = "orders_single"; }; }
 );
 CONF

@@ -14,8 +14,8 @@ echo "# RabbitMQ major version $major" >&2
     h_conf_common "$db"
     cat <<CONF
 queues = (
-  { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; declare = { quorum = true; }; },
-  { name = "$qu"; handler = "$H_TEST_PLUGINS/counter.so"; declare = { quorum = true; }; }
+  { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; declare = { quorum = true; }; },
+  { name = "$qu"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; declare = { quorum = true; }; }
 );
 CONF
 } >idemd.conf

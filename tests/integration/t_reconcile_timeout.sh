@@ -6,7 +6,7 @@ h_new_db "$db"
     h_conf_common "$db" |
         sed 's/shutdown_timeout = 30;/shutdown_timeout = 30; reconcile_interval = 1; reconcile_timeout = 1;/'
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; settings = { reconcile_sleep_ms = 5000; }; } );
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; settings = { reconcile_sleep_ms = 5000; }; } );
 CONF
 } >idemd.conf
 grep -q 'reconcile_timeout = 1;' idemd.conf || h_fail "could not set reconcile_timeout"

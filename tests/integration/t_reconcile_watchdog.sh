@@ -18,7 +18,7 @@ rw_conf()
     h_conf_common "$db" |
         sed "s/shutdown_timeout = 30;/shutdown_timeout = 30; reconcile_interval = 3600; reconcile_timeout = $1;/"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; settings = { reconcile_sleep_ms = $2; }; } );
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; settings = { reconcile_sleep_ms = $2; }; } );
 CONF
 }
 

@@ -18,7 +18,7 @@ h_mq declare "$q" --dlq "$q.dlq" # as idemd declares it: s1 waits there before a
 {
     h_conf_common "$db"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; max_attempts = 3;
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; max_attempts = 3;
              retry_delays_ms = [ 20000, 1000 ]; } );
 CONF
 } >idemd.conf

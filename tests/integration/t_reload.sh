@@ -11,7 +11,7 @@ conf_a()
 queues = (
   { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; batch_size = 20;
     settings = { sleep_ms = 1; }; },
-  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; }
+  { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; }
 );
 CONF
 }
@@ -22,7 +22,7 @@ conf_b()
 queues = (
   { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = 50;
     batch_size = 10; settings = { sleep_ms = 1; }; },
-  { name = "$qc"; handler = "$H_TEST_PLUGINS/counter.so"; }
+  { name = "$qc"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; }
 );
 CONF
 }

@@ -11,8 +11,8 @@ conf()
     H_LOG_LEVEL=$1 h_conf_common "$db"
     cat <<CONF
 queues = (
-  { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; prefetch = $2; batch_size = 10; },
-  { name = "$qs"; handler = "$H_TEST_PLUGINS/counter.so"; settings = { blob = "$blob"; }; }
+  { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; prefetch = $2; batch_size = 10; },
+  { name = "$qs"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; settings = { blob = "$blob"; }; }
 );
 CONF
 }

@@ -18,7 +18,7 @@ trap h_notify_stop EXIT
     h_conf_common "$db"
     cat <<CONF
 queues = ( { name = "$qa"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; },
-           { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; } );
+           { name = "$qb"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; } );
 CONF
 } >idemd.conf
 # A backlog waits in qa: a refused worker must take none of it.

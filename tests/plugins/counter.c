@@ -21,7 +21,9 @@
  * to test that a handler's reason cannot forge a log line; "load-local" -> LOAD DATA
  * LOCAL INFILE '/etc/hostname' INTO TABLE load_local: OK if the client sent the file,
  * REJECT with the error if it refused; "whoami" -> REJECT with "whoami user_id=U
- * app_id=A" (ABI 1.1 fields). Anything else -> OK.
+ * app_id=A" (ABI 1.1 fields); "trace" -> OK after writing the message's
+ * trace context (ABI 1.4 fields) into trace_seen (tests/schema.sql), "trace-retry"
+ * -> the same, then RETRY every time (the row is rolled back). Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
@@ -159,6 +161,29 @@ static void counter_sleep_ms(long long ms)
         ;
 }
 
+/* Write msg's trace context (ABI 1.4) into trace_seen. 0, or -1 with err. */
+static int counter_trace_seen(MYSQL *db, const idemd_message_t *msg, char *err, size_t errlen)
+{
+    const char *v[] = {msg->traceparent, msg->tracestate, msg->baggage, msg->trace_id,
+                       msg->span_id};
+    char sql[2 * (512 + 5 * 8192) + 300], *o = sql;
+    size_t idl = msg->msg_id_len < 255 ? msg->msg_id_len : 255;
+    o += sprintf(o, "INSERT INTO trace_seen (msg_id, traceparent, tracestate, baggage, trace_id, "
+                    "span_id) VALUES ('");
+    o += mysql_real_escape_string(db, o, msg->msg_id, (unsigned long)idl);
+    for (int i = 0; i < 5; i++) {
+        size_t n = strnlen(v[i], 8192);
+        o += sprintf(o, "', '");
+        o += mysql_real_escape_string(db, o, v[i], (unsigned long)n);
+    }
+    strcpy(o, "')");
+    if (mysql_query(db, sql) != 0) {
+        snprintf(err, errlen, "trace_seen: %s", mysql_error(db));
+        return -1;
+    }
+    return 0;
+}
+
 static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
                                      size_t errlen)
 {
@@ -194,6 +219,15 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
     if (counter_body_is(msg, "whoami")) { /* ABI 1.1: who published, in the reason */
         snprintf(err, errlen, "whoami user_id=%s app_id=%s", msg->user_id, msg->app_id);
         return IDEMD_RESULT_REJECT;
+    }
+    if (counter_body_is(msg, "trace") || counter_body_is(msg, "trace-retry")) {
+        if (counter_trace_seen(db, msg, err, errlen) != 0)
+            return IDEMD_RESULT_RETRY;
+        if (counter_body_is(msg, "trace-retry")) {
+            snprintf(err, errlen, "test trace-retry");
+            return IDEMD_RESULT_RETRY;
+        }
+        return IDEMD_RESULT_OK;
     }
     if (counter_body_is(msg, "reject")) {
         snprintf(err, errlen, "test reject");

@@ -168,7 +168,10 @@ static void test_defaults(void)
        "a relative handler path is taken from the config file's directory, made absolute");
     ok(q->consumer && strcmp(q->consumer, "orders.pay") == 0, "consumer defaults to the name");
     ok(q->prefetch == 1000, "prefetch default 1000");
-    ok(q->workers == 1, "workers default 1");
+    ok(q->workers == CONF_WORKERS_AUTO && q->workers_min == 1 &&
+           q->workers_max == CONF_WORKERS_AUTO,
+       "workers default \"auto\", workers_min 1, workers_max \"auto\"");
+    ok(c->db_connection_budget == CONF_WORKERS_AUTO, "db_connection_budget default \"auto\"");
     ok(q->dedup == CONF_DEDUP_TABLE, "dedup default table");
     ok(q->id_header == NULL, "id_header default unset (message_id property)");
     ok(q->batch_size == 500 && q->batch_wait_ms == 0, "batch_size 500, batch_wait_ms 0");
@@ -285,6 +288,20 @@ static void test_range_errors(void)
                  "queues.[0].workers: must be between 1 and 64 (got 0)");
     expect_error("workers 65", DB Q1("    workers = 65;\n"), "workers",
                  "queues.[0].workers: must be between 1 and 64 (got 65)");
+    expect_error("workers a word", DB Q1("    workers = \"many\";\n"), "workers",
+                 "queues.[0].workers: must be an integer between 1 and 64 or \"auto\" (got "
+                 "\"many\")");
+    expect_error("workers a float", DB Q1("    workers = 2.5;\n"), "workers",
+                 "queues.[0].workers: must be an integer between 1 and 64 or \"auto\" (got a "
+                 "float)");
+    expect_error("workers_max 0", DB Q1("    workers_max = 0;\n"), "workers_max",
+                 "queues.[0].workers_max: must be between 1 and 64 (got 0)");
+    expect_error("workers_min over workers_max",
+                 DB Q1("    workers_min = 5;\n    workers_max = 4;\n"), "workers_min",
+                 "queues.[0].workers_min: 5 is more than workers_max = 4");
+    expect_error("db_connection_budget 0", "daemon = { db_connection_budget = 0; };\n" DB Q1(""),
+                 "db_connection_budget",
+                 "daemon.db_connection_budget: must be between 1 and 100000 (got 0)");
     expect_error("batch_size 0", DB Q1("    batch_size = 0;\n"), "batch_size",
                  "queues.[0].batch_size: must be between 1 and 1000 (got 0)");
     expect_error("batch_size 1001", DB Q1("    batch_size = 1001;\n"), "batch_size",
@@ -1260,12 +1277,18 @@ static void test_dump(void)
         "    bindings = ( { exchange = \"e\"; routing_key = \"k\"; }, { exchange = \"f\"; } ); };\n"
         "  settings = { table = \"orders\"; db_password = \"plugin-secret\"; ratio = 0.25;\n"
         "    big = 1e300; list = ( 1, \"two\", { three = 3; } ); arr = [ true, false ]; };\n"
-        "}, { name = \"r\"; handler = \"r.so\"; } );\n",
+        "}, { name = \"r\"; handler = \"r.so\"; workers = 3; workers_max = \"Auto\"; } );\n",
         pw);
     conf_t *c = must_load("config to dump", text);
     if (!c)
         return;
     char *d1 = dump_to_string(c);
+    ok(c->queues[0].workers == CONF_WORKERS_AUTO && c->queues[1].workers == 3 &&
+           c->queues[1].workers_max == CONF_WORKERS_AUTO,
+       "workers: \"auto\" by default, a number, and the word in any case");
+    ok(strstr(d1, "workers = \"auto\";") && strstr(d1, "workers = 3;") &&
+           strstr(d1, "workers_max = \"auto\";") && strstr(d1, "db_connection_budget = \"auto\";"),
+       "dump: \"auto\" as a word, a number as a number");
     ok(strstr(d1, "password = \"***\";") != NULL, "passwords masked as \"***\"");
     ok(!strstr(d1, "amqp-secret") && !strstr(d1, "hunter2"), "no password text in the dump");
     ok(!strstr(d1, "plugin-secret") && strstr(d1, "db_password = \"***\";"),

@@ -276,6 +276,14 @@ static void test_forging(void)
        "journal: IDEMD_MSG_ID carries the id's bytes (newline, NUL) as they are");
     log_fields_id(LOG_LEVEL_WARNING, "q", "c", NULL, 0, "h", "reject", "no id");
     ok(t_nfields == 8 && t_field("IDEMD_MSG_ID") == NULL, "journal: no id, no IDEMD_MSG_ID");
+    log_fields_trace(LOG_LEVEL_WARNING, "q", "c", "m", 1, "h", "reject",
+                     "0af7651916cd43dd8448eb211c80319c", "00f067aa0ba902b7", "traced");
+    ok(t_nfields == 11 && t_field_is("TRACE_ID", "0af7651916cd43dd8448eb211c80319c") &&
+           t_field_is("SPAN_ID", "00f067aa0ba902b7"),
+       "journal: a message's trace context as TRACE_ID= and SPAN_ID=");
+    log_fields_trace(LOG_LEVEL_WARNING, "q", "c", "m", 1, "h", "reject", "", NULL, "untraced");
+    ok(t_nfields == 9 && t_field("TRACE_ID") == NULL && t_field("SPAN_ID") == NULL,
+       "journal: no trace context, no TRACE_ID or SPAN_ID");
     log_set_journal_writer(NULL);
     log_set_target(LOG_TARGET_STDERR);
 }

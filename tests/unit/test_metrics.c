@@ -54,6 +54,8 @@ static void test_counters(void)
     q.c.n_copies[METRICS_COPY_DEAD_LETTER][METRICS_COPY_REFUSED] = 3;
     q.restarts[METRICS_EXIT_DATABASE] = 4;
     q.workers = 2;
+    q.workers_max = 4;
+    q.autoscaled = 1;
     q.consuming = 1;
     q.progress_age_s = 1.5;
     char *text = render(&q, 1);
@@ -66,6 +68,8 @@ static void test_counters(void)
     expect_line(text, "idemd_dead_letter_copies_total{queue=\"orders\",outcome=\"refused\"} 3");
     expect_line(text, "idemd_worker_restarts_total{queue=\"orders\",outcome=\"database\"} 4");
     expect_line(text, "idemd_workers{queue=\"orders\"} 2");
+    expect_line(text, "idemd_workers_max{queue=\"orders\"} 4");
+    expect_line(text, "idemd_workers_auto{queue=\"orders\"} 1");
     expect_line(text, "idemd_workers_consuming{queue=\"orders\"} 1");
     expect_line(text, "idemd_worker_progress_age_seconds{queue=\"orders\"} 1.500");
     free(text);
@@ -146,6 +150,8 @@ static void test_status_json(void)
     ok(strstr(doc, "\"queue\":\"orders\",\"workers\":3,\"consuming\":2,\"connecting\":0,"
                    "\"restarting\":1") != NULL,
        "status: workers by state");
+    ok(strstr(doc, "\"draining\":0,\"workers_mode\":\"fixed\",\"workers_max\":0") != NULL,
+       "status: workers mode and cap");
     ok(strstr(doc, "\"ok\":41") != NULL && strstr(doc, "\"crash\":4") != NULL,
        "status: messages and restarts");
     ok(strstr(doc, "\"time\":\"2023-11-14T22:13:20.123Z\"") != NULL &&
@@ -158,11 +164,54 @@ static void test_status_json(void)
     free(doc);
 }
 
+/* Exemplars: written by a worker, the newer kept when adding, shown only in OpenMetrics. */
+static void test_exemplars(void)
+{
+    metrics_queue_t q;
+    metrics_counters_t w1, w2;
+    memset(&q, 0, sizeof(q));
+    memset(&w1, 0, sizeof(w1));
+    memset(&w2, 0, sizeof(w2));
+    q.name = "q";
+    w1.handler[1] = 1;
+    metrics_exemplar_put(&w1.handler_ex[1], "0af7651916cd43dd8448eb211c80319c", "00f067aa0ba902b7",
+                         700, 1700000000123ULL);
+    w2.handler[1] = 1;
+    metrics_exemplar_put(&w2.handler_ex[1], "4bf92f3577b34da6a3ce929d0e0e4736", "b7ad6b7169203331",
+                         800, 1700000000000ULL);
+    metrics_exemplar_put(&w2.handler_ex[2], "not hex", "00f067aa0ba902b7", 1, 1);
+    ok(w1.handler_ex[1].seq == 2 && w2.handler_ex[2].when_ms == 0,
+       "an exemplar is written under its sequence; ids that are not hex are not");
+    metrics_counters_add(&q.c, &w2);
+    metrics_counters_add(&q.c, &w1);
+    ok(q.c.handler[1] == 2 && q.c.handler_ex[1].when_ms == 1700000000123ULL,
+       "adding: buckets add up, the newer exemplar stays");
+    char *text = render(&q, 1);
+    ok(strstr(text, " # {") == NULL && strstr(text, "# EOF") == NULL,
+       "plain Prometheus text: no exemplars, no EOF");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"0.001\"} 2");
+    free(text);
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    metrics_render_openmetrics(out, &q, 1, "9.8.7");
+    fclose(out);
+    expect_line(text,
+                "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"0.001\"} 2 # "
+                "{trace_id=\"0af7651916cd43dd8448eb211c80319c\",span_id=\"00f067aa0ba902b7\"} "
+                "0.000700 1700000000.123");
+    expect_line(text, "idemd_handler_duration_seconds_bucket{queue=\"q\",le=\"0.0025\"} 2");
+    expect_line(text, "# TYPE idemd_messages counter");
+    expect_line(text, "idemd_messages_total{queue=\"q\",outcome=\"ok\"} 0");
+    ok(len > 6 && strcmp(text + len - 6, "# EOF\n") == 0, "OpenMetrics ends with # EOF");
+    free(text);
+}
+
 int main(void)
 {
     test_counters();
     test_status_json();
     test_histograms();
     test_escaping_and_adding();
+    test_exemplars();
     return done();
 }

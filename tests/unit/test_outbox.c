@@ -19,6 +19,9 @@ static struct {
     int commits, rollbacks, fail_remove; /* fail_remove: the next remove fails with it */
     int vanish; /* row vanish-1 is deleted between the two reads of a slice (another relay) */
     char msg_id[F_ROWS][32];
+    bool trace;                 /* rows carry a captured trace context */
+    unsigned char own_hdr[128]; /* row 2's own headers (a handler's traceparent) */
+    size_t own_len;
 } T;
 
 /* The broker's script: what each publish of a round gets ('a' ack, 'r' return, 'n' nack,
@@ -31,6 +34,8 @@ static struct {
     bool open;
     int published, dead;
     char dead_error[300];
+    char tp[16][64], ts[16][64], bg[16][64]; /* each publish's trace headers, "" when none */
+    int n_tp[16];                            /* how many traceparent headers it had */
 } B;
 
 static int f_due(void *ctx, const char *const *src, const size_t *src_len, int k, int grace_s,
@@ -72,6 +77,18 @@ static int f_fetch(void *ctx, const unsigned long long *ids, int n, outbox_msg_t
         m->body = "{}";
         m->body_len = 2;
         m->attempts = T.attempts[r];
+        if (T.trace) {
+            m->traceparent = "00-0af7651916cd43dd8448eb211c80319c-00000000000000aa-01";
+            m->traceparent_len = 55;
+            m->tracestate = "rojo=1";
+            m->tracestate_len = 6;
+            m->baggage = "k=v";
+            m->baggage_len = 3;
+        }
+        if (r == 1 && T.own_len) {
+            m->headers = T.own_hdr;
+            m->headers_len = T.own_len;
+        }
     }
     return 0;
 }
@@ -144,6 +161,21 @@ static int b_publish(void *ctx, const char *exchange, const char *routing_key,
         return -1; /* fails here (out of memory, say); the channel stays usable */
     B.fate[B.n] = f;
     snprintf(B.to[B.n], sizeof(B.to[0]), "%s", routing_key);
+    B.tp[B.n][0] = B.ts[B.n][0] = B.bg[B.n][0] = '\0';
+    B.n_tp[B.n] = 0;
+    for (int i = 0; i < props->headers.num_entries; i++) {
+        const amqp_table_entry_t *e = &props->headers.entries[i];
+        char *to = NULL;
+        if (e->key.len == 11 && memcmp(e->key.bytes, "traceparent", 11) == 0)
+            to = B.tp[B.n], B.n_tp[B.n]++;
+        else if (e->key.len == 10 && memcmp(e->key.bytes, "tracestate", 10) == 0)
+            to = B.ts[B.n];
+        else if (e->key.len == 7 && memcmp(e->key.bytes, "baggage", 7) == 0)
+            to = B.bg[B.n];
+        if (to)
+            snprintf(to, 64, "%.*s", (int)e->value.value.bytes.len,
+                     (const char *)e->value.value.bytes.bytes);
+    }
     B.published++;
     if (strcmp(routing_key, "down") != 0 && f == 'a') {
         B.dead++;
@@ -321,6 +353,40 @@ static void test_relay(void)
     outbox_close(o);
 }
 
+/* The trace context captured into a row goes out as headers; a handler's own header wins. */
+static void test_relay_trace(void)
+{
+    static const unsigned char key[RELAY_KEY_LEN] = {1};
+    outbox_t *o = outbox_new_ops(&fake_db, NULL);
+    outbox_policy_t pol = {
+        .queue = "orders", .dlq = "orders.dlq", .max_attempts = 1, .backoff_ms = 100, .key = key};
+    static const char own[] = "00-11111111111111111111111111111111-2222222222222222-00";
+    idemd_header_t h = {"traceparent", IDEMD_HEADER_STRING, own, strlen(own), 0};
+
+    outbox_set_policy(o, &pol);
+    fake_reset(2, "aa");
+    T.trace = true;
+    ok(outbox_encode_headers(&h, 1, T.own_hdr, sizeof(T.own_hdr), &T.own_len) == 0,
+       "a handler's own traceparent encoded");
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 2, "relay: both sent");
+    ok(strcmp(B.tp[0], "00-0af7651916cd43dd8448eb211c80319c-00000000000000aa-01") == 0 &&
+           strcmp(B.ts[0], "rojo=1") == 0 && strcmp(B.bg[0], "k=v") == 0 && B.n_tp[0] == 1,
+       "the row's captured traceparent, tracestate and baggage are sent (%s)", B.tp[0]);
+    ok(strcmp(B.tp[1], own) == 0 && B.n_tp[1] == 1,
+       "a handler's own traceparent wins, once (%s, %d)", B.tp[1], B.n_tp[1]);
+
+    /* Refused and out of attempts: the dead letter keeps the context. */
+    fake_reset(1, "ra");
+    T.trace = true;
+    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    /* the dead letter went in a round of its own: B's index 0 */
+    ok(B.dead == 1 &&
+           strcmp(B.tp[0], "00-0af7651916cd43dd8448eb211c80319c-00000000000000aa-01") == 0 &&
+           strcmp(B.ts[0], "rojo=1") == 0 && strcmp(B.bg[0], "k=v") == 0,
+       "the dead letter of an onward message keeps its trace context");
+    outbox_close(o);
+}
+
 int main(void)
 {
     char a[OUTBOX_ID_MAX + 1], b[OUTBOX_ID_MAX + 1], big[300];
@@ -384,5 +450,6 @@ int main(void)
     ok(outbox_encode_headers(h, 3, buf, 8, &len) == -1, "too little room is refused");
 
     test_relay();
+    test_relay_trace();
     return done();
 }

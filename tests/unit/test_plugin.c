@@ -110,6 +110,10 @@ static void test_loader(void)
     ok_got(IDEMD_HANDLER_ABI_MINOR >= 1 &&
                offsetof(idemd_message_t, app_id) > offsetof(idemd_message_t, consumer),
            NULL, "ABI 1.1: user_id and app_id are appended after the 1.0 fields");
+    ok_got(IDEMD_HANDLER_ABI_MINOR >= 4 &&
+               offsetof(idemd_message_t, traceparent) > offsetof(idemd_message_t, app_id) &&
+               offsetof(idemd_message_t, span_id) + sizeof(const char *) == sizeof(idemd_message_t),
+           NULL, "ABI 1.4: the trace context is appended after the 1.1 fields");
 
     snprintf(ours, sizeof(ours), "(idemd speaks %d.%d)", IDEMD_HANDLER_ABI_MAJOR,
              IDEMD_HANDLER_ABI_MINOR);
