@@ -131,6 +131,10 @@ $(B)/tests/unit/test_guard: tests/unit/test_guard.c tests/unit/tap.h src/guard.c
 $(B)/tests/unit/test_order: tests/unit/test_order.c tests/unit/tap.h src/order.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/order.c src/delivery.c src/log.c $(LDLIBS)
 
+# test_framecount tests bench/framecount.h, the frame counter of bench/delayproxy.c (header-only).
+$(B)/tests/unit/test_framecount: tests/unit/test_framecount.c bench/framecount.h tests/unit/tap.h | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $<
+
 # test_log's module is log.c itself: the pattern above would link it twice.
 $(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/log.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
@@ -164,7 +168,7 @@ unit: check-build
 
 BENCH_TOOLS := $(patsubst bench/%.c,$(B)/bench/%,$(wildcard bench/*.c))
 
-$(B)/bench/%: bench/%.c | $(B)/bench
+$(B)/bench/%: bench/%.c $(wildcard bench/*.h) | $(B)/bench
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS) -lpthread
 
 $(B)/bench:
@@ -325,7 +329,7 @@ man-check: $(MANPAGES)
 clean:
 	rm -rf $(B) $(F)
 
-FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/unit/*.h tests/sim/*.c tests/sim/*.h tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c)
+FORMAT_FILES := $(wildcard src/*.c src/*.h src/plugins/*.c include/idemd/*.h tests/unit/*.c tests/unit/*.h tests/sim/*.c tests/sim/*.h tests/plugins/*.c tests/tools/*.c tests/fuzz/*.c bench/*.c bench/*.h)
 # The layout is clang-format 14's (Debian 12) with .clang-format: newer versions lay out some
 # constructs differently, so format-check uses clang-format-14 where it is installed, and only
 # says it skipped where another version is all there is (Debian 13 has 19).

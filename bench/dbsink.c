@@ -33,7 +33,9 @@
  *             [-t TIMEOUT_S] [-i INTERVAL_MS]
  *   Runs QUERY on one connection every INTERVAL_MS (default 50) until its first
  *   column reads EXPECTED, then prints the CLOCK_REALTIME of that moment in
- *   seconds ("1790000000.123456"). Exit 1 on timeout (default 300 s). With -Q,
+ *   seconds ("1790000000.123456"), and "queries=N" (how many it ran) to stderr,
+ *   for bench/run to subtract from the server's counters.
+ *   Exit 1 on timeout (default 300 s). With -Q,
  *   QUERY runs only once the cheap PRE reads PRE_EXPECTED, so that polling a
  *   full-table count does not load the server it measures.
  */
@@ -632,18 +634,24 @@ static int dbsink_wait(const dbsink_opts_t *o)
     MYSQL *my = dbsink_connect(o, 1);
     double deadline = dbsink_now(CLOCK_MONOTONIC) + o->timeout_s;
     char last[128] = "(nothing)";
+    long queries = 0;
     struct timespec pause = {o->interval_ms / 1000, (long)(o->interval_ms % 1000) * 1000000L};
 
     if (my == NULL)
         return 1;
     for (;;) {
         char pre[128] = "";
-        if (o->pre_query)
+        if (o->pre_query) {
             dbsink_scalar(my, o->pre_query, pre, sizeof(pre));
-        if (o->pre_query == NULL || strcmp(pre, o->pre_expected) == 0)
+            queries++;
+        }
+        if (o->pre_query == NULL || strcmp(pre, o->pre_expected) == 0) {
             dbsink_scalar(my, o->query, last, sizeof(last));
+            queries++;
+        }
         if (strcmp(last, o->expected) == 0) {
             printf("%.6f\n", dbsink_now(CLOCK_REALTIME));
+            fprintf(stderr, "queries=%ld\n", queries);
             mysql_close(my);
             return 0;
         }

@@ -29,6 +29,11 @@
  * with paid_exchange, each payment that marks an order paid also sends
  * {"orderId": N} there through idemd's transactional outbox (host ABI 1.3),
  * so the onward message exists if and only if the payment commits.
+ * log_table (unset: none): every payment the handler accepts (verdict OK)
+ * also gets a row INSERT INTO <log_table> (order_id, msg_id) VALUES (?, ?):
+ * a second prepared statement per message in handle(), one multi-row INSERT
+ * per batch in handle_batch(). It is what a typical two-statement handler
+ * costs; `make bench` measures it (schema: bench/order_pay_log.sql).
  */
 #include <idemd/handler.h>
 
@@ -55,6 +60,10 @@ typedef struct order_pay_state {
     MYSQL *db;          /* the connection the statements belong to */
     MYSQL_STMT *update; /* the payment */
     MYSQL_STMT *status; /* SELECT status: run only when the UPDATE changed nothing */
+    MYSQL_STMT *log;    /* INSERT INTO log_table, or NULL without settings.log_table */
+    MYSQL_BIND log_param[2];
+    unsigned long log_msg_id_len;
+    char log_table[ORDER_PAY_TABLE_MAX + 1];
     json_tokener *tok;  /* reused for every body */
     long long order_id; /* the parameter of both statements */
     int order_status;   /* the result of the SELECT */
@@ -67,6 +76,8 @@ typedef struct order_pay_state {
     size_t sql_size;
     long long *ids; /* handle_batch: each message's orderId (0: rejected), then the distinct ones */
     size_t ids_size;
+    char *log_sql; /* handle_batch's log INSERT, grown as needed */
+    size_t log_sql_size;
 } order_pay_state_t;
 
 static int order_pay_valid_table(const char *t)
@@ -89,10 +100,13 @@ static void order_pay_fini(void *state)
         mysql_stmt_close(st->update);
     if (st->status != NULL)
         mysql_stmt_close(st->status);
+    if (st->log != NULL)
+        mysql_stmt_close(st->log);
     if (st->tok != NULL)
         json_tokener_free(st->tok);
     free(st->sql);
     free(st->ids);
+    free(st->log_sql);
     free(st);
 }
 
@@ -119,11 +133,55 @@ static int order_pay_prepare(order_pay_state_t *st, const char *sql, MYSQL_STMT 
     return 0;
 }
 
+/* Prepare the log INSERT on st->db: order_id and msg_id, bound to st (msg_id set per call). */
+static int order_pay_prepare_log(order_pay_state_t *st, const char *log_table, char *err,
+                                 size_t errlen)
+{
+    char sql[160];
+
+    snprintf(st->log_table, sizeof(st->log_table), "%s", log_table);
+    snprintf(sql, sizeof(sql), "INSERT INTO `%s` (order_id, msg_id) VALUES (?, ?)", log_table);
+    st->log = mysql_stmt_init(st->db);
+    if (st->log == NULL) {
+        snprintf(err, errlen, "mysql error %u: %s", mysql_errno(st->db), mysql_error(st->db));
+        return -1;
+    }
+    memset(st->log_param, 0, sizeof(st->log_param));
+    st->log_param[0].buffer_type = MYSQL_TYPE_LONGLONG;
+    st->log_param[0].buffer = &st->order_id;
+    st->log_param[1].buffer_type = MYSQL_TYPE_STRING;
+    st->log_param[1].length = &st->log_msg_id_len;
+    if (mysql_stmt_prepare(st->log, sql, (unsigned long)strlen(sql)) != 0) {
+        snprintf(err, errlen, "preparing \"%s\": mysql error %u: %s", sql,
+                 mysql_stmt_errno(st->log), mysql_stmt_error(st->log));
+        return -1;
+    }
+    return 0;
+}
+
+/* After an OK payment of st->order_id by msg: its log row, if settings.log_table. */
+static idemd_result_t order_pay_log_one(order_pay_state_t *st, const idemd_message_t *msg,
+                                        char *err, size_t errlen)
+{
+    if (st->log == NULL)
+        return IDEMD_RESULT_OK;
+    /* The message's id lives only for this call: bind it afresh each time. */
+    st->log_param[1].buffer = (void *)msg->msg_id;
+    st->log_param[1].buffer_length = (unsigned long)msg->msg_id_len;
+    st->log_msg_id_len = (unsigned long)msg->msg_id_len;
+    if (mysql_stmt_bind_param(st->log, st->log_param) != 0 || mysql_stmt_execute(st->log) != 0) {
+        snprintf(err, errlen, "mysql error %u: %s", mysql_stmt_errno(st->log),
+                 mysql_stmt_error(st->log));
+        return IDEMD_RESULT_RETRY;
+    }
+    return IDEMD_RESULT_OK;
+}
+
 static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *settings, MYSQL *db,
                           void **state, char *err, size_t errlen)
 {
     order_pay_state_t *st = NULL;
-    const char *table = "orders";
+    const char *table = "orders", *log_table = NULL;
     int guard = 1;
     char sql[256];
     MYSQL_BIND res;
@@ -131,10 +189,17 @@ static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *sett
     *state = NULL;
     (void)host->setting_string(settings, "table", &table);
     (void)host->setting_bool(settings, "guard", &guard);
+    (void)host->setting_string(settings, "log_table", &log_table);
     if (!order_pay_valid_table(table)) {
         snprintf(err, errlen,
                  "settings.table \"%s\" is not a plain table name ([A-Za-z0-9_]{1,%d})", table,
                  ORDER_PAY_TABLE_MAX);
+        goto fail;
+    }
+    if (log_table != NULL && !order_pay_valid_table(log_table)) {
+        snprintf(err, errlen,
+                 "settings.log_table \"%s\" is not a plain table name ([A-Za-z0-9_]{1,%d})",
+                 log_table, ORDER_PAY_TABLE_MAX);
         goto fail;
     }
     st = calloc(1, sizeof(*st));
@@ -172,6 +237,8 @@ static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *sett
                  mysql_stmt_errno(st->status), mysql_stmt_error(st->status));
         goto fail;
     }
+    if (log_table != NULL && order_pay_prepare_log(st, log_table, err, errlen) != 0)
+        goto fail;
 
     if (!guard)
         host->log(IDEMD_LOG_WARNING,
@@ -352,6 +419,7 @@ static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_messa
     order_pay_state_t *st = state;
     long long id;
     my_ulonglong changed;
+    idemd_result_t r;
 
     if (db != st->db) {
         snprintf(err, errlen, "handler state was prepared on another connection");
@@ -367,9 +435,11 @@ static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_messa
     }
     changed = mysql_stmt_affected_rows(st->update);
     if (changed > 0 && changed != (my_ulonglong)-1)
-        return order_pay_emit(st, db, msg, id, err, errlen) == 0 ? IDEMD_RESULT_OK
-                                                                 : IDEMD_RESULT_RETRY;
-    return order_pay_explain(st, err, errlen);
+        r = order_pay_emit(st, db, msg, id, err, errlen) == 0 ? IDEMD_RESULT_OK
+                                                              : IDEMD_RESULT_RETRY;
+    else
+        r = order_pay_explain(st, err, errlen);
+    return r == IDEMD_RESULT_OK ? order_pay_log_one(st, msg, err, errlen) : r;
 }
 
 static int order_pay_cmp(const void *a, const void *b)
@@ -496,6 +566,50 @@ static int order_pay_batch_emit(order_pay_state_t *st, MYSQL *db,
 }
 
 /*
+ * The log rows of the batch's OK payments (settings.log_table): one
+ * multi-row INSERT. 0, or -1 with the reason in errors.
+ */
+static int order_pay_log_batch(order_pay_state_t *st, MYSQL *db, const idemd_message_t *const *msgs,
+                               size_t n, const idemd_result_t *verdicts, char *errors,
+                               size_t errlen)
+{
+    size_t need = 64 + strlen(st->log_table), rows = 0;
+    char *o;
+
+    if (st->log == NULL)
+        return 0;
+    for (size_t i = 0; i < n; i++)
+        need += 2 * msgs[i]->msg_id_len + 40; /* ", (id, 'escaped')" */
+    if (need > st->log_sql_size) {
+        char *p = realloc(st->log_sql, need);
+        if (p == NULL) {
+            snprintf(errors, errlen, "out of memory");
+            return -1;
+        }
+        st->log_sql = p;
+        st->log_sql_size = need;
+    }
+    o = st->log_sql +
+        sprintf(st->log_sql, "INSERT INTO `%s` (order_id, msg_id) VALUES ", st->log_table);
+    for (size_t i = 0; i < n; i++) {
+        if (verdicts[i] != IDEMD_RESULT_OK || st->ids[i] <= 0)
+            continue;
+        o += sprintf(o, "%s(%lld, '", rows++ ? ", " : "", st->ids[i]);
+        o += mysql_real_escape_string(db, o, msgs[i]->msg_id, (unsigned long)msgs[i]->msg_id_len);
+        *o++ = '\'';
+        *o++ = ')';
+        *o = '\0';
+    }
+    if (rows == 0)
+        return 0;
+    if (mysql_real_query(db, st->log_sql, (unsigned long)(o - st->log_sql)) != 0) {
+        snprintf(errors, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+        return -1;
+    }
+    return 0;
+}
+
+/*
  * The set-based payment (ABI 1.2): one UPDATE ... WHERE id IN (...) for the
  * whole batch. When it changed fewer rows than there are orders, one SELECT
  * of their statuses gives each message its verdict. With guard = false each
@@ -561,9 +675,10 @@ static int order_pay_handle_batch(void *state, MYSQL *db, const idemd_message_t 
         return -1;
     }
     my_ulonglong changed = mysql_affected_rows(db);
-    if (changed == (my_ulonglong)u)
-        return 0;
-    return order_pay_statuses(st, db, d, u, n, verdicts, errors, errlen);
+    if (changed != (my_ulonglong)u &&
+        order_pay_statuses(st, db, d, u, n, verdicts, errors, errlen) != 0)
+        return -1;
+    return order_pay_log_batch(st, db, msgs, n, verdicts, errors, errlen);
 }
 
 const idemd_handler_t idemd_handler = {
