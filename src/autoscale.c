@@ -12,17 +12,27 @@
  * one more interval passed, compare the throughput with the one before:
  * if it did not grow by AUTOSCALE_MIN_GAIN while the workers are still
  * saturated, the database (or the handler's lock) is the limit, not the
- * workers: take the worker back and add none for AUTOSCALE_HOLD_MS. Remove
+ * workers: take the worker back and add none for AUTOSCALE_HOLD_MS; if it
+ * did, and they are still saturated, add the next one at once (the
+ * judgement interval is the evidence). Remove
  * one when the others could carry the load at most AUTOSCALE_COLD busy, for
  * AUTOSCALE_COLD_INTERVALS intervals in a row. Always within min..max.
  */
+
+int autoscale_start_count(int min, int max)
+{
+    int n = AUTOSCALE_START > max ? max : AUTOSCALE_START;
+    if (n < min)
+        n = min;
+    return n < 1 ? 1 : n;
+}
 
 void autoscale_init(autoscale_t *a, int min, int max)
 {
     memset(a, 0, sizeof(*a));
     a->max = max < 1 ? 1 : max;
     a->min = min < 1 ? 1 : min > a->max ? a->max : min;
-    a->target = a->min;
+    a->target = autoscale_start_count(a->min, a->max);
 }
 
 void autoscale_set_max(autoscale_t *a, int max)
@@ -63,6 +73,7 @@ autoscale_step_t autoscale_feed(autoscale_t *a, const autoscale_sample_t *s)
     a->rate = (double)s->done * 1000.0 / (double)s->dt_ms;
     bool hot = a->busy >= AUTOSCALE_HOT;
 
+    bool gained = false;
     if (a->probing) {
         /* The first interval with every worker consuming held part of a start. */
         if (a->settle > 0) {
@@ -70,7 +81,8 @@ autoscale_step_t autoscale_feed(autoscale_t *a, const autoscale_sample_t *s)
             return AUTOSCALE_KEEP;
         }
         a->probing = false;
-        if (hot && a->rate < a->base_rate * (1.0 + AUTOSCALE_MIN_GAIN) && a->target > a->min) {
+        gained = a->rate >= a->base_rate * (1.0 + AUTOSCALE_MIN_GAIN);
+        if (hot && !gained && a->target > a->min) {
             snprintf(a->why, sizeof(a->why),
                      "worker %d did not raise throughput (%.0f -> %.0f msgs/s, less than +%.0f%%): "
                      "taking it back, no addition for %d s",
@@ -86,13 +98,13 @@ autoscale_step_t autoscale_feed(autoscale_t *a, const autoscale_sample_t *s)
         a->cold = 0;
         a->hot++;
         a->hot_rate_sum += a->rate;
-        if (a->hot >= AUTOSCALE_HOT_INTERVALS && a->target < a->max &&
+        if ((a->hot >= AUTOSCALE_HOT_INTERVALS || gained) && a->target < a->max &&
             s->now_ms >= a->hold_until_ms) {
             double base = a->hot_rate_sum / a->hot;
             snprintf(
                 a->why, sizeof(a->why),
-                "workers %.0f%% busy for %d intervals at %d worker(s), %.0f msgs/s: adding one",
-                a->busy * 100, a->hot, a->target, base);
+                "workers %.0f%% busy for %d interval(s) at %d worker(s), %.0f msgs/s%s: adding one",
+                a->busy * 100, a->hot, a->target, base, gained ? " (the last one raised it)" : "");
             a->target++;
             autoscale_reset(a);
             a->probing = true;

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 /* Every this often the supervisor feeds one sample per auto queue. */
-#define AUTOSCALE_INTERVAL_MS 1000
+#define AUTOSCALE_INTERVAL_MS 500
 /* Mean busy fraction of the workers at or above which the queue counts as saturated. */
 #define AUTOSCALE_HOT 0.85
 /* Saturated intervals in a row before a worker is added. */
@@ -15,8 +15,15 @@
 #define AUTOSCALE_MIN_GAIN 0.10
 /* After a worker is taken back: no addition for this long. */
 #define AUTOSCALE_HOLD_MS 60000
-/* Idle intervals in a row before a worker is removed (see autoscale_feed). */
-#define AUTOSCALE_COLD_INTERVALS 5
+/* Idle intervals in a row before a worker is removed (see autoscale_feed): 5 s. */
+#define AUTOSCALE_COLD_INTERVALS 10
+/*
+ * Workers a queue starts with (if its cap and workers_min allow): one worker
+ * spends most of a per-message batch waiting on database round trips and
+ * leaves a CPU idle; an idle second one is retired after
+ * AUTOSCALE_COLD_INTERVALS.
+ */
+#define AUTOSCALE_START 2
 /* Removed only when the others would be at most this busy without it. */
 #define AUTOSCALE_COLD 0.5
 
@@ -53,7 +60,9 @@ typedef struct autoscale {
     char why[200];          /* the reason of the last UP or DOWN, for the log */
 } autoscale_t;
 
-/* Start at min (clamped to 1..max). The caller owns a; nothing to free. */
+/* How many workers to start with: AUTOSCALE_START within min..max. */
+int autoscale_start_count(int min, int max);
+/* Start at autoscale_start_count (min clamped to 1..max). The caller owns a; nothing to free. */
 void autoscale_init(autoscale_t *a, int min, int max);
 /* A new cap (connection budget, reload); target is not changed here: see autoscale_feed. */
 void autoscale_set_max(autoscale_t *a, int max);

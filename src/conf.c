@@ -267,7 +267,7 @@ const conf_def_t conf_defs[] = {
                 "between `workers_min` and `workers_max`, added while the backlog stays and "
                 "throughput grows, removed when idle (docs/performance.md); a number: that many"),
     CONF_INT("queue", "workers_min", conf_queue_t, workers_min, 0, "1", 1, 64,
-             "with `workers = \"auto\"`: fewest workers, and how many start"),
+             "with `workers = \"auto\"`: fewest workers; it starts 2, or this many if more"),
     CONF_INT_OR("queue", "workers_max", conf_queue_t, workers_max, 0, "auto", 1, 64, conf_auto,
                 "with `workers = \"auto\"`: most workers; `\"auto\"`: 2 x online CPUs, at most "
                 "16; all queues together also stay within `daemon.db_connection_budget`"),

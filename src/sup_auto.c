@@ -68,7 +68,7 @@ void sup_auto_start(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, 
     int n = q->workers;
     if (q->workers == CONF_WORKERS_AUTO) {
         int max = sup_auto_max(q);
-        n = q->workers_min > max ? max : q->workers_min;
+        n = autoscale_start_count(q->workers_min, max);
         if (qs)
             autoscale_init(&qs->as, q->workers_min, max);
         log_info("queue '%s': workers = \"auto\": %d to start, at most %d", q->name, n, max);

@@ -1,4 +1,4 @@
-# t_workers_auto: workers = "auto" goes above 1 on a backlog, never above workers_max, every message once, back to workers_min when idle; workers = 1 stays 1.
+# t_workers_auto: workers = "auto" starts 2, goes above them on a backlog, never above workers_max, every message once, back to workers_min when idle; workers = 1 stays 1.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_workers_auto
 qa=t_workers_auto.a
@@ -34,7 +34,7 @@ scrape() { curl -sS --max-time 5 "http://127.0.0.1:$mport/metrics"; }
 # value NAME QUEUE: a gauge of one queue in a scrape on stdin.
 value() { awk -v k="$1{queue=\"$2\"}" '$1 == k { print $2; f = 1 } END { if (!f) print "absent" }'; }
 
-h_assert_eq "$(scrape | value idemd_workers "$qa")" 1 "auto starts at workers_min"
+h_wait_log idemd.log "queue '$qa': workers = \"auto\": 2 to start, at most 4" 1 5
 h_assert_eq "$(scrape | value idemd_workers_max "$qa")" 4 "the cap is workers_max"
 h_assert_eq "$(scrape | value idemd_workers_auto "$qa")" 1 "the auto queue says so"
 h_assert_eq "$(scrape | value idemd_workers_auto "$qf")" 0 "the fixed queue says so"
@@ -62,7 +62,7 @@ h_wait_sql "SELECT COUNT(*) FROM msg_id_record WHERE consumer = '$qf'" "$nf" 120
     h_fail "the backlog of $qf did not drain"
 
 # The chosen count and the reason are logged.
-h_wait_log idemd.log "queue '$qa': workers 1 -> 2: workers [0-9]+% busy .*adding one" 1 5
+h_wait_log idemd.log "queue '$qa': workers 2 -> 3: workers [0-9]+% busy .*adding one" 1 5
 # /status and idemctl status show it.
 st=$(curl -sS --max-time 5 "http://127.0.0.1:$mport/status")
 h_assert_eq "$(jq -r --arg q "$qa" '.queues[] | select(.queue == $q) | "\(.workers_mode) \(.workers_max)"' <<<"$st")" \
@@ -90,7 +90,7 @@ most=$(awk '$1 ~ /^[0-9]+$/ && $1 > m { m = $1 } END { print m + 0 }' samples.tx
 most_up=$(awk '$2 ~ /^[0-9]+$/ && $2 > m { m = $2 } END { print m + 0 }' samples.txt)
 fixed=$(awk '$3 ~ /^[0-9]+$/ { print $3 } $4 ~ /^[0-9]+$/ && $4 > 1 { print "consuming " $4 }' samples.txt | sort -u | tr '\n' ' ')
 h_log "samples: $(wc -l <samples.txt), most workers $most, most consuming $most_up; fixed queue: $fixed"
-((most > 1)) || h_fail "auto never went above 1 worker on a backlog of $n (samples.txt)"
+((most > 2)) || h_fail "auto never went above the 2 it starts with on a backlog of $n (samples.txt)"
 ((most <= 4 && most_up <= 4)) || h_fail "auto went above workers_max = 4: $most chosen, $most_up consuming"
 h_assert_eq "$fixed" "1 " "workers = 1 stays exactly 1"
 h_assert_eq "$(h_count_log idemd.log "queue '$qf': workers [0-9]")" 0 "no change logged for the fixed queue"

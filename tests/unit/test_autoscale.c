@@ -68,7 +68,9 @@ int main(void)
 
     /* Workers scale well (a handler bound by round trips): it grows to the cap and no further. */
     autoscale_init(&a, 1, 6);
-    ok(a.target == 1, "starts at workers_min (got %d)", a.target);
+    ok(a.target == AUTOSCALE_START, "starts at AUTOSCALE_START (got %d)", a.target);
+    ok(autoscale_start_count(1, 1) == 1, "a cap of 1 starts 1");
+    ok(autoscale_start_count(3, 8) == 3, "workers_min above AUTOSCALE_START starts workers_min");
     m = (model_t){.backlog = 1e9, .per_worker = 1000, .ceiling = 1e9};
     int most = t_run(&a, &m, 60, &ups, &downs);
     ok(a.target == 6 && most == 6, "a backlog that scales: up to the cap 6 (got %d, most %d)",
@@ -105,6 +107,7 @@ int main(void)
 
     /* A load one worker carries (60% busy): no addition. */
     autoscale_init(&a, 1, 8);
+    a.target = 1; /* the supervisor's count: one running */
     m = (model_t){.arrive = 600, .per_worker = 1000, .ceiling = 1e9};
     ups = 0;
     t_run(&a, &m, 50, &ups, NULL);
@@ -123,6 +126,7 @@ int main(void)
 
     /* Workers still starting: no decision on their intervals. */
     autoscale_init(&a, 1, 8);
+    a.target = 1;
     m = (model_t){.backlog = 1e9, .per_worker = 1000, .ceiling = 1e9};
     autoscale_step_t st = AUTOSCALE_KEEP;
     for (int i = 0; i < 3 && st == AUTOSCALE_KEEP; i++) {
