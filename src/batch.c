@@ -146,7 +146,7 @@ static mq_status_t batch_next(batch_t *b, struct timeval *tv, int i)
 int batch_collect(batch_t *b)
 {
     life_list_t *L = &b->life->batch;
-    struct timeval tv = {1, 0};
+    struct timeval tv = {b->no_wait ? 0 : 1, 0};
     uint64_t deadline;
     mq_status_t st;
     uint64_t bytes = 0;

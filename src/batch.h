@@ -29,6 +29,7 @@ typedef struct batch {
     bool returns_guard;       /* the queue may have a broker delivery limit: BATCH_RETURNS_MAX */
     trace_rng_t *rng;         /* processing span ids (NULL: a fixed sequence) */
     bool has_carry;           /* a delivery waits in the carry slot for the next batch */
+    bool no_wait;             /* draining: a batch's first delivery is not waited for */
     /* A delivery the connection could not decode (MQ_UNDECODABLE): the batch before it is
      * settled first, then the worker rejects or requeues it and reconnects. */
     bool undecodable;

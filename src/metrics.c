@@ -293,6 +293,9 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
     metrics_counter(out, qs, n, "idemd_lock_wait_retries_total", METRICS_C(n_lock_waits),
                     "Messages retried because their record waited too long for another "
                     "transaction's lock.");
+    metrics_counter(out, qs, n, "idemd_redelivered_total", METRICS_C(n_redelivered),
+                    "Deliveries that came redelivered (or with an x-delivery-count): each ran "
+                    "alone, in case it was what stopped a worker.");
 
     metrics_head(out, "idemd_batch_size", "histogram", "Messages per batch transaction.");
     for (int i = 0; i < n; i++)

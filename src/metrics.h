@@ -69,6 +69,7 @@ typedef struct metrics_counters {
     uint64_t n_mq_reconnects;  /* broker connections opened again after one was lost */
     uint64_t n_retention_rows; /* rows deleted by retention */
     uint64_t n_reconcile_runs, n_reconcile_failures;
+    uint64_t n_redelivered; /* deliveries that came redelivered: each ran alone */
     uint64_t batch[METRICS_BATCH_N + 1], batch_sum;          /* messages per batch */
     uint64_t handler[METRICS_HANDLER_N + 1], handler_sum_us; /* one handler call */
     uint64_t latency[METRICS_LATENCY_N + 1], latency_sum_us; /* publish to commit */

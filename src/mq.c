@@ -521,14 +521,35 @@ int mq_consume(mq_t *mq, const char *queue, int prefetch)
     r = amqp_get_rpc_reply(mq->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         return mq_fail(mq, "basic.qos", r);
-    amqp_basic_consume(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0, 0,
-                       amqp_empty_table);
+    amqp_basic_consume_ok_t *ok = amqp_basic_consume(
+        mq->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0, 0,
+        amqp_empty_table);
     r = amqp_get_rpc_reply(mq->conn);
-    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+    if (r.reply_type != AMQP_RESPONSE_NORMAL || ok == NULL) {
         snprintf(what, sizeof(what), "consuming from queue '%s'", queue);
         return mq_fail(mq, what, r);
     }
+    snprintf(mq->ctag, sizeof(mq->ctag), "%.*s", (int)ok->consumer_tag.len,
+             (const char *)ok->consumer_tag.bytes);
     return 0;
+}
+
+int mq_cancel(mq_t *mq)
+{
+    if (mq == NULL || !mq->channel_open || mq->broken || mq->deaf || mq->ctag[0] == '\0')
+        return -1;
+    /* The RPC queues the deliveries that arrive before cancel-ok (amqp_simple_rpc). */
+    amqp_basic_cancel(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(mq->ctag));
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL)
+        return mq_fail(mq, "basic.cancel", r);
+    mq->ctag[0] = '\0';
+    return 0;
+}
+
+bool mq_pending(const mq_t *mq)
+{
+    return mq && mq->conn && (amqp_frames_enqueued(mq->conn) || amqp_data_in_buffer(mq->conn));
 }
 
 /* Act on a non-delivery frame f read from the consuming connection. */

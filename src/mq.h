@@ -64,6 +64,7 @@ typedef struct mq {
     bool limit_unsure;    /* a quorum queue mq_declare declared kept the broker's delivery limit */
     uint64_t max_message; /* the broker's max message size, learned from a refusal; 0: unknown */
     bool confirms;        /* the channel is in confirm mode (a publisher) */
+    char ctag[256];       /* our consumer's tag (mq_consume), "" when not consuming */
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
     pubround_t round;
@@ -218,6 +219,18 @@ int mq_declare(mq_t *mq, const conf_queue_t *q) __attribute__((warn_unused_resul
 
 /* basic.qos(prefetch) then basic.consume with manual acks. 0 or -1 (logged). */
 int mq_consume(mq_t *mq, const char *queue, int prefetch) __attribute__((warn_unused_result));
+
+/*
+ * Stop consuming without giving anything back: basic.cancel, and wait for
+ * cancel-ok. The broker sends cancel-ok after the last delivery to this
+ * consumer, so every delivery it sent is then held by the library and still
+ * comes out of mq_next (mq_pending tells whether one may); no new one comes.
+ * 0, or -1 (not consuming, or the broker did not answer: logged).
+ */
+int mq_cancel(mq_t *mq) __attribute__((warn_unused_result));
+
+/* Whether the library holds input not yet read through mq_next (after mq_cancel: deliveries). */
+bool mq_pending(const mq_t *mq);
 
 /*
  * Wait up to timeout for the next delivery (NULL timeout: block). On MQ_OK

@@ -95,8 +95,9 @@ static int sup_auto_free_index(const supervisor_t *s, const conf_queue_t *q)
 
 /*
  * Retire the current worker of queue q with the highest number, as a
- * reload does: SIGTERM, it finishes and settles its batch, the deliveries
- * it holds unacked return to the queue, and it is not restarted.
+ * reload does: SIGTERM, it finishes and settles its batch, cancels its
+ * consumer and runs what it already received (worker_go_on), and it is not
+ * restarted.
  */
 static void sup_auto_retire(supervisor_t *s, const conf_queue_t *q)
 {

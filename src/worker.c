@@ -18,10 +18,11 @@
 
 volatile sig_atomic_t worker_stop;
 
+/* The first SIGTERM stops the worker after a drain (worker_go_on), a second one at once. */
 static void worker_on_signal(int sig)
 {
     (void)sig;
-    worker_stop = 1;
+    worker_stop = worker_stop ? 2 : 1;
 }
 
 uint64_t worker_now_ms(void)
@@ -194,6 +195,42 @@ static int worker_collect(worker_t *w)
     return rc;
 }
 
+/*
+ * Whether the consume loop goes on. Once stopping (SIGTERM: shutdown,
+ * reload, the autoscaler retiring the worker), the worker does not hand back
+ * the deliveries the broker already sent it: those would come back
+ * redelivered, and a redelivered message runs alone (it may be what killed a
+ * worker), one transaction each. It cancels its consumer (basic.cancel:
+ * nothing new comes after cancel-ok) and runs what it holds, for at most
+ * WORKER_DRAIN_MS and half of shutdown_timeout; what is left then goes back
+ * unacked as before. A second SIGTERM, or no consumer to cancel (the broker
+ * connection is being re-made), stops it at once.
+ */
+static bool worker_go_on(worker_t *w)
+{
+    if (!worker_stop)
+        return true;
+    if (worker_stop > 1)
+        return false;
+    if (!w->draining) {
+        uint64_t ms = WORKER_DRAIN_MS;
+        if ((uint64_t)w->conf->shutdown_timeout * 500 < ms)
+            ms = (uint64_t)w->conf->shutdown_timeout * 500;
+        w->draining = true;
+        w->drain_until_ms = worker_now_ms() + ms;
+        w->bt.no_wait = true;
+        if (w->mq == NULL || mq_cancel(w->mq) != 0)
+            return false;
+        log_debug("stopping: consumer cancelled, running the deliveries already received");
+    }
+    bool held = w->life.batch.n > 0 || w->bt.has_carry || mq_pending(w->mq);
+    if (held && worker_now_ms() >= w->drain_until_ms) {
+        log_info("stopping: deliveries not run within the drain time go back to the queue");
+        return false;
+    }
+    return held;
+}
+
 /* The consume loop. Returns an exit code. */
 static int worker_loop(worker_t *w)
 {
@@ -202,14 +239,14 @@ static int worker_loop(worker_t *w)
     chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
     if (w->h->abi_minor >= 3)
         chores_set_sweep(&w->chores, worker_sweep_peek, worker_sweep, w);
-    while (!worker_stop) {
+    while (worker_go_on(w)) {
         worker_progress(w);
         worker_service_pub(w);
         /* Between batches, busy or idle: a steady load must not starve them. */
         int db_rc = worker_check_db(w);
         if (db_rc == 0)
             worker_reread_keys(w);
-        if (db_rc != 0 || chores_tick(&w->chores) != 0) {
+        if (db_rc != 0 || (!w->draining && chores_tick(&w->chores) != 0)) {
             worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
@@ -225,6 +262,8 @@ static int worker_loop(worker_t *w)
             continue;
         }
         worker_count(&w->slot->c.n_batches);
+        if (w->life.batch.m[0].suspect) /* a suspect runs alone (batch_collect) */
+            worker_count(&w->slot->c.n_redelivered);
         metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds,
                         METRICS_BATCH_N, (uint64_t)w->life.batch.n);
         if (worker_check_db(w) != 0) {

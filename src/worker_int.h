@@ -27,6 +27,7 @@
 
 #define WORKER_MAX_HEADERS 64
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
+#define WORKER_DRAIN_MS 5000      /* stopping: the longest it runs what it already received */
 
 /* One message as the handler sees it, with the buffers its strings point into. */
 typedef struct worker_hmsg {
@@ -68,6 +69,8 @@ typedef struct worker {
     size_t *id_lens;
     uint64_t db_used_ms;        /* when the database connection last ran a batch */
     uint64_t bulk_off_until_ms; /* no set-based pass before this (slow handlers) */
+    bool draining;              /* stopping: consumer cancelled, running what already came */
+    uint64_t drain_until_ms;    /* ... until then at most (worker_go_on) */
     outbox_t *outbox;           /* onward messages (host->publish) */
     bool outbox_used;           /* a handler published during this batch */
     int cur;                    /* the message handle() runs on */

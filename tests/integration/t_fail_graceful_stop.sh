@@ -1,16 +1,18 @@
-# t_fail_graceful_stop: SIGTERM mid-run: workers finish and ack their transaction, exit 0 in time, nothing committed is left unacked; a restart finishes exactly once.
+# t_fail_graceful_stop: SIGTERM mid-run: workers cancel their consumers, run and ack what they already received, exit 0 in time, nothing committed is left unacked, nothing is left both unacked and undone; a restart finishes exactly once.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_fail_graceful_stop
 q=t_fail_graceful.q
 total=2000
 shutdown_timeout=10
+mport=$(h_free_port 31000 2000)
 h_new_db "$db"
 c_fresh_queues "$q" "$q.dlq"
 {
     h_conf_common "$db" | sed "s/shutdown_timeout = [0-9]*/shutdown_timeout = $shutdown_timeout/"
     cat <<CONF
-queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; prefetch = 200;
-             batch_size = 100; settings = { sleep_ms = 5; }; } );
+metrics = { listen = "127.0.0.1:$mport"; };
+queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; prefetch = 100;
+             batch_size = 50; settings = { sleep_ms = 5; }; } );
 CONF
 } >idemd.conf
 grep -q "shutdown_timeout = $shutdown_timeout;" idemd.conf || h_fail "could not set shutdown_timeout"
@@ -20,8 +22,11 @@ h_assert_eq "$out" "published $total confirmed $total" "publisher"
 
 # Three runs, each stopped by SIGTERM at a different point; a fourth finishes.
 run=0
-for at in 400 1000 1500; do
+# Each run is stopped once it has done 200 more. After SIGTERM a worker finishes its batch and
+# runs what it holds (the drain: up to its prefetch of 100), so each stop leaves room for that.
+for _ in 1 2 3; do
     run=$((run + 1))
+    at=$(($(h_sql "SELECT COUNT(*) FROM msg_id_record") + 200))
     h_daemon_start idemd.conf run$run.log
     h_wait_sql "SELECT COUNT(*) >= $at FROM msg_id_record" 1 60
     pid=$H_DAEMON_PID
@@ -53,6 +58,7 @@ for at in 400 1000 1500; do
     h_assert_eq "$(h_count_log run$run.log "shutdown_timeout reached")" 0 "run $run: workers killed at shutdown_timeout"
     h_assert_eq "$(h_count_log run$run.log "drained: exited with code 0")" 2 "run $run: workers that drained cleanly"
     h_assert_eq "$(h_count_log run$run.log "main info: stopped")" 1 "run $run: supervisor's stop line"
+    h_assert_eq "$(h_count_log run$run.log "not run within the drain time")" 0 "run $run: deliveries given back"
     echo "run $run: stopped in $stop_ms ms with $done1 of $total done"
 done
 
@@ -60,6 +66,11 @@ h_daemon_start idemd.conf run4.log
 h_wait_sql "SELECT COUNT(*) FROM msg_id_record" "$total" 60
 h_wait_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects" "$total"$'\t'"$total"$'\t1' 30
 h_wait_depth "$q" 0 30
+# The stops gave nothing back: what a worker had received it ran (drain), so no delivery
+# came back redelivered (a redelivered one runs alone, as a crash suspect).
+redelivered=$(curl -sS --max-time 5 "http://127.0.0.1:$mport/metrics" |
+    awk -v q="$q" '$1 == "idemd_redelivered_total{queue=\"" q "\"}" { print $2 }')
+h_assert_eq "$redelivered" 0 "deliveries redelivered to the last run"
 h_daemon_stop || h_fail "idemd exited with status $? on the last SIGTERM"
 h_assert_eq "$(h_count_log run4.log "outcome=duplicate ")" 0 "duplicates in the last run"
 h_assert_eq "$(h_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects")" "$total"$'\t'"$total"$'\t1' "effects at the end"
