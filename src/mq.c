@@ -521,9 +521,9 @@ int mq_consume(mq_t *mq, const char *queue, int prefetch)
     r = amqp_get_rpc_reply(mq->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL)
         return mq_fail(mq, "basic.qos", r);
-    amqp_basic_consume_ok_t *ok = amqp_basic_consume(
-        mq->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0, 0,
-        amqp_empty_table);
+    amqp_basic_consume_ok_t *ok =
+        amqp_basic_consume(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), amqp_empty_bytes, 0, 0,
+                           0, amqp_empty_table);
     r = amqp_get_rpc_reply(mq->conn);
     if (r.reply_type != AMQP_RESPONSE_NORMAL || ok == NULL) {
         snprintf(what, sizeof(what), "consuming from queue '%s'", queue);
