@@ -12,7 +12,19 @@ PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 UNITDIR ?= $(LIBDIR)/systemd/system
 
 CC ?= cc
-PKGS := librabbitmq libmariadb libconfig libsystemd json-c libmicrohttpd libssl libcrypto
+# The MySQL client API from one of two libraries, one source (docs/compat.md): MariaDB
+# Connector/C (DB_CLIENT=mariadb, pkg-config libmariadb) or Oracle's libmysqlclient
+# (DB_CLIENT=mysqlclient, pkg-config mysqlclient). Default: whichever is installed, MariaDB's
+# when both are.
+DB_CLIENT ?= $(if $(shell pkg-config --exists libmariadb && echo y),mariadb,$(if $(shell pkg-config --exists mysqlclient && echo y),mysqlclient,mariadb))
+ifeq ($(DB_CLIENT),mariadb)
+DB_PKG := libmariadb
+else ifeq ($(DB_CLIENT),mysqlclient)
+DB_PKG := mysqlclient
+else
+$(error DB_CLIENT must be mariadb or mysqlclient (got '$(DB_CLIENT)'))
+endif
+PKGS := librabbitmq $(DB_PKG) libconfig libsystemd json-c libmicrohttpd libssl libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
 
@@ -257,6 +269,7 @@ PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
 	-e 's|@PLUGINDIR@|$(patsubst $(LIBDIR)/%,$${libdir}/%,$(PLUGINDIR))|g' \
 	-e 's|@VERSION@|$(VERSION)|g' \
+	-e 's|@DB_PKG@|$(DB_PKG)|g' \
 	-e 's|@ABI@|$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MAJOR //p' include/idemd/handler.h).$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MINOR //p' include/idemd/handler.h)|g'
 UNITS := idemd.service idemd@.service
 MANPAGES := docs/idemd.8 docs/idemctl.8 docs/idemd.conf.5

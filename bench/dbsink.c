@@ -137,7 +137,6 @@ static MYSQL *dbsink_connect(const dbsink_opts_t *o, int autocommit)
 {
     MYSQL *my = mysql_init(NULL);
     unsigned int t = 10;
-    my_bool off = 0;
 
     if (my == NULL)
         return NULL;
@@ -145,11 +144,14 @@ static MYSQL *dbsink_connect(const dbsink_opts_t *o, int autocommit)
     t = 60;
     mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &t);
     mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &t);
+#ifdef LIBMARIADB /* libmysqlclient never reconnects unasked (and warns when told) */
+    my_bool off = 0;
     mysql_options(my, MYSQL_OPT_RECONNECT, &off);
+#endif
     mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(my, MYSQL_INIT_COMMAND, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
     if (mysql_real_connect(my, NULL, o->user, o->password, o->db, 0, o->socket, 0) == NULL ||
-        mysql_autocommit(my, (my_bool)autocommit) != 0) {
+        mysql_autocommit(my, autocommit != 0) != 0) {
         fprintf(stderr, "dbsink: connect %s as %s: %s\n", o->socket, o->user, mysql_error(my));
         mysql_close(my);
         return NULL;

@@ -222,6 +222,12 @@ const conf_def_t conf_defs[] = {
              "on a Galera node (`wsrep_on`), at most this many messages per batch transaction "
              "whatever a queue's `batch_size` says; 0 = no cap (docs/scaling.md: larger batches "
              "made Galera nodes vote themselves inconsistent after a view change)"),
+    CONF_BOOL("database", "get_server_public_key", conf_database_t, get_server_public_key, NR,
+              "false",
+              "MySQL's `caching_sha2_password` without TLS: let the client library ask the server "
+              "for its RSA key to send the password (a first login after a restart or `FLUSH "
+              "PRIVILEGES` needs TLS or this; the key is not verified, so prefer `tls.enabled`); "
+              "takes effect with libmysqlclient (MariaDB Connector/C asks on its own)"),
     CONF_GROUP("database", "tls", offsetof(conf_database_t, tls), "database_tls",
                "TLS to the database server (docs/tls.md)"),
 

@@ -120,6 +120,7 @@ typedef struct conf_database {
     int read_timeout;     /* seconds */
     int write_timeout;    /* seconds */
     int galera_max_batch; /* Galera: messages per transaction at most; 0 = no cap */
+    bool get_server_public_key; /* libmysqlclient: ask a MySQL server for its RSA key */
     conf_database_tls_t tls;
 } conf_database_t;
 

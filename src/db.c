@@ -4,7 +4,6 @@
 
 #include <errmsg.h>
 #include <errno.h>
-#include <mariadb_version.h>
 #include <mysqld_error.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -18,6 +17,18 @@
 #include "log.h"
 #include "relay.h"
 #include "version.h"
+
+/*
+ * The two client libraries (docs/compat.md). MariaDB Connector/C defines
+ * LIBMARIADB in its mysql.h; Oracle's libmysqlclient does not. Their
+ * boolean options take my_bool (char) and bool respectively.
+ */
+#ifdef LIBMARIADB
+#include <mariadb_version.h>
+typedef my_bool db_opt_bool_t;
+#else
+typedef bool db_opt_bool_t;
+#endif
 
 /*
  * Prepare a statement whose two parameters are (consumer, msg_id), bound to
@@ -260,10 +271,12 @@ static const char *db_where(const conf_database_t *cfg, char *buf, size_t len)
 }
 
 /*
- * TLS options from cfg->tls (nothing when it is off). TCP even for
- * "localhost", TLS 1.2 or newer, an empty key passphrase so that an
- * encrypted key fails instead of OpenSSL prompting. 0, or -1 after logging.
+ * TLS options from cfg->tls. TCP even for "localhost", TLS 1.2 or newer.
+ * With tls.enabled = false, no TLS on either library: Oracle's
+ * libmysqlclient would otherwise negotiate it on its own (its default SSL
+ * mode is PREFERRED). 0, or -1 after logging.
  */
+#ifdef LIBMARIADB
 #if MARIADB_PACKAGE_VERSION_ID >= 30400
 /*
  * Connector/C 3.4 checks the server's host name whenever it checks the
@@ -297,22 +310,16 @@ static int db_tls_chain_only(void *ctls, unsigned int flags)
 }
 #endif
 
-static int db_set_tls(MYSQL *my, const conf_database_t *cfg, const char *where)
+/* Connector/C: enforce, verify as tls.* says, an empty key passphrase so that an encrypted key
+ * fails instead of OpenSSL prompting. */
+static int db_set_tls_lib(MYSQL *my, const conf_database_tls_t *t)
 {
-    const conf_database_tls_t *t = &cfg->tls;
-    unsigned int proto = MYSQL_PROTOCOL_TCP;
-    my_bool on = 1, verify = t->verify_server_cert ? 1 : 0;
+    db_opt_bool_t on = 1, verify = t->verify_server_cert ? 1 : 0;
     int bad = 0;
 
-    if (!t->enabled)
-        return 0;
-    bad |= mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
     bad |= mysql_options(my, MYSQL_OPT_SSL_ENFORCE, &on);
     bad |= mysql_options(my, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify);
-    bad |= mysql_options(my, MARIADB_OPT_TLS_VERSION, "TLSv1.2,TLSv1.3");
     bad |= mysql_options(my, MARIADB_OPT_TLS_PASSPHRASE, "");
-    if (t->ca_file)
-        bad |= mysql_options(my, MYSQL_OPT_SSL_CA, t->ca_file);
 #if MARIADB_PACKAGE_VERSION_ID >= 30400
     if (t->ca_file && !t->verify_server_cert) {
         verify = 1; /* the library then calls the callback, which checks the chain only */
@@ -320,6 +327,58 @@ static int db_set_tls(MYSQL *my, const conf_database_t *cfg, const char *where)
         bad |= mysql_optionsv(my, MARIADB_OPT_TLS_VERIFICATION_CALLBACK, (void *)db_tls_chain_only);
     }
 #endif
+    return bad;
+}
+
+/* Connector/C with TLS off: nothing to set (it starts TLS only when asked). */
+static int db_set_no_tls(MYSQL *my)
+{
+    (void)my;
+    return 0;
+}
+#else
+/*
+ * libmysqlclient: one SSL mode says it all. VERIFY_IDENTITY checks chain
+ * and host name, VERIFY_CA the chain against ca_file only, REQUIRED
+ * encrypts without checking. Without ca_file the chain is checked against
+ * OpenSSL's default CA directory (the system's store), as Connector/C does.
+ */
+static int db_set_tls_lib(MYSQL *my, const conf_database_tls_t *t)
+{
+    unsigned int mode = t->verify_server_cert ? SSL_MODE_VERIFY_IDENTITY
+                        : t->ca_file          ? SSL_MODE_VERIFY_CA
+                                              : SSL_MODE_REQUIRED;
+    int bad = mysql_options(my, MYSQL_OPT_SSL_MODE, &mode);
+    if (t->verify_server_cert && !t->ca_file)
+        bad |= mysql_options(my, MYSQL_OPT_SSL_CAPATH, X509_get_default_cert_dir());
+    return bad;
+}
+
+static int db_set_no_tls(MYSQL *my)
+{
+    unsigned int mode = SSL_MODE_DISABLED;
+    return mysql_options(my, MYSQL_OPT_SSL_MODE, &mode);
+}
+#endif
+
+static int db_set_tls(MYSQL *my, const conf_database_t *cfg, const char *where)
+{
+    const conf_database_tls_t *t = &cfg->tls;
+    unsigned int proto = MYSQL_PROTOCOL_TCP;
+    int bad = 0;
+
+    if (!t->enabled) {
+        if (db_set_no_tls(my) != 0) {
+            log_error("database %s: the client library refused to turn TLS off", where);
+            return -1;
+        }
+        return 0;
+    }
+    bad |= mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
+    bad |= db_set_tls_lib(my, t);
+    bad |= mysql_options(my, MYSQL_OPT_TLS_VERSION, "TLSv1.2,TLSv1.3");
+    if (t->ca_file)
+        bad |= mysql_options(my, MYSQL_OPT_SSL_CA, t->ca_file);
     if (t->cert_file) {
         bad |= mysql_options(my, MYSQL_OPT_SSL_CERT, t->cert_file);
         bad |= mysql_options(my, MYSQL_OPT_SSL_KEY, t->key_file);
@@ -333,12 +392,64 @@ static int db_set_tls(MYSQL *my, const conf_database_t *cfg, const char *where)
     return 0;
 }
 
+/*
+ * The options every connection gets: timeouts (read and write as given),
+ * no LOAD DATA LOCAL (a hostile server would read our files), utf8mb4,
+ * TCP unless a socket is named, the server's RSA key on request. Never a
+ * silent reconnect: idemd reconnects itself (a library reconnect
+ * mid-transaction would run the rest in autocommit). Connector/C is told
+ * so; libmysqlclient reconnects only when asked and warns on stderr when
+ * the option is set at all (deprecated in 8.0.34), so it is left alone.
+ */
+static void db_set_common(MYSQL *my, const conf_database_t *cfg, unsigned rw_timeout, bool tcp)
+{
+    unsigned int t = (unsigned)cfg->connect_timeout, no_local = 0, proto = MYSQL_PROTOCOL_TCP;
+
+    mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
+    t = rw_timeout ? rw_timeout : (unsigned)cfg->read_timeout;
+    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &t);
+    t = rw_timeout ? rw_timeout : (unsigned)cfg->write_timeout;
+    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &t);
+#ifdef LIBMARIADB
+    db_opt_bool_t off = 0;
+    mysql_options(my, MYSQL_OPT_RECONNECT, &off);
+#endif
+    /* (Both libraries read this option as an unsigned int.) */
+    mysql_options(my, MYSQL_OPT_LOCAL_INFILE, &no_local);
+    mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    if (tcp) /* the libraries take host "localhost" as their default unix socket */
+        mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
+#ifndef LIBMARIADB
+    if (cfg->get_server_public_key) {
+        db_opt_bool_t on = true;
+        mysql_options(my, MYSQL_OPT_GET_SERVER_PUBLIC_KEY, &on);
+    }
+#endif
+}
+
+/* The session's TLS version as the server reports it (Ssl_version: both servers, both
+ * libraries), in buf; "?" when it cannot be read. Leaves no transaction open. */
+static const char *db_tls_version(MYSQL *my, char *buf, size_t len)
+{
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+
+    snprintf(buf, len, "?");
+    if (mysql_query(my, "SHOW SESSION STATUS LIKE 'Ssl_version'") == 0 &&
+        (res = mysql_store_result(my)) != NULL && (row = mysql_fetch_row(res)) != NULL && row[1])
+        snprintf(buf, len, "%s", row[1]);
+    if (res)
+        mysql_free_result(res);
+    return buf;
+}
+
 /* After connecting with tls.enabled: refuse a session that is not encrypted
  * (Connector/C carries on in plain text when the server offers no TLS and
  * verify_server_cert is off). 0 or -1 (logged). */
 static int db_check_tls(db_t *db, const conf_database_t *cfg, const char *where)
 {
-    const char *cipher, *version = NULL;
+    const char *cipher, *version;
+    char vbuf[32];
 
     if (!cfg->tls.enabled)
         return 0;
@@ -348,8 +459,7 @@ static int db_check_tls(db_t *db, const conf_database_t *cfg, const char *where)
                   where);
         return -1;
     }
-    if (mariadb_get_infov(db->my, MARIADB_CONNECTION_TLS_VERSION, &version) != 0 || !version)
-        version = "?";
+    version = db_tls_version(db->my, vbuf, sizeof(vbuf));
     log_debug("database %s: TLS %s, cipher %s, server certificate %s", where, version, cipher,
               cfg->tls.verify_server_cert ? "verified (chain and host name)"
               : cfg->tls.ca_file          ? "chain verified, host name not checked"
@@ -468,8 +578,6 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
 {
     char where[300], qe[600];
     db_t *db = calloc(1, sizeof(*db));
-    unsigned int t;
-    my_bool off = 0;
     int rc = -1;
 
     *out = NULL;
@@ -477,26 +585,9 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
         log_error("database: out of memory");
         goto fail;
     }
-    t = (unsigned)cfg->connect_timeout;
-    mysql_options(db->my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
-    t = (unsigned)cfg->read_timeout;
-    mysql_options(db->my, MYSQL_OPT_READ_TIMEOUT, &t);
-    t = (unsigned)cfg->write_timeout;
-    mysql_options(db->my, MYSQL_OPT_WRITE_TIMEOUT, &t);
-    /* A silent reconnect mid-transaction would run the rest in autocommit. */
-    mysql_options(db->my, MYSQL_OPT_RECONNECT, &off);
-    /* LOAD DATA LOCAL would let a hostile server read our files. (Connector/C reads
-     * this option as an unsigned int, not a my_bool.) */
-    unsigned int no_local = 0;
-    mysql_options(db->my, MYSQL_OPT_LOCAL_INFILE, &no_local);
-    mysql_options(db->my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
+    db_set_common(db->my, cfg, 0, cfg->socket == NULL);
     mysql_options(db->my, MYSQL_INIT_COMMAND,
                   "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
-    if (cfg->socket == NULL) {
-        /* Connector/C takes host "localhost" as its default unix socket: we said TCP. */
-        unsigned int proto = MYSQL_PROTOCOL_TCP;
-        mysql_options(db->my, MYSQL_OPT_PROTOCOL, &proto);
-    }
     db_where(cfg, where, sizeof(where));
     if (db_set_tls(db->my, cfg, where) != 0)
         goto fail;
@@ -590,8 +681,6 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, int s
 MYSQL *db_probe_open(const db_t *db, const conf_database_t *cfg, char *err, size_t errlen)
 {
     MYSQL *my = mysql_init(NULL);
-    unsigned int t, proto = MYSQL_PROTOCOL_TCP, no_local = 0;
-    my_bool off = 0;
     bool tcp = db->host[0] != '\0';
     char where[300];
 
@@ -599,16 +688,7 @@ MYSQL *db_probe_open(const db_t *db, const conf_database_t *cfg, char *err, size
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
-    t = (unsigned)cfg->connect_timeout;
-    mysql_options(my, MYSQL_OPT_CONNECT_TIMEOUT, &t);
-    t = DB_PROBE_TIMEOUT;
-    mysql_options(my, MYSQL_OPT_READ_TIMEOUT, &t);
-    mysql_options(my, MYSQL_OPT_WRITE_TIMEOUT, &t);
-    mysql_options(my, MYSQL_OPT_RECONNECT, &off);
-    mysql_options(my, MYSQL_OPT_LOCAL_INFILE, &no_local);
-    mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
-    if (tcp)
-        mysql_options(my, MYSQL_OPT_PROTOCOL, &proto);
+    db_set_common(my, cfg, DB_PROBE_TIMEOUT, tcp);
     snprintf(where, sizeof(where), "%s:%u", tcp ? db->host : "socket", db->port);
     if (db_set_tls(my, cfg, where) != 0) {
         snprintf(err, errlen, "TLS options refused");

@@ -11,6 +11,19 @@
 
 #include "conf.h"
 
+/*
+ * Error numbers the two client libraries do not both name. Each is the
+ * server's number, whichever library reads it: 1927 is MariaDB's KILL of
+ * our connection (ER_CONNECTION_KILLED, MariaDB headers only); 4031 is
+ * MySQL 8.0.24+'s disconnect of an idle session (ER_CLIENT_INTERACTION_TIMEOUT,
+ * Oracle's headers only). MariaDB's own 4031 is ER_REFERENCED_TRG_DOES_NOT_EXIST,
+ * raised only by CREATE TRIGGER ... FOLLOWS/PRECEDES: DDL, which commits
+ * implicitly and so never belongs in a dedup transaction; taking it for a
+ * lost connection rolls back and reconnects, the safe reading either way.
+ */
+#define DB_ER_CONNECTION_KILLED 1927
+#define DB_ER_IDLE_DISCONNECT 4031
+
 /* Outcome of a statement, classified by what the server did (see NOTES). */
 typedef enum db_status {
     DB_OK = 0,
@@ -104,7 +117,8 @@ static inline db_status_t db_classify(unsigned int err)
     case CR_CONNECTION_ERROR:
     case CR_CONN_HOST_ERROR:
     case CR_SERVER_LOST_EXTENDED:
-    case ER_CONNECTION_KILLED:
+    case DB_ER_CONNECTION_KILLED:
+    case DB_ER_IDLE_DISCONNECT:
     case ER_SERVER_SHUTDOWN:
     case CR_COMMANDS_OUT_OF_SYNC:
         return DB_ERR_CONNECTION;

@@ -53,7 +53,7 @@ void plugin_free(plugin_t *p);
 const idemd_host_t *plugin_host(void);
 
 /* What the host's publish() calls in this process (the worker's outbox); NULL: refuse. */
-typedef int (*plugin_publish_fn)(void *ctx, struct st_mysql *db, const idemd_message_t *source,
+typedef int (*plugin_publish_fn)(void *ctx, MYSQL *db, const idemd_message_t *source,
                                  const idemd_publish_t *p, char *err, size_t errlen);
 void plugin_set_publisher(plugin_publish_fn fn, void *ctx);
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "version.h"
 
 #define STALL_RECHECK_MS 1000 /* while the database holds the handler up: look again after */
 
@@ -95,9 +96,17 @@ static stall_verdict_t stall_probe(stall_t *s, const db_t *where, unsigned long 
     state[0] = '\0';
     if ((my = db_probe_open(where, s->cfg, state, len)) == NULL)
         return STALL_CANNOT_TELL;
+    /* MySQL 8.0.22+ deprecates information_schema.PROCESSLIST for performance_schema's
+     * (MariaDB has only the former); the latter is off when performance_schema is. */
+    if (version_db_flavour(mysql_get_server_info(my)) == VERSION_MYSQL) {
+        snprintf(sql, sizeof(sql),
+                 "SELECT COMMAND, STATE FROM performance_schema.processlist WHERE ID = %lu", tid);
+        if (mysql_query(my, sql) == 0)
+            res = mysql_store_result(my);
+    }
     snprintf(sql, sizeof(sql),
              "SELECT COMMAND, STATE FROM information_schema.PROCESSLIST WHERE ID = %lu", tid);
-    if (mysql_query(my, sql) != 0 || (res = mysql_store_result(my)) == NULL) {
+    if (res == NULL && (mysql_query(my, sql) != 0 || (res = mysql_store_result(my)) == NULL)) {
         snprintf(state, len, "reading the process list: %s", mysql_error(my));
         goto done;
     }

@@ -502,7 +502,7 @@ h_hello_plugin()
 /* hello.c: the smallest idemd handler: accepts every message. */
 #include <idemd/handler.h>
 
-static idemd_result_t hello_handle(void *state, struct st_mysql *db, const idemd_message_t *msg,
+static idemd_result_t hello_handle(void *state, MYSQL *db, const idemd_message_t *msg,
                                    char *err, size_t errlen)
 {
     (void)state, (void)db, (void)msg, (void)err, (void)errlen;

@@ -5,6 +5,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* <mysql.h> of the client library the plugin builds against, where the include path has it
+ * (see idemd_db_t below). */
+#if defined(__has_include) && !defined(IDEMD_NO_MYSQL_H)
+#if __has_include(<mysql.h>)
+#include <mysql.h>
+#define IDEMD_HAVE_MYSQL_H 1
+#elif __has_include(<mysql/mysql.h>)
+#include <mysql/mysql.h>
+#define IDEMD_HAVE_MYSQL_H 1
+#elif __has_include(<mariadb/mysql.h>)
+#include <mariadb/mysql.h>
+#define IDEMD_HAVE_MYSQL_H 1
+#endif
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -31,8 +46,22 @@ extern "C" {
 #define IDEMD_HANDLER_ABI_MINOR 4
 #define IDEMD_HANDLER_SYMBOL "idemd_handler"
 
-/* The MySQL/MariaDB connection type (MYSQL in <mysql.h>). */
-struct st_mysql;
+/*
+ * The database connection handed to a handler: MYSQL from <mysql.h>, of
+ * whichever client library the plugin builds against (MariaDB Connector/C
+ * names the struct st_mysql, Oracle's libmysqlclient names it MYSQL), so
+ * a handler declares its functions with MYSQL * and needs no casts. The
+ * header includes <mysql.h> when the include path has it (pkg-config
+ * --cflags idemd adds the client library's); otherwise idemd_db_t is
+ * MariaDB's struct st_mysql, as in every release before. Only the
+ * pointer crosses the ABI: a plugin built against either library loads in
+ * a host built against the same one.
+ */
+#ifdef IDEMD_HAVE_MYSQL_H
+typedef MYSQL idemd_db_t;
+#else
+typedef struct st_mysql idemd_db_t;
+#endif
 
 /* What the handler decided for one message. */
 typedef enum idemd_result {
@@ -147,7 +176,7 @@ typedef struct idemd_host {
      * are sent in the order of the calls. Returns 0, or -1 with a reason in
      * err: then answer RETRY (the row may be half written).
      */
-    int (*publish)(struct st_mysql *db, const idemd_message_t *source, const idemd_publish_t *p,
+    int (*publish)(idemd_db_t *db, const idemd_message_t *source, const idemd_publish_t *p,
                    char *err, size_t errlen);
 } idemd_host_t;
 
@@ -184,14 +213,14 @@ typedef struct idemd_handler {
     unsigned abi_major; /* IDEMD_HANDLER_ABI_MAJOR */
     unsigned abi_minor; /* IDEMD_HANDLER_ABI_MINOR */
     const char *name;
-    int (*init)(const idemd_host_t *host, const idemd_settings_t *settings, struct st_mysql *db,
+    int (*init)(const idemd_host_t *host, const idemd_settings_t *settings, idemd_db_t *db,
                 void **state, char *err, size_t errlen);
-    idemd_result_t (*handle)(void *state, struct st_mysql *db, const idemd_message_t *msg,
+    idemd_result_t (*handle)(void *state, idemd_db_t *db, const idemd_message_t *msg,
                              char *err, size_t errlen);
     void (*fini)(void *state);
-    int (*reconcile)(void *state, struct st_mysql *db, char *err, size_t errlen);
+    int (*reconcile)(void *state, idemd_db_t *db, char *err, size_t errlen);
     /* ABI 1.2: */
-    int (*handle_batch)(void *state, struct st_mysql *db, const idemd_message_t *const *msgs,
+    int (*handle_batch)(void *state, idemd_db_t *db, const idemd_message_t *const *msgs,
                         size_t n, idemd_result_t *verdicts, char *errors, size_t errlen);
     void *reserved[7]; /* zero: room to grow */
 } idemd_handler_t;

@@ -67,7 +67,8 @@ typedef struct order_pay_state {
     json_tokener *tok;  /* reused for every body */
     long long order_id; /* the parameter of both statements */
     int order_status;   /* the result of the SELECT */
-    my_bool status_null;
+    /* MYSQL_BIND.is_null points to my_bool in Connector/C, bool in libmysqlclient. */
+    __typeof__(*((MYSQL_BIND *)0)->is_null) status_null;
     char table[ORDER_PAY_TABLE_MAX + 1];
     int guard;                 /* settings.guard */
     const char *paid_exchange; /* settings.paid_exchange, or NULL */

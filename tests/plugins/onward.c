@@ -23,7 +23,7 @@ typedef struct onward_state {
 } onward_state_t;
 
 static int onward_init(const idemd_host_t *host, const idemd_settings_t *settings,
-                       struct st_mysql *db, void **state, char *err, size_t errlen)
+                       MYSQL *db, void **state, char *err, size_t errlen)
 {
     const char *routes = NULL;
     (void)db;
@@ -56,7 +56,7 @@ static int onward_init(const idemd_host_t *host, const idemd_settings_t *setting
     return 0;
 }
 
-static idemd_result_t onward_handle(void *state, struct st_mysql *db, const idemd_message_t *msg,
+static idemd_result_t onward_handle(void *state, MYSQL *db, const idemd_message_t *msg,
                                     char *err, size_t errlen)
 {
     onward_state_t *st = state;
