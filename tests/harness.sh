@@ -1,4 +1,4 @@
-# harness.sh: bash functions for idemd's integration tests: private RabbitMQ and MariaDB, daemon control, SQL polling.
+# harness.sh: bash functions for idemd's integration tests: private RabbitMQ and MariaDB or MySQL, daemon control, SQL polling.
 #
 # Source it, then either h_servers_start (starts both servers in a temp dir on free
 # loopback ports and installs an EXIT trap that stops them) or, in a child process of
@@ -7,7 +7,10 @@
 # Safe under `set -euo pipefail`, which is how tests/run runs each case.
 #
 # Helpers for test cases:
-#   h_mysql ARGS...          mariadb client as root on the private socket
+#   h_mysql ARGS...          mariadb (or, IDEMD_DB=mysql, mysql) client as root on the private socket
+#   h_db_is_mysql            true when IDEMD_DB=mysql (Oracle MySQL instead of MariaDB)
+#   h_skip_on_mysql REASON   skip the case on MySQL (a MariaDB-only feature)
+#   h_db_private DIR ARGS... a case's own database server with extra server options
 #   h_sql QUERY [DB]         run one query (DB defaults to $H_DB), print rows tab-separated
 #   h_new_db NAME            (re)create database NAME with sql/*.sql and tests/schema.sql; sets H_DB
 #   h_mq ARGS...             mqtool against the private broker
@@ -86,7 +89,12 @@ h_free_port()
     return 1
 }
 
-h_mysql() { mariadb --no-defaults -S "$MYSQL_SOCK" -uroot "$@"; }
+# The command-line client of the stack (mariadb, or Oracle's mysql).
+if [[ ${IDEMD_DB:-mariadb} == mysql ]]; then
+    h_mysql() { mysql --no-defaults -S "$MYSQL_SOCK" -uroot "$@"; }
+else
+    h_mysql() { mariadb --no-defaults -S "$MYSQL_SOCK" -uroot "$@"; }
+fi
 
 h_sql()
 {
@@ -167,60 +175,103 @@ h_rabbit_wait()
     fi
 }
 
-h_mariadb_start()
+# The database stack (IDEMD_DB): mariadb (MariaDB's mariadbd and client, the default) or mysql
+# (Oracle's mysqld and mysql client; docs/compat.md). The servers' options match: TCP on
+# 127.0.0.1 only, durable commits, 500 connections, no name resolution. On MySQL also: no X
+# Protocol listener (its fixed port 33060 would collide between servers), no binary log
+# (MariaDB starts without one; a test of a binlog setting starts its own server).
+export IDEMD_DB=${IDEMD_DB:-mariadb}
+case $IDEMD_DB in
+mariadb | mysql) ;;
+*) echo "harness: IDEMD_DB must be mariadb or mysql (got '$IDEMD_DB')" >&2; exit 64 ;;
+esac
+
+# h_db_is_mysql: true when the tests run against Oracle MySQL.
+h_db_is_mysql() { [[ $IDEMD_DB == mysql ]]; }
+
+# h_skip_on_mysql REASON: skip the case on MySQL (a MariaDB-only feature), saying why.
+h_skip_on_mysql() { h_db_is_mysql && h_skip "MariaDB only: $*"; return 0; }
+
+# h_db_init DIR: a new data directory DIR/data with a root@localhost without password (once:
+# an initialised DIR is kept, so a server restarted on it keeps its data). 0 or 1.
+h_db_init()
 {
-    local d=$H_DIR/mysql user=()
-    mkdir -p "$d/data" "$d/tmp"
+    local d=$1 user=()
+    mkdir -p "$d/data" "$d/tmp" "$d/files"
     [[ $(id -u) == 0 ]] && user=(--user=root)
-    if ! mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
-        --skip-test-db "${user[@]}" >"$d/install.log" 2>&1; then
+    [[ -d "$d/data/mysql" ]] && return 0
+    if h_db_is_mysql; then
+        rm -rf "$d/data" # mysqld --initialize wants no directory or an empty one
+        mysqld --no-defaults --initialize-insecure --datadir="$d/data" "${user[@]}" \
+            --log-error="$d/install.log" >>"$d/install.log" 2>&1
+    else
+        mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
+            --skip-test-db "${user[@]}" >"$d/install.log" 2>&1
+    fi || {
         tail -n 30 "$d/install.log" >&2
-        echo "h_servers_start: mariadb-install-db failed" >&2
+        echo "h_db_init: initialising $IDEMD_DB in $d failed" >&2
         return 1
-    fi
-    setsid mariadbd --no-defaults --datadir="$d/data" --socket="$MYSQL_SOCK" --port="$MYSQL_PORT" \
-        --bind-address=127.0.0.1 "${user[@]}" --pid-file="$d/mariadbd.pid" --log-error="$d/err.log" \
-        --tmpdir="$d/tmp" --innodb-flush-log-at-trx-commit=1 --max-connections=500 \
-        --skip-name-resolve </dev/null >"$d/stdout.log" 2>&1 &
-    H_MARIADB_PID=$!
-    echo "$H_MARIADB_PID" >"$H_DIR/mariadbd.pid"
+    }
 }
 
-# h_mariadb_wait [PID [DIR]]: wait up to 60 s until the MariaDB at $MYSQL_SOCK answers
-# (default: the harness's server); on failure show the end of DIR/err.log. 0 or 1.
-h_mariadb_wait()
+# h_db_server DIR SOCK PORT [SERVER_ARG...]: start the database server on DIR's data in its own
+# session (the caller records $! to stop it), output in DIR/stdout.log, errors in DIR/err.log.
+h_db_server()
 {
-    local pid=${1:-$H_MARIADB_PID} dir=${2:-$H_DIR/mysql} deadline=$((SECONDS + 60))
+    local d=$1 sock=$2 port=$3 user=() extra=() bin=mariadbd
+    shift 3
+    [[ $(id -u) == 0 ]] && user=(--user=root)
+    if h_db_is_mysql; then
+        bin=mysqld
+        extra=(--mysqlx=OFF --disable-log-bin --secure-file-priv="$d/files")
+    fi
+    setsid "$bin" --no-defaults --datadir="$d/data" --socket="$sock" --port="$port" \
+        --bind-address=127.0.0.1 "${user[@]}" --pid-file="$d/server.pid" --log-error="$d/err.log" \
+        --tmpdir="$d/tmp" --skip-name-resolve "${extra[@]}" "$@" </dev/null >"$d/stdout.log" 2>&1 &
+}
+
+# h_db_start: the harness's database server in $H_DIR/mysql (initialised on first use), on
+# $MYSQL_SOCK and $MYSQL_PORT; its process group id goes to $H_DIR/db.pid.
+h_db_start()
+{
+    local d=$H_DIR/mysql
+    h_db_init "$d" || return 1
+    h_db_server "$d" "$MYSQL_SOCK" "$MYSQL_PORT" --innodb-flush-log-at-trx-commit=1 \
+        --max-connections=500
+    H_DB_PID=$!
+    echo "$H_DB_PID" >"$H_DIR/db.pid"
+}
+
+# h_db_wait [PID [DIR]]: wait up to 90 s until the server at $MYSQL_SOCK answers (default: the
+# harness's server); on failure show the end of DIR/err.log. 0 or 1.
+h_db_wait()
+{
+    local pid=${1:-$H_DB_PID} dir=${2:-$H_DIR/mysql} deadline=$((SECONDS + 90))
     while ((SECONDS < deadline)); do
         h_mysql -e 'SELECT 1' >/dev/null 2>&1 && return 0
         kill -0 "$pid" 2>/dev/null || break
         sleep 0.2
     done
     tail -n 30 "$dir/err.log" >&2
-    echo "h_mariadb_wait: MariaDB (pid $pid) did not come up" >&2
+    echo "h_db_wait: the $IDEMD_DB server (pid $pid) did not come up" >&2
     return 1
 }
 
-# h_mariadb_private DIR [MARIADBD_ARG...]: a case's own MariaDB (for settings that cannot change at
-# run time), data in DIR, on a free loopback port; MYSQL_SOCK and MYSQL_PORT point at it for the
-# rest of the case. The runner kills it with the case's daemons. 0 or 1.
-h_mariadb_private()
+# h_db_private DIR [SERVER_ARG...]: a case's own database server (for settings that cannot
+# change at run time), data in DIR, on a free loopback port; MYSQL_SOCK and MYSQL_PORT point at
+# it for the rest of the case. The runner kills it with the case's daemons. 0 or 1.
+h_db_private()
 {
-    local d=$1 user=() pid
+    local d=$1 pid
     shift
-    mkdir -p "$d/data" "$d/tmp"
-    [[ $(id -u) == 0 ]] && user=(--user=root)
-    mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
-        --skip-test-db "${user[@]}" >"$d/install.log" 2>&1 || { tail -n 30 "$d/install.log" >&2; return 1; }
+    h_db_init "$d" || return 1
     MYSQL_SOCK=$d/sock
     MYSQL_PORT=$(h_free_port 58000 4000) || return 1
-    setsid mariadbd --no-defaults --datadir="$d/data" --socket="$MYSQL_SOCK" --port="$MYSQL_PORT" \
-        --bind-address=127.0.0.1 "${user[@]}" --pid-file="$d/mariadbd.pid" --log-error="$d/err.log" \
-        --tmpdir="$d/tmp" --skip-name-resolve "$@" </dev/null >"$d/stdout.log" 2>&1 &
+    h_db_server "$d" "$MYSQL_SOCK" "$MYSQL_PORT" "$@"
     pid=$!
     mkdir -p "$H_DIR/daemons"
     : >"$H_DIR/daemons/$pid"
-    h_mariadb_wait "$pid" "$d"
+    h_db_wait "$pid" "$d"
 }
 
 # Start both servers in a new temp dir (once per test run). Installs an EXIT trap
@@ -246,8 +297,8 @@ h_servers_start()
     trap 'exit 143' TERM
     h_log "servers: dir $H_DIR amqp $AMQP_PORT dist $H_DIST_PORT epmd $ERL_EPMD_PORT mysql $MYSQL_PORT"
     h_rabbit_start || return 1
-    h_mariadb_start || return 1
-    h_mariadb_wait || return 1
+    h_db_start || return 1
+    h_db_wait || return 1
     h_rabbit_wait || return 1
     h_log "servers: up in $((SECONDS - t0)) s"
 }
@@ -289,9 +340,9 @@ h_servers_stop()
             fi
         done
     fi
-    if [[ -f "$H_DIR/mariadbd.pid" ]]; then
-        h_kill_group "$(cat "$H_DIR/mariadbd.pid")" TERM 30
-        rm -f "$H_DIR/mariadbd.pid"
+    if [[ -f "$H_DIR/db.pid" ]]; then
+        h_kill_group "$(cat "$H_DIR/db.pid")" TERM 30
+        rm -f "$H_DIR/db.pid"
     fi
     if [[ "${H_KEEP:-0}" == 1 ]]; then
         echo "harness: kept $H_DIR" >&2

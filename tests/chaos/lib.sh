@@ -1,19 +1,19 @@
 # shellcheck shell=bash
-# lib.sh: fault injection for idemd's failure tests: restart the harness's RabbitMQ and MariaDB, close idemd's connections.
+# lib.sh: fault injection for idemd's failure tests: restart the harness's RabbitMQ and database server, close idemd's connections.
 #
 # Source after tests/harness.sh, in a shell that has the harness's exported variables
 # (H_DIR, AMQP_PORT, MYSQL_SOCK, MYSQL_PORT, H_RABBIT_NODE, HOME, ERL_EPMD_PORT, ...).
 # Servers are stopped by their process groups, recorded by the harness in
-# $H_DIR/rabbit.pgid and $H_DIR/mariadbd.pid, and started again with the harness's own
-# h_rabbit_start / h_mariadb_start: same ports, same data directories, same options. The
+# $H_DIR/rabbit.pgid and $H_DIR/db.pid, and started again with the harness's own
+# h_rabbit_start / h_db_start: same ports, same data directories, same options. The
 # new process groups are written to the same files, so the harness's EXIT trap
 # (h_servers_stop in tests/run) stops the restarted servers too.
 #
 #   c_rabbit_stop [SIG]      stop RabbitMQ (TERM: clean shutdown, default; KILL: crash)
 #   c_rabbit_start           start it again and wait until it serves AMQP
 #   c_rabbit_restart [SIG]   both
-#   c_mariadb_stop [SIG]     stop MariaDB (TERM default, KILL = crash)
-#   c_mariadb_start          start it again (no second mariadb-install-db) and wait for it
+#   c_mariadb_stop [SIG]     stop the database server, MariaDB or MySQL (TERM default, KILL = crash)
+#   c_mariadb_start          start it again (same data directory) and wait for it
 #   c_mariadb_restart [SIG]  both
 #   c_servers_ensure         start whichever server is down (use in an EXIT trap, so a failed
 #                            case leaves working servers to the cases after it)
@@ -92,22 +92,18 @@ c_rabbit_restart()
 c_mariadb_stop()
 {
     local sig=${1:-TERM}
-    c_log "chaos: stopping MariaDB (SIG$sig)"
-    c_stop_group "$H_DIR/mariadbd.pid" "$sig" 60
+    c_log "chaos: stopping $IDEMD_DB (SIG$sig)"
+    c_stop_group "$H_DIR/db.pid" "$sig" 60
 }
 
 c_mariadb_start()
 {
-    local t0=$SECONDS rc=0
-    # The harness's server command line, without initialising the data directory again.
-    # shellcheck disable=SC2317 # called by h_mariadb_start
-    mariadb-install-db() { return 0; }
-    h_mariadb_start || rc=1
-    unset -f mariadb-install-db
-    ((rc == 0)) || return 1
-    disown "$H_MARIADB_PID" 2>/dev/null || true
-    h_mariadb_wait || return 1
-    c_log "chaos: MariaDB up again after $((SECONDS - t0)) s"
+    local t0=$SECONDS
+    # The harness's server command line on the same data directory (h_db_init keeps it).
+    h_db_start || return 1
+    disown "$H_DB_PID" 2>/dev/null || true
+    h_db_wait || return 1
+    c_log "chaos: $IDEMD_DB up again after $((SECONDS - t0)) s"
 }
 
 c_mariadb_restart()

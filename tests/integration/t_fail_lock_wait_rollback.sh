@@ -3,8 +3,8 @@ source "$H_ROOT/tests/chaos/lib.sh"
 db=t_fail_lock_wait_rollback
 q=t_fail_lockrb.q
 # A private server: innodb_rollback_on_timeout cannot be changed at run time.
-h_mariadb_private "$H_CASE_DIR/mysql" --innodb-rollback-on-timeout=ON --innodb-lock-wait-timeout=2 ||
-    h_fail "private mariadbd did not start"
+h_db_private "$H_CASE_DIR/mysql" --innodb-rollback-on-timeout=ON --innodb-lock-wait-timeout=2 ||
+    h_fail "private database server did not start"
 h_new_db "$db"
 c_fresh_queues "$q" "$q.dlq" "$q.retry.200"
 {

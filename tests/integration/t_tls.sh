@@ -238,7 +238,7 @@ t_mariadb_start
 t_plain_mariadb_start
 # From here on the h_* helpers talk to our servers.
 export AMQP_PORT=$T_AMQP_PORT MYSQL_SOCK=$T_MYSQL_SOCK
-h_mariadb_wait "$T_MARIADB_PGID" "$T_DIR/mysql" || h_fail "the TLS mariadbd did not start"
+h_db_wait "$T_MARIADB_PGID" "$T_DIR/mysql" || h_fail "the TLS mariadbd did not start"
 h_new_db "$db"
 h_sql "CREATE USER 'idemd'@'%' IDENTIFIED BY 'idemd-tls-pw' REQUIRE X509;
        GRANT ALL ON \`$db\`.* TO 'idemd'@'%'"
