@@ -14,8 +14,12 @@ UNITDIR ?= $(LIBDIR)/systemd/system
 CC ?= cc
 # The MySQL client API from one of two libraries, one source (docs/compat.md): MariaDB
 # Connector/C (DB_CLIENT=mariadb, pkg-config libmariadb) or Oracle's libmysqlclient
-# (DB_CLIENT=mysqlclient, pkg-config mysqlclient). Default: whichever is installed, MariaDB's
-# when both are.
+# (DB_CLIENT=mysqlclient, pkg-config mysqlclient). Default: the library of the stack IDEMD_DB
+# names (mysql: libmysqlclient, as the tests' harness and tests/demo use it), else whichever is
+# installed, MariaDB's when both are.
+ifeq ($(IDEMD_DB),mysql)
+DB_CLIENT ?= mysqlclient
+endif
 DB_CLIENT ?= $(if $(shell pkg-config --exists libmariadb && echo y),mariadb,$(if $(shell pkg-config --exists mysqlclient && echo y),mysqlclient,mariadb))
 ifeq ($(DB_CLIENT),mariadb)
 DB_PKG := libmariadb
