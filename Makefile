@@ -28,6 +28,9 @@ DB_PKG := mysqlclient
 else
 $(error DB_CLIENT must be mariadb or mysqlclient (got '$(DB_CLIENT)'))
 endif
+ifeq ($(shell pkg-config --exists $(DB_PKG) && echo y),)
+$(warning DB_CLIENT=$(DB_CLIENT): pkg-config finds no $(DB_PKG): install $(if $(filter mariadb,$(DB_CLIENT)),libmariadb-dev,libmysqlclient-dev) (bash .ci/deps does), or choose the other library with DB_CLIENT=mariadb|mysqlclient)
+endif
 PKGS := librabbitmq $(DB_PKG) libconfig libsystemd json-c libmicrohttpd libssl libcrypto
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
 PKG_LIBS := $(shell pkg-config --libs $(PKGS))
