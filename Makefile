@@ -276,7 +276,6 @@ PC_SED = -e 's|@PREFIX@|$(PREFIX)|g' \
 	-e 's|@LIBDIR@|$(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))|g' \
 	-e 's|@PLUGINDIR@|$(patsubst $(LIBDIR)/%,$${libdir}/%,$(PLUGINDIR))|g' \
 	-e 's|@VERSION@|$(VERSION)|g' \
-	-e 's|@DB_PKG@|$(DB_PKG)|g' \
 	-e 's|@ABI@|$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MAJOR //p' include/idemd/handler.h).$(shell sed -n 's/^.define IDEMD_HANDLER_ABI_MINOR //p' include/idemd/handler.h)|g'
 UNITS := idemd.service idemd@.service
 MANPAGES := docs/idemd.8 docs/idemctl.8 docs/idemd.conf.5

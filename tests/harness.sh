@@ -25,6 +25,7 @@
 #   h_count_log FILE REGEX   number of lines of FILE matching REGEX (grep -E)
 #   h_gen PREFIX FROM TO [BODY]         print publish lines PREFIX<i><TAB>BODY (default body-<i>)
 #   h_handler_abi                       the plugin ABI of include/idemd/handler.h, "MAJOR.MINOR"
+#   h_db_pkg                            pkg-config name of the client library: libmariadb or mysqlclient
 #   h_hello_plugin HEADER CFLAGS...     build ./hello.so, the smallest handler, strict C11 with
 #                                       CFLAGS; fail unless it took <idemd/handler.h> from HEADER
 #   h_notify_wrapper [WATCHDOG_USEC]    write ./idemd-notify: idemd as a Type=notify unit starts
@@ -185,6 +186,9 @@ case $IDEMD_DB in
 mariadb | mysql) ;;
 *) echo "harness: IDEMD_DB must be mariadb or mysql (got '$IDEMD_DB')" >&2; exit 64 ;;
 esac
+
+# h_db_pkg: the pkg-config name of the client library idemd is built with on this stack.
+h_db_pkg() { if h_db_is_mysql; then echo mysqlclient; else echo libmariadb; fi; }
 
 # h_db_is_mysql: true when the tests run against Oracle MySQL.
 h_db_is_mysql() { [[ $IDEMD_DB == mysql ]]; }
@@ -550,14 +554,18 @@ h_hello_plugin()
     local header=$1 deps
     shift
     cat >hello.c <<'HELLO'
-/* hello.c: the smallest idemd handler: accepts every message. */
+/* hello.c: the smallest idemd handler: accepts every message (after asking its connection). */
+#ifdef HELLO_MYSQL_H
+#include <mysql.h> /* the client library's own header first, as a handler may */
+#endif
 #include <idemd/handler.h>
 
 static idemd_result_t hello_handle(void *state, MYSQL *db, const idemd_message_t *msg,
                                    char *err, size_t errlen)
 {
-    (void)state, (void)db, (void)msg, (void)err, (void)errlen;
-    return IDEMD_RESULT_OK;
+    (void)state, (void)msg, (void)err, (void)errlen;
+    /* MYSQL * is the connection's type with either client library: no cast. */
+    return mysql_errno(db) == 0 ? IDEMD_RESULT_OK : IDEMD_RESULT_RETRY;
 }
 
 const idemd_handler_t idemd_handler = {

@@ -52,8 +52,10 @@ extern "C" {
  * names the struct st_mysql, Oracle's libmysqlclient names it MYSQL), so
  * a handler declares its functions with MYSQL * and needs no casts. The
  * header includes <mysql.h> when the include path has it (pkg-config
- * --cflags idemd adds the client library's); otherwise idemd_db_t is
- * MariaDB's struct st_mysql, as in every release before. Only the
+ * --cflags libmariadb or mysqlclient), else <mysql/mysql.h> or
+ * <mariadb/mysql.h>; without any, idemd_db_t is MariaDB's struct
+ * st_mysql, as in every release before. Define IDEMD_NO_MYSQL_H to skip
+ * the include (the plugin then includes its <mysql.h> first). Only the
  * pointer crosses the ABI: a plugin built against either library loads in
  * a host built against the same one.
  */

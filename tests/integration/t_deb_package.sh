@@ -226,7 +226,7 @@ h_assert_eq "$(pkg-config --variable=handler_abi idemd)" "$(h_handler_abi)" "han
 
 # A plugin outside the tree, against idemd-dev's header only.
 # shellcheck disable=SC2046 # a list of flags
-h_hello_plugin /usr/include/idemd/handler.h $(pkg-config --cflags idemd libmariadb)
+h_hello_plugin /usr/include/idemd/handler.h $(pkg-config --cflags idemd "$(h_db_pkg)") -DHELLO_MYSQL_H
 
 # The packaged daemon runs it on the packaged schema: 20 messages, 20 records, queue empty.
 db=t_deb_package
