@@ -600,6 +600,16 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
                       where, cfg->user, log_quote_str(mysql_error(db->my), qe, sizeof(qe)),
                       cfg->tls.ca_file ? cfg->tls.ca_file : "none: the system's CA store",
                       cfg->tls.verify_server_cert ? "true" : "false");
+        else if (!cfg->tls.enabled && !cfg->socket && !cfg->get_server_public_key &&
+                 mysql_errno(db->my) == CR_AUTH_PLUGIN_ERR)
+            /* MySQL's caching_sha2_password sends a password over plain TCP only encrypted
+             * with the server's RSA key, once the server forgot the account's last login
+             * (a restart, FLUSH PRIVILEGES). */
+            log_error("database %s: cannot connect as %s: %s (the account's authentication "
+                      "plugin needs a secure connection for a password: set database.tls "
+                      "(docs/tls.md), connect over database.socket, or allow "
+                      "database.get_server_public_key = true)",
+                      where, cfg->user, log_quote_str(mysql_error(db->my), qe, sizeof(qe)));
         else
             log_error("database %s: cannot connect as %s: %s", where, cfg->user,
                       log_quote_str(mysql_error(db->my), qe, sizeof(qe)));

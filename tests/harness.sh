@@ -25,6 +25,7 @@
 #   h_count_log FILE REGEX   number of lines of FILE matching REGEX (grep -E)
 #   h_gen PREFIX FROM TO [BODY]         print publish lines PREFIX<i><TAB>BODY (default body-<i>)
 #   h_handler_abi                       the plugin ABI of include/idemd/handler.h, "MAJOR.MINOR"
+#   h_seq N                             SQL table expression of the numbers 1..N (column seq)
 #   h_db_pkg                            pkg-config name of the client library: libmariadb or mysqlclient
 #   h_hello_plugin HEADER CFLAGS...     build ./hello.so, the smallest handler, strict C11 with
 #                                       CFLAGS; fail unless it took <idemd/handler.h> from HEADER
@@ -189,6 +190,10 @@ esac
 
 # h_db_pkg: the pkg-config name of the client library idemd is built with on this stack.
 h_db_pkg() { if h_db_is_mysql; then echo mysqlclient; else echo libmariadb; fi; }
+
+# h_seq N: a table expression of the numbers 1..N in a column seq, for INSERT ... SELECT seq
+# FROM $(h_seq N) (MariaDB's seq_1_to_N tables do not exist on MySQL; JSON_TABLE is in both).
+h_seq() { echo "JSON_TABLE(CONCAT('[', REPEAT('0,', $1 - 1), '0]'), '\$[*]' COLUMNS (seq FOR ORDINALITY)) AS seq_t"; }
 
 # h_db_is_mysql: true when the tests run against Oracle MySQL.
 h_db_is_mysql() { [[ $IDEMD_DB == mysql ]]; }

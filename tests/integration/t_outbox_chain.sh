@@ -9,7 +9,7 @@ mport=$(h_free_port 35000 2000)
 h_new_db "$db"
 c_fresh_queues "$qp" "$qp.dlq" "$qt" "$qt.dlq"
 h_mq exchange "$x" -t direct
-h_sql "INSERT INTO orders(id) SELECT seq FROM seq_1_to_$n"
+h_sql "INSERT INTO orders(id) SELECT seq FROM $(h_seq "$n")"
 {
     # outbox_grace = 2: rows left by a dead worker are swept after 2 s, not 30.
     h_conf_common "$db" | sed 's/shutdown_timeout = 30;/shutdown_timeout = 30; outbox_grace = 2;/'

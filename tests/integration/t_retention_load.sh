@@ -5,11 +5,11 @@ old=150000 # backdated records of this consumer: more than one slice deletes
 total=12000 # 24 s of load at 500 messages/s
 h_new_db "$db"
 h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time)
-       SELECT '$q', CONCAT('old', seq), NOW(3) - INTERVAL 10 DAY FROM seq_1_to_$old"
+       SELECT '$q', CONCAT('old', seq), NOW(3) - INTERVAL 10 DAY FROM $(h_seq "$old")"
 h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time) VALUES
        ('$q', 'recent', NOW() - INTERVAL 2 DAY), ('other', 'old1', NOW() - INTERVAL 10 DAY)"
 h_sql "INSERT INTO idemd_attempt (consumer, msg_id, attempts, updated_at)
-       SELECT '$q', CONCAT('old', seq), 1, NOW(3) - INTERVAL 10 DAY FROM seq_1_to_1500"
+       SELECT '$q', CONCAT('old', seq), 1, NOW(3) - INTERVAL 10 DAY FROM $(h_seq 1500)"
 {
     h_conf_common "$db"
     cat <<CONF

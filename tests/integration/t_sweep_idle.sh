@@ -4,7 +4,7 @@ q=t_sweep_idle.q
 n=200
 mport=$(h_free_port 35000 2000)
 h_new_db "$db"
-h_sql "INSERT INTO orders(id) SELECT seq FROM seq_1_to_$n"
+h_sql "INSERT INTO orders(id) SELECT seq FROM $(h_seq "$n")"
 {
     h_conf_common "$db"
     cat <<CONF
