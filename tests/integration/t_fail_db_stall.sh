@@ -26,7 +26,7 @@ CONF
     queues
 } >idemd.conf
 {
-    h_conf_common "$db" | sed "s|socket = \"$MYSQL_SOCK\"; user = \"root\"|hosts = [ \"127.0.0.1:$MYSQL_PORT\" ]; user = \"stall\"; password = \"stall\"|"
+    h_conf_common "$db" | sed "s|socket = \"$MYSQL_SOCK\"; user = \"root\"|hosts = [ \"127.0.0.1:$MYSQL_PORT\" ]; user = \"stall\"; password = \"stall\"; get_server_public_key = true|"
     queues
 } >idemd-tcp.conf
 grep -q 'user = "stall"' idemd-tcp.conf || h_fail "the TCP configuration was not written"

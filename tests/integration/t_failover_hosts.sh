@@ -13,7 +13,8 @@ daemon = { log_level = "debug"; shutdown_timeout = 30; };
 broker = { hosts = [ "127.0.0.1:$dead_mq", "127.0.0.1:$AMQP_PORT" ]; user = "guest";
            password = "guest"; };
 database = { hosts = [ "127.0.0.1:$dead_db", "127.0.0.1:$MYSQL_PORT" ]; user = "fo";
-             password = "fo"; database = "$db"; connect_timeout = 2; };
+             password = "fo"; database = "$db"; connect_timeout = 2;
+             get_server_public_key = true; }; # MySQL: a password over plain TCP
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; prefetch = 100; } );
 CONF
 h_daemon_start idemd.conf idemd.log

@@ -17,7 +17,8 @@ cat >"$sdir/idemd.conf" <<CONF
 daemon = { log_level = "debug"; shutdown_timeout = 30; };
 broker = { host = "127.0.0.1"; port = $AMQP_PORT; user = "guest"; password_file = "$sdir/amqp.pw"; };
 database = { host = "127.0.0.1"; port = $MYSQL_PORT; user = "t_secrets"; database = "$db";
-             password_file = "$sdir/db.pw"; record_table = "msg_id_record"; };
+             password_file = "$sdir/db.pw"; record_table = "msg_id_record";
+             get_server_public_key = true; }; # MySQL: a password over plain TCP
 queues = ( { name = "$q"; handler = "$sdir/counter.so"; workers = 2; } );
 CONF
 chown nobody "$sdir/idemd.conf" "$sdir/db.pw" "$sdir/amqp.pw"
