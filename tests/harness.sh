@@ -91,12 +91,14 @@ h_free_port()
     return 1
 }
 
-# The command-line client of the stack (mariadb, or Oracle's mysql).
+# The command-line client of the stack (mariadb, or Oracle's mysql), and its option for a
+# session without TLS.
 if [[ ${IDEMD_DB:-mariadb} == mysql ]]; then
-    h_mysql() { mysql --no-defaults -S "$MYSQL_SOCK" -uroot "$@"; }
+    H_DB_CLIENT=mysql H_DB_CLIENT_NO_TLS=--ssl-mode=DISABLED
 else
-    h_mysql() { mariadb --no-defaults -S "$MYSQL_SOCK" -uroot "$@"; }
+    H_DB_CLIENT=mariadb H_DB_CLIENT_NO_TLS=--skip-ssl
 fi
+h_mysql() { "$H_DB_CLIENT" --no-defaults -S "$MYSQL_SOCK" -uroot "$@"; }
 
 h_sql()
 {
@@ -225,6 +227,7 @@ h_db_init()
 
 # h_db_server DIR SOCK PORT [SERVER_ARG...]: start the database server on DIR's data in its own
 # session (the caller records $! to stop it), output in DIR/stdout.log, errors in DIR/err.log.
+# SERVER_ARGs come last, so they override the defaults here (e.g. --bind-address).
 h_db_server()
 {
     local d=$1 sock=$2 port=$3 user=() extra=() bin=mariadbd

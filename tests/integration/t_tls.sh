@@ -1,11 +1,11 @@
 # t_tls: idemd over TLS to both servers (client certificates, TLS-only listeners): exactly once; a wrong CA, a wrong host name and a plain-text server are each refused with a clear error and nothing is processed.
 #
 # The harness's servers speak plain text, so this case starts its own RabbitMQ node (TLS
-# listener on 127.0.0.1 and 127.0.0.2, plain listener for mqtool) and its own mariadbd
+# listener on 127.0.0.1 and 127.0.0.2, plain listener for mqtool) and its own database server
 # (require_secure_transport, user REQUIRE X509), with certificates made here by openssl.
 # The server certificate names localhost and 127.0.0.1 only: 127.0.0.2 reaches the same
 # servers under a name the certificate does not carry. For the plain-text checks: the
-# harness's RabbitMQ, and a third mariadbd started with --skip-ssl (from 11.4 on mariadbd
+# harness's RabbitMQ, and a third database server without TLS (from 11.4 on mariadbd
 # offers TLS with a certificate it makes itself, so the harness's is no plain-text server).
 # The servers are stopped on exit.
 db=t_tls
@@ -113,51 +113,40 @@ t_rabbit_wait()
     fi
 }
 
-# A mariadbd that accepts TCP only with TLS, on 127.0.0.1 and 127.0.0.2.
+# A database server that accepts TCP only with TLS, on 127.0.0.1 and 127.0.0.2.
 t_mariadb_start()
 {
-    local d=$T_DIR/mysql user=()
-    mkdir -p "$d/data" "$d/tmp"
-    [[ $(id -u) == 0 ]] && user=(--user=root)
-    mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
-        --skip-test-db "${user[@]}" >"$d/install.log" 2>&1 ||
-        { tail -n 30 "$d/install.log" >&2; h_fail "mariadb-install-db failed"; }
-    setsid mariadbd --no-defaults --datadir="$d/data" --socket="$T_MYSQL_SOCK" --port="$T_MYSQL_PORT" \
-        --bind-address=127.0.0.1,127.0.0.2 "${user[@]}" --pid-file="$d/mariadbd.pid" \
-        --log-error="$d/err.log" --tmpdir="$d/tmp" --skip-name-resolve \
+    local d=$T_DIR/mysql
+    h_db_init "$d" || h_fail "initialising the TLS server failed"
+    h_db_server "$d" "$T_MYSQL_SOCK" "$T_MYSQL_PORT" --bind-address=127.0.0.1,127.0.0.2 \
         --ssl-ca="$T_DIR/ca.pem" --ssl-cert="$T_DIR/server.pem" --ssl-key="$T_DIR/server.key" \
-        --require-secure-transport=ON </dev/null >"$d/stdout.log" 2>&1 &
+        --require-secure-transport=ON
     T_MARIADB_PGID=$!
 }
 
-# A mariadbd without TLS, TCP on 127.0.0.1 only.
+# A database server without TLS, TCP on 127.0.0.1 only (MariaDB: --skip-ssl; MySQL: an
+# empty tls_version, which turns encrypted connections off).
 t_plain_mariadb_start()
 {
-    local d=$T_DIR/plain user=()
-    mkdir -p "$d/data" "$d/tmp"
-    [[ $(id -u) == 0 ]] && user=(--user=root)
-    mariadb-install-db --no-defaults --datadir="$d/data" --auth-root-authentication-method=normal \
-        --skip-test-db "${user[@]}" >"$d/install.log" 2>&1 ||
-        { tail -n 30 "$d/install.log" >&2; h_fail "mariadb-install-db failed (plain server)"; }
-    setsid mariadbd --no-defaults --datadir="$d/data" --socket="$d/sock" --port="$T_PLAIN_PORT" \
-        --bind-address=127.0.0.1 "${user[@]}" --pid-file="$d/mariadbd.pid" \
-        --log-error="$d/err.log" --tmpdir="$d/tmp" --skip-name-resolve --skip-ssl \
-        </dev/null >"$d/stdout.log" 2>&1 &
+    local d=$T_DIR/plain no_tls=--skip-ssl
+    h_db_is_mysql && no_tls=--tls-version=
+    h_db_init "$d" || h_fail "initialising the plain server failed"
+    h_db_server "$d" "$d/sock" "$T_PLAIN_PORT" "$no_tls"
     T_PLAIN_PGID=$!
 }
 
-# Wait up to 60 s for the plain mariadbd (a client of 11.4 or later needs --skip-ssl for it).
+# Wait up to 60 s for the plain server (a client of MariaDB 11.4 or later needs --skip-ssl for it).
 t_plain_mariadb_wait()
 {
     local deadline=$((SECONDS + 60))
     while ((SECONDS < deadline)); do
-        mariadb --no-defaults --skip-ssl -S "$T_DIR/plain/sock" -uroot -N -e 'SELECT 1' >/dev/null 2>&1 &&
-            return 0
+        "$H_DB_CLIENT" --no-defaults "$H_DB_CLIENT_NO_TLS" -S "$T_DIR/plain/sock" -uroot -N -e 'SELECT 1' \
+            >/dev/null 2>&1 && return 0
         kill -0 "$T_PLAIN_PGID" 2>/dev/null || break
         sleep 0.2
     done
     tail -n 30 "$T_DIR/plain/err.log" >&2
-    h_fail "the plain mariadbd did not start"
+    h_fail "the plain database server did not start"
 }
 
 # Print an idemd config. Variables (defaults: everything verified against our CA):
@@ -238,7 +227,7 @@ t_mariadb_start
 t_plain_mariadb_start
 # From here on the h_* helpers talk to our servers.
 export AMQP_PORT=$T_AMQP_PORT MYSQL_SOCK=$T_MYSQL_SOCK
-h_db_wait "$T_MARIADB_PGID" "$T_DIR/mysql" || h_fail "the TLS mariadbd did not start"
+h_db_wait "$T_MARIADB_PGID" "$T_DIR/mysql" || h_fail "the TLS database server did not start"
 h_new_db "$db"
 h_sql "CREATE USER 'idemd'@'%' IDENTIFIED BY 'idemd-tls-pw' REQUIRE X509;
        GRANT ALL ON \`$db\`.* TO 'idemd'@'%'"
@@ -249,10 +238,11 @@ h_log "TLS servers up: amqps $T_AMQPS_PORT (plain $T_AMQP_PORT), mysql $T_MYSQL_
 # one gets in: the refusals are not about something else).
 t_mysql_tcp() { h_mysql --protocol=TCP -h 127.0.0.1 -P "$T_MYSQL_PORT" -uidemd -pidemd-tls-pw "$@" -N -e 'SELECT 1'; }
 h_assert_eq "$(t_mysql_tcp --ssl-ca="$T_DIR/ca.pem" --ssl-cert="$T_DIR/client.pem" \
-    --ssl-key="$T_DIR/client.key" 2>&1)" 1 "mariadb client with TLS and a certificate"
-t_mysql_tcp --skip-ssl >/dev/null 2>&1 && h_fail "mariadbd accepted a TCP session without TLS"
+    --ssl-key="$T_DIR/client.key" 2>&1 | grep -v 'Using a password on the command line')" 1 \
+    "$H_DB_CLIENT client with TLS and a certificate"
+t_mysql_tcp "$H_DB_CLIENT_NO_TLS" >/dev/null 2>&1 && h_fail "the server accepted a TCP session without TLS"
 t_mysql_tcp --ssl-ca="$T_DIR/ca.pem" >/dev/null 2>&1 &&
-    h_fail "mariadbd accepted user idemd without a client certificate"
+    h_fail "the server accepted user idemd without a client certificate"
 
 # ---------- everything verified: 500 messages exactly once ----------
 t_conf >idemd.conf
@@ -282,17 +272,26 @@ t_refused broker-wrong-name "broker 127\.0\.0\.2:[0-9]+ \(TLS\) vhost /: TLS: th
     BHOST=127.0.0.2
 t_refused broker-plain-port "broker 127\.0\.0\.1:[0-9]+ \(TLS\) vhost /: TLS handshake failed" \
     BPORT="$H_AMQP_PLAIN"
-t_refused db-wrong-ca "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"?TLS/SSL error: .*certificate" \
+# The client library's words for a TLS failure: Connector/C's "TLS/SSL error: ...",
+# libmysqlclient's "SSL connection error: ...".
+tls_err='"?(TLS/SSL error|SSL connection error): '
+t_refused db-wrong-ca "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: $tls_err.*certificate" \
     DCA="$T_DIR/other-ca.pem"
-# The wrong host name, in libmariadb 3.3's words (Debian 12) or 3.4's (Debian 13).
-t_refused db-wrong-name "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"TLS/SSL error: (Validation of SSL server certificate failed|Hostname verification failed)\" " \
+# The wrong host name, in libmariadb 3.3's words (Debian 12) or 3.4's (Debian 13), or
+# libmysqlclient's (OpenSSL checks the name in its chain verification there: the same words as
+# for a wrong CA; the tls.ca_file in the line says it is not one).
+t_refused db-wrong-name "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"(TLS/SSL error: (Validation of SSL server certificate failed|Hostname verification failed)|SSL connection error: .*certificate verify failed)\" " \
     DHOST=127.0.0.2
 # With the host name check off, the chain is still checked (libmariadb 3.4: idemd's own
 # verification callback; 3.3: the library's).
-t_refused db-wrong-ca-noname "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: \"?TLS/SSL error: .*certificate" \
+t_refused db-wrong-ca-noname "database 127\.0\.0\.2:[0-9]+ \(TLS\): TLS: cannot connect as idemd: $tls_err.*certificate" \
     DHOST=127.0.0.2 DVERIFY=false DCA="$T_DIR/other-ca.pem"
 t_plain_mariadb_wait
-t_refused db-plain-server "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: .*SSL is required, but the server does not support it" \
+# The account exists there too, so that the refusal is about TLS (MySQL answers a host with no
+# account at all before any TLS is negotiated).
+"$H_DB_CLIENT" --no-defaults "$H_DB_CLIENT_NO_TLS" -S "$T_DIR/plain/sock" -uroot \
+    -e "CREATE USER 'idemd'@'%' IDENTIFIED BY 'idemd-tls-pw'" || h_fail "no account on the plain server"
+t_refused db-plain-server "database 127\.0\.0\.1:[0-9]+ \(TLS\): TLS: cannot connect as idemd: .*SSL is required,? but the server (does not|doesn't) support it" \
     DPORT="$T_PLAIN_PORT"
 
 # ---------- the host name checks turned off: 127.0.0.2 is accepted, the rest is processed ----------
