@@ -154,6 +154,10 @@ $(B)/tests/unit/test_order: tests/unit/test_order.c tests/unit/tap.h src/order.c
 $(B)/tests/unit/test_framecount: tests/unit/test_framecount.c bench/framecount.h tests/unit/tap.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $<
 
+# test_db tests db_classify, inline in db.h: no module to link (db.c needs the servers).
+$(B)/tests/unit/test_db: tests/unit/test_db.c tests/unit/tap.h src/db.h src/conf.h | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(LDLIBS)
+
 # test_log's module is log.c itself: the pattern above would link it twice.
 $(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/log.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)

@@ -23,6 +23,9 @@
  */
 #define DB_ER_CONNECTION_KILLED 1927
 #define DB_ER_IDLE_DISCONNECT 4031
+/* MySQL 8.0.1+'s NOWAIT refusal (ER_LOCK_NOWAIT; MariaDB reports NOWAIT as 1205): the
+ * statement failed on a lock another transaction holds, like a lock wait timeout. */
+#define DB_ER_LOCK_NOWAIT 3572
 
 /* Outcome of a statement, classified by what the server did (see NOTES). */
 typedef enum db_status {
@@ -109,6 +112,7 @@ static inline db_status_t db_classify(unsigned int err)
     case ER_LOCK_DEADLOCK:
         return DB_ERR_DEADLOCK;
     case ER_LOCK_WAIT_TIMEOUT:
+    case DB_ER_LOCK_NOWAIT:
         return DB_ERR_LOCK_TIMEOUT;
     case ER_SP_DOES_NOT_EXIST:
         return DB_ERR_TX_LOST; /* 1305: SAVEPOINT does not exist */

@@ -1,0 +1,40 @@
+/* test_db.c: unit tests of db_classify, the reading of server error numbers from either client library. */
+#include <errmsg.h>
+#include <mysqld_error.h>
+
+#include "db.h"
+#include "tap.h"
+
+int main(void)
+{
+    ok(db_classify(0) == DB_OK, "0: ok");
+    ok(db_classify(1062) == DB_DUPLICATE, "1062 duplicate key: duplicate");
+    ok(db_classify(1213) == DB_ERR_DEADLOCK, "1213 deadlock: redo the transaction");
+    ok(db_classify(1205) == DB_ERR_LOCK_TIMEOUT, "1205 lock wait timeout");
+    ok(db_classify(3572) == DB_ERR_LOCK_TIMEOUT,
+       "3572 MySQL's NOWAIT refusal: a lock wait timeout (MariaDB reports it as 1205)");
+    ok(db_classify(1305) == DB_ERR_TX_LOST, "1305 savepoint gone: the transaction was lost");
+    ok(db_classify(2006) == DB_ERR_CONNECTION, "2006 server gone: connection");
+    ok(db_classify(2013) == DB_ERR_CONNECTION, "2013 lost during query: connection");
+    ok(db_classify(2055) == DB_ERR_CONNECTION, "2055 lost (extended): connection");
+    ok(db_classify(1927) == DB_ERR_CONNECTION, "1927 MariaDB's connection killed: connection");
+    ok(db_classify(4031) == DB_ERR_CONNECTION,
+       "4031 MySQL's idle disconnect (ER_CLIENT_INTERACTION_TIMEOUT): connection");
+    ok(db_classify(1053) == DB_ERR_CONNECTION, "1053 server shutdown: connection");
+    ok(db_classify(2014) == DB_ERR_CONNECTION, "2014 commands out of sync: connection");
+    ok(db_classify(3819) == DB_ERR_OTHER, "3819 MySQL's CHECK constraint: a data error, other");
+    ok(db_classify(4025) == DB_ERR_OTHER, "4025 MariaDB's CHECK constraint: other");
+    ok(db_classify(1146) == DB_ERR_OTHER, "1146 no such table: other");
+    /* The names each library's headers give agree with the numbers above. */
+    ok(ER_DUP_ENTRY == 1062 && ER_LOCK_DEADLOCK == 1213 && ER_LOCK_WAIT_TIMEOUT == 1205 &&
+           CR_SERVER_GONE_ERROR == 2006 && CR_SERVER_LOST == 2013,
+       "the client library's headers name the same numbers");
+#ifdef LIBMARIADB
+    ok(ER_CONNECTION_KILLED == DB_ER_CONNECTION_KILLED, "Connector/C's ER_CONNECTION_KILLED is 1927");
+#else
+    ok(ER_CLIENT_INTERACTION_TIMEOUT == DB_ER_IDLE_DISCONNECT,
+       "libmysqlclient's ER_CLIENT_INTERACTION_TIMEOUT is 4031");
+    ok(ER_LOCK_NOWAIT == DB_ER_LOCK_NOWAIT, "libmysqlclient's ER_LOCK_NOWAIT is 3572");
+#endif
+    return done();
+}
