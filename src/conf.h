@@ -111,15 +111,15 @@ typedef struct conf_database {
     int port;     /* TCP port (also of hosts entries that name none) */
     char **hosts; /* "host[:port]" each, or NULL: host and port (or socket) */
     int n_hosts;
-    char *socket;         /* unix socket path or NULL */
-    char *user;           /* user name */
-    char *password;       /* from password or password_file; may be NULL */
-    char *database;       /* schema of the record table and the handlers' tables */
-    char *record_table;   /* dedup record table; [A-Za-z0-9_] only (in SQL) */
-    int connect_timeout;  /* seconds */
-    int read_timeout;     /* seconds */
-    int write_timeout;    /* seconds */
-    int galera_max_batch; /* Galera: messages per transaction at most; 0 = no cap */
+    char *socket;               /* unix socket path or NULL */
+    char *user;                 /* user name */
+    char *password;             /* from password or password_file; may be NULL */
+    char *database;             /* schema of the record table and the handlers' tables */
+    char *record_table;         /* dedup record table; [A-Za-z0-9_] only (in SQL) */
+    int connect_timeout;        /* seconds */
+    int read_timeout;           /* seconds */
+    int write_timeout;          /* seconds */
+    int galera_max_batch;       /* Galera: messages per transaction at most; 0 = no cap */
     bool get_server_public_key; /* libmysqlclient: ask a MySQL server for its RSA key */
     conf_database_tls_t tls;
 } conf_database_t;

@@ -410,8 +410,8 @@ void plugin_set_publisher(plugin_publish_fn fn, void *ctx)
     plugin_publisher_ctx = ctx;
 }
 
-static int plugin_publish(MYSQL *db, const idemd_message_t *source,
-                          const idemd_publish_t *p, char *err, size_t errlen)
+static int plugin_publish(MYSQL *db, const idemd_message_t *source, const idemd_publish_t *p,
+                          char *err, size_t errlen)
 {
     if (plugin_publisher == NULL || source == NULL || p == NULL) {
         snprintf(err, errlen, "publish: only from handle() or handle_batch(), with its message");

@@ -217,13 +217,13 @@ typedef struct idemd_handler {
     const char *name;
     int (*init)(const idemd_host_t *host, const idemd_settings_t *settings, idemd_db_t *db,
                 void **state, char *err, size_t errlen);
-    idemd_result_t (*handle)(void *state, idemd_db_t *db, const idemd_message_t *msg,
-                             char *err, size_t errlen);
+    idemd_result_t (*handle)(void *state, idemd_db_t *db, const idemd_message_t *msg, char *err,
+                             size_t errlen);
     void (*fini)(void *state);
     int (*reconcile)(void *state, idemd_db_t *db, char *err, size_t errlen);
     /* ABI 1.2: */
-    int (*handle_batch)(void *state, idemd_db_t *db, const idemd_message_t *const *msgs,
-                        size_t n, idemd_result_t *verdicts, char *errors, size_t errlen);
+    int (*handle_batch)(void *state, idemd_db_t *db, const idemd_message_t *const *msgs, size_t n,
+                        idemd_result_t *verdicts, char *errors, size_t errlen);
     void *reserved[7]; /* zero: room to grow */
 } idemd_handler_t;
 

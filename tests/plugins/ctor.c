@@ -37,8 +37,8 @@ __attribute__((constructor)) static void ctor_on_load(void)
         pthread_detach(t);
 }
 
-static idemd_result_t ctor_handle(void *state, MYSQL *db, const idemd_message_t *msg,
-                                  char *err, size_t errlen)
+static idemd_result_t ctor_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
+                                  size_t errlen)
 {
     (void)state;
     (void)db;

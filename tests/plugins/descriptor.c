@@ -27,8 +27,8 @@ void log_msg(int level, const char *fmt, ...);
 
 #ifndef TP_NO_HANDLE
 /* Reads only the 1.0 fields of the message, as a plugin built then would. */
-static idemd_result_t tp_handle(void *state, MYSQL *db, const idemd_message_t *msg,
-                                char *err, size_t errlen)
+static idemd_result_t tp_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
+                                size_t errlen)
 {
     (void)state;
     (void)db;

@@ -22,8 +22,8 @@ typedef struct onward_state {
     char key[ONWARD_ROUTES][128];
 } onward_state_t;
 
-static int onward_init(const idemd_host_t *host, const idemd_settings_t *settings,
-                       MYSQL *db, void **state, char *err, size_t errlen)
+static int onward_init(const idemd_host_t *host, const idemd_settings_t *settings, MYSQL *db,
+                       void **state, char *err, size_t errlen)
 {
     const char *routes = NULL;
     (void)db;
@@ -56,8 +56,8 @@ static int onward_init(const idemd_host_t *host, const idemd_settings_t *setting
     return 0;
 }
 
-static idemd_result_t onward_handle(void *state, MYSQL *db, const idemd_message_t *msg,
-                                    char *err, size_t errlen)
+static idemd_result_t onward_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
+                                    size_t errlen)
 {
     onward_state_t *st = state;
     int only = -1;

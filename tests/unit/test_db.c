@@ -1,4 +1,5 @@
-/* test_db.c: unit tests of db_classify, the reading of server error numbers from either client library. */
+/* test_db.c: unit tests of db_classify, the reading of server error numbers from either client
+ * library. */
 #include <errmsg.h>
 #include <mysqld_error.h>
 
@@ -30,7 +31,8 @@ int main(void)
            CR_SERVER_GONE_ERROR == 2006 && CR_SERVER_LOST == 2013,
        "the client library's headers name the same numbers");
 #ifdef LIBMARIADB
-    ok(ER_CONNECTION_KILLED == DB_ER_CONNECTION_KILLED, "Connector/C's ER_CONNECTION_KILLED is 1927");
+    ok(ER_CONNECTION_KILLED == DB_ER_CONNECTION_KILLED,
+       "Connector/C's ER_CONNECTION_KILLED is 1927");
 #else
     ok(ER_CLIENT_INTERACTION_TIMEOUT == DB_ER_IDLE_DISCONNECT,
        "libmysqlclient's ER_CLIENT_INTERACTION_TIMEOUT is 4031");
