@@ -27,14 +27,18 @@ h_assert_eq "$(h_gen a 1 20 | h_mq publish -r "$qa")" "published 20 confirmed 20
 exits="worker $qa#0 \(pid [0-9]+\) exited with code 78 \(configuration"
 held="restarting in (1[5-9]|2[0-9]|30)[0-9]{3} ms"
 
+# The database's kind, as idemd names it, and the test hook that raises its minimum.
+db_kind=MariaDB db_min_var=IDEMD_TEST_MIN_MARIADB
+if h_db_is_mysql; then db_kind=MySQL db_min_var=IDEMD_TEST_MIN_MYSQL; fi
+
 # ---------- the database is "too old" ----------
-export IDEMD_TEST_MIN_MARIADB=99.0.0
+export "$db_min_var=99.0.0"
 IDEMD=$PWD/idemd-notify h_daemon_start idemd.conf db.log
-unset IDEMD_TEST_MIN_MARIADB
+unset "$db_min_var"
 h_wait_log notify.log ' READY=1$' 1 10 || h_fail "no READY=1 (systemd would restart the daemon)"
 grep -q "ready: 2 queues, 0 workers consuming; 3 not: the broker or database is older than idemd supports" db.log ||
     h_fail "the ready line does not count the 3 refused workers"
-refused_db="database socket [^ ]+: MariaDB [0-9]+\.[0-9]+\.[0-9]+ is older than 99\.0\.0, the oldest idemd supports: upgrade the server"
+refused_db="database socket [^ ]+: $db_kind [0-9]+\.[0-9]+\.[0-9]+ is older than 99\.0\.0, the oldest idemd supports: upgrade the server"
 h_wait_log notify.log "STATUS=0/3 workers consuming; .*; $qa: 0/2 up, 0 ok, 0 failed, refused: $refused_db.*; $qb: 0/1 up, 0 ok, 0 failed, refused: $refused_db" 1 15 ||
     h_fail "STATUS= does not show the refusal for both queues"
 h_wait_log db.log "$exits" 1 10 || h_fail "$qa#0 did not exit with 78"
@@ -58,7 +62,7 @@ h_assert_eq "$(h_sql 'SELECT COUNT(*) FROM effects')" 0 "effects"
 h_assert_eq "$(h_sql 'SELECT COUNT(*) FROM idemd_key')" 0 "no relay key made by a refused worker"
 # idemctl refuses the same server, with the reason, exit 3 (cannot connect).
 rc=0
-IDEMD_TEST_MIN_MARIADB=99.0.0 "$IDEMCTL" -c idemd.conf lookup a1 >ctl.out 2>&1 || rc=$?
+env "$db_min_var=99.0.0" "$IDEMCTL" -c idemd.conf lookup a1 >ctl.out 2>&1 || rc=$?
 h_assert_eq "$rc" 3 "idemctl against a refused database: exit status"
 grep -qE "$refused_db" ctl.out || h_fail "idemctl does not say why: $(cat ctl.out)"
 rc=0
@@ -87,7 +91,7 @@ key=$(h_sql 'SELECT HEX(k) FROM idemd_key')
 h_daemon_start idemd.conf ok.log
 grep -qE "broker 127\.0\.0\.1:$AMQP_PORT vhost /: RabbitMQ \"?[0-9]+\.[0-9]+" ok.log ||
     h_fail "the broker's version is not logged"
-grep -qE "database socket [^ ]+: MariaDB \"?[0-9]+\.[0-9]+" ok.log || h_fail "the database's version is not logged"
+grep -qE "database socket [^ ]+: $db_kind \"?[0-9]+\.[0-9]+" ok.log || h_fail "the database's version is not logged"
 h_wait_sql "SELECT COUNT(*) FROM effects WHERE queue = '$qa'" 20 30
 h_assert_eq "$(h_sql 'SELECT HEX(k) FROM idemd_key')" "$key" "the key survives restarts"
 rc=0
