@@ -12,7 +12,7 @@
 #include "log.h"
 
 #define CTL_CONFIRM_MS 30000
-#define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_dlq */
+#define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_requeue */
 /* A letter returned this often (x-delivery-count) is near RabbitMQ 4's default delivery limit. */
 #define CTL_RETURNS_WARN 10
 
@@ -324,6 +324,12 @@ out:
  * requeue) CTL_NACK_CHUNK tags at a time, and before the next chunk wait
  * (up to 5 s, then go on) until the queue's ready count shows this one
  * back. Logs failures; the channel's close requeues what is left.
+ *
+ * Never basic.reject: from RabbitMQ 4.3 a quorum queue's x-delivery-count,
+ * which its delivery limit compares, counts a reject (and a closed channel
+ * or lost connection) but not a requeueing nack. A listing is no failure of
+ * the letters: with nack, a queue that keeps a limit (an older idemd's)
+ * loses none however often it is listed there; 3.x-4.2 count both alike.
  */
 static void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
 {
@@ -359,10 +365,10 @@ static void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long 
  * acking, as many as it held at the start. Selected ones are printed
  * (list, kept), replayed or purged (acked); every message not acked is
  * requeued at the end in its order (ctl_requeue). A classic queue puts
- * them back at their positions; a quorum queue (3.10) appends returned
- * messages behind the rest, so the pass always takes the whole queue.
- * Dead letters that arrive during a pass end up ahead of the returned
- * ones on a quorum queue.
+ * them back at their positions, and so does a quorum queue from RabbitMQ
+ * 4.3; before, a quorum queue (3.10) appends returned messages behind the
+ * rest, so the pass always takes the whole queue. Dead letters that arrive
+ * during a pass then end up ahead of the returned ones.
  */
 int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
 {
@@ -501,14 +507,20 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     }
     if (n_kept > 0 && rd->channel_open && !rd->deaf)
         ctl_requeue(rd, queue, kept, n_kept);
-    /* idemd declares its quorum queues without a delivery limit; one from an older idemd
-     * keeps RabbitMQ 4's, and on 4.0-4.2 every pass counts a return for each letter. */
+    /*
+     * idemd declares its quorum queues without a delivery limit; one from an
+     * older idemd keeps RabbitMQ 4's. The warning reads the broker's own count,
+     * the one a limit compares, not how often idemctl took a letter: up to 4.2
+     * each pass adds one for every letter, from 4.3 none (ctl_requeue), and
+     * there only lost connections and rejects by other clients raise it.
+     */
     if (returns >= CTL_RETURNS_WARN)
-        log_warn("queue %s: a letter was returned %lld times (x-delivery-count; RabbitMQ "
-                 "4.0-4.2 count each pass): harmless where the queue has no delivery limit (as "
-                 "idemd declares it), but one from an older idemd keeps RabbitMQ 4's limit of 20, "
-                 "which deletes it: apply a policy with \"delivery-limit\": -1 "
-                 "(docs/rabbitmq.md, \"Delivery limits\")",
+        log_warn("queue %s: a letter was returned %lld times (x-delivery-count, which a "
+                 "delivery limit compares; up to RabbitMQ 4.2 each idemctl pass adds one, from "
+                 "4.3 only lost connections and rejects do): harmless where the queue has no "
+                 "delivery limit (as idemd declares it), but one from an older idemd keeps "
+                 "RabbitMQ 4's limit of 20, which deletes it: apply a policy with "
+                 "\"delivery-limit\": -1 (docs/rabbitmq.md, \"Delivery limits\")",
                  queue, returns);
     if (rc == CTL_EXIT_OK && matched == 0)
         rc = CTL_EXIT_NOMATCH;

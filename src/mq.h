@@ -62,6 +62,7 @@ typedef struct mq {
     bool dead_letter_fallback;
     int broker_major;     /* the broker's major version (server property "version"); 0: unknown */
     bool limit_unsure;    /* a quorum queue mq_declare declared kept the broker's delivery limit */
+    bool strategy_noted;  /* logged that a dead letter queue kept an older x-dead-letter-strategy */
     uint64_t max_message; /* the broker's max message size, learned from a refusal; 0: unknown */
     bool confirms;        /* the channel is in confirm mode (a publisher) */
     char ctag[256];       /* our consumer's tag (mq_consume), "" when not consuming */
@@ -190,9 +191,11 @@ int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target,
                      bool quorum) __attribute__((warn_unused_result));
 
 /*
- * Declare a queue for dead letters, quorum or classic as above. Every quorum
- * queue idemd declares gets no delivery limit (mq_limit_args). 0 or -1
- * (logged).
+ * Declare a queue for dead letters, quorum or classic as above; a quorum one
+ * without x-dead-letter-strategy (it has no dead-letter exchange), unless it
+ * exists with it (an older idemd's: logged once per connection). Every
+ * quorum queue idemd declares gets no delivery limit (mq_limit_args). 0 or
+ * -1 (logged).
  */
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
     __attribute__((warn_unused_result));

@@ -35,9 +35,10 @@ static int mq_channel_reopen(mq_t *mq)
     return mq_channel_restore(mq);
 }
 
-/* What mq_declare_args had to leave off an existing queue (a bit mask). */
-#define MQ_LEFT_LIMIT 1 /* the delivery limit arguments (mq_limit_args) */
-#define MQ_LEFT_DL 2    /* the dead-letter arguments (mq_dead_letter_args) */
+/* What mq_declare_args had to change for an existing queue (a bit mask). */
+#define MQ_LEFT_LIMIT 1    /* the delivery limit arguments were left off (mq_limit_args) */
+#define MQ_LEFT_DL 2       /* the dead-letter arguments were left off (mq_dead_letter_args) */
+#define MQ_KEPT_STRATEGY 4 /* x-dead-letter-strategy was added back (mq_dlq_args) */
 
 /*
  * queue.declare with arguments: args holds the fixed ones, then n_dl from
@@ -46,11 +47,14 @@ static int mq_channel_reopen(mq_t *mq)
  * it now: the broker refuses the declaration as inequivalent, naming the
  * argument, so the group it names is left off and the queue declared again
  * (the limit: logged with the remedy; dead letters: the caller warns).
- * quorum: say how to move an older classic queue. Returns the MQ_LEFT_* mask
- * of what was left off (0: declared as asked), or -1 (logged).
+ * strategy: args leave out the x-dead-letter-strategy that an older idemd
+ * gave its dead letter queues; a queue that has it is declared again with
+ * it (room for one more entry in args.entries). quorum: say how to move an
+ * older classic queue. Returns the mask of what was changed (0: declared as
+ * asked), or -1 (logged).
  */
 static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum, amqp_table_t args,
-                           int n_dl, int n_limit)
+                           int n_dl, int n_limit, bool strategy)
 {
     char what[300];
     bool quiet = mq->quiet;
@@ -65,16 +69,37 @@ static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum
         bool limit = n_limit > 0 && mq_refused_for(r, "x-delivery-limit");
         bool dl = !limit && n_dl > 0 &&
                   (mq_refused_for(r, "x-dead-letter-") || mq_refused_for(r, "x-overflow"));
-        if (!limit && !dl)
+        bool strat = !limit && !dl && strategy && mq_refused_for(r, "x-dead-letter-strategy");
+        if (!limit && !dl && !strat)
             break;
         mq->quiet = true; /* expected from an older deployment: said below or by the caller */
-        snprintf(what, sizeof(what), "declaring queue '%s' with %s", name,
-                 limit ? "x-delivery-limit" : "its dead-letter arguments");
+        snprintf(what, sizeof(what), "declaring queue '%s' %s", name,
+                 limit   ? "with x-delivery-limit"
+                 : strat ? "without x-dead-letter-strategy"
+                         : "with its dead-letter arguments");
         mq_fail(mq, what, r);
         mq->quiet = quiet;
         if (mq_channel_reopen(mq) != 0)
             return -1;
-        if (limit) {
+        if (strat) {
+            /* Before the limit group, which stays last. */
+            amqp_table_entry_t *at = &args.entries[args.num_entries - n_limit];
+            memmove(at + 1, at, (size_t)n_limit * sizeof(*at));
+            mq_entry_str(at, "x-dead-letter-strategy", "at-least-once");
+            args.num_entries++;
+            strategy = false;
+            left |= MQ_KEPT_STRATEGY;
+            if (!mq->strategy_noted)
+                log_info("queue '%s' exists with x-dead-letter-strategy at-least-once and no "
+                         "dead-letter exchange (declared by an older idemd): declared as it is. "
+                         "Harmless: a dead letter queue dead-letters nothing; RabbitMQ logs "
+                         "\"Disabling dead-lettering for queue '%s' ...\" for it (4.3: every "
+                         "few seconds). To be rid of that, empty it (idemctl dlq replay or purge) "
+                         "and delete it: idemd declares it anew without the argument "
+                         "(docs/rabbitmq.md, \"Dead letter queues\")",
+                         name, name);
+            mq->strategy_noted = true;
+        } else if (limit) {
             log_warn("queue '%s' exists without x-delivery-limit (declared by an older idemd): "
                      "on RabbitMQ 4.x it keeps the broker's delivery limit (default 20), past "
                      "which a message returned that often is deleted or dead-lettered by the "
@@ -123,11 +148,10 @@ static int mq_limit_args(const mq_t *mq, amqp_table_entry_t *e)
 }
 
 /*
- * The arguments that make one of idemd's own queues (delay tier, dead
- * letters) a quorum queue whose dead-lettering is at-least-once: the broker
- * keeps an expired message until the target confirmed it. That needs
- * x-overflow = reject-publish; with drop-head it silently falls back to
- * at-most-once. Fills e[0..2]; returns 3.
+ * The arguments that make a delay tier a quorum queue whose dead-lettering
+ * is at-least-once: the broker keeps an expired message until the target
+ * confirmed it. That needs x-overflow = reject-publish; with drop-head it
+ * silently falls back to at-most-once. Fills e[0..2]; returns 3.
  */
 static size_t mq_quorum_args(amqp_table_entry_t *e)
 {
@@ -137,17 +161,34 @@ static size_t mq_quorum_args(amqp_table_entry_t *e)
     return 3;
 }
 
+/*
+ * The arguments of a quorum dead letter queue. x-overflow = reject-publish:
+ * should a policy give it a length limit, a new letter is refused (and its
+ * original kept) instead of the oldest letter dropped. No dead-letter
+ * exchange, so no x-dead-letter-strategy: without an exchange the strategy
+ * does nothing, and RabbitMQ logs "Disabling dead-lettering ..." for the
+ * queue (4.3: every few seconds). An older idemd sent the strategy, and a
+ * queue's arguments cannot change: mq_declare_args adds it back for such a
+ * queue. Fills e[0..1]; returns 2.
+ */
+static size_t mq_dlq_args(amqp_table_entry_t *e)
+{
+    mq_entry_str(&e[0], "x-queue-type", "quorum");
+    mq_entry_str(&e[1], "x-overflow", "reject-publish");
+    return 2;
+}
+
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
 {
-    amqp_table_entry_t e[4];
+    amqp_table_entry_t e[4]; /* mq_dlq_args, the limit, and room for the strategy */
     amqp_table_t args = {0, e};
     int n_limit = 0;
     if (quorum) {
-        args.num_entries = (int)mq_quorum_args(e);
+        args.num_entries = (int)mq_dlq_args(e);
         n_limit = mq_limit_args(mq, &e[args.num_entries]);
         args.num_entries += n_limit;
     }
-    return mq_declare_args(mq, name, durable, quorum, args, 0, n_limit) < 0 ? -1 : 0;
+    return mq_declare_args(mq, name, durable, quorum, args, 0, n_limit, quorum) < 0 ? -1 : 0;
 }
 
 int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target, bool durable,
@@ -166,7 +207,7 @@ int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target,
         n_limit = mq_limit_args(mq, &e[args.num_entries]);
         args.num_entries += n_limit;
     }
-    return mq_declare_args(mq, name, durable, quorum, args, 0, n_limit) < 0 ? -1 : 0;
+    return mq_declare_args(mq, name, durable, quorum, args, 0, n_limit, false) < 0 ? -1 : 0;
 }
 
 /* The value of q's declare argument key, or NULL when absent. */
@@ -244,7 +285,8 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
         n_limit = mq_limit_args(mq, &e[args.num_entries]);
         args.num_entries += n_limit;
     }
-    if ((left = mq_declare_args(mq, q->name, q->durable, q->quorum, args, n_dl, n_limit)) < 0) {
+    if ((left = mq_declare_args(mq, q->name, q->durable, q->quorum, args, n_dl, n_limit, false)) <
+        0) {
         if (q->single_active_consumer)
             log_error("queue '%s' has declare.single_active_consumer = true: if the broker "
                       "refused x-single-active-consumer as inequivalent, the queue exists without "

@@ -81,6 +81,8 @@ static void mq_usage(void)
         "          x-delivery-limit: --quorum its main queue, --quorum-own its dead letter queue\n"
         "  exchange NAME [-t TYPE]     durable exchange (default type direct)\n"
         "  bind QUEUE EXCHANGE KEY\n"
+        "  return QUEUE [-n N]         N times (default 1): basic.get every message, then give\n"
+        "          each back with basic.reject (requeue), a return every RabbitMQ counts\n"
         "  purge QUEUE | delete QUEUE\n",
         stderr);
     exit(MQ_EXIT_USAGE);
@@ -742,6 +744,69 @@ static int mq_cmd_bind(const mq_opts_t *o)
     return MQ_EXIT_OK;
 }
 
+/* QUEUE's ready count by a passive queue.declare; exits on failure. */
+static uint32_t mq_ready(amqp_connection_state_t c, amqp_bytes_t q)
+{
+    amqp_queue_declare_ok_t *ok =
+        amqp_queue_declare(c, MQ_CHANNEL, q, 1, 0, 0, 0, amqp_empty_table);
+    mq_check(c, "queue.declare (passive)");
+    return ok ? ok->message_count : 0;
+}
+
+/*
+ * return QUEUE [-n N]: N passes, each taking every message of QUEUE with
+ * basic.get (not acked) and then giving each back with basic.reject
+ * (requeue). RabbitMQ counts such a return in a quorum queue's
+ * x-delivery-count on every version; from 4.3 it does not count a
+ * requeueing basic.nack (what idemctl sends). Before the next pass, waits
+ * (up to 10 s) until the queue shows them all back.
+ */
+static int mq_cmd_return(const mq_opts_t *o)
+{
+    if (o->n_args != 1)
+        mq_usage();
+    amqp_connection_state_t c = mq_connect(o);
+    amqp_bytes_t q = amqp_cstring_bytes(o->args[0]);
+    long passes = o->count < 0 ? 1 : o->count;
+    uint32_t n = 0;
+    for (long p = 0; p < passes; p++) {
+        n = mq_ready(c, q);
+        uint64_t *tags = calloc((size_t)n + 1, sizeof(*tags));
+        uint32_t got = 0;
+        if (tags == NULL)
+            mq_die("out of memory");
+        while (got < n) {
+            amqp_rpc_reply_t r = amqp_basic_get(c, MQ_CHANNEL, q, 0);
+            if (r.reply_type != AMQP_RESPONSE_NORMAL)
+                mq_die("basic.get %s: %s", o->args[0], mq_reply_str(r));
+            if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+                break;
+            tags[got++] = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
+            amqp_message_t m;
+            r = amqp_read_message(c, MQ_CHANNEL, &m, 0);
+            if (r.reply_type != AMQP_RESPONSE_NORMAL)
+                mq_die("reading message: %s", mq_reply_str(r));
+            amqp_destroy_message(&m);
+            amqp_maybe_release_buffers(c);
+        }
+        for (uint32_t i = 0; i < got; i++)
+            if (amqp_basic_reject(c, MQ_CHANNEL, tags[i], 1) != AMQP_STATUS_OK)
+                mq_die("basic.reject failed");
+        free(tags);
+        int64_t until = mq_now_us(CLOCK_MONOTONIC) + 10 * 1000000;
+        while (mq_ready(c, q) < got) {
+            if (mq_now_us(CLOCK_MONOTONIC) > until)
+                mq_die("%s: the %u returned messages are not back after 10 s", o->args[0], got);
+            struct timespec ts = {0, 5000000L};
+            nanosleep(&ts, NULL);
+        }
+        n = got;
+    }
+    printf("returned %u %ld times\n", n, passes);
+    mq_disconnect(c);
+    return MQ_EXIT_OK;
+}
+
 static int mq_cmd_purge(const mq_opts_t *o)
 {
     if (o->n_args != 1)
@@ -844,6 +909,8 @@ int main(int argc, char **argv)
         return mq_cmd_exchange(&o);
     if (!strcmp(cmd, "bind"))
         return mq_cmd_bind(&o);
+    if (!strcmp(cmd, "return"))
+        return mq_cmd_return(&o);
     if (!strcmp(cmd, "purge"))
         return mq_cmd_purge(&o);
     if (!strcmp(cmd, "delete"))
