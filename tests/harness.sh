@@ -17,6 +17,7 @@
 #   h_depth QUEUE            ready-message count of QUEUE
 #   h_conf_common DB         print the daemon/broker/database config groups
 #   h_daemon_start CONF LOG  start idemd in the background, wait for "ready:" (sets H_DAEMON_PID, H_DAEMON_LOG)
+#   h_daemon_bg CONF LOG     start idemd in the background without waiting for "ready:"
 #   h_daemon_stop            SIGTERM, wait up to 30 s; returns the daemon's exit status
 #   h_daemon_kill9           SIGKILL the supervisor and all its workers (its process group)
 #   h_wait_sql QUERY EXPECTED TIMEOUT   poll until QUERY prints EXPECTED
@@ -403,6 +404,17 @@ broker = { host = "127.0.0.1"; port = $AMQP_PORT; vhost = "/"; user = "guest"; p
 database = { socket = "$MYSQL_SOCK"; user = "root"; database = "$1";
              connect_timeout = 5; read_timeout = 30; write_timeout = 30; record_table = "msg_id_record"; };
 EOF
+}
+
+# h_daemon_bg CONF LOG: start $IDEMD -c CONF in its own process group, output appended to LOG,
+# without waiting for "ready:" (for a daemon that must not get there); sets H_DAEMON_PID and
+# records it so the runner kills it with the case.
+h_daemon_bg()
+{
+    setsid "$IDEMD" "${H_ALLOW_ROOT[@]}" -c "$1" </dev/null >>"$2" 2>&1 &
+    H_DAEMON_PID=$!
+    mkdir -p "$H_DIR/daemons"
+    : >"$H_DIR/daemons/$H_DAEMON_PID"
 }
 
 # Start $IDEMD -c $1 in its own process group, stderr+stdout appended to $2.

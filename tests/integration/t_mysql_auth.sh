@@ -34,10 +34,7 @@ t_ssl_of_pw()
 h_sql "FLUSH PRIVILEGES"
 t_conf "" >cold.conf
 chmod go= cold.conf
-setsid "$IDEMD" "${H_ALLOW_ROOT[@]}" -c cold.conf </dev/null >cold.log 2>&1 &
-H_DAEMON_PID=$!
-mkdir -p "$H_DIR/daemons"
-: >"$H_DIR/daemons/$H_DAEMON_PID"
+h_daemon_bg cold.conf cold.log
 h_wait_log cold.log "cannot connect as pw: .*needs a secure connection for a password: set database.tls .*database.get_server_public_key = true" 1 30 ||
     h_fail "no remedy named for the cold caching_sha2_password login"
 h_daemon_kill9
