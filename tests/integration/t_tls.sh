@@ -170,15 +170,6 @@ queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; consumer = "$q
 EOF
 }
 
-# Start idemd without waiting for "ready:" (it must not get there): like h_daemon_start.
-t_daemon_bg()
-{
-    setsid "$IDEMD" "${H_ALLOW_ROOT[@]}" -c "$1" </dev/null >>"$2" 2>&1 &
-    H_DAEMON_PID=$!
-    mkdir -p "$H_DIR/daemons"
-    : >"$H_DIR/daemons/$H_DAEMON_PID"
-}
-
 # t_refused NAME REGEX [VAR=VALUE...]: idemd with that config must log a line matching
 # REGEX, never become ready, take nothing from the queue and change nothing in the database.
 t_refused()
@@ -187,7 +178,7 @@ t_refused()
     shift 2
     local "$@" # the config variables, seen by t_conf
     t_conf >"$conf"
-    t_daemon_bg "$conf" "$log"
+    h_daemon_bg "$conf" "$log"
     h_wait_log "$log" "$re" 1 20 || { tail -n 20 "$log" >&2; h_fail "$name: no log line matching '$re'"; }
     sleep 1 # a few restarts: nothing may slip through meanwhile
     h_assert_eq "$(h_count_log "$log" 'ready:')" 0 "$name: idemd became ready"
