@@ -87,7 +87,7 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(filter-ou
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit sim integration bench bench-curves chaos chaos-high chaos-matrix chaos-order cluster-chaos memcheck demo install uninstall clean format format-check \
+.PHONY: all check-build test unit sim readme integration bench bench-curves chaos chaos-high chaos-matrix chaos-order cluster-chaos memcheck demo install uninstall clean format format-check \
 	fuzz fuzz-build fuzz-short \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
@@ -177,6 +177,10 @@ $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests
 
 # A simulated death is a longjmp: what the dead worker had allocated is not freed (a real exit
 # frees it), so leak checking is off under SANITIZE=1.
+# README.md's layout section, generated from each source file's first line (make test checks it).
+readme:
+	bash tests/readme --write
+
 sim: $(B)/tests/sim/sim
 	@export ASAN_OPTIONS=$${ASAN_OPTIONS:-detect_leaks=0}; \
 	if [ -n "$(SIM_SEED)" ]; then $< --seed $(SIM_SEED) --trace; \

@@ -166,7 +166,7 @@ int worker_connect_mq(worker_t *w)
                  "deeper than 100 levels) is then requeued, never dropped, and the queue stops "
                  "at it. Remedy: drain and delete the queue so that idemd declares it anew, or "
                  "set a policy with dead-letter-exchange \"\" and dead-letter-routing-key \"%s\" "
-                 "and declare.dead_letter_policy = true (README: \"Hostile input\")",
+                 "and declare.dead_letter_policy = true (docs/security.md)",
                  w->q->name, w->q->dead_letter_queue, amqp_version(), w->q->dead_letter_queue);
     /* RabbitMQ 4 may keep a delivery limit on a queue idemd did not declare, or declared
      * before it sent x-delivery-limit: dead-letter with a reason before it deletes. */

@@ -88,7 +88,7 @@ h_daemon_alive || h_fail "idemd died"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 
 # 5. A classic queue left with a delay queue's name (from an older idemd) cannot be declared
-# again as a quorum queue: the worker says which queue and what to do (README).
+# again as a quorum queue: the worker says which queue and what to do (docs/failures.md).
 h_mq delete "$tier" >/dev/null
 h_mq declare "$tier" >/dev/null
 setsid "$IDEMD" "${H_ALLOW_ROOT[@]}" -c idemd.conf </dev/null >>run3.log 2>&1 &
