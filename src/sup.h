@@ -1,5 +1,5 @@
-/* sup.h: the supervisor's state, shared by its files: supervisor.c, sup_status.c, sup_reload.c.
- */
+/* sup.h: the supervisor's state, shared by its files: supervisor.c (the loop) over sup_reload.c,
+ * sup_status.c and sup_auto.c, all over sup_core.c. */
 #ifndef IDEMD_SUP_H
 #define IDEMD_SUP_H
 
@@ -86,7 +86,7 @@ typedef struct supervisor {
     uint64_t auto_at_ms;   /* the last sample of the workers = "auto" queues (sup_auto.c) */
 } supervisor_t;
 
-/* supervisor.c: workers, their slots and their queues' stats. */
+/* sup_core.c: workers, their slots and their queues' stats. */
 
 /* CLOCK_MONOTONIC in milliseconds. */
 uint64_t sup_now_ms(void);
