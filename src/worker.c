@@ -1,5 +1,6 @@
 /* worker.c: one worker process's loop: consume one queue, run each batch of messages in one
- * transaction, settle it (worker_conn.c, worker_txn.c and worker_ops.c do the rest).
+ * transaction, settle it (worker_conn.c, worker_txn.c and worker_ops.c do the rest, over
+ * worker_base.c).
  */
 #include "worker_int.h"
 
@@ -16,80 +17,11 @@
 #include "delivery.h"
 #include "log.h"
 
-volatile sig_atomic_t worker_stop;
-
 /* The first SIGTERM stops the worker after a drain (worker_go_on), a second one at once. */
 static void worker_on_signal(int sig)
 {
     (void)sig;
     worker_stop = worker_stop ? 2 : 1;
-}
-
-uint64_t worker_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-/* Show progress, and follow a log level changed by a reload (the supervisor's slot field). */
-void worker_progress(worker_t *w)
-{
-    __atomic_store_n(&w->slot->progress_ms, worker_now_ms(), __ATOMIC_RELAXED);
-    log_set_level((log_level_t)__atomic_load_n(&w->slot->log_level, __ATOMIC_RELAXED));
-}
-
-void worker_set_state(worker_t *w, worker_state_t st)
-{
-    __atomic_store_n(&w->slot->state, (int)st, __ATOMIC_RELAXED);
-    if (st == WORKER_STATE_CONSUMING)
-        __atomic_store_n(&w->slot->consumed, 1, __ATOMIC_RELAXED);
-    worker_progress(w);
-}
-
-void worker_count(uint64_t *counter)
-{
-    __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
-}
-
-uint64_t worker_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
-/*
- * The worker exits because it lost the broker or the database: say which
- * (the supervisor counts the restart by it; the next run counts its
- * reconnect). Returns WORKER_EXIT_TEMPFAIL.
- */
-int worker_lose(worker_t *w, worker_lost_t what)
-{
-    __atomic_store_n(&w->slot->lost, (int)what, __ATOMIC_RELAXED);
-    return WORKER_EXIT_TEMPFAIL;
-}
-
-/* Connected to what; counts a reconnect when the slot says the last run lost it. */
-void worker_connected(worker_t *w, worker_lost_t what)
-{
-    if (__atomic_load_n(&w->slot->lost, __ATOMIC_RELAXED) != (int)what)
-        return;
-    worker_count(what == WORKER_LOST_BROKER ? &w->slot->c.n_mq_reconnects
-                                            : &w->slot->c.n_db_reconnects);
-    __atomic_store_n(&w->slot->lost, WORKER_LOST_NONE, __ATOMIC_RELAXED);
-}
-
-/* Sleep up to ms, waking early on stop; keeps showing progress while it waits. */
-void worker_pause(worker_t *w, int ms)
-{
-    while (ms > 0 && !worker_stop) {
-        int step = ms > 200 ? 200 : ms;
-        struct timespec ts = {0, (long)step * 1000000L};
-        nanosleep(&ts, NULL);
-        ms -= step;
-        worker_progress(w);
-    }
 }
 
 /* 4 latency buckets per power of two: 2^(k/4) for k = 0..3. */
@@ -124,13 +56,6 @@ static void worker_latency(worker_t *w, const life_msg_t *m, uint64_t now_us)
                        __ATOMIC_RELAXED);
     metrics_observe(w->slot->c.latency, &w->slot->c.latency_sum_us, bounds, METRICS_LATENCY_N,
                     now_us - (uint64_t)pub);
-}
-
-/* Give up the batch, the carried delivery and the held list: unacked, the broker requeues them. */
-void worker_release(worker_t *w)
-{
-    life_release(&w->life);
-    w->bt.has_carry = false;
 }
 
 /*

@@ -1,6 +1,7 @@
 /* worker_int.h: the worker process's own context (worker_t), shared by worker.c (the loop),
- * worker_conn.c (connections), worker_txn.c (the batch transaction and the handler calls) and
- * worker_ops.c (the broker and database behind the ops tables). Not for other modules.
+ * worker_base.c (what they share), worker_conn.c (connections), worker_txn.c (the batch
+ * transaction and the handler calls) and worker_ops.c (the broker and database behind the ops
+ * tables). Not for other modules.
  */
 #ifndef IDEMD_WORKER_INT_H
 #define IDEMD_WORKER_INT_H
@@ -99,7 +100,7 @@ typedef struct worker {
 /* Set by SIGTERM / SIGINT (or a dead supervisor): finish the batch and exit. */
 extern volatile sig_atomic_t worker_stop;
 
-/* worker.c: the loop's helpers. */
+/* worker_base.c: what the worker files share. */
 uint64_t worker_now_ms(void); /* CLOCK_MONOTONIC */
 uint64_t worker_now_us(void);
 /* Show progress, and follow a log level changed by a reload (the supervisor's slot field). */
