@@ -122,7 +122,8 @@ static mq_status_t batch_next(batch_t *b, struct timeval *tv, int i)
     char qe[300], qr[300];
     memset(m, 0, sizeof(*m));
     m->state = LIFE_FREE;
-    mq_status_t st = b->ops->next(b->ctx, tv, (size_t)b->q->max_body_bytes, &m->env, &m->dropped);
+    mq_status_t st = b->consume.ops->next(b->consume.ctx, tv, (size_t)b->q->max_body_bytes, &m->env,
+                                          &m->dropped);
     if (st == MQ_OK) {
         life_move(b->life, &b->life->batch, i, LIFE_BATCH);
         batch_accept(b, m, &b->life->batch.t[i]);
@@ -169,12 +170,12 @@ int batch_collect(batch_t *b)
         return 0;
     for (int i = 0; i < L->n; i++)
         bytes += L->m[i].env.message.body.len;
-    deadline = b->ops->now_ms(b->ctx) + (uint64_t)b->q->batch_wait_ms;
+    deadline = b->clock.ops->now_ms(b->clock.ctx) + (uint64_t)b->q->batch_wait_ms;
     /* With a delivery in the carry slot, the batch takes no more: the new ones' tags are
      * above the carried one's, and settling them with one multiple ack would ack it unrun
      * (found by the simulation, docs/simulation.md); a second carry would overwrite it. */
     while (L->n < b->batch_max && !b->has_carry) {
-        uint64_t now = b->ops->now_ms(b->ctx);
+        uint64_t now = b->clock.ops->now_ms(b->clock.ctx);
         uint64_t left = deadline > now ? deadline - now : 0;
         tv.tv_sec = (time_t)(left / 1000);
         tv.tv_usec = (suseconds_t)(left % 1000) * 1000;

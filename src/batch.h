@@ -9,6 +9,7 @@
 
 #include "conf.h"
 #include "life.h"
+#include "port.h"
 #include "relay.h"
 #include "trace.h"
 
@@ -21,8 +22,8 @@
 
 typedef struct batch {
     const conf_queue_t *q;
-    const life_broker_ops_t *ops; /* next (consuming connection), now_ms */
-    void *ctx;
+    port_consume_t consume;   /* next */
+    port_clock_t clock;       /* now_ms */
     life_t *life;             /* the batch is life->batch; the carry slot its entry [cap] */
     int batch_max;            /* at most this many (<= life->batch.cap) */
     const relay_keys_t *keys; /* check our signature on idemd-* headers */

@@ -1,5 +1,4 @@
-/* life.h: a delivery's life in a worker, from receipt to settled: its states, the one mover, and
- * the broker as the worker sees it (ops table).
+/* life.h: a delivery's life in a worker, from receipt to settled: its states and the one mover.
  */
 #ifndef IDEMD_LIFE_H
 #define IDEMD_LIFE_H
@@ -128,47 +127,5 @@ void life_release(life_t *l);
 
 /* The state's name for logs and the simulator's traces. */
 const char *life_state_name(life_state_t s);
-
-/*
- * The broker as settle (settle.c) and batch collection (batch.c) see it.
- * Each call is on ctx (the caller's); failures are logged by the
- * implementation. The consuming connection: next, ack, nack. The publishing
- * connection (confirm mode, opened when first needed): the rest. The real
- * implementation wraps mq.h (worker_ops.c); a simulator passes fakes.
- */
-typedef struct life_broker_ops {
-    /* Consuming connection. */
-    /* The next delivery, as mq_next. */
-    mq_status_t (*next)(void *ctx, const struct timeval *timeout, size_t max_body,
-                        amqp_envelope_t *env, uint64_t *dropped);
-    int (*ack)(void *ctx, uint64_t tag, bool multiple); /* 0 or -1 (channel unusable) */
-    int (*nack)(void *ctx, uint64_t tag, bool requeue); /* 0 or -1 (channel unusable) */
-    /* Publishing connection. */
-    /* Have one open and serviced (replace one lost while idle; declare the queues idemd owns
-     * after a failed round). 0, or -1 (none to be had). */
-    int (*pub_open)(void *ctx);
-    bool (*pub_blocked)(void *ctx); /* the broker blocks publishing (resource alarm) */
-    void (*round_begin)(void *ctx);
-    /* Publish one persistent mandatory copy; its index in the round, or -1. */
-    int (*publish)(void *ctx, const char *exchange, const char *routing_key,
-                   const amqp_basic_properties_t *props, amqp_bytes_t body);
-    /* 0 when every copy of the round was confirmed; -1 otherwise (as mq_wait_confirms). */
-    int (*wait_confirms)(void *ctx, int timeout_ms);
-    bool (*round_ok)(void *ctx, int i);
-    bool (*round_returned)(void *ctx, int i);
-    const char *(*round_why)(void *ctx, int i); /* NULL when acked */
-    bool (*pub_usable)(void *ctx);              /* the channel is open */
-    int (*pub_restore)(void *ctx);              /* reopen a channel the broker closed: 0 or -1 */
-    /* Close the publishing connection after a failed round (the next pub_open declares). */
-    void (*pub_close)(void *ctx);
-    /* The broker's max message size once a copy was refused for it; 0: unknown. */
-    uint64_t (*max_message)(void *ctx);
-    /* Time and waiting, passed in so that a simulator owns the clock. */
-    uint64_t (*now_ms)(void *ctx);    /* monotonic */
-    uint64_t (*wall_ms)(void *ctx);   /* CLOCK_REALTIME, for copies' headers */
-    void (*pause)(void *ctx, int ms); /* sleep, showing progress; returns early on stop */
-} life_broker_ops_t;
-
-/* The real broker: ops on an mq_t pair, see worker_ops.c (worker_broker_ops). */
 
 #endif

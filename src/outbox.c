@@ -255,7 +255,7 @@ static int outbox_props(const outbox_msg_t *m, amqp_basic_properties_t *props,
 }
 
 /* Publish m as an onward message (persistent, mandatory). Its copy index, or -1. */
-static int outbox_send(const outbox_mq_ops_t *mq, void *mc, const outbox_msg_t *m)
+static int outbox_send(const port_publish_ops_t *mq, void *mc, const outbox_msg_t *m)
 {
     amqp_basic_properties_t props;
     amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX + 3];
@@ -307,7 +307,7 @@ static int outbox_pick(const unsigned long long *ids, const unsigned long long *
  * message with reason headers, to the source queue's dead-letter queue. Its
  * copy index, or -1.
  */
-static int outbox_dead_letter(outbox_t *o, const outbox_mq_ops_t *mq, void *mc,
+static int outbox_dead_letter(outbox_t *o, const port_publish_ops_t *mq, void *mc,
                               const outbox_msg_t *m, const outbox_row_t *r, uint64_t now_ms)
 {
     amqp_basic_properties_t props;
@@ -367,7 +367,7 @@ static int outbox_dead_letter(outbox_t *o, const outbox_mq_ops_t *mq, void *mc,
 
 /* Whether a body of len bytes is over the broker's max message size as the channel learned it;
  * then r says so. */
-static bool outbox_too_big(const outbox_mq_ops_t *mq, void *mc, size_t len, outbox_row_t *r)
+static bool outbox_too_big(const port_publish_ops_t *mq, void *mc, size_t len, outbox_row_t *r)
 {
     uint64_t max_message = mq->max_message(mc);
     if (max_message == 0 || len + RELAY_RESERVE <= max_message)
@@ -386,16 +386,14 @@ static bool outbox_too_big(const outbox_mq_ops_t *mq, void *mc, size_t len, outb
  * that it costs only itself. Rows used up get their dead letter. 0, or -1
  * when the connection is lost (the rows not settled stay LEFT).
  */
-static int outbox_send_slice(outbox_t *o, const outbox_mq_ops_t *mq, void *mc,
+static int outbox_send_slice(outbox_t *o, const port_publish_ops_t *mq, void *mc, uint64_t now_ms,
                              const outbox_msg_t *msgs, outbox_row_t *rows, int n)
 {
     int *copy = calloc((size_t)n, sizeof(*copy));
     int rc = -1, dead = 0;
-    uint64_t now_ms;
 
     if (copy == NULL)
         return -1;
-    now_ms = mq->wall_ms(mc);
     for (int i = 0; i < n; i++) {
         rows[i].attempts = msgs[i].attempts;
         rows[i].failed_s = msgs[i].failed_s;
@@ -524,9 +522,11 @@ static int outbox_settle(outbox_t *o, const outbox_row_t *rows, unsigned long lo
     return o->db->commit(o->ctx);
 }
 
-int outbox_relay_ops(outbox_t *o, const outbox_mq_ops_t *mq, void *mc, const char *const *src,
-                     const size_t *src_len, int k, int grace_s, int slices)
+int outbox_relay(outbox_t *o, const port_publish_t *pub, const port_clock_t *clock,
+                 const char *const *src, const size_t *src_len, int k, int grace_s, int slices)
 {
+    const port_publish_ops_t *mq = pub->ops;
+    void *mc = pub->ctx;
     int sent = 0, rc = -2;
 
     if (o->rows == NULL)
@@ -561,7 +561,7 @@ int outbox_relay_ops(outbox_t *o, const outbox_mq_ops_t *mq, void *mc, const cha
         n = have < n ? have : n;
         for (int i = 0; i < n; i++)
             rows[i].id = msgs[i].id;
-        int lost = outbox_send_slice(o, mq, mc, msgs, rows, n);
+        int lost = outbox_send_slice(o, mq, mc, clock->ops->wall_ms(clock->ctx), msgs, rows, n);
         if ((rc = outbox_settle(o, rows, del, n)) != 0)
             goto done;
         int settled = 0;

@@ -12,6 +12,7 @@
 #include "../include/idemd/handler.h"
 #include "db.h"
 #include "mq.h"
+#include "port.h"
 
 #define OUTBOX_TABLE "idemd_outbox"
 #define OUTBOX_ID_MAX 255
@@ -73,29 +74,6 @@ typedef struct outbox_db_ops {
 } outbox_db_ops_t;
 
 /*
- * The publishing channel (confirm mode) as the relay sees it, calls on
- * ctx, as mq.h's: round_begin, publish (persistent, mandatory; the copy's
- * index or -1), wait_confirms, round_ok / returned / why, usable (the
- * channel is open), broken (the connection is lost), restore (reopen a
- * channel the broker closed, 0 or -1), the broker's max message size (0:
- * unknown) and the wall clock (ms) for dead letters' headers.
- */
-typedef struct outbox_mq_ops {
-    void (*round_begin)(void *ctx);
-    int (*publish)(void *ctx, const char *exchange, const char *routing_key,
-                   const amqp_basic_properties_t *props, amqp_bytes_t body);
-    int (*wait_confirms)(void *ctx, int timeout_ms);
-    bool (*round_ok)(void *ctx, int i);
-    bool (*round_returned)(void *ctx, int i);
-    const char *(*round_why)(void *ctx, int i);
-    bool (*usable)(void *ctx);
-    bool (*broken)(void *ctx);
-    int (*restore)(void *ctx);
-    uint64_t (*max_message)(void *ctx);
-    uint64_t (*wall_ms)(void *ctx);
-} outbox_mq_ops_t;
-
-/*
  * An outbox on the table behind ops (ctx: owned when ops->close is set).
  * NULL when out of memory (logged). Free with outbox_close.
  */
@@ -152,7 +130,8 @@ typedef struct outbox_policy {
 void outbox_set_policy(outbox_t *o, const outbox_policy_t *pol);
 
 /*
- * Publish with confirms on pub, in id order, the outbox rows of the k
+ * Publish with confirms on pub (the publishing port; the clock's wall time
+ * dates dead letters), in id order, the outbox rows of the k
  * sources src[0..k-1] (right after their COMMIT), or with k = -1 the rows
  * older than grace_s seconds (the sweeper); rows waiting out a backoff are
  * left for later. Rows are read in slices of at most 500 rows and 16 MiB,
@@ -166,12 +145,8 @@ void outbox_set_policy(outbox_t *o, const outbox_policy_t *pol);
  * broker's connection is lost or another failure left rows unsettled
  * (they stay for later).
  */
-int outbox_relay(outbox_t *o, mq_t *pub, const char *const *src, const size_t *src_len, int k,
-                 int grace_s, int slices);
-
-/* outbox_relay on the publishing channel behind mq (calls on mq_ctx). */
-int outbox_relay_ops(outbox_t *o, const outbox_mq_ops_t *mq, void *mq_ctx, const char *const *src,
-                     const size_t *src_len, int k, int grace_s, int slices);
+int outbox_relay(outbox_t *o, const port_publish_t *pub, const port_clock_t *clock,
+                 const char *const *src, const size_t *src_len, int k, int grace_s, int slices);
 
 /* The consumer's outbox rows by state into *d. 0, or -1 (logged). */
 int outbox_depth(outbox_t *o, outbox_depth_t *d);

@@ -1,5 +1,5 @@
 /* outbox_io.c: the outbox's real I/O: the outbox table in MySQL/MariaDB (outbox_db_ops_t, and the
- * INSERT of outbox_add) and the publishing channel of mq.h (outbox_mq_ops_t).
+ * INSERT of outbox_add).
  */
 #include "outbox.h"
 
@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include <mysqld_error.h>
-#include <time.h>
 
 #include "log.h"
 
@@ -502,86 +501,3 @@ static const outbox_db_ops_t outbox_io_ops = {
     .depth = outbox_io_depth,
     .close = outbox_io_close,
 };
-
-/* ---------- the publishing channel: mq.h (ctx is the mq_t) ---------- */
-
-static void outbox_mq_round_begin(void *ctx)
-{
-    mq_round_begin(ctx);
-}
-
-static int outbox_mq_publish(void *ctx, const char *exchange, const char *routing_key,
-                             const amqp_basic_properties_t *props, amqp_bytes_t body)
-{
-    return mq_publish_to(ctx, exchange, routing_key, props, body);
-}
-
-static int outbox_mq_wait(void *ctx, int timeout_ms)
-{
-    return mq_wait_confirms(ctx, timeout_ms);
-}
-
-static bool outbox_mq_ok(void *ctx, int i)
-{
-    return mq_round_ok(ctx, i);
-}
-
-static bool outbox_mq_returned(void *ctx, int i)
-{
-    return mq_round_returned(ctx, i);
-}
-
-static const char *outbox_mq_why(void *ctx, int i)
-{
-    return mq_round_why(ctx, i);
-}
-
-static bool outbox_mq_usable(void *ctx)
-{
-    return mq_channel_usable(ctx);
-}
-
-static bool outbox_mq_broken(void *ctx)
-{
-    const mq_t *pub = ctx;
-    return pub->broken;
-}
-
-static int outbox_mq_restore(void *ctx)
-{
-    return mq_channel_restore(ctx);
-}
-
-static uint64_t outbox_mq_max_message(void *ctx)
-{
-    const mq_t *pub = ctx;
-    return pub->max_message;
-}
-
-static uint64_t outbox_mq_wall_ms(void *ctx)
-{
-    struct timespec ts;
-    (void)ctx;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
-static const outbox_mq_ops_t outbox_mq_ops = {
-    .round_begin = outbox_mq_round_begin,
-    .publish = outbox_mq_publish,
-    .wait_confirms = outbox_mq_wait,
-    .round_ok = outbox_mq_ok,
-    .round_returned = outbox_mq_returned,
-    .round_why = outbox_mq_why,
-    .usable = outbox_mq_usable,
-    .broken = outbox_mq_broken,
-    .restore = outbox_mq_restore,
-    .max_message = outbox_mq_max_message,
-    .wall_ms = outbox_mq_wall_ms,
-};
-
-int outbox_relay(outbox_t *o, mq_t *pub, const char *const *src, const size_t *src_len, int k,
-                 int grace_s, int slices)
-{
-    return outbox_relay_ops(o, &outbox_mq_ops, pub, src, src_len, k, grace_s, slices);
-}

@@ -142,8 +142,8 @@ static void settle_round_end(settle_t *s, life_list_t *list, bool confirmed)
         life_msg_t *m = &list->m[i];
         if (m->state == LIFE_COPYING)
             life_move(l, list, i,
-                      confirmed && s->ops->round_ok(s->ctx, m->copy_index) ? LIFE_COPIED
-                                                                           : LIFE_REFUSED);
+                      confirmed && s->pub.ops->round_ok(s->pub.ctx, m->copy_index) ? LIFE_COPIED
+                                                                                   : LIFE_REFUSED);
         else if (m->state == LIFE_COPY || (m->state == LIFE_HELD && !confirmed))
             life_move(l, list, i, LIFE_REFUSED);
     }
@@ -173,7 +173,7 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
     life_t *l = s->life;
     const conf_queue_t *q = s->q;
     int published = 0, rc = -1;
-    uint64_t now_ms = s->ops->wall_ms(s->ctx);
+    uint64_t now_ms = s->clock.ops->wall_ms(s->clock.ctx);
     char delay_q[300];
     int delay_ms;
 
@@ -182,9 +182,9 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
         txn_msg_t *t = &list->t[i];
         if (m->state != from)
             continue;
-        if (published == 0 && s->ops->pub_open(s->ctx) != 0)
+        if (published == 0 && s->pub.ops->open(s->pub.ctx) != 0)
             goto fail;
-        if (published == 0 && s->ops->pub_blocked(s->ctx)) {
+        if (published == 0 && s->pub.ops->blocked(s->pub.ctx)) {
             /* Publish nothing: the copies would wait unconfirmed in the broker. The
              * connection stays open to hear connection.unblocked. */
             log_warn("queue %s: the broker blocks publishing (resource alarm): not "
@@ -195,7 +195,7 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
             return -1;
         }
         if (published == 0)
-            s->ops->round_begin(s->ctx);
+            s->pub.ops->round_begin(s->pub.ctx);
         /* A waiting message of an ordered queue goes to the first delay queue, and its wait is
          * no attempt: its copy carries the attempts made before it. */
         bool waits = t->state == TXN_WAIT;
@@ -220,7 +220,7 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
         } else if (m->dropped) {
             relay_copy_body_dropped(&c, m->dropped);
         }
-        int index = s->ops->publish(s->ctx, "", target, &c.props, body);
+        int index = s->pub.ops->publish(s->pub.ctx, "", target, &c.props, body);
         relay_copy_free(&c);
         if (index < 0)
             goto fail;
@@ -230,7 +230,7 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
     }
     if (published == 0)
         return 0;
-    rc = s->ops->wait_confirms(s->ctx, SETTLE_CONFIRM_MS);
+    rc = s->pub.ops->wait_confirms(s->pub.ctx, SETTLE_CONFIRM_MS);
     settle_round_end(s, list, true);
     settle_count_copies(s, list);
     settle_rehold(s, list);
@@ -243,10 +243,10 @@ fail:
     settle_rehold(s, list);
 close:
     /* A copy refused for its size: the next round sends such copies without their body. */
-    if (s->ops->max_message(s->ctx) > 0)
-        s->max_message = s->ops->max_message(s->ctx);
+    if (s->pub.ops->max_message(s->pub.ctx) > 0)
+        s->max_message = s->pub.ops->max_message(s->pub.ctx);
     /* What the broker confirmed stays confirmed; the rest are held or requeued. */
-    s->ops->pub_close(s->ctx);
+    s->pub.ops->close(s->pub.ctx);
     return -1;
 }
 
@@ -262,11 +262,12 @@ static int settle_ack_run(settle_t *s, int from, int to, bool gap)
     if (from >= to)
         return 0;
     if (l->held.n == 0 && !gap) {
-        if (s->ops->ack(s->ctx, l->batch.m[to - 1].env.delivery_tag, to - from > 1) != 0)
+        if (s->consume.ops->ack(s->consume.ctx, l->batch.m[to - 1].env.delivery_tag,
+                                to - from > 1) != 0)
             return -1;
     } else {
         for (int i = from; i < to; i++)
-            if (s->ops->ack(s->ctx, l->batch.m[i].env.delivery_tag, false) != 0)
+            if (s->consume.ops->ack(s->consume.ctx, l->batch.m[i].env.delivery_tag, false) != 0)
                 return -1;
     }
     for (int i = from; i < to; i++)
@@ -278,7 +279,7 @@ int settle_retry_held(settle_t *s)
 {
     life_t *l = s->life;
     const conf_queue_t *q = s->q;
-    uint64_t now = s->ops->now_ms(s->ctx);
+    uint64_t now = s->clock.ops->now_ms(s->clock.ctx);
     if (l->held.n == 0 || now < s->held_next_ms)
         return 0;
     if (settle_republish(s, &l->held, LIFE_HELD) < 0) {
@@ -287,7 +288,7 @@ int settle_retry_held(settle_t *s)
         log_warn("queue %s: %d message(s) held: their copies were refused again (%d time(s) in "
                  "a row); next try in %d ms",
                  q->name, l->held.n, s->held_streak, delay);
-        s->held_next_ms = s->ops->now_ms(s->ctx) + (uint64_t)delay;
+        s->held_next_ms = s->clock.ops->now_ms(s->clock.ctx) + (uint64_t)delay;
     } else {
         s->held_streak = 0;
         s->held_next_ms = 0;
@@ -296,7 +297,7 @@ int settle_retry_held(settle_t *s)
         life_msg_t *m = &l->held.m[i];
         if (m->state != LIFE_COPIED)
             continue;
-        if (s->ops->ack(s->ctx, m->env.delivery_tag, false) != 0)
+        if (s->consume.ops->ack(s->consume.ctx, m->env.delivery_tag, false) != 0)
             return -1;
         life_move(l, &l->held, i, LIFE_SETTLED);
         log_info("queue %s: held message tag=%llu: copy confirmed, acked", q->name,
@@ -321,11 +322,11 @@ static int settle_hold(settle_t *s, int i, int *requeued)
         guard_finished(s->guard, &l->batch.t[i]);
     if (life_move(l, &l->batch, i, LIFE_HELD)) {
         if (s->held_next_ms == 0)
-            s->held_next_ms = s->ops->now_ms(s->ctx) + 250;
+            s->held_next_ms = s->clock.ops->now_ms(s->clock.ctx) + 250;
         return 0;
     }
     (*requeued)++;
-    if (s->ops->nack(s->ctx, l->batch.m[i].env.delivery_tag, true) != 0)
+    if (s->consume.ops->nack(s->consume.ctx, l->batch.m[i].env.delivery_tag, true) != 0)
         return -1;
     life_move(l, &l->batch, i, LIFE_REQUEUED);
     return 0;
@@ -353,7 +354,7 @@ int settle_batch(settle_t *s)
         if (m->state == LIFE_WAITING) {
             gap = true; /* the batch was cut short: it runs in the next; no ack passes it */
         } else if (m->state == LIFE_NACK) {
-            if (s->ops->nack(s->ctx, m->env.delivery_tag, false) != 0)
+            if (s->consume.ops->nack(s->consume.ctx, m->env.delivery_tag, false) != 0)
                 return -1;
             life_move(l, B, i, LIFE_SETTLED);
         } else if (settle_hold(s, i, &requeued) != 0) {
@@ -364,7 +365,7 @@ int settle_batch(settle_t *s)
         return -1;
     if (round < 0 && requeued == 0) {
         s->pub_fail_streak++;
-        uint64_t now = s->ops->now_ms(s->ctx);
+        uint64_t now = s->clock.ops->now_ms(s->clock.ctx);
         log_warn("queue %s: republishing failed %d time(s) in a row: %d message(s) held, their "
                  "copies tried again from %llu ms on; other messages go on",
                  s->q->name, s->pub_fail_streak, l->held.n,
@@ -384,7 +385,7 @@ int settle_batch(settle_t *s)
         log_warn("queue %s: republishing failed %d time(s) in a row with %d message(s) held: "
                  "requeueing %d and pausing %d ms",
                  s->q->name, s->pub_fail_streak, l->held.n, requeued, delay);
-        s->ops->pause(s->ctx, delay);
+        s->clock.ops->pause(s->clock.ctx, delay);
     } else if (round > 0) {
         s->pub_fail_streak = 0;
     }

@@ -9,15 +9,17 @@
 #include "conf.h"
 #include "guard.h"
 #include "life.h"
+#include "port.h"
 #include "metrics.h"
 
 #define SETTLE_CONFIRM_MS 15000 /* a round's wait for the broker to confirm its copies, in all */
 
 typedef struct settle {
     const conf_queue_t *q;
-    const char *handler;          /* the handler's name, for logs */
-    const life_broker_ops_t *ops; /* the broker (and the clock) */
-    void *ctx;
+    const char *handler;    /* the handler's name, for logs */
+    port_consume_t consume; /* ack, nack */
+    port_publish_t pub;     /* the copies */
+    port_clock_t clock;
     const guard_t *guard;     /* takes back the starts of held and requeued deliveries */
     const unsigned char *key; /* signs the copies' idemd-* headers (RELAY_KEY_LEN bytes) */
     metrics_counters_t *c;    /* counted into with relaxed atomics */

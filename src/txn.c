@@ -128,6 +128,12 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
     return TXN_PASS_DONE;
 }
 
+/* Now on the batch's clock, in ms (0 without one: batches are never cut short). */
+static uint64_t txn_now_ms(const txn_t *t)
+{
+    return t->clock.ops ? t->clock.ops->now_ms(t->clock.ctx) : 0;
+}
+
 /*
  * One pass: every NEW message in order, then COMMIT or ROLLBACK. An ordered
  * queue's pass opens with savepoint "o" (its key rows may be all it
@@ -138,7 +144,7 @@ static txn_pass_t txn_pass(txn_t *t)
 {
     bool handled = false;
     int first = -1;
-    uint64_t start = t->ops->now_ms ? t->ops->now_ms(t->ctx) : 0;
+    uint64_t start = txn_now_ms(t);
     txn_pass_t p;
     unsigned err;
 
@@ -156,8 +162,7 @@ static txn_pass_t txn_pass(txn_t *t)
             return p;
         if (s != TXN_NEW || t->cut_short)
             continue; /* past the cut an ordered queue still writes the failed ones' rows */
-        if (first >= 0 && t->limit_ms && t->ops->now_ms &&
-            t->ops->now_ms(t->ctx) - start >= t->limit_ms) {
+        if (first >= 0 && t->limit_ms && t->clock.ops && txn_now_ms(t) - start >= t->limit_ms) {
             t->cut_short = true; /* the rest stay NEW: the caller keeps them for later */
             if (!t->ops->order)
                 break;
@@ -241,14 +246,13 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
         handled = true;
         k = 0; /* every message is handled */
     }
-    uint64_t start = t->ops->now_ms ? t->ops->now_ms(t->ctx) : 0;
+    uint64_t start = txn_now_ms(t);
     for (int j = 0; j < k; j++) {
         txn_msg_t *m = list[j];
         int i = (int)(m - t->m);
         /* Past the limit, the records of the rest cannot be committed without them: go the
          * per-message way, which commits what it did and keeps the rest. */
-        if (j > 0 && t->limit_ms && t->ops->now_ms &&
-            t->ops->now_ms(t->ctx) - start >= t->limit_ms) {
+        if (j > 0 && t->limit_ms && t->clock.ops && txn_now_ms(t) - start >= t->limit_ms) {
             t->too_slow = true;
             return TXN_PASS_FALLBACK;
         }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "../include/idemd/handler.h"
+#include "port.h"
 
 #define TXN_ID_MAX 255
 #define TXN_REDO_MAX 5 /* a batch whose transaction is lost is redone this many times */
@@ -83,8 +84,6 @@ typedef struct txn_ops {
      * number after the call (0 when the handler's last statement worked).
      */
     idemd_result_t (*handle)(void *ctx, int i, txn_msg_t *m, unsigned *err);
-    /* Milliseconds on a monotonic clock (NULL: batches are never cut short). */
-    uint64_t (*now_ms)(void *ctx);
     /* Set-based path (NULL: never taken). INSERT the records of ms[0..k-1] in one statement. */
     unsigned (*record_many)(void *ctx, txn_msg_t *const *ms, int k);
     /* Which of ms[0..k-1] have a committed record: sets found[j]. One SELECT. */
@@ -110,10 +109,11 @@ typedef struct txn_ops {
 typedef struct txn {
     const txn_ops_t *ops;
     void *ctx;
-    bool record;       /* dedup = "table": insert a record for each message */
-    bool bulk;         /* try the set-based pass first (needs record_many and find_records) */
-    bool batch;        /* in that pass, call handle_many once instead of handle per message */
-    uint64_t limit_ms; /* stop starting handlers after this long (0: no limit) */
+    port_clock_t clock; /* its now_ms cuts batches short (ops NULL: never) */
+    bool record;        /* dedup = "table": insert a record for each message */
+    bool bulk;          /* try the set-based pass first (needs record_many and find_records) */
+    bool batch;         /* in that pass, call handle_many once instead of handle per message */
+    uint64_t limit_ms;  /* stop starting handlers after this long (0: no limit) */
     txn_msg_t *m;
     int n;
     /* What the last txn_run did (for logs and counters). */

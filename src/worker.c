@@ -60,14 +60,16 @@ static void worker_latency(worker_t *w, const life_msg_t *m, uint64_t now_us)
 
 /*
  * A worker that died inside a handler left the message's id in its slot,
- * and the supervisor the signal that ended it: hand that note to the crash
- * guard (guard_count_crash), then clear it. 0, or -1 when the database
- * failed.
+ * and the supervisor the signal that ended it: the note the step hands to
+ * the crash guard (guard_count_crash) before anything runs (step_hooks_t.note).
  */
-static int worker_count_crash(worker_t *w)
+static bool worker_h_note(void *ctx, guard_note_t *note)
 {
+    worker_t *w = ctx;
     worker_slot_t *sl = w->slot;
-    guard_note_t note = {
+    if (w->noted)
+        return false;
+    *note = (guard_note_t){
         .in_handler = __atomic_load_n(&sl->in_handler, __ATOMIC_ACQUIRE) != 0,
         .counted = sl->crash_counted != 0,
         .id = sl->crash_id,
@@ -75,10 +77,16 @@ static int worker_count_crash(worker_t *w)
         .consumer = sl->crash_consumer,
         .exit_signal = __atomic_load_n(&sl->exit_signal, __ATOMIC_RELAXED),
     };
-    if (guard_count_crash(&w->guard, &note, w->q->consumer) != 0)
-        return -1;
-    __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
-    return 0;
+    return true;
+}
+
+/* The note was counted: clear it, and name this consumer in the notes to come. */
+static void worker_h_noted(void *ctx)
+{
+    worker_t *w = ctx;
+    __atomic_store_n(&w->slot->in_handler, 0, __ATOMIC_RELEASE);
+    snprintf(w->slot->crash_consumer, sizeof(w->slot->crash_consumer), "%s", w->q->consumer);
+    w->noted = true;
 }
 
 /* Publish-to-commit latency of the settled batch's committed messages. */
@@ -109,15 +117,112 @@ static void worker_time(uint64_t *total, uint64_t *since, bool on)
     }
 }
 
-/* Take the next batch; the wait for its first delivery is idle time, the rest busy. 0 or -1. */
-static int worker_collect(worker_t *w)
+/* Taking the next batch: the wait for its first delivery is idle time, the rest busy. */
+static void worker_h_collecting(void *ctx, bool wait)
 {
+    worker_t *w = ctx;
     worker_time(&w->slot->busy_us, &w->slot->busy_since_us, false);
-    bool wait = w->life.batch.n == 0 && !w->bt.has_carry;
     worker_time(&w->slot->idle_us, &w->slot->idle_since_us, wait);
-    int rc = settle_retry_held(&w->st) != 0 || batch_collect(&w->bt) != 0 ? -1 : 0;
+}
+
+static void worker_h_collected(void *ctx, int n)
+{
+    worker_t *w = ctx;
     worker_time(&w->slot->idle_us, &w->slot->idle_since_us, false);
-    return rc;
+    worker_time(&w->slot->busy_us, &w->slot->busy_since_us, n > 0);
+}
+
+/* A batch is about to run: count it, and check the database. 0, or -1. */
+static int worker_h_batch(void *ctx)
+{
+    worker_t *w = ctx;
+    worker_count(&w->slot->c.n_batches);
+    if (w->life.batch.m[0].suspect) /* a suspect runs alone (batch_collect) */
+        worker_count(&w->slot->c.n_redelivered);
+    metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds, METRICS_BATCH_N,
+                    (uint64_t)w->life.batch.n);
+    return worker_check_db(w);
+}
+
+static void worker_h_order_keys(void *ctx)
+{
+    worker_order_keys(ctx);
+}
+
+/* The transaction ran: its counters. */
+static void worker_h_transacted(void *ctx, const txn_t *t, txn_status_t st)
+{
+    worker_t *w = ctx;
+    __atomic_add_fetch(&w->slot->c.n_redos, (uint64_t)t->redos, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&w->slot->c.n_lock_waits, (uint64_t)t->lock_waits, __ATOMIC_RELAXED);
+    if (st != TXN_DONE)
+        return;
+    w->db_used_ms = worker_now_ms();
+    if (t->committed)
+        worker_count(&w->slot->c.n_commits);
+}
+
+/* Fault injection for tests: IDEMD_TEST_CRASH_BEFORE_RELAY=N dies before the Nth relay, twice
+ * per worker slot. */
+static void worker_h_before_relay(void *ctx)
+{
+    worker_t *w = ctx;
+    if (w->crash_before_relay > 0 && --w->crash_before_relay == 0 &&
+        __atomic_add_fetch(&w->slot->test_crashes, 1, __ATOMIC_RELAXED) <= 2) {
+        log_warn("test: IDEMD_TEST_CRASH_BEFORE_RELAY: killing this worker after COMMIT");
+        raise(SIGKILL);
+    }
+}
+
+static void worker_h_settled(void *ctx)
+{
+    worker_latencies(ctx);
+}
+
+static const step_hooks_t worker_hooks = {
+    .note = worker_h_note,
+    .noted = worker_h_noted,
+    .collecting = worker_h_collecting,
+    .collected = worker_h_collected,
+    .batch = worker_h_batch,
+    .order_keys = NULL, /* set per queue: see worker_wire_step */
+    .transacted = worker_h_transacted,
+    .before_relay = worker_h_before_relay,
+    .settled = worker_h_settled,
+};
+
+static const step_hooks_t worker_hooks_ordered = {
+    .note = worker_h_note,
+    .noted = worker_h_noted,
+    .collecting = worker_h_collecting,
+    .collected = worker_h_collected,
+    .batch = worker_h_batch,
+    .order_keys = worker_h_order_keys,
+    .transacted = worker_h_transacted,
+    .before_relay = worker_h_before_relay,
+    .settled = worker_h_settled,
+};
+
+/* Put the step together on this worker's modules, ports and database (after worker_wire). */
+static void worker_wire_step(worker_t *w)
+{
+    bool ordered = w->okeys != NULL;
+    w->step = (step_t){.life = &w->life,
+                       .bt = &w->bt,
+                       .st = &w->st,
+                       .guard = &w->guard,
+                       .txn_ops = ordered ? &worker_txn_ops_ordered : &worker_txn_ops,
+                       .txn_ctx = w,
+                       .record = w->q->dedup == CONF_DEDUP_TABLE,
+                       .bulk = !ordered,
+                       .batch = w->bmsg != NULL && !ordered,
+                       .limit_ms = step_limit_ms(w->conf->broker.heartbeat),
+                       .pub = w->pub_port,
+                       .clock = w->clock,
+                       .ids = w->ids,
+                       .id_lens = w->id_lens,
+                       .hooks = ordered ? &worker_hooks_ordered : &worker_hooks,
+                       .hooks_ctx = w};
 }
 
 /*
@@ -144,7 +249,7 @@ static bool worker_go_on(worker_t *w)
         w->draining = true;
         w->drain_until_ms = worker_now_ms() + ms;
         w->bt.no_wait = true;
-        if (w->mq == NULL || mq_cancel(w->mq) != 0)
+        if (w->consume.ops->cancel(w->consume.ctx) != 0)
             return false;
         log_debug("stopping: consumer cancelled, running the deliveries already received");
     }
@@ -175,37 +280,14 @@ static int worker_loop(worker_t *w)
             worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
-        int collected = worker_collect(w);
-        worker_time(&w->slot->busy_us, &w->slot->busy_since_us, w->life.batch.n > 0);
-        if (collected != 0) {
-            worker_release(w);
-            return worker_lose(w, WORKER_LOST_BROKER);
-        }
-        if (w->life.batch.n == 0) {
-            if (w->bt.undecodable && (code = worker_undecodable(w)) != 0)
-                return code;
-            continue;
-        }
-        worker_count(&w->slot->c.n_batches);
-        if (w->life.batch.m[0].suspect) /* a suspect runs alone (batch_collect) */
-            worker_count(&w->slot->c.n_redelivered);
-        metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds,
-                        METRICS_BATCH_N, (uint64_t)w->life.batch.n);
-        if (worker_check_db(w) != 0) {
-            worker_release(w);
-            return worker_lose(w, WORKER_LOST_DATABASE);
-        }
-        if (worker_transact(w) != 0) {
+        step_status_t st = step_run(&w->step);
+        if (st < 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
+            log_debug("%s", w->step.why);
             worker_release(w);
-            return worker_lose(w, WORKER_LOST_DATABASE);
+            return worker_lose(w,
+                               st == STEP_LOST_BROKER ? WORKER_LOST_BROKER : WORKER_LOST_DATABASE);
         }
-        if (settle_batch(&w->st) != 0) {
-            worker_release(w);
-            return worker_lose(w, WORKER_LOST_BROKER);
-        }
-        worker_latencies(w);
-        settle_release(&w->st);
         if (w->bt.undecodable && (code = worker_undecodable(w)) != 0)
             return code;
     }
@@ -287,11 +369,10 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
         _exit(WORKER_EXIT_TEMPFAIL);
     }
     worker_wire(&w);
+    worker_wire_step(&w);
     code = worker_connect_db(&w);
-    if (code == 0 && worker_count_crash(&w) != 0)
-        code = worker_lose(&w, WORKER_LOST_DATABASE);
     if (code == 0) {
-        snprintf(slot->crash_consumer, sizeof(slot->crash_consumer), "%s", q->consumer);
+        w.step.outbox = w.outbox;
         w.db_used_ms = worker_now_ms();
         code = worker_connect_mq(&w);
     }

@@ -23,6 +23,7 @@
 #include "relay.h"
 #include "settle.h"
 #include "stall.h"
+#include "step.h"
 #include "txn.h"
 #include "worker.h"
 
@@ -57,7 +58,10 @@ typedef struct worker {
     worker_slot_t *slot;
     db_t *db;
     mq_t *mq;
-    mq_t *pub;       /* republishing connection, opened when first needed */
+    mq_t *pub;              /* republishing connection, opened when first needed */
+    port_consume_t consume; /* the ports on mq, pub and the clock (worker_ops.c) */
+    port_publish_t pub_port;
+    port_clock_t clock;
     bool pub_failed; /* the last round failed: declare our queues again first */
     char name[160];  /* "<queue>#<index>": log context, and in connection names */
     void *state;
@@ -66,19 +70,19 @@ typedef struct worker {
     batch_t bt;       /* collecting the batch */
     settle_t st;      /* settling it with the broker */
     guard_t guard;    /* the crash-loop guard */
+    step_t step;      /* one iteration over all of them (step.c) */
+    bool noted;       /* the predecessor's crash note was counted (worker_h_note) */
     const char **ids; /* scratch for the set-based record calls */
     size_t *id_lens;
-    uint64_t db_used_ms;        /* when the database connection last ran a batch */
-    uint64_t bulk_off_until_ms; /* no set-based pass before this (slow handlers) */
-    bool draining;              /* stopping: consumer cancelled, running what already came */
-    uint64_t drain_until_ms;    /* ... until then at most (worker_go_on) */
-    outbox_t *outbox;           /* onward messages (host->publish) */
-    bool outbox_used;           /* a handler published during this batch */
-    int cur;                    /* the message handle() runs on */
-    int *bidx;                  /* the batch index of each handle_batch message */
-    int crash_before_relay;     /* test only: IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the
-                                 * Nth relay, twice per worker slot */
-    worker_hmsg_t one;          /* the message handle() runs on */
+    uint64_t db_used_ms;     /* when the database connection last ran a batch */
+    bool draining;           /* stopping: consumer cancelled, running what already came */
+    uint64_t drain_until_ms; /* ... until then at most (worker_go_on) */
+    outbox_t *outbox;        /* onward messages (host->publish) */
+    int cur;                 /* the message handle() runs on */
+    int *bidx;               /* the batch index of each handle_batch message */
+    int crash_before_relay;  /* test only: IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the
+                              * Nth relay, twice per worker slot */
+    worker_hmsg_t one;       /* the message handle() runs on */
     char scratch[8192];
     /* For handle_batch (only when the plugin has one and batch_handler is on). */
     worker_hmsg_t *bmsg;
@@ -128,14 +132,16 @@ int worker_check_db(worker_t *w); /* 0, or -1: the database cannot be reached */
 void worker_reread_keys(worker_t *w);
 int worker_undecodable(worker_t *w); /* 0, or an exit code */
 
-/* worker_txn.c: the batch transaction, the handler calls and the outbox. */
-int worker_transact(worker_t *w); /* 0, or -1: the database cannot be trusted */
+/* worker_txn.c: the batch transaction's handler calls and database steps, and the outbox. */
+extern const txn_ops_t worker_txn_ops, worker_txn_ops_ordered;
+void worker_order_keys(worker_t *w); /* an ordered queue: each batch entry's key, afresh */
 int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd_publish_t *p,
                    char *err, size_t errlen);
 int worker_sweep_peek(void *arg); /* the sweeper's look: 1 rows, 0 none, -1 database failed */
 int worker_sweep(void *arg);      /* a chore: 0, or -1 when the database failed */
 
-/* worker_ops.c: wire batch.c, settle.c and guard.c to this worker's broker and database. */
+/* worker_ops.c: the ports' real adapters; wire batch.c, settle.c and guard.c to them and to the
+ * database. */
 void worker_wire(worker_t *w);
 
 #endif

@@ -1,32 +1,49 @@
-/* worker_ops.c: the real broker (mq.h) and database (db.h) behind the ops tables of batch.c,
- * settle.c (life_broker_ops_t) and guard.c (guard_ops_t).
+/* worker_ops.c: the real adapters of the three ports (consume and publish on mq.h, the clock) and
+ * the database (db.h) behind the crash guard's ops (guard_ops_t).
  */
 #include "worker_int.h"
 
 #include <time.h>
 
-/* The broker for batch.c and settle.c (life_broker_ops_t): the consuming and publishing mq_t. */
-static mq_status_t worker_b_next(void *ctx, const struct timeval *tv, size_t max_body,
+/* ---------- the consuming connection (port_consume_t): w->mq ---------- */
+
+static mq_status_t worker_c_next(void *ctx, const struct timeval *tv, size_t max_body,
                                  amqp_envelope_t *env, uint64_t *dropped)
 {
     worker_t *w = ctx;
     return mq_next(w->mq, tv, max_body, env, dropped);
 }
 
-static int worker_b_ack(void *ctx, uint64_t tag, bool multiple)
+static int worker_c_ack(void *ctx, uint64_t tag, bool multiple)
 {
     worker_t *w = ctx;
     return mq_ack(w->mq, tag, multiple);
 }
 
-static int worker_b_nack(void *ctx, uint64_t tag, bool requeue)
+static int worker_c_nack(void *ctx, uint64_t tag, bool requeue)
 {
     worker_t *w = ctx;
     return mq_nack(w->mq, tag, requeue);
 }
 
+static int worker_c_cancel(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->mq == NULL ? -1 : mq_cancel(w->mq);
+}
+
+static const port_consume_ops_t worker_consume_ops = {
+    .next = worker_c_next,
+    .ack = worker_c_ack,
+    .nack = worker_c_nack,
+    .cancel = worker_c_cancel,
+};
+
+/* ---------- the publishing channel (port_publish_t): w->pub, opened when first needed ----------
+ */
+
 /* A publishing connection lost while idle is replaced; a new one declares after a failure. */
-static int worker_b_pub_open(void *ctx)
+static int worker_p_open(void *ctx)
 {
     worker_t *w = ctx;
     if (w->pub && mq_service(w->pub) != 0) {
@@ -36,62 +53,68 @@ static int worker_b_pub_open(void *ctx)
     return w->pub == NULL ? worker_open_publisher(w) : 0;
 }
 
-static bool worker_b_pub_blocked(void *ctx)
+static bool worker_p_blocked(void *ctx)
 {
     worker_t *w = ctx;
     return mq_blocked(w->pub);
 }
 
-static void worker_b_round_begin(void *ctx)
+static void worker_p_round_begin(void *ctx)
 {
     worker_t *w = ctx;
     mq_round_begin(w->pub);
 }
 
-static int worker_b_publish(void *ctx, const char *exchange, const char *routing_key,
+static int worker_p_publish(void *ctx, const char *exchange, const char *routing_key,
                             const amqp_basic_properties_t *props, amqp_bytes_t body)
 {
     worker_t *w = ctx;
     return mq_publish_to(w->pub, exchange, routing_key, props, body);
 }
 
-static int worker_b_wait_confirms(void *ctx, int timeout_ms)
+static int worker_p_wait_confirms(void *ctx, int timeout_ms)
 {
     worker_t *w = ctx;
     return mq_wait_confirms(w->pub, timeout_ms);
 }
 
-static bool worker_b_round_ok(void *ctx, int i)
+static bool worker_p_round_ok(void *ctx, int i)
 {
     worker_t *w = ctx;
     return i >= 0 && w->pub && mq_round_ok(w->pub, i);
 }
 
-static bool worker_b_round_returned(void *ctx, int i)
+static bool worker_p_round_returned(void *ctx, int i)
 {
     worker_t *w = ctx;
     return i >= 0 && w->pub && mq_round_returned(w->pub, i);
 }
 
-static const char *worker_b_round_why(void *ctx, int i)
+static const char *worker_p_round_why(void *ctx, int i)
 {
     worker_t *w = ctx;
     return i >= 0 && w->pub ? mq_round_why(w->pub, i) : "no publishing connection";
 }
 
-static bool worker_b_pub_usable(void *ctx)
+static bool worker_p_usable(void *ctx)
 {
     worker_t *w = ctx;
     return w->pub && mq_channel_usable(w->pub);
 }
 
-static int worker_b_pub_restore(void *ctx)
+static bool worker_p_broken(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->pub == NULL || w->pub->broken;
+}
+
+static int worker_p_restore(void *ctx)
 {
     worker_t *w = ctx;
     return w->pub ? mq_channel_restore(w->pub) : -1;
 }
 
-static void worker_b_pub_close(void *ctx)
+static void worker_p_close(void *ctx)
 {
     worker_t *w = ctx;
     mq_close(w->pub);
@@ -99,19 +122,37 @@ static void worker_b_pub_close(void *ctx)
     w->pub_failed = true;
 }
 
-static uint64_t worker_b_max_message(void *ctx)
+static uint64_t worker_p_max_message(void *ctx)
 {
     worker_t *w = ctx;
     return w->pub ? w->pub->max_message : 0;
 }
 
-static uint64_t worker_b_now_ms(void *ctx)
+static const port_publish_ops_t worker_publish_ops = {
+    .open = worker_p_open,
+    .blocked = worker_p_blocked,
+    .round_begin = worker_p_round_begin,
+    .publish = worker_p_publish,
+    .wait_confirms = worker_p_wait_confirms,
+    .round_ok = worker_p_round_ok,
+    .round_returned = worker_p_round_returned,
+    .round_why = worker_p_round_why,
+    .usable = worker_p_usable,
+    .broken = worker_p_broken,
+    .restore = worker_p_restore,
+    .close = worker_p_close,
+    .max_message = worker_p_max_message,
+};
+
+/* ---------- the clock (port_clock_t) ---------- */
+
+static uint64_t worker_k_now_ms(void *ctx)
 {
     (void)ctx;
     return worker_now_ms();
 }
 
-static uint64_t worker_b_wall_ms(void *ctx)
+static uint64_t worker_k_wall_ms(void *ctx)
 {
     struct timespec ts;
     (void)ctx;
@@ -119,30 +160,15 @@ static uint64_t worker_b_wall_ms(void *ctx)
     return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
-static void worker_b_pause(void *ctx, int ms)
+static void worker_k_pause(void *ctx, int ms)
 {
     worker_pause(ctx, ms);
 }
 
-static const life_broker_ops_t worker_broker_ops = {
-    .next = worker_b_next,
-    .ack = worker_b_ack,
-    .nack = worker_b_nack,
-    .pub_open = worker_b_pub_open,
-    .pub_blocked = worker_b_pub_blocked,
-    .round_begin = worker_b_round_begin,
-    .publish = worker_b_publish,
-    .wait_confirms = worker_b_wait_confirms,
-    .round_ok = worker_b_round_ok,
-    .round_returned = worker_b_round_returned,
-    .round_why = worker_b_round_why,
-    .pub_usable = worker_b_pub_usable,
-    .pub_restore = worker_b_pub_restore,
-    .pub_close = worker_b_pub_close,
-    .max_message = worker_b_max_message,
-    .now_ms = worker_b_now_ms,
-    .wall_ms = worker_b_wall_ms,
-    .pause = worker_b_pause,
+static const port_clock_ops_t worker_clock_ops = {
+    .now_ms = worker_k_now_ms,
+    .wall_ms = worker_k_wall_ms,
+    .pause = worker_k_pause,
 };
 
 /* The database for the crash guard (guard_ops_t): idemd_attempt through db.h. */
@@ -185,15 +211,19 @@ void worker_wire(worker_t *w)
                          .max_attempts = w->q->max_attempts,
                          .dedup_table = w->q->dedup == CONF_DEDUP_TABLE,
                          .workers = w->q->workers};
+    w->consume = (port_consume_t){&worker_consume_ops, w};
+    w->pub_port = (port_publish_t){&worker_publish_ops, w};
+    w->clock = (port_clock_t){&worker_clock_ops, w};
     w->bt.q = w->q;
-    w->bt.ops = &worker_broker_ops;
-    w->bt.ctx = w;
+    w->bt.consume = w->consume;
+    w->bt.clock = w->clock;
     w->bt.life = &w->life;
     w->bt.keys = &w->relay_keys;
     w->st = (settle_t){.q = w->q,
                        .handler = w->h->name,
-                       .ops = &worker_broker_ops,
-                       .ctx = w,
+                       .consume = w->consume,
+                       .pub = w->pub_port,
+                       .clock = w->clock,
                        .guard = &w->guard,
                        .key = w->relay_keys.k[0],
                        .c = &w->slot->c,

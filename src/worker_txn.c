@@ -1,5 +1,5 @@
-/* worker_txn.c: a worker's batch transaction: the handler calls and database steps behind
- * txn_ops_t, host->publish into the outbox, and the outbox's relay and sweep.
+/* worker_txn.c: a worker's batch transaction as step.c runs it: the handler calls and database
+ * steps behind txn_ops_t, an ordered queue's keys, host->publish into the outbox, the sweeper.
  */
 #include "worker_int.h"
 
@@ -13,8 +13,7 @@
 #include "delivery.h"
 #include "log.h"
 
-#define WORKER_RELAY_SLICES 1000 /* outbox slices after a COMMIT: all the batch's rows */
-#define WORKER_SWEEP_SLICES 20   /* outbox slices per sweep (500 rows, 16 MiB each) */
+#define WORKER_SWEEP_SLICES 20 /* outbox slices per sweep (500 rows, 16 MiB each) */
 
 /* A handler call that started at t0 (worker_now_us) ended: one observation of its duration,
  * with tc's trace as its bucket's exemplar (tc NULL or without a trace: none). */
@@ -247,12 +246,6 @@ static unsigned worker_op_find_records(void *ctx, txn_msg_t *const *ms, int k, b
     return db_find_records(w->db, w->ids, w->id_lens, k, found) == DB_OK ? 0 : db_last_errno(w->db);
 }
 
-static uint64_t worker_op_now(void *ctx)
-{
-    (void)ctx;
-    return worker_now_ms();
-}
-
 /* A pass begins: one locked read of which of the batch's keys are blocked (order_blocked). */
 static unsigned worker_order_pass(worker_t *w)
 {
@@ -334,16 +327,14 @@ static unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t
     return err;
 }
 
-static const txn_ops_t worker_txn_ops = {
-    worker_op_exec,         worker_op_record,      worker_op_clear,
-    worker_op_handle,       worker_op_now,         worker_op_record_many,
-    worker_op_find_records, worker_op_handle_many, NULL,
+const txn_ops_t worker_txn_ops = {
+    worker_op_exec,        worker_op_record,       worker_op_clear,       worker_op_handle,
+    worker_op_record_many, worker_op_find_records, worker_op_handle_many, NULL,
 };
 
-static const txn_ops_t worker_txn_ops_ordered = {
-    worker_op_exec,         worker_op_record,      worker_op_clear,
-    worker_op_handle,       worker_op_now,         worker_op_record_many,
-    worker_op_find_records, worker_op_handle_many, worker_op_order,
+const txn_ops_t worker_txn_ops_ordered = {
+    worker_op_exec,        worker_op_record,       worker_op_clear,       worker_op_handle,
+    worker_op_record_many, worker_op_find_records, worker_op_handle_many, worker_op_order,
 };
 
 /*
@@ -351,7 +342,7 @@ static const txn_ops_t worker_txn_ops_ordered = {
  * between batches). One without it is bad input: dead-lettered with the
  * reason, never handled, never dropped.
  */
-static void worker_order_keys(worker_t *w)
+void worker_order_keys(worker_t *w)
 {
     for (int i = 0; i < w->life.batch.n; i++) {
         life_msg_t *m = &w->life.batch.m[i];
@@ -411,49 +402,9 @@ int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd
     outbox_trace_t tr = {NULL, tc->state, tc->state_len, tc->baggage, tc->baggage_len};
     if (trace_child(tc, trace_rng_next(&w->rng), child))
         tr.traceparent = child;
-    w->outbox_used = true;
+    w->step.outbox_used = true;
     return outbox_add(w->outbox, w->life.batch.t[i].id, w->life.batch.t[i].id_len,
                       w->life.batch.m[i].pub_seq++, p, &tr, err, errlen);
-}
-
-/*
- * Right after COMMIT: publish the onward messages of the batch's committed
- * messages, with confirms, and delete their rows. A failure leaves them to
- * the sweeper (worker_sweep); the batch is settled either way.
- */
-static void worker_relay(worker_t *w)
-{
-    int k = 0;
-    for (int i = 0; i < w->life.batch.n; i++) {
-        if (w->life.batch.t[i].state != TXN_COMMITTED)
-            continue;
-        w->ids[k] = w->life.batch.t[i].id;
-        w->id_lens[k++] = w->life.batch.t[i].id_len;
-    }
-    if (k == 0)
-        return;
-    if (w->crash_before_relay > 0 && --w->crash_before_relay == 0 &&
-        __atomic_add_fetch(&w->slot->test_crashes, 1, __ATOMIC_RELAXED) <= 2) {
-        log_warn("test: IDEMD_TEST_CRASH_BEFORE_RELAY: killing this worker after COMMIT");
-        raise(SIGKILL);
-    }
-    if (worker_ready_publisher(w) != 0) {
-        log_warn("outbox: no usable republishing connection: onward messages wait for the "
-                 "sweeper");
-        return;
-    }
-    int n = outbox_relay(w->outbox, w->pub, w->ids, w->id_lens, k, 0, WORKER_RELAY_SLICES);
-    if (n >= 0) {
-        log_debug("outbox: sent %d onward message(s)", n);
-        return;
-    }
-    log_warn("outbox: onward messages not all sent (%s): the sweeper sends them later",
-             n == -1 ? "database" : "broker");
-    if (n == -2) {
-        mq_close(w->pub);
-        w->pub = NULL;
-        w->pub_failed = true;
-    }
 }
 
 /* Publish what the outbox holds (outbox_depth) in the slot, for /status and metrics. */
@@ -487,8 +438,8 @@ int worker_sweep(void *arg)
     worker_t *w = arg;
     if (worker_ready_publisher(w) != 0)
         return 0;
-    int n =
-        outbox_relay(w->outbox, w->pub, NULL, NULL, -1, w->conf->outbox_grace, WORKER_SWEEP_SLICES);
+    int n = outbox_relay(w->outbox, &w->pub_port, &w->clock, NULL, NULL, -1, w->conf->outbox_grace,
+                         WORKER_SWEEP_SLICES);
     if (n == -1)
         return -1;
     if (n == -2) {
@@ -501,65 +452,5 @@ int worker_sweep(void *arg)
     outbox_depth_t d;
     if (outbox_depth(w->outbox, &d) == 0)
         worker_show_depth(w, &d);
-    return 0;
-}
-
-/*
- * Run the batch's transaction (txn.c) after the crash guard. 0 when every
- * message that ran has its outcome; -1 when the database cannot be
- * trusted (nothing may be acked: the broker redelivers, the record decides).
- */
-int worker_transact(worker_t *w)
-{
-    txn_t t;
-    int held = 0;
-
-    for (int i = 0; i < w->life.batch.n; i++)
-        if (guard_check(&w->guard, &w->life.batch.m[i], &w->life.batch.t[i]) != 0)
-            return -1;
-    memset(&t, 0, sizeof(t));
-    t.ops = w->okeys ? &worker_txn_ops_ordered : &worker_txn_ops;
-    t.ctx = w;
-    t.record = w->q->dedup == CONF_DEDUP_TABLE;
-    /* One record INSERT per batch; per-message savepoints only after a failure, and for a
-     * minute after handlers were too slow to finish a batch within the limit that way. An
-     * ordered queue goes message by message: each one's key is looked at before it runs. */
-    t.bulk = worker_now_ms() >= w->bulk_off_until_ms && w->okeys == NULL;
-    t.batch = w->bmsg != NULL && w->okeys == NULL;
-    if (w->okeys)
-        worker_order_keys(w);
-    /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
-    t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
-    t.m = w->life.batch.t;
-    t.n = w->life.batch.n;
-    w->outbox_used = false;
-    txn_status_t st = txn_run(&t);
-    __atomic_add_fetch(&w->slot->c.n_redos, (uint64_t)t.redos, __ATOMIC_RELAXED);
-    __atomic_add_fetch(&w->slot->c.n_lock_waits, (uint64_t)t.lock_waits, __ATOMIC_RELAXED);
-    if (st != TXN_DONE)
-        return -1;
-    if (t.committed && w->outbox_used)
-        worker_relay(w);
-    w->db_used_ms = worker_now_ms();
-    if (t.committed)
-        worker_count(&w->slot->c.n_commits);
-    if (t.too_slow) {
-        w->bulk_off_until_ms = worker_now_ms() + 60000;
-        log_info("handlers ran past %llu ms in a set-based batch: message by message for a "
-                 "minute",
-                 (unsigned long long)t.limit_ms);
-    }
-    if (t.batch_calls || t.fell_back)
-        log_debug("batch of %d: handle_batch called %d time(s)%s", w->life.batch.n, t.batch_calls,
-                  t.fell_back ? ", then message by message" : "");
-    for (int i = 0; i < w->life.batch.n; i++) {
-        held += w->life.batch.t[i].state == TXN_NEW;
-        /* A redelivered message that only waited for its key never started its handler. */
-        if (w->life.batch.t[i].state == TXN_WAIT)
-            guard_finished(&w->guard, &w->life.batch.t[i]);
-    }
-    if (t.cut_short)
-        log_debug("batch of %d ran past %llu ms: settling %d, keeping %d for the next",
-                  w->life.batch.n, (unsigned long long)t.limit_ms, w->life.batch.n - held, held);
     return 0;
 }

@@ -434,6 +434,8 @@ static idemd_result_t handler_run(txn_msg_t *m, unsigned *err)
     unsigned e;
 
     handler_time();
+    if (tr->rows > 0)
+        sim_life_published(); /* its host->publish calls (worker_publish) */
     if (tr->kind == SIM_CRASH) {
         check_crash_limit(id);
         sim_die(SIGSEGV, "the handler crashed");
@@ -493,17 +495,10 @@ static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
     return 0;
 }
 
-static uint64_t op_now(void *ctx)
-{
-    (void)ctx;
-    return sim.now_ms;
-}
-
 const txn_ops_t sim_txn_ops = {
-    sim_db_exec,        sim_db_record,       sim_db_clear,   op_handle, op_now,
-    sim_db_record_many, sim_db_find_records, op_handle_many, NULL, /* order: ordered queues are not
-                                                                      simulated (docs/ordering.md)
-                                                                    */
+    sim_db_exec,         sim_db_record,  sim_db_clear, op_handle, sim_db_record_many,
+    sim_db_find_records, op_handle_many, NULL, /* order: ordered queues are not simulated
+                                                  (docs/ordering.md) */
 };
 
 /* Whether a retry's reason is the database's doing (an injected error or lock wait), not the
@@ -526,6 +521,7 @@ static void worker_transact(void)
         worker_guard(i);
     memset(&t, 0, sizeof(t));
     t.ops = &sim_txn_ops;
+    t.clock = (port_clock_t){&sim_clock_ops, NULL};
     t.record = true;
     t.bulk = sim.o.bulk && sim.now_ms >= w.bulk_off_until_ms;
     t.batch = sim.o.batch_handler;
@@ -913,9 +909,9 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     }
     sim_log("%d messages published; the worker is %s", sim_mq.qn[SQ_MAIN],
             model ? "modelled (sim.c)" : "batch.c, guard.c, settle.c");
+    sim_outbox_begin(); /* before the workers: their steps relay through its outbox */
     if (!model)
         sim_life_begin();
-    sim_outbox_begin();
     while (!sim.failed) {
         if (setjmp(sim.death) != 0)
             continue; /* the worker died: its successor takes the next step */

@@ -9,6 +9,9 @@
 #include <stdint.h>
 
 #include "amqp_compat.h"
+#include "conf.h"
+#include "port.h"
+#include "relay.h"
 #include "txn.h"
 
 /* ---------- randomness: splitmix64, the only source of choice in a run ---------- */
@@ -45,6 +48,7 @@ static inline bool sim_rng_pm(sim_rng_t *r, unsigned pm)
 #define SIM_ROUND 32           /* copies of one publishing round */
 #define SIM_LOCK_WAIT_MS 15000 /* innodb_lock_wait_timeout: a row lock wait ends in 1205 */
 #define SIM_WORKERS 4          /* most workers drawn for the queue */
+#define SIM_HEARTBEAT_S 4      /* broker.heartbeat: a batch starts handlers for at most 2 s */
 
 /* How a message's handler behaves. */
 typedef enum sim_kind {
@@ -283,8 +287,18 @@ void sim_pub_free(void);
 /* The broker forgot an acked delivery of id: invariants 1 and 2 look at what is left (sim.c). */
 void sim_on_ack(int id);
 
-/* ---------- the worker's real modules (sim_life.c): batch.c, guard.c, settle.c, life.c ----------
+/* ---------- the worker's fake ports (sim_ports.c) ---------- */
+extern const port_consume_ops_t sim_consume_ops;
+extern const port_publish_ops_t sim_publish_ops;
+extern const port_clock_ops_t sim_clock_ops;
+/* The publisher's original of m: message_id m<id>, persistent, its properties in its own pool. */
+void sim_props_original(sim_bmsg_t *m);
+
+/* ---------- the worker's own step (sim_life.c): step.c over batch.c, guard.c, settle.c ----------
  */
+/* The queue's settings and the relay key, the same for every worker. */
+extern conf_queue_t sim_q;
+extern relay_keys_t sim_keys;
 /* What sim.c shares with them: the txn ops (handler, database) and the crash note. */
 extern const txn_ops_t sim_txn_ops;
 typedef struct sim_slot {
@@ -299,10 +313,12 @@ extern sim_slot_t sim_slot;
 bool sim_slot_pending_start(void);
 void sim_slot_started(void);
 void sim_after_txn(const txn_msg_t *tm, int n);
-/* The real outbox relay (sim_outbox.c): the rows of the sources ids[0..k-1] (after their
- * COMMIT), or with k = -1 every due row (the sweeper). */
-void sim_relay_sources(const int *ids, int k);
+/* The sweeper (sim_outbox.c): the real outbox relay of every due row. */
 void sim_relay(void);
+/* The outbox the workers' steps relay (with the simulated table behind it). */
+struct outbox *sim_outbox(void);
+/* A handler of worker sim.cur wrote an outbox row in this batch (worker_publish). */
+void sim_life_published(void);
 /* A run starts (the relay's policy) and ends. */
 void sim_outbox_begin(void);
 void sim_outbox_end(void);
@@ -316,7 +332,7 @@ void sim_life_end(void);
 /* The worker sim.cur died: give up its deliveries (the broker requeues them); a new worker
  * next. */
 void sim_life_die(void);
-/* One turn of worker sim.cur's loop (worker_loop) on the real modules; false when idle. */
+/* One turn of worker sim.cur's loop: step_run, the sweeper when idle; false when idle. */
 bool sim_life_step(void);
 /* The ids in worker sim.cur's batch now (for the deaths' bookkeeping); returns how many. */
 int sim_life_batch_ids(int *ids, int max);

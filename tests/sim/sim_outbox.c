@@ -1,5 +1,5 @@
-/* sim_outbox.c: the real outbox relay (outbox.c) wired to the simulated database's outbox rows and
- * the simulated publisher through its ops tables, as outbox_io.c wires it to MySQL and mq.c.
+/* sim_outbox.c: the real outbox relay (outbox.c) wired to the simulated database's outbox rows
+ * (outbox_db_ops_t, as outbox_io.c wires it to MySQL), and the sweeper between steps.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -225,172 +225,6 @@ static const outbox_db_ops_t sim_outbox_db = {
     .close = NULL,
 };
 
-/* ---------- the publishing channel (outbox_mq_ops_t) ---------- */
-
-/* The round's copies: which row each is, and whether it is that row's dead letter. */
-static struct {
-    int id, row;
-    bool dead;
-} sent[SIM_ROUND];
-static int n_sent;
-
-static void p_round_begin(void *ctx)
-{
-    (void)ctx;
-    sim_pub_begin();
-    n_sent = 0;
-}
-
-/* The value of header k in props, or an empty string. */
-static amqp_bytes_t header(const amqp_basic_properties_t *props, const char *k)
-{
-    for (int i = 0; (props->_flags & AMQP_BASIC_HEADERS_FLAG) && i < props->headers.num_entries;
-         i++) {
-        const amqp_table_entry_t *e = &props->headers.entries[i];
-        if (e->key.len == strlen(k) && memcmp(e->key.bytes, k, e->key.len) == 0 &&
-            e->value.kind == AMQP_FIELD_KIND_UTF8)
-            return e->value.value.bytes;
-    }
-    return amqp_empty_bytes;
-}
-
-static int p_publish(void *ctx, const char *exchange, const char *routing_key,
-                     const amqp_basic_properties_t *props, amqp_bytes_t body)
-{
-    sim_bmsg_t c;
-    int id = -1, r = -1;
-    (void)ctx;
-    (void)exchange;
-    (void)body;
-    memset(&c, 0, sizeof(c)); /* no properties kept: sim_pub_publish takes the death chance */
-    if (sscanf((const char *)props->message_id.bytes, "orders:m%d:%d", &id, &r) != 2 || id < 0 ||
-        id >= sim.o.n_msgs || r < 0 || r >= SIM_ROWS) {
-        sim_violation("outbox: an onward message with an unknown id");
-        return -1;
-    }
-    sim_truth_t *tr = &sim.truth[id];
-    c.id = id;
-    c.row = r;
-    bool dead = strcmp(routing_key, "downstream") != 0;
-    if (dead) {
-        /* Invariant 3: only a row refused max_attempts times is dead-lettered, with its reason,
-         * to the source queue's dead letter queue. */
-        amqp_bytes_t why = header(props, RELAY_H_ERROR);
-        if (!sim.o.has_dlq || strcmp(routing_key, "orders.dlq") != 0)
-            sim_violation("outbox row %d of m%d dead-lettered to '%s'", r, id, routing_key);
-        if (sim_db.row_attempts[id][r] + 1 < (unsigned)sim.o.ob_max_attempts)
-            sim_violation("outbox row %d of m%d dead-lettered after %u refusals (max %d)", r, id,
-                          sim_db.row_attempts[id][r] + 1, sim.o.ob_max_attempts);
-        if (why.len == 0)
-            sim_violation("outbox row %d of m%d dead-lettered without a reason", r, id);
-        snprintf(c.reason, sizeof(c.reason), "%.*s", (int)(why.len < 150 ? why.len : 150),
-                 (const char *)why.bytes);
-    } else {
-        /* Invariant 3: a confirmed row goes again only when its DELETE was lost. */
-        if (tr->row_confirmed[r]) {
-            if (!tr->row_may_resend[r])
-                sim_violation("outbox row %d of m%d re-sent after the broker confirmed it", r, id);
-            tr->row_may_resend[r] = false;
-            tr->row_confirmed[r] = false; /* until this send is confirmed */
-            tr->row_resends[r]++;
-        }
-        tr->row_sends[r]++;
-    }
-    int idx = sim_pub_publish(dead ? SQ_DLQ : SQ_DOWN, &c);
-    if (idx >= 0 && idx < SIM_ROUND) {
-        while (n_sent <= idx)
-            sent[n_sent++].row = -1;
-        sent[idx].id = id;
-        sent[idx].row = r;
-        sent[idx].dead = dead;
-    }
-    return idx;
-}
-
-static int p_wait(void *ctx, int timeout_ms)
-{
-    (void)ctx;
-    (void)timeout_ms;
-    int rc = sim_pub_wait();
-    for (int i = 0; i < n_sent; i++) {
-        if (sent[i].row < 0 || !sim_pub_ok(i))
-            continue;
-        sim_truth_t *tr = &sim.truth[sent[i].id];
-        if (sent[i].dead) {
-            tr->row_dead[sent[i].row]++;
-        } else {
-            tr->row_confirmed[sent[i].row] = true;
-            tr->row_delivered[sent[i].row] = true;
-        }
-    }
-    return rc;
-}
-
-static bool p_ok(void *ctx, int i)
-{
-    (void)ctx;
-    return sim_pub_ok(i);
-}
-
-static bool p_returned(void *ctx, int i)
-{
-    (void)ctx;
-    return sim_pub_returned(i);
-}
-
-static const char *p_why(void *ctx, int i)
-{
-    (void)ctx;
-    return sim_pub_why(i);
-}
-
-static bool p_usable(void *ctx)
-{
-    (void)ctx;
-    return sim_mq.pub_open;
-}
-
-static bool p_broken(void *ctx)
-{
-    (void)ctx;
-    return false; /* a lost connection is a death of the worker here */
-}
-
-static int p_restore(void *ctx)
-{
-    (void)ctx;
-    sim_maybe_die("channel.open (outbox)");
-    sim_mq.pub_open = true;
-    sim_mq.pub_seq = 0;
-    return 0;
-}
-
-static uint64_t p_max_message(void *ctx)
-{
-    (void)ctx;
-    return 0;
-}
-
-static uint64_t p_wall(void *ctx)
-{
-    (void)ctx;
-    return 1700000000000ULL + sim.now_ms;
-}
-
-static const outbox_mq_ops_t sim_outbox_mq = {
-    .round_begin = p_round_begin,
-    .publish = p_publish,
-    .wait_confirms = p_wait,
-    .round_ok = p_ok,
-    .round_returned = p_returned,
-    .round_why = p_why,
-    .usable = p_usable,
-    .broken = p_broken,
-    .restore = p_restore,
-    .max_message = p_max_message,
-    .wall_ms = p_wall,
-};
-
 /* ---------- the relay ---------- */
 
 void sim_outbox_begin(void)
@@ -427,40 +261,27 @@ uint64_t sim_outbox_next_ms(void)
     return t;
 }
 
-void sim_relay_sources(const int *ids, int k)
+outbox_t *sim_outbox(void)
 {
-    char names[SIM_BATCH + 1][16];
-    const char *src[SIM_BATCH + 1];
-    size_t len[SIM_BATCH + 1];
-    /* As worker.c: the relay runs after a COMMIT that wrote outbox rows; the sweeper (a chore
-     * on a timer) only finds work when rows wait, so it runs here only then. */
+    return ob;
+}
+
+/* The sweeper (worker_sweep, a chore between steps): every due row, when rows wait. */
+void sim_relay(void)
+{
+    static const port_publish_t pub = {&sim_publish_ops, NULL};
+    static const port_clock_t clock_port = {&sim_clock_ops, NULL};
     bool any = false;
-    for (int j = 0; j < k && !any; j++)
-        any = sim.truth[ids[j]].rows > 0;
-    for (int id = 0; id < sim.o.n_msgs && k < 0 && !any; id++)
+    for (int id = 0; id < sim.o.n_msgs && !any; id++)
         for (int r = 0; r < SIM_ROWS && !any; r++)
             any = sim_db.row[id][r];
     if (!any)
         return;
-    if (k > SIM_BATCH + 1)
-        k = -1;
-    for (int j = 0; j < k; j++) {
-        snprintf(names[j], sizeof(names[j]), "m%d", ids[j]);
-        src[j] = names[j];
-        len[j] = strlen(names[j]);
-    }
-    if (k == 0)
-        return;
-    /* As worker_relay and worker_sweep: a lost database ends the worker (it reconnects); a failed
-     * round closes the publishing connection. */
-    int n = outbox_relay_ops(ob, &sim_outbox_mq, NULL, src, len, k, 0, 1000);
+    /* As worker_sweep: a lost database ends the worker (it reconnects); a failed round closes
+     * the publishing connection. */
+    int n = outbox_relay(ob, &pub, &clock_port, NULL, NULL, -1, 0, 20);
     if (n == -1)
-        sim_die(0, "database lost in the outbox relay");
+        sim_die(0, "database lost in the outbox sweeper");
     if (n == -2)
         sim_pub_close();
-}
-
-void sim_relay(void)
-{
-    sim_relay_sources(NULL, -1);
 }

@@ -262,8 +262,19 @@ static uint64_t b_wall(void *ctx)
     return 1700000000000ULL;
 }
 
-static const outbox_mq_ops_t fake_mq = {b_begin,  b_publish, b_wait,    b_ok,   b_returned, b_why,
-                                        b_usable, b_broken,  b_restore, b_zero, b_wall};
+static const port_publish_ops_t fake_mq_ops = {.round_begin = b_begin,
+                                               .publish = b_publish,
+                                               .wait_confirms = b_wait,
+                                               .round_ok = b_ok,
+                                               .round_returned = b_returned,
+                                               .round_why = b_why,
+                                               .usable = b_usable,
+                                               .broken = b_broken,
+                                               .restore = b_restore,
+                                               .max_message = b_zero};
+static const port_clock_ops_t fake_clock_ops = {.wall_ms = b_wall};
+static const port_publish_t fake_mq = {&fake_mq_ops, NULL};
+static const port_clock_t fake_clock = {&fake_clock_ops, NULL};
 
 static void fake_reset(int rows, const char *script)
 {
@@ -285,7 +296,7 @@ static void test_relay(void)
 
     /* Three rows; the broker returns the second: only it stays, counted, with its backoff. */
     fake_reset(3, "ara");
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 2, "relay: 2 of 3 sent");
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), 2, "relay: 2 of 3 sent");
     ok(!T.present[0] && T.present[1] && !T.present[2], "the confirmed rows are deleted");
     ok(T.attempts[1] == 1 && T.wait_ms[1] == 100 && strstr(T.error[1], "NO_ROUTE"),
        "the returned row: 1 attempt, backoff 100 ms, its reason (%s)", T.error[1]);
@@ -294,7 +305,7 @@ static void test_relay(void)
     /* Refused again (a nack): its second refusal is max_attempts: dead-lettered, then deleted. */
     B.script = "na";
     B.pos = 0;
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
     ok(!T.present[1] && B.dead == 1 && strcmp(B.to[0], "orders.dlq") == 0,
        "refused max_attempts times: dead-lettered to orders.dlq and deleted");
     ok(strstr(B.dead_error, "not delivered after 2 attempts") != NULL,
@@ -303,13 +314,13 @@ static void test_relay(void)
     /* The dead letter is not confirmed: the row stays, counted, for the next try. */
     fake_reset(1, "rn");
     T.attempts[0] = 1;
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
     ok(T.present[0] && T.attempts[0] == 2 && B.dead == 0,
        "a dead letter the broker refused: the row stays");
 
     /* The channel closes under the second of three: the unconfirmed rows go one at a time. */
     fake_reset(3, "acaaa");
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 3,
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), 3,
            "channel closed in a round: every row sent after all");
     ok(!T.present[0] && !T.present[1] && !T.present[2], "all deleted");
     is_int(B.published, 5, "3 in the round, then the 2 unconfirmed alone");
@@ -317,7 +328,7 @@ static void test_relay(void)
     /* The DELETE fails (lost connection): the relay rolls back and says so; rows stay. */
     fake_reset(2, "aa");
     T.fail_remove = -1;
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), -1,
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), -1,
            "a lost connection at the DELETE: -1");
     ok(T.present[0] && T.present[1] && T.rollbacks == 1, "rows stay, the transaction rolled back");
 
@@ -325,7 +336,7 @@ static void test_relay(void)
      * left the broker returns the first: that one stays, counted; the other is deleted. */
     fake_reset(3, "ra");
     T.vanish = 1;
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 1), 1,
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 1), 1,
            "a row gone between the reads: the 2 left sent, 1 confirmed");
     ok(T.present[1] && T.attempts[1] == 1 && !T.present[2],
        "the returned row stays with its attempt, the confirmed one is deleted (row 2 %s, "
@@ -335,7 +346,7 @@ static void test_relay(void)
     /* The second publish of three fails at once (the channel still usable): the round stops
      * there; the first is confirmed and deleted, the two unsent stay. */
     fake_reset(3, "af");
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 1), 1,
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 1), 1,
            "a publish that fails stops the round: 1 sent");
     ok(!T.present[0] && T.present[1] && T.present[2],
        "the rows after it stay, unsent (row 2 %s, row 3 %s)", T.present[1] ? "kept" : "DELETED",
@@ -346,7 +357,7 @@ static void test_relay(void)
     outbox_set_policy(o, &pol);
     fake_reset(1, "r");
     T.attempts[0] = 5;
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
     ok(T.present[0] && T.attempts[0] == 6 && B.dead == 0 && T.wait_ms[0] == 3200,
        "without a dead letter queue the row stays (backoff doubled per refusal: %lld ms)",
        T.wait_ms[0]);
@@ -368,7 +379,7 @@ static void test_relay_trace(void)
     T.trace = true;
     ok(outbox_encode_headers(&h, 1, T.own_hdr, sizeof(T.own_hdr), &T.own_len) == 0,
        "a handler's own traceparent encoded");
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 2, "relay: both sent");
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), 2, "relay: both sent");
     ok(strcmp(B.tp[0], "00-0af7651916cd43dd8448eb211c80319c-00000000000000aa-01") == 0 &&
            strcmp(B.ts[0], "rojo=1") == 0 && strcmp(B.bg[0], "k=v") == 0 && B.n_tp[0] == 1,
        "the row's captured traceparent, tracestate and baggage are sent (%s)", B.tp[0]);
@@ -378,7 +389,7 @@ static void test_relay_trace(void)
     /* Refused and out of attempts: the dead letter keeps the context. */
     fake_reset(1, "ra");
     T.trace = true;
-    is_int(outbox_relay_ops(o, &fake_mq, NULL, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
+    is_int(outbox_relay(o, &fake_mq, &fake_clock, NULL, NULL, -1, 0, 10), 0, "relay: none sent");
     /* the dead letter went in a round of its own: B's index 0 */
     ok(B.dead == 1 &&
            strcmp(B.tp[0], "00-0af7651916cd43dd8448eb211c80319c-00000000000000aa-01") == 0 &&

@@ -311,8 +311,9 @@ static uint64_t f_now(void *ctx)
     return clock_ms + (uint64_t)d->handler_calls[0] * 0 + (uint64_t)d->seen[S_SAVEPOINT] * 100;
 }
 
-static const txn_ops_t f_ops = {f_exec,        f_record,       f_clear,       f_handle, f_now,
+static const txn_ops_t f_ops = {f_exec,        f_record,       f_clear,       f_handle,
                                 f_record_many, f_find_records, f_handle_many, NULL};
+static const port_clock_ops_t f_clock = {.now_ms = f_now};
 
 /* Ordered queues: message i's key; the block a key has in the open transaction or committed. */
 static int keys[NIDS];
@@ -354,9 +355,8 @@ static unsigned f_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, b
     }
 }
 
-static const txn_ops_t f_ops_ordered = {f_exec,         f_record,      f_clear,
-                                        f_handle,       f_now,         f_record_many,
-                                        f_find_records, f_handle_many, f_order};
+static const txn_ops_t f_ops_ordered = {f_exec,        f_record,       f_clear,       f_handle,
+                                        f_record_many, f_find_records, f_handle_many, f_order};
 
 static fdb_t db;
 static txn_msg_t msgs[NIDS];
@@ -384,6 +384,7 @@ static void setup(int n, const int *beh)
     batch_poisoned = false;
     tx.ops = &f_ops;
     tx.ctx = &db;
+    tx.clock = (port_clock_t){&f_clock, &db};
     tx.record = true;
     tx.m = msgs;
     tx.n = n;
