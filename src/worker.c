@@ -1,6 +1,5 @@
-/* worker.c: one worker process's loop: consume one queue, run each batch of messages in one
- * transaction, settle it (worker_conn.c, worker_txn.c and worker_ops.c do the rest, over
- * worker_base.c).
+/* worker.c: one worker process: signals, its slot, connections and the drain around a loop of
+ * step_run (step.c), which runs each batch of messages in one transaction and settles it.
  */
 #include "worker_int.h"
 

@@ -12,21 +12,6 @@
 #define WORKER_IDLE_PING_MS 1000 /* ping the database before a batch after this long unused */
 
 /*
- * The republishing connection, ready for the outbox: a connection lost while
- * idle is replaced; a blocked one (resource alarm) is not used. 0, or -1.
- */
-int worker_ready_publisher(worker_t *w)
-{
-    if (w->pub && mq_service(w->pub) != 0) {
-        mq_close(w->pub);
-        w->pub = NULL;
-    }
-    if (w->pub == NULL && worker_open_publisher(w) != 0)
-        return -1;
-    return mq_blocked(w->pub) ? -1 : 0;
-}
-
-/*
  * The broker or the database is older than idemd supports (the reason is
  * in the slot's error): the supervisor logs it once, shows it in STATUS=
  * and holds the queue. Returns WORKER_EXIT_CONFIG.

@@ -1,7 +1,6 @@
-/* worker_int.h: the worker process's own context (worker_t), shared by worker.c (the loop),
- * worker_base.c (what they share), worker_conn.c (connections), worker_txn.c (the batch
- * transaction and the handler calls) and worker_ops.c (the broker and database behind the ops
- * tables). Not for other modules.
+/* worker_int.h: the worker process's own context (worker_t), shared by the worker's files:
+ * worker.c (the process and its loop) over step.c, then worker_conn, worker_txn, worker_handler,
+ * worker_order, worker_sweep and worker_ops, all over worker_base. Not for other modules.
  */
 #ifndef IDEMD_WORKER_INT_H
 #define IDEMD_WORKER_INT_H
@@ -123,22 +122,30 @@ void worker_release(worker_t *w);
 
 /* worker_conn.c: connections to the database and the broker (the comments above each function
  * there say more). */
-int worker_connect_db(worker_t *w);      /* 0, or an exit code */
-int worker_connect_mq(worker_t *w);      /* 0, or an exit code */
-int worker_open_publisher(worker_t *w);  /* 0, or -1 (logged) */
-int worker_ready_publisher(worker_t *w); /* 0, or -1: none usable for the outbox */
+int worker_connect_db(worker_t *w);     /* 0, or an exit code */
+int worker_connect_mq(worker_t *w);     /* 0, or an exit code */
+int worker_open_publisher(worker_t *w); /* 0, or -1 (logged) */
 void worker_service_pub(worker_t *w);
 int worker_check_db(worker_t *w); /* 0, or -1: the database cannot be reached */
 void worker_reread_keys(worker_t *w);
 int worker_undecodable(worker_t *w); /* 0, or an exit code */
 
-/* worker_txn.c: the batch transaction's handler calls and database steps, and the outbox. */
+/* worker_txn.c: the transaction ops step.c runs (ordered: with worker_op_order). */
 extern const txn_ops_t worker_txn_ops, worker_txn_ops_ordered;
-void worker_order_keys(worker_t *w); /* an ordered queue: each batch entry's key, afresh */
+
+/* worker_handler.c: the handler calls behind txn_ops_t.handle / handle_many, and host->publish. */
+idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err);
+int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err);
 int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd_publish_t *p,
                    char *err, size_t errlen);
+
+/* worker_order.c: an ordered queue's keys (step_hooks_t.order_keys) and rows (txn_ops_t.order). */
+void worker_order_keys(worker_t *w);
+unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t step, bool *wait);
+
+/* worker_sweep.c: the outbox sweeper, a chore. */
 int worker_sweep_peek(void *arg); /* the sweeper's look: 1 rows, 0 none, -1 database failed */
-int worker_sweep(void *arg);      /* a chore: 0, or -1 when the database failed */
+int worker_sweep(void *arg);      /* 0, or -1 when the database failed */
 
 /* worker_ops.c: the ports' real adapters; wire batch.c, settle.c and guard.c to them and to the
  * database. */

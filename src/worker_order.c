@@ -1,0 +1,113 @@
+/* worker_order.c: an ordered queue's batch in a worker: each entry's key (order_key), and its key
+ * rows as the transaction's order op (txn_ops_t.order over order.h).
+ */
+#include "worker_int.h"
+
+#include <string.h>
+
+/* A pass begins: one locked read of which of the batch's keys are blocked (order_blocked). */
+static unsigned worker_order_pass(worker_t *w)
+{
+    int n = 0;
+    for (int i = 0; i < w->life.batch.n; i++) {
+        w->okeys[i].blocked = false;
+        if (!w->okeys[i].has)
+            continue;
+        w->ids[n] = w->okeys[i].key;
+        w->id_lens[n] = w->okeys[i].len;
+        w->obidx[n++] = i;
+    }
+    unsigned err = order_blocked(w->db, w->ids, w->id_lens, n, w->oblocked);
+    for (int j = 0; err == 0 && j < n; j++)
+        w->okeys[w->obidx[j]].blocked = w->oblocked[j];
+    return err;
+}
+
+/* The key of k may be written now: every message of the batch with that key looks at it. */
+static void worker_order_touched(worker_t *w, const worker_okey_t *k)
+{
+    for (int i = 0; i < w->life.batch.n; i++) {
+        worker_okey_t *o = &w->okeys[i];
+        if (o->has && o->len == k->len && memcmp(o->key, k->key, k->len) == 0)
+            o->blocked = true;
+    }
+}
+
+/*
+ * An ordered queue's key rows for message i at step (txn_ops_t.order,
+ * order.h). A message without a key (none found, or no id) has none.
+ */
+unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t step, bool *wait)
+{
+    worker_t *w = ctx;
+    worker_okey_t *k = &w->okeys[i];
+    const conf_queue_t *q = w->q;
+    order_place_t place = ORDER_FREE;
+    unsigned err = 0;
+
+    *wait = false;
+    if (step == TXN_ORDER_PASS)
+        return worker_order_pass(w);
+    if (!k->has)
+        return 0;
+    /* What follows may write the key's rows: the batch's later messages of it look. */
+    if (step == TXN_ORDER_WAIT || step == TXN_ORDER_FAILED ||
+        (step == TXN_ORDER_DONE && !(k->free && t->state == TXN_HANDLED)))
+        worker_order_touched(w, k);
+    switch (step) {
+    case TXN_ORDER_PASS:
+        break;
+    case TXN_ORDER_CHECK:
+        if (!k->blocked) { /* free at the pass's start, and nothing wrote it since */
+            k->free = true;
+            return 0;
+        }
+        err = order_check(w->db, k->key, k->len, t->id, t->id_len, &place);
+        *wait = place == ORDER_WAIT;
+        k->free = err == 0 && place == ORDER_FREE;
+        break;
+    case TXN_ORDER_WAIT:
+        err = order_wait(w->db, k->key, k->len, t->id, t->id_len);
+        break;
+    case TXN_ORDER_DONE:
+        /* Free at its check, and the only consumer (workers = 1, single active consumer):
+         * nothing blocked the key since. A duplicate had no check: it looks. */
+        if (!(k->free && t->state == TXN_HANDLED))
+            err = order_done(w->db, k->key, k->len, t->id, t->id_len, false);
+        break;
+    case TXN_ORDER_FAILED:
+        if (txn_route(t, q->max_attempts, q->dead_letter_queue != NULL) == TXN_ROUTE_DELAY)
+            err = order_block(w->db, k->key, k->len, t->id, t->id_len);
+        else
+            err = order_done(w->db, k->key, k->len, t->id, t->id_len,
+                             q->order_dead_letter == CONF_ORDER_DL_HOLD);
+        break;
+    }
+    return err;
+}
+
+/*
+ * An ordered queue: find each batch entry's key afresh (entries move
+ * between batches). One without it is bad input: dead-lettered with the
+ * reason, never handled, never dropped.
+ */
+void worker_order_keys(worker_t *w)
+{
+    for (int i = 0; i < w->life.batch.n; i++) {
+        life_msg_t *m = &w->life.batch.m[i];
+        txn_msg_t *t = &w->life.batch.t[i];
+        worker_okey_t *k = &w->okeys[i];
+        char why[sizeof(t->reason)];
+        k->has = false;
+        k->free = false;
+        if (m->no_id || t->id_len == 0)
+            continue;
+        if (order_key_of(w->q->order_key, &m->env.message.properties, m->env.message.body, k->key,
+                         &k->len, why, sizeof(why)) == 0) {
+            k->has = true;
+        } else if (t->state == TXN_NEW) {
+            txn_move(t, TXN_REJECT);
+            memcpy(t->reason, why, sizeof(why));
+        }
+    }
+}
