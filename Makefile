@@ -70,6 +70,11 @@ CONF_SRCS := src/conf.c src/conf_load.c src/conf_check.c src/conf_show.c src/con
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS)))
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
+# The test build: the same sources with -DIDEMD_TESTING, which compiles in the switches that put
+# old behaviour back and the IDEMD_TEST_* hooks (docs/testing.md). Only the integration cases and
+# chaos runs that set IDEMD_TEST_* run these binaries; idemd and idemctl have none of it.
+TEST_OBJS := $(OBJS:$(B)/obj/%=$(B)/obj-test/%)
+TEST_CTL_OBJS := $(CTL_OBJS:$(B)/obj/%=$(B)/obj-test/%)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
 # Test plugins whose descriptors differ in one field are one source, tests/plugins/descriptor.c,
 # built once per variant with the flags in TEST_VARIANT_<name>.
@@ -94,7 +99,7 @@ UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/
 all: $(B)/idemd $(B)/idemctl $(PLUGINS)
 
 # bench/pace paces the chaos runs' publishers (tests/chaos/run).
-check-build: all $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace $(B)/tests/sim/sim
+check-build: all $(B)/idemd-test $(B)/idemctl-test $(TEST_PLUGINS) $(TEST_TOOLS) $(UNIT_TESTS) $(B)/bench/pace $(B)/tests/sim/sim
 
 $(B)/obj/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj
 	$(CC) $(CFLAGS) -fPIE -c -o $@ $<
@@ -104,6 +109,16 @@ $(B)/idemd: $(OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/idemctl: $(CTL_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/obj-test/%.o: src/%.c $(wildcard src/*.h) include/idemd/handler.h | $(B)/obj-test
+	$(CC) $(CFLAGS) -DIDEMD_TESTING -fPIE -c -o $@ $<
+
+$(B)/idemd-test: override LDFLAGS += -pie
+$(B)/idemd-test: $(TEST_OBJS)
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+$(B)/idemctl-test: $(TEST_CTL_OBJS)
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 $(B)/plugins/%.so: src/plugins/%.c include/idemd/handler.h | $(B)/plugins
@@ -120,7 +135,7 @@ $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 
 # A unit test links only the module under test (and logging).
 $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
 # test_conf links all of conf's files.
 $(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
@@ -138,7 +153,7 @@ $(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c tests/unit/tap.h src
 # The transaction protocol is txn.c, what results do to it (txn_result.c) and its message states
 # (txn_state.c).
 $(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/log.c $(LDLIBS)
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/log.c $(LDLIBS)
 
 # The crash guard moves txn_msg_t states (txn_state.c) and prints ids (delivery.c); its database
 # is a fake in the test.
@@ -162,7 +177,7 @@ $(B)/tests/unit/test_db: tests/unit/test_db.c tests/unit/tap.h src/db.h src/conf
 $(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/log.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
 
-$(B)/obj $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit $(B)/tests/sim:
+$(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit $(B)/tests/sim:
 	mkdir -p $@
 
 # The deterministic simulation (docs/simulation.md): the real txn.c against a simulated broker
@@ -173,7 +188,7 @@ SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c
 	src/life.c src/batch.c src/guard.c src/settle.c src/step.c src/outbox.c src/relay.c src/delivery.c \
 	src/trace.c src/log.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
 
 # A simulated death is a longjmp: what the dead worker had allocated is not freed (a real exit
 # frees it), so leak checking is off under SANITIZE=1.

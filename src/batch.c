@@ -200,14 +200,3 @@ int batch_collect(batch_t *b)
     }
     return 0;
 }
-
-void batch_drop_carry(batch_t *b)
-{
-    life_list_t *L = &b->life->batch;
-    if (!b->has_carry)
-        return;
-    life_move(b->life, L, L->cap, LIFE_RELEASED);
-    amqp_destroy_envelope(&L->m[L->cap].env);
-    life_move(b->life, L, L->cap, LIFE_FREE);
-    b->has_carry = false;
-}

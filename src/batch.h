@@ -55,7 +55,4 @@ int batch_collect(batch_t *b) __attribute__((warn_unused_result));
  */
 void batch_accept(const batch_t *b, life_msg_t *m, txn_msg_t *t);
 
-/* Give up the carried delivery (destroying its envelope), if any. */
-void batch_drop_carry(batch_t *b);
-
 #endif

@@ -37,14 +37,16 @@ typedef struct pubround {
     char closed_why[PUBROUND_WHY_MAX / 2]; /* the channel was closed in this round: why */
 } pubround_t;
 
+#ifdef IDEMD_TESTING
 /*
- * TEST ONLY: put back the matching of returns that issue 19 fixed (a
- * basic.return marks every pending copy of the round with the same routing
- * key, whatever its exchange and header). Default false; only ever set by
- * unit tests and the simulator (tests/sim), to show they catch that bug.
- * idemd itself never sets it.
+ * TEST BUILDS ONLY (-DIDEMD_TESTING): put back the matching of returns that
+ * issue 19 fixed (a basic.return marks every pending copy of the round with
+ * the same routing key, whatever its exchange and header). Default false;
+ * only ever set by unit tests and the simulator (tests/sim), to show they
+ * catch that bug. The release binaries do not have it.
  */
 extern bool pubround_test_match_by_key;
+#endif
 
 /* An empty round; where (borrowed, may be NULL) names the connection in logs. */
 void pubround_init(pubround_t *pr, const char *where);

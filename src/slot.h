@@ -53,7 +53,9 @@ typedef struct worker_slot {
     uint32_t crash_id_len;
     char crash_id[256];
     char crash_consumer[129];
-    int test_crashes; /* IDEMD_TEST_CRASH_BEFORE_RELAY deaths of this slot so far (tests only) */
+#ifdef IDEMD_TESTING
+    int test_crashes; /* IDEMD_TEST_CRASH_BEFORE_RELAY deaths of this slot so far (test builds) */
+#endif
     /* The outbox as the last sweep saw it (metrics): rows, age of the oldest in
      * microseconds, and when (CLOCK_MONOTONIC ms; 0 = never swept here). */
     int64_t outbox_rows, outbox_oldest_us;

@@ -151,12 +151,14 @@ typedef enum txn_status {
  */
 txn_status_t txn_run(txn_t *t) __attribute__((warn_unused_result));
 
+#ifdef IDEMD_TESTING
 /*
- * For tests and the simulator only (default false; idemd never sets it): put back the old
- * handling of a handle_batch call that fails as a whole, where every message of the batch is
- * retried together and none runs alone through handle(), so a test can show the bug is found.
+ * Test builds only (-DIDEMD_TESTING; default false): put back the old handling of a
+ * handle_batch call that fails as a whole, where every message of the batch is retried
+ * together and none runs alone through handle(), so a test can show the bug is found.
  */
 extern bool txn_test_no_fallback;
+#endif
 
 /* Move m to state to; aborts on a transition the protocol does not have. */
 void txn_move(txn_msg_t *m, txn_state_t to);

@@ -9,7 +9,9 @@
 #include "log.h"
 #include "txn_state.h"
 
+#ifdef IDEMD_TESTING
 bool txn_test_no_fallback = false;
+#endif
 
 /* What an error number means for the open transaction. */
 txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
@@ -78,6 +80,7 @@ txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
         snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the batch handler", err);
         return TXN_PASS_REDO;
     }
+#ifdef IDEMD_TESTING
     if (rc != 0 && txn_test_no_fallback) {
         /* The old handling (txn.h): the innocent are retried with the guilty. */
         char why[sizeof(list[0]->reason)];
@@ -88,6 +91,7 @@ txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
         }
         return TXN_PASS_AGAIN;
     }
+#endif
     if (rc != 0) {
         /* A failure of the call as a whole names no culprit: retrying them all together would
          * dead-letter the innocent with the guilty. Each runs alone through handle(), and only

@@ -64,11 +64,11 @@ const char *version_server_name(version_server_t server);
 version_server_t version_db_flavour(const char *server_info);
 
 /*
- * The minimum for server into *min: the built-in one above, raised (never
- * lowered) by the environment variable IDEMD_TEST_MIN_RABBITMQ,
- * IDEMD_TEST_MIN_MARIADB or IDEMD_TEST_MIN_MYSQL ("MAJOR.MINOR.PATCH"). That
- * variable exists for the test suite, to exercise the refusal on servers
- * that pass; it can only make idemd refuse more.
+ * The minimum for server into *min: the built-in one above. Test builds
+ * (-DIDEMD_TESTING) raise it (never lower it) by the environment variable
+ * IDEMD_TEST_MIN_RABBITMQ, IDEMD_TEST_MIN_MARIADB or IDEMD_TEST_MIN_MYSQL
+ * ("MAJOR.MINOR.PATCH"), to exercise the refusal on servers that pass; the
+ * release binaries do not read them.
  */
 void version_minimum(version_server_t server, version_t *min);
 

@@ -161,7 +161,8 @@ static void worker_h_transacted(void *ctx, const txn_t *t, txn_status_t st)
         worker_count(&w->slot->c.n_commits);
 }
 
-/* Fault injection for tests: IDEMD_TEST_CRASH_BEFORE_RELAY=N dies before the Nth relay, twice
+#ifdef IDEMD_TESTING
+/* Fault injection in test builds: IDEMD_TEST_CRASH_BEFORE_RELAY=N dies before the Nth relay, twice
  * per worker slot. */
 static void worker_h_before_relay(void *ctx)
 {
@@ -172,6 +173,10 @@ static void worker_h_before_relay(void *ctx)
         raise(SIGKILL);
     }
 }
+#define WORKER_BEFORE_RELAY worker_h_before_relay
+#else
+#define WORKER_BEFORE_RELAY NULL /* the release build has no fault injection */
+#endif
 
 static void worker_h_settled(void *ctx)
 {
@@ -186,7 +191,7 @@ static const step_hooks_t worker_hooks = {
     .batch = worker_h_batch,
     .order_keys = NULL, /* set per queue: see worker_wire_step */
     .transacted = worker_h_transacted,
-    .before_relay = worker_h_before_relay,
+    .before_relay = WORKER_BEFORE_RELAY,
     .settled = worker_h_settled,
 };
 
@@ -198,7 +203,7 @@ static const step_hooks_t worker_hooks_ordered = {
     .batch = worker_h_batch,
     .order_keys = worker_h_order_keys,
     .transacted = worker_h_transacted,
-    .before_relay = worker_h_before_relay,
+    .before_relay = WORKER_BEFORE_RELAY,
     .settled = worker_h_settled,
 };
 
@@ -317,10 +322,14 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     }
     w.h = plugin->handler;
     plugin_set_publisher(worker_publish, &w);
-    const char *crash = getenv("IDEMD_TEST_CRASH_BEFORE_RELAY"); /* fault injection for tests */
+    w.keys_reread_ms = RELAY_KEY_REREAD_MS;
+#ifdef IDEMD_TESTING
+    const char *crash = getenv("IDEMD_TEST_CRASH_BEFORE_RELAY"); /* fault injection */
     w.crash_before_relay = crash ? atoi(crash) : 0;
-    const char *reread = getenv("IDEMD_TEST_KEY_REREAD_MS"); /* tests: rotate without waiting */
-    w.keys_reread_ms = reread && atoi(reread) > 0 ? atoi(reread) : RELAY_KEY_REREAD_MS;
+    const char *reread = getenv("IDEMD_TEST_KEY_REREAD_MS"); /* rotate without waiting */
+    if (reread && atoi(reread) > 0)
+        w.keys_reread_ms = atoi(reread);
+#endif
     srand((unsigned)getpid() ^ (unsigned)time(NULL));
 
     memset(&sa, 0, sizeof(sa));

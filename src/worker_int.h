@@ -79,9 +79,11 @@ typedef struct worker {
     outbox_t *outbox;        /* onward messages (host->publish) */
     int cur;                 /* the message handle() runs on */
     int *bidx;               /* the batch index of each handle_batch message */
-    int crash_before_relay;  /* test only: IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the
-                              * Nth relay, twice per worker slot */
-    worker_hmsg_t one;       /* the message handle() runs on */
+#ifdef IDEMD_TESTING
+    int crash_before_relay; /* IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the Nth relay, twice
+                             * per worker slot (test builds) */
+#endif
+    worker_hmsg_t one; /* the message handle() runs on */
     char scratch[8192];
     /* For handle_batch (only when the plugin has one and batch_handler is on). */
     worker_hmsg_t *bmsg;

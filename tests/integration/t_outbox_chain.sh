@@ -24,7 +24,8 @@ queues = (
 CONF
 } >idemd.conf
 # Each payment worker dies (SIGKILL) before its 8th relay, twice: after COMMIT, before order.paid is sent.
-IDEMD_TEST_CRASH_BEFORE_RELAY=8 h_daemon_start idemd.conf idemd.log
+# The hook is in the test build only (make check-build makes idemd-test).
+IDEMD=$H_BUILD/idemd-test IDEMD_TEST_CRASH_BEFORE_RELAY=8 h_daemon_start idemd.conf idemd.log
 
 # Payments 1..n, 10% of them sent twice with the same message id.
 awk -v n="$n" 'BEGIN { for (i = 1; i <= n; i++) { l = sprintf("pay%d\t{\"orderId\": %d}", i, i); print l; if (i % 10 == 0) print l } }' >pay.txt

@@ -42,6 +42,7 @@ h_assert_eq "$(ctl key status | cut -f1,3,6)" $'1\t16 bytes\ttoo short: refused'
 # The remedy: delete the row; idemd makes a 32-byte key and s1 flows.
 h_sql "DELETE FROM idemd_key"
 export IDEMD_TEST_KEY_REREAD_MS=300 # workers read the keys every 0.3 s instead of 30 s
+export IDEMD=$H_BUILD/idemd-test      # ... in the test build only (the release build has no knob)
 h_daemon_start idemd.conf idemd.log
 h_wait_sql "SELECT n FROM effects WHERE msg_id = 's1'" 1 30 || h_fail "s1 was not applied"
 h_assert_eq "$(h_sql "SELECT id, LENGTH(k) FROM idemd_key")" $'1\t32' "a new 32-byte key"

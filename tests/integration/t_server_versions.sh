@@ -1,10 +1,11 @@
 # t_server_versions: a broker or database older than idemd supports is refused at connect with one clear error (log, STATUS=, worker exit 78), the queues are held (no restart loop, nothing taken); the relay key is made from client-side random bytes, once.
 #
 # No old server packages exist here, so the test-only variables IDEMD_TEST_MIN_MARIADB and
-# IDEMD_TEST_MIN_RABBITMQ (src/version.h; they can only raise the minimum) make the running
-# servers "too old". NOTIFY_SOCKET points at notifysock (tests/tools/notifysock.c, see
+# IDEMD_TEST_MIN_RABBITMQ (src/version.h; they can only raise the minimum; read by the test
+# build only, idemd-test and idemctl-test) make the running servers "too old". NOTIFY_SOCKET points at notifysock (tests/tools/notifysock.c, see
 # t_systemd_notify), which prints "EPOCH.USEC pid=PID TEXT" for each datagram.
-IDEMCTL=$H_BUILD/idemctl
+IDEMCTL=$H_BUILD/idemctl-test
+export IDEMD=$H_BUILD/idemd-test
 db=t_server_versions
 qa=t_server_versions.a
 qb=t_server_versions.b
