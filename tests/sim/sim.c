@@ -1,7 +1,6 @@
-/* sim.c: deterministic simulation of idemd's message life: the real batch transaction (txn.c)
- * inside a model of the worker's collect, crash guard, settle, held list and outbox relay,
- * against the simulated broker and database, with deaths, faults and invariants; one seed drives
- * everything (docs/simulation.md).
+/* sim.c: deterministic simulation of idemd's message life: the workers' own step (step.c, wired in
+ * sim_life.c), or with --model a frozen model of the old loop, against the simulated broker and
+ * database, with deaths, faults and invariants; one seed drives everything (docs/simulation.md).
  */
 #include <signal.h>
 #include <stdarg.h>
@@ -908,7 +907,7 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
         }
     }
     sim_log("%d messages published; the worker is %s", sim_mq.qn[SQ_MAIN],
-            model ? "modelled (sim.c)" : "batch.c, guard.c, settle.c");
+            model ? "modelled (sim.c)" : "step.c (batch.c, guard.c, txn.c, settle.c)");
     sim_outbox_begin(); /* before the workers: their steps relay through its outbox */
     if (!model)
         sim_life_begin();
@@ -1014,7 +1013,7 @@ static void usage(void)
            "              carry_ack, lost_note\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
-           "  --model     drive the worker's model (sim.c) instead of batch.c, guard.c, settle.c\n"
+           "  --model     drive the worker's model (sim.c) instead of the daemon's step.c\n"
            "  --workers N run every seed with N workers (1..4) instead of the seed's draw\n"
            "Prints TAP lines, then \"N passed, N failed\".\n");
 }
