@@ -210,7 +210,7 @@ static const step_hooks_t worker_hooks_ordered = {
 /* Put the step together on this worker's modules, ports and database (after worker_wire). */
 static void worker_wire_step(worker_t *w)
 {
-    bool ordered = w->okeys != NULL;
+    bool ordered = w->ord.keys != NULL;
     w->step = (step_t){.life = &w->life,
                        .bt = &w->bt,
                        .st = &w->st,
@@ -219,7 +219,7 @@ static void worker_wire_step(worker_t *w)
                        .txn_ctx = w,
                        .record = w->q->dedup == CONF_DEDUP_TABLE,
                        .bulk = !ordered,
-                       .batch = w->bmsg != NULL && !ordered,
+                       .batch = w->hx.bmsg != NULL && !ordered,
                        .limit_ms = step_limit_ms(w->conf->broker.heartbeat),
                        .pub = w->pub_port,
                        .clock = w->clock,
@@ -299,6 +299,34 @@ static int worker_loop(worker_t *w)
     return WORKER_EXIT_STOPPED;
 }
 
+/* The batch's and the handler calls' memory for this queue; out of memory ends the process. */
+static void worker_alloc(worker_t *w)
+{
+    bool mem =
+        life_init(&w->life, w->q->batch_size, w->q->prefetch / 2 > 0 ? w->q->prefetch / 2 : 1) == 0;
+    w->ids = calloc((size_t)w->q->batch_size, sizeof(*w->ids));
+    w->id_lens = calloc((size_t)w->q->batch_size, sizeof(*w->id_lens));
+    if (w->h->abi_minor >= 2 && w->h->handle_batch && w->q->batch_handler && w->q->batch_size > 1) {
+        size_t n = (size_t)w->q->batch_size;
+        w->hx.bmsg = calloc(n, sizeof(*w->hx.bmsg));
+        w->hx.bptr = calloc(n, sizeof(*w->hx.bptr));
+        w->hx.bidx = calloc(n, sizeof(*w->hx.bidx));
+        w->hx.bscratch = malloc(n * WORKER_BATCH_SCRATCH);
+        w->hx.berr = malloc(n * sizeof(txn_msg_t){0}.reason);
+        if (!w->hx.bmsg || !w->hx.bptr || !w->hx.bscratch || !w->hx.berr || !w->hx.bidx)
+            w->ids = NULL; /* reported just below */
+    }
+    if (w->q->order_key && w->q->order_key[0] &&
+        ((w->ord.keys = calloc((size_t)w->q->batch_size, sizeof(*w->ord.keys))) == NULL ||
+         (w->ord.bidx = calloc((size_t)w->q->batch_size, sizeof(*w->ord.bidx))) == NULL ||
+         (w->ord.blocked = calloc((size_t)w->q->batch_size, sizeof(*w->ord.blocked))) == NULL))
+        w->ids = NULL; /* reported just below */
+    if (!mem || w->ids == NULL || w->id_lens == NULL) {
+        log_error("out of memory");
+        _exit(WORKER_EXIT_TEMPFAIL);
+    }
+}
+
 void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_slot_t *slot)
 {
     worker_t w;
@@ -354,28 +382,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     if (getrandom(&w.rng.s, sizeof(w.rng.s), 0) != (ssize_t)sizeof(w.rng.s))
         w.rng.s = worker_now_us() ^ ((uint64_t)getpid() << 32);
     w.bt.rng = &w.rng;
-    bool mem = life_init(&w.life, q->batch_size, q->prefetch / 2 > 0 ? q->prefetch / 2 : 1) == 0;
-    w.ids = calloc((size_t)q->batch_size, sizeof(*w.ids));
-    w.id_lens = calloc((size_t)q->batch_size, sizeof(*w.id_lens));
-    if (w.h->abi_minor >= 2 && w.h->handle_batch && q->batch_handler && q->batch_size > 1) {
-        size_t n = (size_t)q->batch_size;
-        w.bmsg = calloc(n, sizeof(*w.bmsg));
-        w.bptr = calloc(n, sizeof(*w.bptr));
-        w.bidx = calloc(n, sizeof(*w.bidx));
-        w.bscratch = malloc(n * WORKER_BATCH_SCRATCH);
-        w.berr = malloc(n * sizeof(txn_msg_t){0}.reason);
-        if (!w.bmsg || !w.bptr || !w.bscratch || !w.berr || !w.bidx)
-            w.ids = NULL; /* reported just below */
-    }
-    if (q->order_key && q->order_key[0] &&
-        ((w.okeys = calloc((size_t)q->batch_size, sizeof(*w.okeys))) == NULL ||
-         (w.obidx = calloc((size_t)q->batch_size, sizeof(*w.obidx))) == NULL ||
-         (w.oblocked = calloc((size_t)q->batch_size, sizeof(*w.oblocked))) == NULL))
-        w.ids = NULL; /* reported just below */
-    if (!mem || w.ids == NULL || w.id_lens == NULL) {
-        log_error("out of memory");
-        _exit(WORKER_EXIT_TEMPFAIL);
-    }
+    worker_alloc(&w);
     worker_wire(&w);
     worker_wire_step(&w);
     code = worker_connect_db(&w);
@@ -400,18 +407,18 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     life_free(&w.life);
     free(w.ids);
     free(w.id_lens);
-    free(w.one.trace_text);
-    for (int i = 0; w.bmsg && i < q->batch_size; i++)
-        free(w.bmsg[i].trace_text);
-    free(w.okeys);
-    free(w.obidx);
-    free(w.oblocked);
-    free(w.bmsg);
-    free(w.bptr);
-    free(w.bidx);
+    free(w.hx.one.trace_text);
+    for (int i = 0; w.hx.bmsg && i < q->batch_size; i++)
+        free(w.hx.bmsg[i].trace_text);
+    free(w.ord.keys);
+    free(w.ord.bidx);
+    free(w.ord.blocked);
+    free(w.hx.bmsg);
+    free(w.hx.bptr);
+    free(w.hx.bidx);
     outbox_close(w.outbox);
-    free(w.bscratch);
-    free(w.berr);
+    free(w.hx.bscratch);
+    free(w.hx.berr);
     plugin_free(plugin);
     log_debug("worker exiting with code %d", code);
     exit(code);

@@ -79,7 +79,7 @@ int worker_connect_db(worker_t *w)
         return WORKER_EXIT_CONFIG;
     }
     w->keys_read_ms = worker_now_ms();
-    if (w->okeys && order_tables(w->db) != 0) {
+    if (w->ord.keys && order_tables(w->db) != 0) {
         snprintf(w->slot->error, sizeof(w->slot->error),
                  "queue has order_key but cannot use tables idemd_order_block and "
                  "idemd_order_waiter (apply sql/012_idemd_order.sql)");

@@ -140,8 +140,8 @@ idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
     worker_t *w = ctx;
     worker_slot_t *sl = w->slot;
 
-    worker_fill_msg(w, i, t, &w->one, w->scratch, sizeof(w->scratch));
-    w->cur = i;
+    worker_fill_msg(w, i, t, &w->hx.one, w->hx.scratch, sizeof(w->hx.scratch));
+    w->hx.cur = i;
     w->life.batch.m[i].pub_seq = 0; /* a redone call sends the same onward ids again */
     /* Should this process die inside the handler, its successor counts the start. */
     memcpy(sl->crash_id, t->id, t->id_len);
@@ -153,7 +153,8 @@ idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
     t->reason[0] = '\0';
     worker_timer_on(w);
     uint64_t t0 = worker_now_us();
-    idemd_result_t r = w->h->handle(w->state, w->db->my, &w->one.msg, t->reason, sizeof(t->reason));
+    idemd_result_t r =
+        w->h->handle(w->state, w->db->my, &w->hx.one.msg, t->reason, sizeof(t->reason));
     worker_handler_time(w, t0, &w->life.batch.m[i].trace);
     worker_timer_off(w);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
@@ -174,27 +175,27 @@ int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
     const size_t errlen = sizeof(ms[0]->reason);
 
     for (int j = 0; j < k; j++) {
-        worker_fill_msg(w, (int)(ms[j] - w->life.batch.t), ms[j], &w->bmsg[j],
-                        w->bscratch + (size_t)j * WORKER_BATCH_SCRATCH, WORKER_BATCH_SCRATCH);
-        w->bptr[j] = &w->bmsg[j].msg;
-        w->bidx[j] = (int)(ms[j] - w->life.batch.t);
-        w->life.batch.m[w->bidx[j]].pub_seq = 0;
+        worker_fill_msg(w, (int)(ms[j] - w->life.batch.t), ms[j], &w->hx.bmsg[j],
+                        w->hx.bscratch + (size_t)j * WORKER_BATCH_SCRATCH, WORKER_BATCH_SCRATCH);
+        w->hx.bptr[j] = &w->hx.bmsg[j].msg;
+        w->hx.bidx[j] = (int)(ms[j] - w->life.batch.t);
+        w->life.batch.m[w->hx.bidx[j]].pub_seq = 0;
         r[j] = IDEMD_RESULT_OK;
-        w->berr[(size_t)j * errlen] = '\0';
+        w->hx.berr[(size_t)j * errlen] = '\0';
     }
     worker_timer_on(w);
     uint64_t t0 = worker_now_us();
-    int rc = w->h->handle_batch(w->state, w->db->my, w->bptr, (size_t)k, r, w->berr, errlen);
+    int rc = w->h->handle_batch(w->state, w->db->my, w->hx.bptr, (size_t)k, r, w->hx.berr, errlen);
     /* One observation for the batch: its exemplar is the first traced message's. */
     const trace_ctx_t *tc = NULL;
     for (int j = 0; j < k && tc == NULL; j++)
-        if (w->life.batch.m[w->bidx[j]].trace.has)
-            tc = &w->life.batch.m[w->bidx[j]].trace;
+        if (w->life.batch.m[w->hx.bidx[j]].trace.has)
+            tc = &w->life.batch.m[w->hx.bidx[j]].trace;
     worker_handler_time(w, t0, tc);
     worker_timer_off(w);
     *err = mysql_errno(w->db->my);
     for (int j = 0; j < k; j++) {
-        memcpy(ms[j]->reason, w->berr + (size_t)j * errlen, errlen);
+        memcpy(ms[j]->reason, w->hx.berr + (size_t)j * errlen, errlen);
         ms[j]->reason[errlen - 1] = '\0';
     }
     worker_progress(w);
@@ -216,12 +217,12 @@ int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd
         snprintf(err, errlen, "publish: db is not the connection handle() was given");
         return -1;
     }
-    if (src == &w->one.msg) {
-        i = w->cur;
-    } else if (w->bmsg != NULL) {
+    if (src == &w->hx.one.msg) {
+        i = w->hx.cur;
+    } else if (w->hx.bmsg != NULL) {
         for (int j = 0; j < w->q->batch_size && i < 0; j++)
-            if (src == &w->bmsg[j].msg)
-                i = w->bidx[j];
+            if (src == &w->hx.bmsg[j].msg)
+                i = w->hx.bidx[j];
     }
     if (i < 0 || i >= w->life.batch.n) {
         snprintf(err, errlen, "publish: source is not a message being handled");

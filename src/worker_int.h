@@ -50,56 +50,65 @@ typedef struct worker_okey {
 } worker_okey_t;
 
 typedef struct worker {
+    /* The process (worker.c). */
     const conf_t *conf;
     const conf_queue_t *q;
     int index;
     const idemd_handler_t *h;
     worker_slot_t *slot;
-    db_t *db;
-    mq_t *mq;
-    mq_t *pub;              /* republishing connection, opened when first needed */
-    port_consume_t consume; /* the ports on mq, pub and the clock (worker_ops.c) */
-    port_publish_t pub_port;
-    port_clock_t clock;
-    bool pub_failed; /* the last round failed: declare our queues again first */
-    char name[160];  /* "<queue>#<index>": log context, and in connection names */
-    void *state;
+    char name[160]; /* "<queue>#<index>": log context, and in connection names */
+    void *state;    /* the handler's, from its init */
     bool state_live;
-    life_t life;      /* the batch (life.batch) and the held list (life.held) */
-    batch_t bt;       /* collecting the batch */
-    settle_t st;      /* settling it with the broker */
-    guard_t guard;    /* the crash-loop guard */
-    step_t step;      /* one iteration over all of them (step.c) */
-    bool noted;       /* the predecessor's crash note was counted (worker_h_note) */
-    const char **ids; /* scratch for the set-based record calls */
-    size_t *id_lens;
-    uint64_t db_used_ms;     /* when the database connection last ran a batch */
     bool draining;           /* stopping: consumer cancelled, running what already came */
     uint64_t drain_until_ms; /* ... until then at most (worker_go_on) */
-    outbox_t *outbox;        /* onward messages (host->publish) */
-    int cur;                 /* the message handle() runs on */
-    int *bidx;               /* the batch index of each handle_batch message */
-#ifdef IDEMD_TESTING
-    int crash_before_relay; /* IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the Nth relay, twice
-                             * per worker slot (test builds) */
-#endif
-    worker_hmsg_t one; /* the message handle() runs on */
-    char scratch[8192];
-    /* For handle_batch (only when the plugin has one and batch_handler is on). */
-    worker_hmsg_t *bmsg;
-    const idemd_message_t **bptr;
-    char *bscratch, *berr;
-    chores_t chores; /* retention and reconcile, between batches */
+    bool noted;              /* the predecessor's crash note was counted (worker_h_note) */
+    chores_t chores;         /* retention, reconcile and the sweeper, between batches */
+    /* Connections (worker_conn.c) and the ports on them (worker_ops.c). */
+    db_t *db;
+    mq_t *mq;
+    mq_t *pub;       /* republishing connection, opened when first needed */
+    bool pub_failed; /* the last round failed: declare our queues again first */
     uint64_t next_pub_service_ms;
+    uint64_t db_used_ms;     /* when the database connection last ran a batch */
     relay_keys_t relay_keys; /* k[0] signs our own headers; all of them check */
     uint64_t keys_read_ms;   /* when relay_keys were read (worker_reread_keys) */
     int keys_reread_ms;      /* how often: RELAY_KEY_REREAD_MS, or the test knob */
     int undecodable_streak;  /* requeued undecodable ones in a row (no dead-lettering) */
-    stall_t *stall;          /* handler_timeout's watchdog (NULL: plain alarm()) */
-    trace_rng_t rng;         /* span ids: seeded from getrandom at start */
-    worker_okey_t *okeys;    /* order_key: each batch entry's key (NULL: unordered queue) */
-    int *obidx;              /* order_blocked's scratch: batch index of each key asked about */
-    bool *oblocked;          /* ... and its answer */
+    port_consume_t consume;
+    port_publish_t pub_port;
+    port_clock_t clock;
+    /* The step and the modules it runs (step.c). */
+    life_t life;      /* the batch (life.batch) and the held list (life.held) */
+    batch_t bt;       /* collecting the batch */
+    settle_t st;      /* settling it with the broker */
+    guard_t guard;    /* the crash-loop guard */
+    step_t step;      /* one iteration over all of them */
+    outbox_t *outbox; /* onward messages (host->publish) */
+    const char **ids; /* scratch for the set-based record calls, order keys and the relay */
+    size_t *id_lens;
+    /* The handler calls (worker_handler.c). */
+    struct {
+        int cur;            /* the message handle() runs on */
+        worker_hmsg_t one;  /* ... as the handler sees it */
+        char scratch[8192]; /* its header strings */
+        /* For handle_batch (only when the plugin has one and batch_handler is on). */
+        worker_hmsg_t *bmsg;
+        const idemd_message_t **bptr;
+        int *bidx; /* the batch index of each handle_batch message */
+        char *bscratch, *berr;
+    } hx;
+    stall_t *stall;  /* handler_timeout's watchdog (NULL: plain alarm()) */
+    trace_rng_t rng; /* span ids: seeded from getrandom at start */
+    /* An ordered queue's keys (worker_order.c; keys NULL: unordered queue). */
+    struct {
+        worker_okey_t *keys; /* each batch entry's key (order_key) */
+        int *bidx;           /* order_blocked's scratch: batch index of each key asked about */
+        bool *blocked;       /* ... and its answer */
+    } ord;
+#ifdef IDEMD_TESTING
+    int crash_before_relay; /* IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the Nth relay, twice
+                             * per worker slot (test builds) */
+#endif
 } worker_t;
 
 /* Set by SIGTERM / SIGINT (or a dead supervisor): finish the batch and exit. */

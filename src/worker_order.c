@@ -10,16 +10,16 @@ static unsigned worker_order_pass(worker_t *w)
 {
     int n = 0;
     for (int i = 0; i < w->life.batch.n; i++) {
-        w->okeys[i].blocked = false;
-        if (!w->okeys[i].has)
+        w->ord.keys[i].blocked = false;
+        if (!w->ord.keys[i].has)
             continue;
-        w->ids[n] = w->okeys[i].key;
-        w->id_lens[n] = w->okeys[i].len;
-        w->obidx[n++] = i;
+        w->ids[n] = w->ord.keys[i].key;
+        w->id_lens[n] = w->ord.keys[i].len;
+        w->ord.bidx[n++] = i;
     }
-    unsigned err = order_blocked(w->db, w->ids, w->id_lens, n, w->oblocked);
+    unsigned err = order_blocked(w->db, w->ids, w->id_lens, n, w->ord.blocked);
     for (int j = 0; err == 0 && j < n; j++)
-        w->okeys[w->obidx[j]].blocked = w->oblocked[j];
+        w->ord.keys[w->ord.bidx[j]].blocked = w->ord.blocked[j];
     return err;
 }
 
@@ -27,7 +27,7 @@ static unsigned worker_order_pass(worker_t *w)
 static void worker_order_touched(worker_t *w, const worker_okey_t *k)
 {
     for (int i = 0; i < w->life.batch.n; i++) {
-        worker_okey_t *o = &w->okeys[i];
+        worker_okey_t *o = &w->ord.keys[i];
         if (o->has && o->len == k->len && memcmp(o->key, k->key, k->len) == 0)
             o->blocked = true;
     }
@@ -40,7 +40,7 @@ static void worker_order_touched(worker_t *w, const worker_okey_t *k)
 unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t step, bool *wait)
 {
     worker_t *w = ctx;
-    worker_okey_t *k = &w->okeys[i];
+    worker_okey_t *k = &w->ord.keys[i];
     const conf_queue_t *q = w->q;
     order_place_t place = ORDER_FREE;
     unsigned err = 0;
@@ -96,7 +96,7 @@ void worker_order_keys(worker_t *w)
     for (int i = 0; i < w->life.batch.n; i++) {
         life_msg_t *m = &w->life.batch.m[i];
         txn_msg_t *t = &w->life.batch.t[i];
-        worker_okey_t *k = &w->okeys[i];
+        worker_okey_t *k = &w->ord.keys[i];
         char why[sizeof(t->reason)];
         k->has = false;
         k->free = false;
