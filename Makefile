@@ -180,8 +180,9 @@ $(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/l
 $(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit $(B)/tests/sim:
 	mkdir -p $@
 
-# The deterministic simulation (docs/simulation.md): the real txn.c against a simulated broker
-# and database, one process, no servers. SIM_SEEDS=N for a longer search; SIM_SEED=S replays
+# The deterministic simulation (docs/simulation.md): the worker's own step (step.c, with the real
+# txn.c, batch.c, settle.c, outbox.c) against a simulated broker and database, one process, no
+# servers. Built with -DIDEMD_TESTING: the switches that put old bugs back. SIM_SEEDS=N for a longer search; SIM_SEED=S replays
 # one seed with its trace.
 SIM_SEEDS ?= 2000
 SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c \
