@@ -48,6 +48,17 @@ typedef struct ctl_letter {
     char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
 } ctl_letter_t;
 
+/* The ids one replay pass sent back, per consumer: a later letter of the same id is applied. */
+typedef struct ctl_sent {
+    const char *consumer; /* borrowed from ctl */
+    size_t id_len;
+    char id[DELIVERY_ID_MAX];
+} ctl_sent_t;
+typedef struct ctl_sent_set {
+    ctl_sent_t *v;
+    long n, cap;
+} ctl_sent_set_t;
+
 /* ---------- dead letters ---------- */
 
 /* A header of props as text (strings as they are, integers in decimal); false if absent. */
@@ -254,10 +265,19 @@ static void ctl_letter_place(const ctl_t *ctl, const char *dlq, ctl_letter_t *l)
  * table cannot be read (*records_ok false after logging it), every later
  * letter stays unknown.
  */
-static void ctl_letter_applied(const ctl_t *ctl, db_t *db, bool *records_ok, ctl_letter_t *l)
+static void ctl_letter_applied(const ctl_t *ctl, db_t *db, bool *records_ok,
+                               const ctl_sent_set_t *sent, ctl_letter_t *l)
 {
     l->applied = -1;
-    if (db == NULL || !*records_ok || l->consumer == NULL || !l->has_id)
+    if (l->consumer == NULL || !l->has_id)
+        return;
+    for (long i = 0; sent && i < sent->n; i++)
+        if (sent->v[i].id_len == l->id_len && memcmp(sent->v[i].id, l->id, l->id_len) == 0 &&
+            strcmp(sent->v[i].consumer, l->consumer) == 0) {
+            l->applied = 2; /* replayed earlier in this pass: that copy records it */
+            return;
+        }
+    if (db == NULL || !*records_ok)
         return;
     l->applied = ctl_applied(db, ctl->conf->database.record_table, l->consumer, l->id, l->id_len);
     if (l->applied < 0) {
@@ -266,6 +286,28 @@ static void ctl_letter_applied(const ctl_t *ctl, db_t *db, bool *records_ok, ctl
                         "was applied is unknown\n",
                 ctl->conf->database.record_table);
     }
+}
+
+/* Remember that this pass replayed l (its consumer known). 0, or -1 when out of memory. */
+static int ctl_sent_add(ctl_sent_set_t *sent, const ctl_letter_t *l)
+{
+    if (l->consumer == NULL || !l->has_id || l->id_len > DELIVERY_ID_MAX)
+        return 0;
+    if (sent->n == sent->cap) {
+        long cap = sent->cap ? sent->cap * 2 : 64;
+        ctl_sent_t *v = realloc(sent->v, (size_t)cap * sizeof(*v));
+        if (v == NULL) {
+            log_error("out of memory for the ids of %ld replayed letters", cap);
+            return -1;
+        }
+        sent->v = v;
+        sent->cap = cap;
+    }
+    ctl_sent_t *e = &sent->v[sent->n++];
+    e->consumer = l->consumer;
+    e->id_len = l->id_len;
+    memcpy(e->id, l->id, l->id_len);
+    return 0;
 }
 
 /* "applied", "not-applied" or "unknown". */
@@ -521,10 +563,16 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
         return 1;
     }
     if (l->applied > 0 && !ctl->force) {
-        snprintf(why, sizeof(why),
-                 "its id is already recorded for consumer '%.128s' in table %s: a replay would "
-                 "be acked as a duplicate and change nothing",
-                 l->consumer, ctl->conf->database.record_table);
+        if (l->applied > 1)
+            snprintf(why, sizeof(why),
+                     "a letter of the same id for consumer '%.128s' was replayed earlier in this "
+                     "pass: a second copy would be acked as a duplicate and change nothing",
+                     l->consumer);
+        else
+            snprintf(why, sizeof(why),
+                     "its id is already recorded for consumer '%.128s' in table %s: a replay "
+                     "would be acked as a duplicate and change nothing",
+                     l->consumer, ctl->conf->database.record_table);
         if (ctl->dry_run)
             return ctl_dry(ctl, l, "skip", NULL, NULL, why, arr);
         fprintf(stderr, "idemctl: SKIPPED: dead letter %s (queue '%s'): %s. It stays; --force "
@@ -658,6 +706,7 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     int rc = CTL_EXIT_OK;
     char why[400];
     bool records_ok = true, trail = false;
+    ctl_sent_set_t sent = {0};
 
     if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
         fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
@@ -790,7 +839,7 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             matched++;
             switch (mode) {
             case CTL_LIST:
-                ctl_letter_applied(ctl, db, &records_ok, &l);
+                ctl_letter_applied(ctl, db, &records_ok, NULL, &l);
                 ctl_letter_print(ctl, &l, arr);
                 break;
             case CTL_COUNT:
@@ -800,12 +849,13 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
                 stop = !acked;
                 break;
             case CTL_REPLAY: {
-                ctl_letter_applied(ctl, db, &records_ok, &l);
+                ctl_letter_applied(ctl, db, &records_ok, &sent, &l);
                 int r1 = ctl_replay_one(ctl, rd, pub, db, trail, queue, &l, arr);
                 acked = r1 == 0 && !ctl->dry_run;
                 done += r1 == 0 && ctl->dry_run;
                 refused += r1 == 1;
-                stop = r1 < 0;
+                /* Out of memory for the ids sent: stop before one could go twice. */
+                stop = r1 < 0 || (r1 == 0 && ctl_sent_add(&sent, &l) != 0);
                 break;
             }
             }
@@ -876,6 +926,7 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         rc = CTL_EXIT_USAGE;
 out:
     free(kept);
+    free(sent.v);
     json_object_put(arr);
     ctl_json_flush(ctl);
     db_close(db);
