@@ -134,9 +134,10 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
 }
 
 /*
- * The headers idemd writes on a letter it dead-letters, every one of them
- * under idemd-sig: a letter without a signature that carries one of them
- * did not get it from idemd.
+ * Whether p carries one of the headers idemd writes on a letter it
+ * dead-letters (its name into which). idemd writes them only together with
+ * idemd-sig: a letter without a signature that carries one did not get it
+ * from idemd.
  */
 static bool ctl_claims_idemd(const amqp_basic_properties_t *p, char *which, size_t len)
 {

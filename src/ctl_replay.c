@@ -21,6 +21,9 @@ static void ctl_bind(MYSQL_BIND *b, const void *p, unsigned long *len)
     b->buffer_length = *len;
     b->length = len;
     b->is_null_value = p == NULL;
+    /* libmysqlclient reads only *is_null (NULL there: never null); libmariadb falls back to
+     * is_null_value. Point it there for both. */
+    b->is_null = &b->is_null_value;
 }
 
 /*
