@@ -36,6 +36,9 @@ typedef struct ctl {
     bool all, yes, to_original;
     bool unverified;       /* dlq replay: letters whose idemd-sig does not verify too */
     bool allow_empty_body; /* dlq replay: letters whose body was dropped too */
+    bool verified_only;    /* dlq list / replay / purge: only letters whose idemd-sig verifies */
+    bool force;            /* dlq replay: applied letters too, and without a trail table */
+    bool dry_run;          /* dlq replay: say what would be done, do nothing */
     relay_keys_t keys;     /* dlq replay: the installation's relay keys (n = 0: unread) */
     const char *to_queue;
     long slow_ms;
@@ -84,5 +87,27 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue);
 int ctl_outbox_counts(const ctl_t *ctl, db_t *db, const char *consumer, long long ob[3]);
 /* ctl_dlq.c: dlq list / count / replay / purge. */
 int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode);
+
+/* ctl_replay.c: replay's dedup check and trail (table idemd_replay, sql/013), dlq history. */
+
+/* One replay for the trail; borrows every string (NULL: SQL NULL). */
+typedef struct ctl_trail {
+    const char *id; /* the letter's id, id_len bytes; NULL when it has none */
+    size_t id_len;
+    const char *source, *exchange, *routing_key, *consumer, *signature;
+    int applied; /* 1, 0, -1: unknown */
+    bool forced;
+} ctl_trail_t;
+/* Whether id (len bytes) is recorded for consumer in record_table: 1, 0, or -1 (logged). The
+ * transaction is rolled back after. */
+int ctl_applied(db_t *db, const char *record_table, const char *consumer, const char *id,
+                size_t len);
+/* Whether table idemd_replay can be written: 1, 0 when it is missing, -1 (logged). */
+int ctl_trail_ready(db_t *db);
+/* Insert t's row into idemd_replay in db's open transaction (the caller commits): who (the
+ * real user's login name, SUDO_USER, CURRENT_USER()), where from (hostname). 0 or -1 (logged). */
+int ctl_trail_add(db_t *db, const ctl_trail_t *t);
+/* dlq history [QUEUE]: the trail, newest first, at most ctl->limit rows (default 100). */
+int ctl_dlq_history(ctl_t *ctl, const char *queue);
 
 #endif

@@ -22,10 +22,12 @@ static void ctl_usage(FILE *out)
     fputs("usage: idemctl [-c FILE] [--json] [-v] COMMAND ...\n"
           "  status\n"
           "  lookup [--consumer C] ID...\n"
-          "  dlq list QUEUE [--reason REGEX] [--limit N]\n"
+          "  dlq list QUEUE [--reason REGEX] [--id ID]... [--verified-only] [--limit N]\n"
           "  dlq replay QUEUE (--id ID... | --reason REGEX | --all) [--to-original | --to QUEUE]\n"
-          "             [--consumer C] [--unverified] [--allow-empty-body]\n"
-          "  dlq purge QUEUE [--reason REGEX] --yes\n"
+          "             [--consumer C] [--verified-only] [--unverified] [--allow-empty-body]\n"
+          "             [--force] [--dry-run]\n"
+          "  dlq purge QUEUE [--reason REGEX] [--id ID]... [--verified-only] --yes\n"
+          "  dlq history [QUEUE] [--limit N]\n"
           "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
           "  outbox list [QUEUE] [--limit N]\n"
           "  key (status | stage | promote | retire)\n"
@@ -283,6 +285,9 @@ int main(int argc, char **argv)
         {"slow-ms", required_argument, NULL, 'S'},
         {"unverified", no_argument, NULL, 'U'},
         {"allow-empty-body", no_argument, NULL, 'E'},
+        {"verified-only", no_argument, NULL, 'Y'},
+        {"force", no_argument, NULL, 'F'},
+        {"dry-run", no_argument, NULL, 'D'},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -345,6 +350,15 @@ int main(int argc, char **argv)
         case 'E':
             ctl.allow_empty_body = true;
             break;
+        case 'Y':
+            ctl.verified_only = true;
+            break;
+        case 'F':
+            ctl.force = true;
+            break;
+        case 'D':
+            ctl.dry_run = true;
+            break;
         case 'O':
             older = optarg;
             if ((ctl.older_s = ctl_duration(optarg)) < 0)
@@ -388,9 +402,12 @@ int main(int argc, char **argv)
     } else if (is_dlq && (!strcmp(sub, "list") || !strcmp(sub, "purge"))) {
         if (n_args != 3)
             return ctl_bad("dlq %s: one QUEUE expected", sub);
-        if (have_id || ctl.all || ctl.to_queue || ctl.to_original || ctl.unverified ||
-            ctl.allow_empty_body)
-            return ctl_bad("dlq %s takes --reason only to select", sub);
+        if (ctl.all || ctl.to_queue || ctl.to_original || ctl.unverified ||
+            ctl.allow_empty_body || ctl.force || ctl.dry_run)
+            return ctl_bad("dlq %s takes --reason, --id and --verified-only only to select", sub);
+    } else if (is_dlq && !strcmp(sub, "history")) {
+        if (n_args > 3)
+            return ctl_bad("dlq history: at most one QUEUE%s", "");
     } else if (is_dlq && !strcmp(sub, "replay")) {
         if (n_args < 3 || (n_args > 3 && !have_id))
             return ctl_bad("dlq replay: one QUEUE expected%s", "");
@@ -402,6 +419,8 @@ int main(int argc, char **argv)
             return ctl_bad("dlq replay: --to and --to-original exclude each other%s", "");
         if (ctl.to_queue && strcmp(ctl.to_queue, args[2]) == 0)
             return ctl_bad("dlq replay: --to %s is the dead letter queue itself", ctl.to_queue);
+        if (ctl.verified_only && ctl.unverified)
+            return ctl_bad("dlq replay: --verified-only and --unverified exclude each other%s", "");
     } else if (!strcmp(cmd, "outbox") && !strcmp(sub, "list")) {
         if (n_args > 3)
             return ctl_bad("outbox list: at most one QUEUE%s", "");
@@ -442,6 +461,8 @@ int main(int argc, char **argv)
         rc = ctl_key(&ctl, sub);
     else if (!strcmp(cmd, "order"))
         rc = ctl_order(&ctl, sub, args + 2, n_args - 2);
+    else if (!strcmp(sub, "history"))
+        rc = ctl_dlq_history(&ctl, n_args > 2 ? args[2] : NULL);
     else if (!strcmp(sub, "list"))
         rc = ctl_dlq(&ctl, args[2], CTL_LIST);
     else if (!strcmp(sub, "replay"))
