@@ -179,17 +179,17 @@ static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_objec
     if (l->has_id)
         ctl_put(stdout, l->id, l->id_len);
     else
-        fputc('-', stdout);
-    printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
-           l->last[0] ? l->last : "-");
+        ctl_printf("-");
+    ctl_printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
+               l->last[0] ? l->last : "-");
     ctl_puts(stdout, l->has_exchange ? l->exchange : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->has_routing_key ? l->routing_key : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->queue[0] ? l->queue : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->reason);
-    fputc('\n', stdout);
+    ctl_printf("\n");
 }
 
 /*
@@ -231,24 +231,25 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const
 
     delivery_id_printable(l->has_id ? l->id : "-", l->has_id ? l->id_len : 1, pid, sizeof(pid));
     if (!l->verified && !ctl->unverified) {
-        fprintf(stderr,
-                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
-                "letter queue; check it, then --unverified replays it anyway\n",
-                pid, l->queue[0] ? l->queue : "-", l->unverified);
+        ctl_fprintf(stderr,
+                    "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
+                    "letter queue; check it, then --unverified replays it anyway\n",
+                    pid, l->queue[0] ? l->queue : "-", l->unverified);
         return 1;
     }
     if (!l->verified)
-        fprintf(
+        ctl_fprintf(
             stderr,
             "idemctl: WARNING: replaying dead letter %s (queue '%s') unverified (--unverified): "
             "%s\n",
             pid, l->queue[0] ? l->queue : "-", l->unverified);
     if (l->body_dropped && !ctl->allow_empty_body) {
-        fprintf(stderr,
-                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
-                "the copy would be empty. It stays; --allow-empty-body replays it with the "
-                "header kept\n",
-                pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
+        ctl_fprintf(
+            stderr,
+            "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
+            "the copy would be empty. It stays; --allow-empty-body replays it with the "
+            "header kept\n",
+            pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
         return 1;
     }
     if (ctl->to_queue) {
@@ -303,7 +304,7 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const
     log_info("replay: %s published to exchange '%s' routing key '%s'", pid, exchange, rk);
     if (ctl->slow_ms > 0) {
         /* Test knob: a window between the confirmed copy and the ack for kill -9. */
-        fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
+        ctl_fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
         struct timespec ts = {ctl->slow_ms / 1000, (ctl->slow_ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
@@ -385,13 +386,13 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     char why[400];
 
     if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
-        fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
     int st = ctl_queue_peek(rd, queue, &depth, &consumers);
     if (st != 0) {
         if (st > 0)
-            fprintf(stderr, "idemctl: no queue %s\n", queue);
+            ctl_fprintf(stderr, "idemctl: no queue %s\n", queue);
         rc = st > 0 ? CTL_EXIT_NOMATCH : CTL_EXIT_PARTIAL;
         goto out;
     }
@@ -401,7 +402,7 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
                  queue, consumers);
     if (mode == CTL_REPLAY) {
         if (mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
-            fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+            ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
             rc = CTL_EXIT_CONNECT;
             goto out;
         }
@@ -409,16 +410,18 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             goto out;
         if (db_relay_keys(db, false, &ctl->keys) != 0) {
             if (!ctl->unverified) {
-                fprintf(stderr,
-                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
-                        " (see above), so no dead letter's %s can be checked; nothing was "
-                        "replayed. --unverified replays without checking\n",
-                        RELAY_H_SIG);
+                ctl_fprintf(
+                    stderr,
+                    "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
+                    " (see above), so no dead letter's %s can be checked; nothing was "
+                    "replayed. --unverified replays without checking\n",
+                    RELAY_H_SIG);
                 rc = CTL_EXIT_CONNECT;
                 goto out;
             }
-            fprintf(stderr, "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
-                            ": every letter is replayed unverified (--unverified)\n");
+            ctl_fprintf(stderr,
+                        "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
+                        ": every letter is replayed unverified (--unverified)\n");
         }
     }
     if (ctl->json && mode == CTL_LIST)
@@ -448,13 +451,13 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
              * letter is not acked, so it returns to the queue when the connection closes. */
             rd->deaf = true;
             undecodable++;
-            fprintf(stderr,
-                    "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
-                    "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
-                    "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
-                    "were not read. A client that decodes it (librabbitmq 0.11, or another "
-                    "library) can move it\n",
-                    scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
+            ctl_fprintf(stderr,
+                        "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
+                        "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
+                        "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
+                        "were not read. A client that decodes it (librabbitmq 0.11, or another "
+                        "library) can move it\n",
+                        scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
             rc = CTL_EXIT_PARTIAL;
             break;
         }
@@ -542,14 +545,15 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             json_object_object_add(ctl->out, "letters", arr);
         arr = NULL;
     } else if (mode == CTL_REPLAY && refused > 0) {
-        printf("%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
-               verbs[mode], done, scanned, queue, matched, refused);
+        ctl_printf(
+            "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
+            verbs[mode], done, scanned, queue, matched, refused);
     } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
-        printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
-               queue, matched);
+        ctl_printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
+                   queue, matched);
     } else if (mode == CTL_COUNT) {
-        printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
-               matched, scanned, queue);
+        ctl_printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
+                   matched, scanned, queue);
     }
     if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
         rc = CTL_EXIT_USAGE;
