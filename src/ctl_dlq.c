@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "ctl.h"
@@ -206,7 +207,7 @@ static bool ctl_header_dropped(amqp_bytes_t key)
                                      "x-delivery-count"};
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
         size_t n = strlen(prefixes[i]);
-        if (key.len >= n && memcmp(key.bytes, prefixes[i], n) == 0)
+        if (key.len >= n && strncasecmp((const char *)key.bytes, prefixes[i], n) == 0)
             return true;
     }
     return false;
