@@ -85,13 +85,13 @@ typedef struct relay_copy {
  * (relay_is_idemd_header: also ones idemd does not know, such as a forged
  * idemd-onward) is left out, then idemd's own are set; of a trusted
  * original (idemd's own earlier copy) the values above are read back
- * first, and idemd-headers-dropped carried over. The id header (id_header; NULL when the id is the message_id
- * property) is kept first; every other original header is kept in order
- * while it nests no deeper than RELAY_DEPTH_MAX and fits in one frame
- * beside ours. When any was left out, idemd-headers-dropped is set. The
- * expiration and user_id properties are dropped. c borrows env, which must
- * outlive it. Returns 0, or -1 when out of memory. Free with
- * relay_copy_free.
+ * first, and idemd-headers-dropped carried over. The id header
+ * (id_header; NULL when the id is the message_id property) is kept first;
+ * every other original header is kept in order while it nests no deeper
+ * than RELAY_DEPTH_MAX and fits in one frame beside ours. When any was
+ * left out, idemd-headers-dropped is set. The expiration and user_id
+ * properties are dropped. c borrows env, which must outlive it. Returns 0,
+ * or -1 when out of memory. Free with relay_copy_free.
  */
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
                     const char *id_header, const char *id, size_t id_len, bool trusted,
