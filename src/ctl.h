@@ -4,6 +4,7 @@
 
 #include <json-c/json.h>
 #include <regex.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -47,20 +48,36 @@ typedef struct ctl {
     json_object *out; /* --json: the document printed at the end */
 } ctl_t;
 
+/*
+ * Output, in ctl_out.c. idemctl writes nothing any other way (tests/lint
+ * checks): in text mode every field, whoever supplied it (a message, a
+ * server, the database, the command line), is shown through log_escape,
+ * so control bytes, invalid UTF-8 and a terminal's escape sequences come
+ * out as \xNN, \n, \uNNNN text, never as they are.
+ */
+
+/* printf to f, each %s, %c and %m through log_escape (backslashes single); the format as it is. */
+void ctl_fprintf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ctl_fprintf to stdout. */
+void ctl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ctl_fprintf with a va_list. */
+void ctl_vfprintf(FILE *f, const char *fmt, va_list ap);
+/* len bytes of s to f through log_escape, a backslash as two (any bytes: one field, unambiguous).
+ */
+void ctl_put(FILE *f, const char *s, size_t len);
+/* ctl_put of a C string. */
+void ctl_puts(FILE *f, const char *s);
+/* Print the --json document (ctl->out, escaped by json-c) and free it. */
+void ctl_json_flush(ctl_t *ctl);
+
 /* Helpers in idemctl.c. */
 
 /* Seconds s as a duration idemctl reads back ("1d1m", "90s"), into buf. */
 void ctl_format_duration(long long s, char *buf, size_t len);
-/* Print bytes on one line for text output (see idemctl.c for the escapes). */
-void ctl_put(FILE *f, const char *s, size_t len);
-/* ctl_put of a C string. */
-void ctl_puts(FILE *f, const char *s);
 /* An X'...' literal for bytes: safe for any consumer or id. Returns a malloc'd string or NULL. */
 char *ctl_hex(const char *s, size_t len);
 /* Add a string member to a JSON object (bytes, may hold anything json-c can escape). */
 void ctl_json_str(json_object *o, const char *key, const char *s, size_t len);
-/* Print the --json document (ctl->out) and free it. */
-void ctl_json_flush(ctl_t *ctl);
 /* The distinct consumers of the configuration, or just --consumer (see idemctl.c). */
 const char **ctl_consumers(const ctl_t *ctl, int *n);
 /* Open the database as the first configured consumer. 0 or CTL_EXIT_CONNECT (logged). */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "ctl.h"
@@ -141,12 +142,10 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
  */
 static bool ctl_claims_idemd(const amqp_basic_properties_t *p, char *which, size_t len)
 {
-    static const char *const names[] = {RELAY_H_QUEUE,         RELAY_H_ATTEMPTS,
-                                        RELAY_H_ERROR,         RELAY_H_FIRST_FAILURE,
-                                        RELAY_H_LAST_FAILURE,  RELAY_H_EXCHANGE,
-                                        RELAY_H_ROUTING_KEY,   RELAY_H_ONWARD,
-                                        RELAY_H_ONWARD_SOURCE, RELAY_H_BODY_DROPPED,
-                                        "idemd-headers-dropped"};
+    static const char *const names[] = {
+        RELAY_H_QUEUE,         RELAY_H_ATTEMPTS,     RELAY_H_ERROR,          RELAY_H_FIRST_FAILURE,
+        RELAY_H_LAST_FAILURE,  RELAY_H_EXCHANGE,     RELAY_H_ROUTING_KEY,    RELAY_H_ONWARD,
+        RELAY_H_ONWARD_SOURCE, RELAY_H_BODY_DROPPED, "idemd-headers-dropped"};
     char v[8];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (ctl_header(p, names[i], v, sizeof(v))) {
@@ -283,9 +282,10 @@ static void ctl_letter_applied(const ctl_t *ctl, db_t *db, bool *records_ok,
     l->applied = ctl_applied(db, ctl->conf->database.record_table, l->consumer, l->id, l->id_len);
     if (l->applied < 0) {
         *records_ok = false;
-        fprintf(stderr, "idemctl: WARNING: cannot read table %s (see above): whether a letter "
-                        "was applied is unknown\n",
-                ctl->conf->database.record_table);
+        ctl_fprintf(stderr,
+                    "idemctl: WARNING: cannot read table %s (see above): whether a letter "
+                    "was applied is unknown\n",
+                    ctl->conf->database.record_table);
     }
 }
 
@@ -363,17 +363,17 @@ static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_objec
     if (l->has_id)
         ctl_put(stdout, l->id, l->id_len);
     else
-        fputc('-', stdout);
-    printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
-           l->last[0] ? l->last : "-");
+        ctl_printf("-");
+    ctl_printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
+               l->last[0] ? l->last : "-");
     ctl_puts(stdout, l->has_exchange ? l->exchange : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->has_routing_key ? l->routing_key : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->queue[0] ? l->queue : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->reason);
-    printf("\t%s\t%s\n", ctl_sig_names[l->sig], ctl_applied_name(l->applied));
+    ctl_printf("\t%s\t%s\n", ctl_sig_names[l->sig], ctl_applied_name(l->applied));
 }
 
 /*
@@ -390,7 +390,7 @@ static bool ctl_header_dropped(amqp_bytes_t key)
                                      "x-delivery-count"};
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
         size_t n = strlen(prefixes[i]);
-        if (key.len >= n && memcmp(key.bytes, prefixes[i], n) == 0)
+        if (key.len >= n && strncasecmp((const char *)key.bytes, prefixes[i], n) == 0)
             return true;
     }
     return false;
@@ -424,14 +424,14 @@ static int ctl_dry(const ctl_t *ctl, const ctl_letter_t *l, const char *action,
         if (l->has_id)
             ctl_put(stdout, l->id, l->id_len);
         else
-            fputc('-', stdout);
-        printf("\t%s\t%s\t%s\t", ctl_sig_names[l->sig], ctl_applied_name(l->applied), action);
+            ctl_printf("-");
+        ctl_printf("\t%s\t%s\t%s\t", ctl_sig_names[l->sig], ctl_applied_name(l->applied), action);
         ctl_puts(stdout, exchange ? exchange : "-");
-        fputc('\t', stdout);
+        ctl_printf("\t");
         ctl_puts(stdout, rk ? rk : "-");
-        fputc('\t', stdout);
+        ctl_printf("\t");
         ctl_puts(stdout, why ? why : "-");
-        fputc('\n', stdout);
+        ctl_printf("\n");
     }
     return strcmp(action, "replay") == 0 ? 0 : 1;
 }
@@ -491,8 +491,8 @@ static int ctl_replay_route(const ctl_t *ctl, const ctl_letter_t *l, const char 
 static int ctl_replay_record(const ctl_t *ctl, db_t *db, bool trail, const char *dlq,
                              const ctl_letter_t *l, const char *exchange, const char *rk)
 {
-    const char *consumer = ctl->consumer ? ctl->consumer
-                           : l->q        ? l->q->consumer
+    const char *consumer = ctl->consumer                ? ctl->consumer
+                           : l->q                       ? l->q->consumer
                            : l->verified && l->queue[0] ? l->queue
                                                         : NULL;
     ctl_trail_t t = {.id = l->has_id ? l->id : NULL,
@@ -508,7 +508,8 @@ static int ctl_replay_record(const ctl_t *ctl, db_t *db, bool trail, const char 
 
     if (!clear && !trail)
         return 0;
-    if ((clear && (db_set_consumer(db, consumer) != 0 || db_attempt_clear(db, l->id, l->id_len) < 0)) ||
+    if ((clear &&
+         (db_set_consumer(db, consumer) != 0 || db_attempt_clear(db, l->id, l->id_len) < 0)) ||
         (trail && ctl_trail_add(db, &t) != 0) || db_commit(db) != DB_OK) {
         (void)db_rollback(db);
         return -1;
@@ -541,14 +542,14 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
     if (!l->verified && !ctl->unverified) {
         if (ctl->dry_run)
             return ctl_dry(ctl, l, "refuse", NULL, NULL, l->unverified, arr);
-        fprintf(stderr,
-                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
-                "letter queue; check it, then --unverified replays it anyway\n",
-                pid, l->queue[0] ? l->queue : "-", l->unverified);
+        ctl_fprintf(stderr,
+                    "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
+                    "letter queue; check it, then --unverified replays it anyway\n",
+                    pid, l->queue[0] ? l->queue : "-", l->unverified);
         return 1;
     }
     if (!l->verified && !ctl->dry_run)
-        fprintf(
+        ctl_fprintf(
             stderr,
             "idemctl: WARNING: replaying dead letter %s (queue '%s') unverified (--unverified): "
             "%s\n",
@@ -556,11 +557,12 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
     if (l->body_dropped && !ctl->allow_empty_body) {
         if (ctl->dry_run)
             return ctl_dry(ctl, l, "refuse", NULL, NULL, "its body was dropped", arr);
-        fprintf(stderr,
-                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
-                "the copy would be empty. It stays; --allow-empty-body replays it with the "
-                "header kept\n",
-                pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
+        ctl_fprintf(
+            stderr,
+            "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
+            "the copy would be empty. It stays; --allow-empty-body replays it with the "
+            "header kept\n",
+            pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
         return 1;
     }
     if (l->applied > 0 && !ctl->force) {
@@ -576,9 +578,10 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
                      l->consumer, ctl->conf->database.record_table);
         if (ctl->dry_run)
             return ctl_dry(ctl, l, "skip", NULL, NULL, why, arr);
-        fprintf(stderr, "idemctl: SKIPPED: dead letter %s (queue '%s'): %s. It stays; --force "
-                        "replays it anyway\n",
-                pid, l->queue[0] ? l->queue : "-", why);
+        ctl_fprintf(stderr,
+                    "idemctl: SKIPPED: dead letter %s (queue '%s'): %s. It stays; --force "
+                    "replays it anyway\n",
+                    pid, l->queue[0] ? l->queue : "-", why);
         return 1;
     }
     int route = ctl_replay_route(ctl, l, dlq, pid, &exchange, &rk, why, sizeof(why));
@@ -587,8 +590,8 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
     if (route > 0) {
         if (ctl->dry_run)
             return ctl_dry(ctl, l, "refuse", NULL, NULL, why, arr);
-        fprintf(stderr, "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays\n", pid,
-                l->queue[0] ? l->queue : "-", why);
+        ctl_fprintf(stderr, "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays\n",
+                    pid, l->queue[0] ? l->queue : "-", why);
         return 1;
     }
     if (ctl->dry_run)
@@ -620,13 +623,14 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
         goto out;
     }
     if (l->applied > 0)
-        fprintf(stderr, "idemctl: FORCED: dead letter %s was already applied; replayed anyway "
-                        "(--force)\n",
-                pid);
+        ctl_fprintf(stderr,
+                    "idemctl: FORCED: dead letter %s was already applied; replayed anyway "
+                    "(--force)\n",
+                    pid);
     log_info("replay: %s published to exchange '%s' routing key '%s'", pid, exchange, rk);
     if (ctl->slow_ms > 0) {
         /* Test knob: a window between the confirmed copy and the ack for kill -9. */
-        fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
+        ctl_fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
         struct timespec ts = {ctl->slow_ms / 1000, (ctl->slow_ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
@@ -710,13 +714,13 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     ctl_sent_set_t sent = {0};
 
     if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
-        fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
     int st = ctl_queue_peek(rd, queue, &depth, &consumers);
     if (st != 0) {
         if (st > 0)
-            fprintf(stderr, "idemctl: no queue %s\n", queue);
+            ctl_fprintf(stderr, "idemctl: no queue %s\n", queue);
         rc = st > 0 ? CTL_EXIT_NOMATCH : CTL_EXIT_PARTIAL;
         goto out;
     }
@@ -730,12 +734,15 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         if ((rc = ctl_db_open(ctl, &db)) != 0 && ctl->verified_only)
             goto out;
         if (rc != 0)
-            fprintf(stderr, "idemctl: WARNING: listing without the database: signatures show as "
-                            "unchecked, applied as unknown\n");
+            ctl_fprintf(stderr,
+                        "idemctl: WARNING: listing without the database: signatures show as "
+                        "unchecked, applied as unknown\n");
         else if (db_relay_keys(db, false, &ctl->keys) != 0 && ctl->verified_only) {
-            fprintf(stderr, "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
-                            " (see above), so no dead letter's %s can be checked\n",
-                    RELAY_H_SIG);
+            ctl_fprintf(
+                stderr,
+                "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
+                " (see above), so no dead letter's %s can be checked\n",
+                RELAY_H_SIG);
             rc = CTL_EXIT_CONNECT;
             goto out;
         }
@@ -744,7 +751,7 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     if (mode == CTL_REPLAY) {
         if (!ctl->dry_run &&
             mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
-            fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+            ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
             rc = CTL_EXIT_CONNECT;
             goto out;
         }
@@ -753,33 +760,35 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         int ready = ctl_trail_ready(db);
         trail = ready > 0;
         if (ready <= 0 && !ctl->force) {
-            fprintf(stderr,
-                    "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
-                    "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
-                    "trail\n",
-                    ready == 0 ? "there is no" : "cannot read (see above)",
-                    ctl->dry_run ? "a replay without --dry-run would be refused"
-                                 : "nothing was replayed");
+            ctl_fprintf(stderr,
+                        "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
+                        "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
+                        "trail\n",
+                        ready == 0 ? "there is no" : "cannot read (see above)",
+                        ctl->dry_run ? "a replay without --dry-run would be refused"
+                                     : "nothing was replayed");
             if (!ctl->dry_run) {
                 rc = CTL_EXIT_CONNECT;
                 goto out;
             }
         } else if (ready <= 0) {
-            fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
-                            "idemd_replay (apply sql/013_idemd_replay.sql)\n");
+            ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
+                                "idemd_replay (apply sql/013_idemd_replay.sql)\n");
         }
         if (db_relay_keys(db, false, &ctl->keys) != 0) {
             if (!ctl->unverified) {
-                fprintf(stderr,
-                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
-                        " (see above), so no dead letter's %s can be checked; nothing was "
-                        "replayed. --unverified replays without checking\n",
-                        RELAY_H_SIG);
+                ctl_fprintf(
+                    stderr,
+                    "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
+                    " (see above), so no dead letter's %s can be checked; nothing was "
+                    "replayed. --unverified replays without checking\n",
+                    RELAY_H_SIG);
                 rc = CTL_EXIT_CONNECT;
                 goto out;
             }
-            fprintf(stderr, "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
-                            ": every letter is replayed unverified (--unverified)\n");
+            ctl_fprintf(stderr,
+                        "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
+                        ": every letter is replayed unverified (--unverified)\n");
         }
     }
     if (ctl->json && (mode == CTL_LIST || (mode == CTL_REPLAY && ctl->dry_run)))
@@ -809,13 +818,13 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
              * letter is not acked, so it returns to the queue when the connection closes. */
             rd->deaf = true;
             undecodable++;
-            fprintf(stderr,
-                    "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
-                    "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
-                    "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
-                    "were not read. A client that decodes it (librabbitmq 0.11, or another "
-                    "library) can move it\n",
-                    scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
+            ctl_fprintf(stderr,
+                        "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
+                        "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
+                        "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
+                        "were not read. A client that decodes it (librabbitmq 0.11, or another "
+                        "library) can move it\n",
+                        scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
             rc = CTL_EXIT_PARTIAL;
             break;
         }
@@ -910,18 +919,19 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             json_object_object_add(ctl->out, "letters", arr);
         arr = NULL;
     } else if (mode == CTL_REPLAY && ctl->dry_run) {
-        printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
-               "skipped); nothing was replayed (--dry-run)\n",
-               done, scanned, queue, matched, refused);
+        ctl_printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
+                   "skipped); nothing was replayed (--dry-run)\n",
+                   done, scanned, queue, matched, refused);
     } else if (mode == CTL_REPLAY && refused > 0) {
-        printf("%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
-               verbs[mode], done, scanned, queue, matched, refused);
+        ctl_printf(
+            "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
+            verbs[mode], done, scanned, queue, matched, refused);
     } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
-        printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
-               queue, matched);
+        ctl_printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
+                   queue, matched);
     } else if (mode == CTL_COUNT) {
-        printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
-               matched, scanned, queue);
+        ctl_printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
+                   matched, scanned, queue);
     }
     if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
         rc = CTL_EXIT_USAGE;

@@ -147,8 +147,8 @@ int ctl_key(ctl_t *ctl, const char *sub)
                 json_object_object_add(o, "usable", json_object_new_boolean(*bad == 'o'));
                 json_object_array_add(arr, o);
             } else {
-                printf("%d\t%s\t%lu bytes\t%s\t%s\t%s\n", id, roles[id], rows[id].len,
-                       rows[id].since, fp, bad);
+                ctl_printf("%d\t%s\t%lu bytes\t%s\t%s\t%s\n", id, roles[id], rows[id].len,
+                           rows[id].since, fp, bad);
             }
         }
         if (arr) {
@@ -157,25 +157,25 @@ int ctl_key(ctl_t *ctl, const char *sub)
         }
         rc = rows[1].present ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
         if (!rows[1].present)
-            fprintf(stderr, "idemctl: no signing key (row 1): idemd makes it when it first "
-                            "connects\n");
+            ctl_fprintf(stderr, "idemctl: no signing key (row 1): idemd makes it when it first "
+                                "connects\n");
         goto out;
     }
     if (!rows[1].present) {
-        fprintf(stderr,
-                "idemctl: key %s: no signing key (row 1) yet: start idemd once, it makes "
-                "one\n",
-                sub);
+        ctl_fprintf(stderr,
+                    "idemctl: key %s: no signing key (row 1) yet: start idemd once, it makes "
+                    "one\n",
+                    sub);
         rc = CTL_EXIT_USAGE;
         goto out;
     }
     if (!strcmp(sub, "stage")) {
         if (rows[2].present || rows[3].present) {
-            fprintf(stderr, "idemctl: key stage: %s; nothing was changed\n",
-                    rows[2].present ? "a key is staged already (row 2): key promote it, or "
-                                      "delete row 2 to abandon it"
-                                    : "the key a promotion replaced (row 3) is still accepted: "
-                                      "key retire it first");
+            ctl_fprintf(stderr, "idemctl: key stage: %s; nothing was changed\n",
+                        rows[2].present ? "a key is staged already (row 2): key promote it, or "
+                                          "delete row 2 to abandon it"
+                                        : "the key a promotion replaced (row 3) is still accepted: "
+                                          "key retire it first");
             rc = CTL_EXIT_USAGE;
             goto out;
         }
@@ -190,33 +190,35 @@ int ctl_key(ctl_t *ctl, const char *sub)
         if (ctl_key_exec(db, sql, "staging the new key") != 0 || db_commit(db) != DB_OK)
             goto out;
         ctl_format_duration(CTL_KEY_SETTLE_S, wait, sizeof(wait));
-        printf("staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
-               "every %d s: run idemctl key promote in %s or later\n",
-               RELAY_KEY_REREAD_MS / 1000, wait);
+        ctl_printf(
+            "staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
+            "every %d s: run idemctl key promote in %s or later\n",
+            RELAY_KEY_REREAD_MS / 1000, wait);
     } else if (!strcmp(sub, "promote")) {
         if (!rows[2].present || rows[3].present) {
-            fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
-                    rows[3].present ? "the key a promotion replaced (row 3) is still accepted: "
-                                      "key retire it first"
-                                    : "no key is staged (row 2): key stage first");
+            ctl_fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
+                        rows[3].present ? "the key a promotion replaced (row 3) is still accepted: "
+                                          "key retire it first"
+                                        : "no key is staged (row 2): key stage first");
             rc = rows[3].present ? CTL_EXIT_USAGE : CTL_EXIT_NOMATCH;
             goto out;
         }
         if (rows[2].len < RELAY_KEY_LEN) {
-            fprintf(stderr,
-                    "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
-                    "%d; delete it and key stage again\n",
-                    rows[2].len, RELAY_KEY_LEN);
+            ctl_fprintf(stderr,
+                        "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
+                        "%d; delete it and key stage again\n",
+                        rows[2].len, RELAY_KEY_LEN);
             rc = CTL_EXIT_USAGE;
             goto out;
         }
         if (rows[2].age_s < CTL_KEY_SETTLE_S) {
             ctl_format_duration(CTL_KEY_SETTLE_S - rows[2].age_s, wait, sizeof(wait));
-            fprintf(stderr,
-                    "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
-                    "every worker (they read the keys every %d s) accepts it before any signs "
-                    "with it; nothing was changed\n",
-                    rows[2].age_s, wait, RELAY_KEY_REREAD_MS / 1000);
+            ctl_fprintf(
+                stderr,
+                "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
+                "every worker (they read the keys every %d s) accepts it before any signs "
+                "with it; nothing was changed\n",
+                rows[2].age_s, wait, RELAY_KEY_REREAD_MS / 1000);
             rc = CTL_EXIT_USAGE;
             goto out;
         }
@@ -235,12 +237,12 @@ int ctl_key(ctl_t *ctl, const char *sub)
         const char *longest;
         int max_ms;
         ctl_format_duration(ctl_key_retire_floor(ctl, &longest, &max_ms), wait, sizeof(wait));
-        printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
-               "(row 3). Run idemctl key retire in %s or later\n",
-               wait);
+        ctl_printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
+                   "(row 3). Run idemctl key retire in %s or later\n",
+                   wait);
     } else {
         if (!rows[3].present) {
-            fprintf(stderr, "idemctl: key retire: no replaced key (row 3) to retire\n");
+            ctl_fprintf(stderr, "idemctl: key retire: no replaced key (row 3) to retire\n");
             rc = CTL_EXIT_NOMATCH;
             goto out;
         }
@@ -249,19 +251,20 @@ int ctl_key(ctl_t *ctl, const char *sub)
         long long floor_s = ctl_key_retire_floor(ctl, &longest, &max_ms);
         if (rows[3].age_s < floor_s) {
             ctl_format_duration(floor_s - rows[3].age_s, wait, sizeof(wait));
-            fprintf(stderr,
-                    "idemctl: key retire: the key was replaced %lld s ago; wait %s more: copies "
-                    "it signed may still sit in a delay queue (longest retry delay %d ms%s%s) and "
-                    "would count their attempts from 1 again; nothing was changed\n",
-                    rows[3].age_s, wait, max_ms, longest ? ", queue " : "", longest ? longest : "");
+            ctl_fprintf(
+                stderr,
+                "idemctl: key retire: the key was replaced %lld s ago; wait %s more: copies "
+                "it signed may still sit in a delay queue (longest retry delay %d ms%s%s) and "
+                "would count their attempts from 1 again; nothing was changed\n",
+                rows[3].age_s, wait, max_ms, longest ? ", queue " : "", longest ? longest : "");
             rc = CTL_EXIT_USAGE;
             goto out;
         }
         if (ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 3", "retiring row 3") != 0 ||
             db_commit(db) != DB_OK)
             goto out;
-        printf("retired the replaced key (row 3). Dead letters it signed no longer verify: dlq "
-               "replay refuses them unless --unverified\n");
+        ctl_printf("retired the replaced key (row 3). Dead letters it signed no longer verify: dlq "
+                   "replay refuses them unless --unverified\n");
     }
     rc = CTL_EXIT_OK;
 out:

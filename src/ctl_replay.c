@@ -1,4 +1,5 @@
-/* ctl_replay.c: what dlq replay knows about dedup and the trail it leaves: the applied check, idemd_replay rows, dlq history. */
+/* ctl_replay.c: what dlq replay knows about dedup and the trail it leaves: the applied check,
+ * idemd_replay rows, dlq history. */
 #include <json-c/json.h>
 #include <pwd.h>
 #include <stdbool.h>
@@ -120,9 +121,10 @@ int ctl_trail_add(db_t *db, const ctl_trail_t *t)
         sudo = NULL;
     snprintf(applied, sizeof(applied), "%d", t->applied > 0);
     snprintf(forced, sizeof(forced), "%d", t->forced);
-    const void *v[11] = {user,           sudo,           host,        t->id,
-                         t->source,      t->exchange,    t->routing_key, t->consumer,
-                         t->signature,   t->applied < 0 ? NULL : applied, forced};
+    const void *v[11] = {
+        user,        sudo,           host,        t->id,        t->source,
+        t->exchange, t->routing_key, t->consumer, t->signature, t->applied < 0 ? NULL : applied,
+        forced};
     for (int i = 0; i < 11; i++) {
         l[i] = i == 3 ? t->id_len : v[i] ? strlen(v[i]) : 0;
         ctl_bind(&p[i], v[i], &l[i]);
@@ -138,11 +140,10 @@ int ctl_trail_add(db_t *db, const ctl_trail_t *t)
 static void ctl_history_row(const ctl_t *ctl, MYSQL_ROW row, const unsigned long *len,
                             json_object *arr)
 {
-    static const char *names[] = {"time",        "os_user",          "sudo_user",
-                                  "db_user",     "host",             "id",
-                                  "source_queue", "target_exchange", "target_routing_key",
-                                  "consumer",    "signature",        "applied",
-                                  "forced"};
+    static const char *names[] = {
+        "time",         "os_user",         "sudo_user",          "db_user",  "host",      "id",
+        "source_queue", "target_exchange", "target_routing_key", "consumer", "signature", "applied",
+        "forced"};
     if (ctl->json) {
         json_object *o = json_object_new_object();
         for (int i = 0; i < 11; i++) {
@@ -161,24 +162,27 @@ static void ctl_history_row(const ctl_t *ctl, MYSQL_ROW row, const unsigned long
         if (i == 2) /* the operator: os_user, or os_user(sudo_user) */
             continue;
         if (i > 0)
-            fputc('\t', stdout);
+            ctl_printf("\t");
         if (i == 1) {
             ctl_put(stdout, row[1], len[1]);
             if (row[2]) {
-                fputc('(', stdout);
+                ctl_printf("(");
                 ctl_put(stdout, row[2], len[2]);
-                fputc(')', stdout);
+                ctl_printf(")");
             }
         } else if (i == 7 && row[i] && len[i] == 0) {
-            fputs("\"\"", stdout); /* the default exchange */
+            ctl_printf("\"\""); /* the default exchange */
         } else if (row[i]) {
             ctl_put(stdout, row[i], len[i]);
         } else {
-            fputc('-', stdout);
+            ctl_printf("-");
         }
     }
-    printf("\t%s\t%s\n", !row[11] ? "unknown" : atoi(row[11]) ? "applied" : "not-applied",
-           atoi(row[12]) ? "forced" : "-");
+    ctl_printf("\t%s\t%s\n",
+               !row[11]        ? "unknown"
+               : atoi(row[11]) ? "applied"
+                               : "not-applied",
+               atoi(row[12]) ? "forced" : "-");
 }
 
 int ctl_dlq_history(ctl_t *ctl, const char *queue)
@@ -206,9 +210,10 @@ int ctl_dlq_history(ctl_t *ctl, const char *queue)
              ctl->limit > 0 ? ctl->limit : CTL_HISTORY_DEFAULT);
     free(hq);
     if (mysql_query(db->my, sql) != 0 || (res = mysql_store_result(db->my)) == NULL) {
-        fprintf(stderr, "idemctl: dlq history: reading table idemd_replay: %s (apply "
-                        "sql/013_idemd_replay.sql)\n",
-                mysql_error(db->my));
+        ctl_fprintf(stderr,
+                    "idemctl: dlq history: reading table idemd_replay: %s (apply "
+                    "sql/013_idemd_replay.sql)\n",
+                    mysql_error(db->my));
         rc = CTL_EXIT_PARTIAL;
         goto out;
     }
