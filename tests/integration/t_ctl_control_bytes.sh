@@ -96,10 +96,11 @@ done
 bp -r "$dlq" --id "named$E" --body d "${named[@]}"
 h_wait_depth "$dlq" 5 30 || h_fail "$dlq does not hold the 5 letters again"
 run replay dlq replay "$dlq" --all
-# Unverified, to the queue the letter names (none such: the broker returns it) and to --to.
+# Unverified: to the work queue the dead letter queue belongs to (whatever queue the letter
+# names), and to a --to queue that does not exist (the broker returns it).
 run replay_id dlq replay "$dlq" --id "$(printf 'broker%b' "$E")" --unverified --allow-empty-body
-h_assert_eq "$(grep -cE "^replayed 0 of [0-9]+ dead letters in $dlq \(1 matched\)" replay_id.out)" 1 \
-    "replay --id of a letter whose queue does not exist"
+h_assert_eq "$(grep -cE "^replayed 1 of [0-9]+ dead letters in $dlq \(1 matched\)" replay_id.out)" 1 \
+    "replay --id --unverified of a letter naming a queue that does not exist: to the work queue"
 run replay_bad dlq replay "$dlq" --reason why --unverified --allow-empty-body --to "$(printf 'nosuch\033[2J\r')"
 
 # No byte below 0x20 but newline and tab, no DEL, no C1 control, valid UTF-8 everywhere.
