@@ -10,10 +10,10 @@ c_fresh_queues $q1 $q1.dlq $q1.retry.300 $q2 $q2.dlq $q2.retry.300
     cat <<CONF
 queues = (
   { name = "$q1"; handler = "$H_TEST_PLUGINS/ordered.so"; order_key = "header:okey";
-    workers = 1; max_attempts = 5; retry_delays_ms = [ 300 ]; batch_size = 200;
+    workers = 1; max_attempts = 5; retry_delays_ms = [ 300 ]; batch_size = 120; batch_wait_ms = 2000;
     settings = { key_table = "order_key_rows"; }; },
   { name = "$q2"; handler = "$H_TEST_PLUGINS/ordered.so"; order_key = "header:okey";
-    workers = 1; max_attempts = 5; retry_delays_ms = [ 300 ]; batch_size = 200;
+    workers = 1; max_attempts = 5; retry_delays_ms = [ 300 ]; batch_size = 120; batch_wait_ms = 2000;
     settings = { key_table = "order_key_rows"; }; }
 );
 CONF
@@ -35,7 +35,7 @@ load_rev()
         for k in $(seq -w 59 -1 0); do printf 'k%s-%s\tok\tokey=k%s\tseq=%s\n' "$k" "$s" "$k" "$s"; done
     done
 }
-# Published before idemd starts, so that one batch of each queue holds them all.
+# Published before idemd starts; batch_size 120 and batch_wait_ms: one batch of each queue holds them all.
 for q in $q1 $q2; do h_mq declare "$q" --dlq "$q.dlq" >/dev/null || h_fail "declaring $q"; done
 h_assert_eq "$(load_rev | h_mq publish -r "$q1")" "published 120 confirmed 120" "publisher ($q1)"
 h_assert_eq "$(load | h_mq publish -r "$q2")" "published 120 confirmed 120" "publisher ($q2)"
