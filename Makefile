@@ -87,7 +87,7 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(filter-ou
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit sim readme integration bench bench-curves chaos chaos-high chaos-matrix chaos-order cluster-chaos memcheck demo install uninstall clean format format-check \
+.PHONY: all check-build test unit sim readme integration bench bench-curves chaos chaos-high chaos-matrix chaos-order order-deadlocks cluster-chaos memcheck demo install uninstall clean format format-check \
 	fuzz fuzz-build fuzz-short \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
@@ -221,6 +221,11 @@ chaos-matrix: check-build
 # Per-key ordering under retries, worker kills and a RabbitMQ restart, and its unordered control.
 chaos-order: check-build
 	H_BUILD=$(abspath $(B)) bash tests/chaos/run --order $(CHAOS_ARGS)
+
+# Deadlocks between ordered queues sharing a database (tests/chaos/order_pair --help,
+# docs/ordering.md); a few minutes, not part of make test.
+order-deadlocks: check-build
+	H_BUILD=$(abspath $(B)) bash tests/chaos/order_pair $(CHAOS_ARGS)
 
 # The cluster chaos run (tests/chaos/cluster --help): 3-node RabbitMQ and Galera clusters, each
 # node in a network namespace (needs root, iproute2, galera-4 and rsync; exits 77 without root

@@ -149,7 +149,8 @@ static txn_pass_t txn_pass(txn_t *t)
         if ((err = t->ops->order(t->ctx, -1, NULL, TXN_ORDER_PASS, &unused)) != 0)
             return txn_lost(t, err, "the order keys' rows");
     }
-    for (int i = 0; i < t->n; i++) {
+    for (int j = 0; j < t->n; j++) {
+        int i = t->seq ? t->seq[j] : j;
         txn_state_t s = t->m[i].state;
         if (t->ops->order && (s == TXN_RETRY || s == TXN_REJECT) &&
             (p = txn_order(t, i, TXN_ORDER_FAILED, NULL, &handled)) != TXN_PASS_DONE)

@@ -116,6 +116,8 @@ typedef struct txn {
     uint64_t limit_ms; /* stop starting handlers after this long (0: no limit) */
     txn_msg_t *m;
     int n;
+    const int *seq; /* the per-message pass takes m[seq[0]], m[seq[1]], ... (a permutation of
+                     * 0..n-1; NULL: 0..n-1). Borrowed. */
     /* What the last txn_run did (for logs and counters). */
     int redos;         /* transactions lost and redone */
     int lock_waits;    /* records that timed out waiting for another transaction */

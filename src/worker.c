@@ -355,7 +355,8 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     if (q->order_key && q->order_key[0] &&
         ((w.okeys = calloc((size_t)q->batch_size, sizeof(*w.okeys))) == NULL ||
          (w.obidx = calloc((size_t)q->batch_size, sizeof(*w.obidx))) == NULL ||
-         (w.oblocked = calloc((size_t)q->batch_size, sizeof(*w.oblocked))) == NULL))
+         (w.oblocked = calloc((size_t)q->batch_size, sizeof(*w.oblocked))) == NULL ||
+         (w.oseq = calloc((size_t)q->batch_size, sizeof(*w.oseq))) == NULL))
         w.ids = NULL; /* reported just below */
     if (!mem || w.ids == NULL || w.id_lens == NULL) {
         log_error("out of memory");
@@ -392,6 +393,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.okeys);
     free(w.obidx);
     free(w.oblocked);
+    free(w.oseq);
     free(w.bmsg);
     free(w.bptr);
     free(w.bidx);

@@ -94,6 +94,7 @@ typedef struct worker {
     worker_okey_t *okeys;    /* order_key: each batch entry's key (NULL: unordered queue) */
     int *obidx;              /* order_blocked's scratch: batch index of each key asked about */
     bool *oblocked;          /* ... and its answer */
+    int *oseq;               /* the order a batch's messages run in: by key (worker_order_seq) */
 } worker_t;
 
 /* Set by SIGTERM / SIGINT (or a dead supervisor): finish the batch and exit. */

@@ -372,6 +372,39 @@ static void worker_order_keys(worker_t *w)
     }
 }
 
+/* Keyless entries first, then by key, byte for byte; equal keys in batch order. */
+static int worker_okey_cmp(const void *a, const void *b)
+{
+    const worker_okey_t *x = *(const worker_okey_t *const *)a,
+                        *y = *(const worker_okey_t *const *)b;
+    int c = (int)x->has - (int)y->has;
+    if (c == 0 && x->has) {
+        c = memcmp(x->key, y->key, x->len < y->len ? x->len : y->len);
+        if (c == 0)
+            c = x->len < y->len ? -1 : x->len > y->len;
+    }
+    return c != 0 ? c : (x > y) - (x < y);
+}
+
+/*
+ * An ordered queue runs its batch key by key, in the keys' byte order (a
+ * key's own messages in delivery order): rows a handler writes per key, and
+ * the key rows, are then locked in one order by every ordered queue, so two
+ * queues whose messages share keys do not deadlock on them (docs/ordering.md,
+ * tests/chaos/order_pair). Settling keeps delivery order. Sets w->oseq.
+ */
+static void worker_order_seq(worker_t *w)
+{
+    int n = w->life.batch.n;
+    const worker_okey_t *p[n > 0 ? n : 1];
+
+    for (int i = 0; i < n; i++)
+        p[i] = &w->okeys[i];
+    qsort(p, (size_t)n, sizeof(p[0]), worker_okey_cmp);
+    for (int j = 0; j < n; j++)
+        w->oseq[j] = (int)(p[j] - w->okeys);
+}
+
 /*
  * host->publish for the message being handled (plugin_set_publisher): an
  * outbox row in the open transaction, with the id derived from the source
@@ -526,8 +559,11 @@ int worker_transact(worker_t *w)
      * ordered queue goes message by message: each one's key is looked at before it runs. */
     t.bulk = worker_now_ms() >= w->bulk_off_until_ms && w->okeys == NULL;
     t.batch = w->bmsg != NULL && w->okeys == NULL;
-    if (w->okeys)
+    if (w->okeys) {
         worker_order_keys(w);
+        worker_order_seq(w);
+        t.seq = w->oseq;
+    }
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
     t.limit_ms = w->conf->broker.heartbeat > 0 ? (uint64_t)w->conf->broker.heartbeat * 500 : 0;
     t.m = w->life.batch.t;
