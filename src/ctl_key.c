@@ -99,11 +99,23 @@ static void ctl_key_literal(const unsigned char *k, size_t n, char *buf, size_t 
 /*
  * How long after a promotion the replaced key may be retired, in seconds:
  * the workers' re-read, the longest retry delay of the configuration (its
- * queue in *longest, the delay in *max_ms) and a margin.
+ * queue in *longest, the delay in *max_ms) and a margin. Every configured
+ * queue counts, whatever --consumer says: the key is the installation's, and
+ * a copy it signed may wait in any queue's delay tier.
  */
 static long long ctl_key_retire_floor(const ctl_t *ctl, const char **longest, int *max_ms)
 {
-    (void)ctl_purge_floor(ctl, longest, max_ms);
+    *longest = NULL;
+    *max_ms = 0;
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const conf_queue_t *q = &ctl->conf->queues[i];
+        for (int k = 0; k < q->n_retry_delays; k++) {
+            if (q->retry_delays_ms[k] > *max_ms) {
+                *max_ms = q->retry_delays_ms[k];
+                *longest = q->name;
+            }
+        }
+    }
     return CTL_KEY_SETTLE_S + (*max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S;
 }
 
@@ -123,6 +135,12 @@ int ctl_key(ctl_t *ctl, const char *sub)
     char sql[400], lit[2 * 64 + 4], fp[16], wait[64];
     int rc;
 
+    if (ctl->consumer && (!strcmp(sub, "promote") || !strcmp(sub, "retire")))
+        fprintf(stderr,
+                "idemctl: key %s: --consumer %s does not narrow it: the key signs the copies of "
+                "every queue, so the wait counts the longest retry delay of every configured "
+                "queue\n",
+                sub, ctl->consumer);
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         return rc;
     rc = CTL_EXIT_PARTIAL;
