@@ -98,9 +98,9 @@ static int ctl_key_exec(db_t *db, const char *sql, const char *what)
  */
 static int ctl_key_stage_row(db_t *db)
 {
-    static const char mix[] = "INSERT INTO " DB_KEY_TABLE " (id, k, since) SELECT 2, "
-                              "UNHEX(SHA2(CONCAT(?, k), 256)), NOW() FROM " DB_KEY_TABLE
-                              " WHERE id = 1";
+    static const char mix[] =
+        "INSERT INTO " DB_KEY_TABLE " (id, k, since) SELECT 2, "
+        "UNHEX(SHA2(CONCAT(?, k), 256)), NOW() FROM " DB_KEY_TABLE " WHERE id = 1";
     unsigned char fresh[RELAY_KEY_LEN];
     unsigned long flen = sizeof(fresh);
     MYSQL_BIND bind[1];
