@@ -136,9 +136,9 @@ $(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c tests/unit/tap.h src
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/relay.c src/log.c $(LDLIBS)
 
 # The transaction protocol is txn.c, what results do to it (txn_result.c) and its message states
-# (txn_state.c).
-$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/log.c $(LDLIBS)
+# (txn_state.c); it prints ids (delivery.c).
+$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c $(LDLIBS)
 
 # The crash guard moves txn_msg_t states (txn_state.c) and prints ids (delivery.c); its database
 # is a fake in the test.

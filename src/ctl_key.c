@@ -87,23 +87,79 @@ static int ctl_key_exec(db_t *db, const char *sql, const char *what)
     return -1;
 }
 
-/* "UPDATE ... X'<hex of k>' ..." helper: the key's bytes as an X'' literal into buf. */
-static void ctl_key_literal(const unsigned char *k, size_t n, char *buf, size_t len)
+/*
+ * Stage a new key as row 2 without its bytes ever being in a statement: the
+ * server makes them (RANDOM_BYTES(32): MySQL, MariaDB 10.10+), so neither
+ * the general log, the processlist nor performance_schema shows them. On a
+ * server without RANDOM_BYTES (MariaDB 10.6-10.9, error 1305) the key is the
+ * SHA-256 of 32 random bytes bound as a parameter and of the signing key:
+ * a log that shows the parameter gives the key away only to whoever holds
+ * the signing key too. 0, or -1 (logged).
+ */
+static int ctl_key_stage_row(db_t *db)
 {
-    size_t o = (size_t)snprintf(buf, len, "X'");
-    for (size_t i = 0; i < n && o + 3 < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%02x", k[i]);
-    snprintf(buf + o, len - o, "'");
+    static const char mix[] =
+        "INSERT INTO " DB_KEY_TABLE " (id, k, since) SELECT 2, "
+        "UNHEX(SHA2(CONCAT(?, k), 256)), NOW() FROM " DB_KEY_TABLE " WHERE id = 1";
+    unsigned char fresh[RELAY_KEY_LEN];
+    unsigned long flen = sizeof(fresh);
+    MYSQL_BIND bind[1];
+    MYSQL_STMT *stmt = NULL;
+    int rc = -1;
+
+    if (mysql_query(db->my, "INSERT INTO " DB_KEY_TABLE
+                            " (id, k, since) VALUES (2, RANDOM_BYTES(32), NOW())") == 0)
+        return 0;
+    if (mysql_errno(db->my) != ER_SP_DOES_NOT_EXIST) {
+        log_error("database: staging the new key in table " DB_KEY_TABLE ": %s",
+                  mysql_error(db->my));
+        return -1;
+    }
+    if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
+        log_error("key stage: no random bytes: %s", strerror(errno));
+        goto fail;
+    }
+    memset(bind, 0, sizeof(bind));
+    bind[0].buffer_type = MYSQL_TYPE_BLOB;
+    bind[0].buffer = fresh;
+    bind[0].buffer_length = flen;
+    bind[0].length = &flen;
+    if ((stmt = mysql_stmt_init(db->my)) == NULL ||
+        mysql_stmt_prepare(stmt, mix, sizeof(mix) - 1) != 0 ||
+        mysql_stmt_bind_param(stmt, bind) != 0 || mysql_stmt_execute(stmt) != 0 ||
+        mysql_stmt_affected_rows(stmt) != 1) {
+        log_error("database: staging the new key in table " DB_KEY_TABLE ": %s",
+                  stmt ? mysql_stmt_error(stmt) : mysql_error(db->my));
+        goto fail;
+    }
+    rc = 0;
+fail:
+    explicit_bzero(fresh, sizeof(fresh));
+    if (stmt)
+        mysql_stmt_close(stmt);
+    return rc;
 }
 
 /*
  * How long after a promotion the replaced key may be retired, in seconds:
  * the workers' re-read, the longest retry delay of the configuration (its
- * queue in *longest, the delay in *max_ms) and a margin.
+ * queue in *longest, the delay in *max_ms) and a margin. Every configured
+ * queue counts, whatever --consumer says: the key is the installation's, and
+ * a copy it signed may wait in any queue's delay tier.
  */
 static long long ctl_key_retire_floor(const ctl_t *ctl, const char **longest, int *max_ms)
 {
-    (void)ctl_purge_floor(ctl, longest, max_ms);
+    *longest = NULL;
+    *max_ms = 0;
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const conf_queue_t *q = &ctl->conf->queues[i];
+        for (int k = 0; k < q->n_retry_delays; k++) {
+            if (q->retry_delays_ms[k] > *max_ms) {
+                *max_ms = q->retry_delays_ms[k];
+                *longest = q->name;
+            }
+        }
+    }
     return CTL_KEY_SETTLE_S + (*max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S;
 }
 
@@ -119,10 +175,16 @@ int ctl_key(ctl_t *ctl, const char *sub)
 {
     ctl_key_row_t rows[4];
     db_t *db = NULL;
-    unsigned char fresh[RELAY_KEY_LEN];
-    char sql[400], lit[2 * 64 + 4], fp[16], wait[64];
+    char fp[16], wait[64];
     int rc;
 
+    if (ctl->consumer && (!strcmp(sub, "promote") || !strcmp(sub, "retire")))
+        ctl_fprintf(
+            stderr,
+            "idemctl: key %s: --consumer %s does not narrow it: the key signs the copies of "
+            "every queue, so the wait counts the longest retry delay of every configured "
+            "queue\n",
+            sub, ctl->consumer);
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         return rc;
     rc = CTL_EXIT_PARTIAL;
@@ -179,15 +241,7 @@ int ctl_key(ctl_t *ctl, const char *sub)
             rc = CTL_EXIT_USAGE;
             goto out;
         }
-        if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
-            log_error("key stage: no random bytes: %s", strerror(errno));
-            goto out;
-        }
-        ctl_key_literal(fresh, sizeof(fresh), lit, sizeof(lit));
-        explicit_bzero(fresh, sizeof(fresh));
-        snprintf(sql, sizeof(sql),
-                 "INSERT INTO " DB_KEY_TABLE " (id, k, since) VALUES (2, %s, NOW())", lit);
-        if (ctl_key_exec(db, sql, "staging the new key") != 0 || db_commit(db) != DB_OK)
+        if (ctl_key_stage_row(db) != 0 || db_commit(db) != DB_OK)
             goto out;
         ctl_format_duration(CTL_KEY_SETTLE_S, wait, sizeof(wait));
         ctl_printf(
@@ -222,16 +276,11 @@ int ctl_key(ctl_t *ctl, const char *sub)
             rc = CTL_EXIT_USAGE;
             goto out;
         }
-        ctl_key_literal(rows[1].k, rows[1].len < 64 ? rows[1].len : 64, lit, sizeof(lit));
-        snprintf(sql, sizeof(sql),
-                 "INSERT INTO " DB_KEY_TABLE " (id, k, since) VALUES (3, %s, NOW())", lit);
-        if (ctl_key_exec(db, sql, "keeping the old key as row 3") != 0)
-            goto out;
-        ctl_key_literal(rows[2].k, rows[2].len < 64 ? rows[2].len : 64, lit, sizeof(lit));
-        snprintf(sql, sizeof(sql), "UPDATE " DB_KEY_TABLE " SET k = %s, since = NOW() WHERE id = 1",
-                 lit);
-        if (ctl_key_exec(db, sql, "promoting the staged key") != 0 ||
-            ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 2", "removing row 2") != 0 ||
+        /* The rows change ids; the keys' bytes never travel in a statement. */
+        if (ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 3, since = NOW() WHERE id = 1",
+                         "keeping the old key as row 3") != 0 ||
+            ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 1, since = NOW() WHERE id = 2",
+                         "promoting the staged key") != 0 ||
             db_commit(db) != DB_OK)
             goto out;
         const char *longest;
@@ -271,8 +320,6 @@ out:
     if (rc != CTL_EXIT_OK)
         (void)db_rollback(db);
     explicit_bzero(rows, sizeof(rows));
-    explicit_bzero(lit, sizeof(lit));
-    explicit_bzero(sql, sizeof(sql));
     ctl_json_flush(ctl);
     db_close(db);
     return rc;

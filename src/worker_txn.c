@@ -334,16 +334,23 @@ static unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t
     return err;
 }
 
+/* The server's message for the statement that failed last (txn_ops_t.error_text). */
+static const char *worker_op_error_text(void *ctx)
+{
+    worker_t *w = ctx;
+    return mysql_error(w->db->my);
+}
+
 static const txn_ops_t worker_txn_ops = {
-    worker_op_exec,         worker_op_record,      worker_op_clear,
-    worker_op_handle,       worker_op_now,         worker_op_record_many,
-    worker_op_find_records, worker_op_handle_many, NULL,
+    worker_op_exec, worker_op_record,      worker_op_clear,        worker_op_handle,
+    worker_op_now,  worker_op_record_many, worker_op_find_records, worker_op_handle_many,
+    NULL,           worker_op_error_text,
 };
 
 static const txn_ops_t worker_txn_ops_ordered = {
-    worker_op_exec,         worker_op_record,      worker_op_clear,
-    worker_op_handle,       worker_op_now,         worker_op_record_many,
-    worker_op_find_records, worker_op_handle_many, worker_op_order,
+    worker_op_exec,  worker_op_record,      worker_op_clear,        worker_op_handle,
+    worker_op_now,   worker_op_record_many, worker_op_find_records, worker_op_handle_many,
+    worker_op_order, worker_op_error_text,
 };
 
 /*
