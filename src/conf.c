@@ -251,13 +251,19 @@ const conf_def_t conf_defs[] = {
     CONF_STRING("metrics", "listen", conf_metrics_t, listen, 0, NULL, 1, 64, "none (off)",
                 "`\"ADDR:PORT\"` (IPv6: `\"[ADDR]:PORT\"`, numeric) where the supervisor serves "
                 "`/metrics` and `/status` over plain HTTP: keep it on loopback or a trusted "
-                "network, and set `token_file`"),
+                "network; an address that is not loopback needs `token_file` (or "
+                "`allow_unauthenticated = true`)"),
     CONF_STRING("metrics", "token_file", conf_metrics_t, token_file, CONF_F_READABLE, NULL, 1,
                 PATH_MAX - 1, "none (no authentication)",
                 "file holding a bearer token (trailing newlines removed; at least 16 bytes of "
                 "letters, digits, `-._~+/`, then `=` padding) that every request must send as "
                 "`Authorization: Bearer TOKEN`, else 401; refused when others may read it or "
                 "its group write it. Read again on reload; `idemctl status` sends it"),
+    CONF_BOOL("metrics", "allow_unauthenticated", conf_metrics_t, allow_unauthenticated, 0, "false",
+              "serve a `listen` address that is not loopback (e.g. `0.0.0.0`) without "
+              "`token_file`: anyone who reaches it reads `/status` (pid, counters, the last "
+              "warning text, which may quote database errors). false: such a `listen` is a "
+              "configuration error; loopback addresses need neither"),
 
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),

@@ -77,8 +77,48 @@ static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, c
     return conf_set_string(ctx, at, sp, &q->handler, full);
 }
 
+/* Whether a parsed listen address is reachable from this machine only: 127.0.0.0/8, ::1,
+ * ::ffff:127.0.0.0/104. The wildcards 0.0.0.0 and :: are every address, so not loopback. */
+static bool conf_addr_is_loopback(const struct sockaddr_storage *ss)
+{
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)(const void *)ss;
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)(const void *)ss;
+    if (ss->ss_family == AF_INET)
+        return (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
+               (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127);
+    return false;
+}
+
+/*
+ * /status tells the pid, the counters and the last warning text (which may quote a database
+ * error): on an address others can reach it needs the token, or an explicit
+ * allow_unauthenticated (then a warning at every load). at and sp are listen's.
+ */
+static int conf_check_metrics_open(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                   const conf_metrics_t *m, const config_setting_t *at,
+                                   const char *sp)
+{
+    char ap[CONF_PATH_MAX];
+    if (m->token_file || conf_addr_is_loopback(&m->addr))
+        return 0;
+    if (!m->allow_unauthenticated)
+        return conf_error(ctx, at, sp,
+                          "\"%s\" is not a loopback address and token_file is not set: anyone "
+                          "who can reach it would read /metrics and /status (pid, counters, the "
+                          "last warning text); set metrics.token_file (docs/monitoring.md), "
+                          "listen on 127.0.0.1, or set metrics.allow_unauthenticated = true",
+                          m->listen);
+    conf_path(ap, path, "allow_unauthenticated");
+    return conf_warn(ctx, config_setting_get_member(grp, "allow_unauthenticated"), ap,
+                     "true: \"%s\" is not a loopback address and serves /metrics and /status "
+                     "without a token to anyone who can reach it",
+                     m->listen);
+}
+
 /* metrics.token_file: the token read (conf_read_secret checks it); metrics.listen: a numeric
- * address and a port, parsed for the supervisor. */
+ * address and a port, parsed for the supervisor, and not open to others without a token. */
 int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
 {
     conf_metrics_t *m = base;
@@ -128,7 +168,7 @@ int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                           "\"[::1]:9187\"",
                           m->listen);
     }
-    return 0;
+    return conf_check_metrics_open(ctx, grp, path, m, at, sp);
 }
 
 /*

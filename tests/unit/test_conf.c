@@ -1063,6 +1063,49 @@ static void test_metrics(void)
     expect_error("metrics.listen with IPv6 unbracketed", v6, "listen =",
                  "metrics.listen: \"::1:9187\": the address must be numeric, e.g. "
                  "\"127.0.0.1:9187\" or \"[::1]:9187\"");
+
+    /* Not loopback and no token: refused unless allow_unauthenticated says it is meant. */
+    static const char *const open_addrs[] = {"0.0.0.0:9187", "[::]:9187", "192.0.2.7:9187",
+                                             "[::ffff:10.0.0.1]:9187"};
+    for (size_t i = 0; i < sizeof(open_addrs) / sizeof(open_addrs[0]); i++) {
+        char text[512], msg[768], desc[128];
+        snprintf(text, sizeof(text), DB "metrics = {\n  listen = \"%s\";\n};\n" Q1(""),
+                 open_addrs[i]);
+        snprintf(msg, sizeof(msg),
+                 "metrics.listen: \"%s\" is not a loopback address and token_file is not set: "
+                 "anyone who can reach it would read /metrics and /status (pid, counters, the "
+                 "last warning text); set metrics.token_file (docs/monitoring.md), listen on "
+                 "127.0.0.1, or set metrics.allow_unauthenticated = true",
+                 open_addrs[i]);
+        snprintf(desc, sizeof(desc), "metrics.listen %s without a token is refused", open_addrs[i]);
+        expect_error(desc, text, "listen =", msg);
+    }
+    c = must_load("metrics on 127.9.9.9 without a token",
+                  DB "metrics = { listen = \"127.9.9.9:9187\"; };\n" Q1(""));
+    if (c) {
+        bool any = false;
+        for (int i = 0; i < c->n_warnings; i++)
+            any = any || strstr(c->warnings[i], "metrics.") != NULL;
+        ok(!any, "a loopback listener without a token: no warning about it");
+        conf_free(c);
+    }
+    c = must_load("metrics on [::ffff:127.0.0.1] without a token",
+                  DB "metrics = { listen = \"[::ffff:127.0.0.1]:9187\"; };\n" Q1(""));
+    conf_free(c);
+    c = must_load("metrics on 0.0.0.0 with allow_unauthenticated",
+                  DB "metrics = { listen = \"0.0.0.0:9187\";\n"
+                     "  allow_unauthenticated = true; };\n" Q1(""));
+    if (c) {
+        bool found = false;
+        for (int i = 0; i < c->n_warnings; i++)
+            found = found || strstr(c->warnings[i],
+                                    ":3: metrics.allow_unauthenticated: true: \"0.0.0.0:9187\" "
+                                    "is not a loopback address and serves /metrics and /status "
+                                    "without a token") != NULL;
+        ok(c->metrics.allow_unauthenticated && found,
+           "allow_unauthenticated = true loads, with a warning at its line");
+        conf_free(c);
+    }
 }
 
 static char *dump_to_string(const conf_t *c);
