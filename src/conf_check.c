@@ -229,12 +229,79 @@ static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const 
     return 0;
 }
 
+/* Length of the UTF-8 sequence at s (1..4), or 0 when it is not one (overlong, a surrogate,
+ * past U+10FFFF, cut short). */
+static size_t conf_utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0], cp, n;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07;
+    else
+        return 0;
+    for (unsigned i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return n;
+}
+
+/*
+ * A queue name idemd declares, as RabbitMQ takes it (the table already bounds its length to
+ * 255 bytes): UTF-8, no control byte (names reach logs and terminals), not "amq." (RabbitMQ
+ * refuses to declare those: the workers would restart for ever). kind says which queue, for
+ * the message. 0, or -1 with the FILE:LINE message at setting at (sp).
+ */
+static int conf_check_queue_name(conf_ctx_t *ctx, const config_setting_t *at, const char *sp,
+                                 const char *name, const char *kind)
+{
+    const unsigned char *p = (const unsigned char *)name;
+    while (*p) {
+        size_t n = conf_utf8_seq(p);
+        if (n == 0)
+            return conf_error(ctx, at, sp,
+                              "%s: byte %zu is not valid UTF-8: RabbitMQ takes UTF-8 queue names",
+                              kind, (size_t)(p - (const unsigned char *)name) + 1);
+        if (*p < 0x20 || *p == 0x7f)
+            return conf_error(ctx, at, sp, "%s: byte %zu is a control character (0x%02x)", kind,
+                              (size_t)(p - (const unsigned char *)name) + 1, *p);
+        p += n;
+    }
+    if (strncmp(name, "amq.", 4) == 0)
+        return conf_error(ctx, at, sp,
+                          "%s \"%s\" starts with \"amq.\", which RabbitMQ keeps for itself "
+                          "(it refuses to declare such a queue): choose another name",
+                          kind, name);
+    return 0;
+}
+
 int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
 {
     conf_queue_t *q = base;
     char sp[CONF_PATH_MAX];
+    const config_setting_t *nat = config_setting_get_member(grp, "name");
 
     q->line = (int)config_setting_source_line(grp);
+    conf_path(sp, path, "name");
+    if (conf_check_queue_name(ctx, nat, sp, q->name, "the queue name") != 0)
+        return -1;
+    /* Onward messages of queue X are signed for "onward:X" (relay_onward_queue): a queue of
+     * that name would take them as its own letters, and its own as X's onward messages. */
+    if (strncmp(q->name, "onward:", 7) == 0)
+        return conf_error(ctx, nat, sp,
+                          "\"%s\" starts with \"onward:\", which idemd keeps for the dead "
+                          "letters of onward messages (their signatures name \"onward:QUEUE\"): "
+                          "choose another name",
+                          q->name);
     if (conf_absolute_handler(ctx, grp, path, q) != 0)
         return -1;
     /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
@@ -661,6 +728,11 @@ int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
     } else if (q->dead_letter_queue[0] == '\0') {
         free(q->dead_letter_queue); /* "" turns our dead letter queue off */
         q->dead_letter_queue = NULL;
+    } else {
+        conf_path(sp, path, "dead_letter_queue");
+        if (conf_check_queue_name(ctx, config_setting_get_member(grp, "dead_letter_queue"), sp,
+                                  q->dead_letter_queue, "the dead letter queue") != 0)
+            return -1;
     }
     for (int i = 0; q->single_active_consumer && i < q->n_args; i++)
         if (strcmp(q->args[i].key, "x-single-active-consumer") == 0) {

@@ -1108,6 +1108,39 @@ static void test_metrics(void)
     }
 }
 
+/* Queue names as RabbitMQ takes them, and none in the signing domain of onward messages. */
+static void test_queue_names(void)
+{
+    expect_error("a queue named amq.*",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"amq.q\"; }\n);\n", "name =",
+                 "queues.[0].name: the queue name \"amq.q\" starts with \"amq.\", which RabbitMQ "
+                 "keeps for itself (it refuses to declare such a queue): choose another name");
+    expect_error("a queue named onward:*",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"onward:q\"; }\n);\n",
+                 "name =",
+                 "queues.[0].name: \"onward:q\" starts with \"onward:\", which idemd keeps for the "
+                 "dead letters of onward messages (their signatures name \"onward:QUEUE\"): "
+                 "choose another name");
+    expect_error("a queue name that is not UTF-8",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"q\xed\xa0\x80\"; }\n);\n",
+                 "name =",
+                 "queues.[0].name: the queue name: byte 2 is not valid UTF-8: RabbitMQ takes "
+                 "UTF-8 queue names");
+    expect_error("a queue name with a control byte",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"q\x7f\"; }\n);\n",
+                 "name =", "queues.[0].name: the queue name: byte 2 is a control character (0x7f)");
+    expect_error("a dead letter queue named amq.*",
+                 DB Q1("    declare = {\n      dead_letter_queue = \"amq.d\"; };\n"),
+                 "dead_letter_queue",
+                 "queues.[0].declare.dead_letter_queue: the dead letter queue \"amq.d\" starts "
+                 "with \"amq.\", which RabbitMQ keeps for itself (it refuses to declare such a "
+                 "queue): choose another name");
+    conf_t *c = must_load("UTF-8 and inner onward:/amq. in a queue name", DB
+                          "queues = ( { handler = \"h.so\"; name = \"caf\xc3\xa9.onward:amq.x\"; "
+                          "} );\n");
+    conf_free(c);
+}
+
 static char *dump_to_string(const conf_t *c);
 
 /* metrics.token_file: read and kept; a mode others may use, a short token or a byte that
@@ -1596,6 +1629,7 @@ int main(int argc, char **argv)
     test_plain_remote();
     test_metrics();
     test_metrics_token();
+    test_queue_names();
     test_password_permissions();
     test_file_errors();
     test_dump();
