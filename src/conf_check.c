@@ -172,6 +172,39 @@ int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
 }
 
 /*
+ * With workers = "auto" an ordered queue runs one worker: a workers_min or workers_max written
+ * in the file with another value is not used, and says so (a warning, not an error: "auto"
+ * asks idemd to choose, and configurations that loaded before keep loading). 0, or -1 when
+ * out of memory.
+ */
+static int conf_warn_order_overrides(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                     const conf_queue_t *q)
+{
+    static const char *const names[] = {"workers_min", "workers_max"};
+    char sp[CONF_PATH_MAX];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const config_setting_t *s = config_setting_get_member(grp, names[i]);
+        int v = i == 0 ? q->workers_min : q->workers_max;
+        if (s == NULL || v == 1)
+            continue;
+        char val[16];
+        if (v == CONF_WORKERS_AUTO)
+            snprintf(val, sizeof(val), "\"auto\"");
+        else
+            snprintf(val, sizeof(val), "%d", v);
+        conf_path(sp, path, names[i]);
+        if (conf_warn(ctx, s, sp,
+                      "%s is not used: the queue has order_key = \"%s\", so workers = \"auto\" "
+                      "runs 1 worker per instance (two would handle two messages of one key at "
+                      "once); the effective value is 1. Remove the setting, or shard over several "
+                      "queues for more (docs/ordering.md)",
+                      val, q->order_key) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/*
  * order_key (docs/ordering.md): "header:NAME" or "json:PATH" with a non-empty name; an ordered
  * queue runs one worker per instance (two workers of one instance would handle two messages of
  * a key at once: workers = "auto" means 1 there) and needs the record table (a waiter's copy
@@ -196,6 +229,8 @@ static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const 
     if (strncmp(k, "json:", 5) == 0 && (k[5] == '.' || k[strlen(k) - 1] == '.' || strstr(k, "..")))
         return conf_error(ctx, at, sp, "\"%s\": an empty field name in the path", k);
     if (q->workers == CONF_WORKERS_AUTO) {
+        if (conf_warn_order_overrides(ctx, grp, path, q) != 0)
+            return -1;
         q->workers = 1; /* auto: one, the most an ordered queue may have */
         q->workers_min = q->workers_max = 1;
     }

@@ -1141,6 +1141,26 @@ static void test_queue_names(void)
     conf_free(c);
 }
 
+/* An ordered queue with workers = "auto" runs one worker: other explicit bounds are warned
+ * about at their line, and the effective value is 1. */
+static void test_order_overrides(void)
+{
+    conf_t *c = must_load("an ordered queue with workers_max = 4",
+                          DB Q1("    order_key = \"header:k\";\n    workers_max = 4;\n"));
+    if (c) {
+        bool found = false;
+        for (int i = 0; i < c->n_warnings; i++)
+            found = found || strstr(c->warnings[i],
+                                    ":5: queues.[0].workers_max: 4 is not used: the queue has "
+                                    "order_key = \"header:k\", so workers = \"auto\" runs 1 "
+                                    "worker per instance") != NULL;
+        ok(found && c->queues[0].workers == 1 && c->queues[0].workers_max == 1 &&
+               c->queues[0].workers_min == 1,
+           "workers_max = 4 on an ordered queue: a warning at its line, effective 1");
+        conf_free(c);
+    }
+}
+
 static char *dump_to_string(const conf_t *c);
 
 /* metrics.token_file: read and kept; a mode others may use, a short token or a byte that
@@ -1630,6 +1650,7 @@ int main(int argc, char **argv)
     test_metrics();
     test_metrics_token();
     test_queue_names();
+    test_order_overrides();
     test_password_permissions();
     test_file_errors();
     test_dump();
