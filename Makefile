@@ -67,7 +67,9 @@ CTL_OWN := idemctl ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_
 CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround relay version
 # conf is one module in several files: the table (conf.c) and the code that walks it.
 CONF_SRCS := src/conf.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
-CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS)))
+# conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin.
+CONF_DEPS := src/trust.c
+CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 PLUGINS := $(patsubst src/plugins/%.c,$(B)/plugins/%.so,$(wildcard src/plugins/*.c))
@@ -123,8 +125,12 @@ $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c tests/unit/tap.h $
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
 # test_conf links all of conf's files.
-$(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) src/log.c $(LDLIBS)
+$(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) $(CONF_DEPS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) $(CONF_DEPS) src/log.c $(LDLIBS)
+
+# The plugin loader checks who may change a plugin with trust.c.
+$(B)/tests/unit/test_plugin: tests/unit/test_plugin.c src/plugin.c src/trust.c src/log.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/plugin.c src/trust.c src/log.c $(LDLIBS)
 
 # outbox.c reaches the database and the broker only through its ops tables (outbox_io.c is the
 # real side) and signs dead letters with relay.c.
@@ -248,7 +254,7 @@ F := build-fuzz
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_SRC_conf := $(CONF_SRCS) src/log.c
+FUZZ_SRC_conf := $(CONF_SRCS) $(CONF_DEPS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
 FUZZ_SRC_trace := src/trace.c
