@@ -334,15 +334,39 @@ static bool ctl_selected(const ctl_t *ctl, const ctl_letter_t *l)
     return true;
 }
 
+/* A letter's id into a --json object (null without one). */
+static void ctl_letter_json_id(json_object *o, const ctl_letter_t *l)
+{
+    if (l->has_id)
+        ctl_json_str(o, "id", l->id, l->id_len);
+    else
+        json_object_object_add(o, "id", NULL);
+}
+
+/* A letter's signature, consumer and applied into a --json object. */
+static void ctl_letter_json_checks(json_object *o, const ctl_letter_t *l)
+{
+    json_object_object_add(o, "signature", json_object_new_string(ctl_sig_names[l->sig]));
+    json_object_object_add(o, "consumer", l->consumer ? json_object_new_string(l->consumer) : NULL);
+    json_object_object_add(o, "applied",
+                           l->applied < 0 ? NULL : json_object_new_boolean(l->applied));
+}
+
+/* A letter's id as the first field of a text line ("-" without one). */
+static void ctl_letter_put_id(const ctl_letter_t *l)
+{
+    if (l->has_id)
+        ctl_put(stdout, l->id, l->id_len);
+    else
+        ctl_printf("-");
+}
+
 /* One dead letter for dlq list: a line of text, or an object of the --json document. */
 static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr)
 {
     if (ctl->json) {
         json_object *o = json_object_new_object();
-        if (l->has_id)
-            ctl_json_str(o, "id", l->id, l->id_len);
-        else
-            json_object_object_add(o, "id", NULL);
+        ctl_letter_json_id(o, l);
         ctl_json_str(o, "reason", l->reason, strlen(l->reason));
         json_object_object_add(o, "attempts", json_object_new_int64(l->attempts));
         json_object_object_add(o, "first_failure", json_object_new_string(l->first));
@@ -352,18 +376,11 @@ static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_objec
         json_object_object_add(o, "original_routing_key",
                                l->has_routing_key ? json_object_new_string(l->routing_key) : NULL);
         json_object_object_add(o, "queue", json_object_new_string(l->queue));
-        json_object_object_add(o, "signature", json_object_new_string(ctl_sig_names[l->sig]));
-        json_object_object_add(o, "consumer",
-                               l->consumer ? json_object_new_string(l->consumer) : NULL);
-        json_object_object_add(o, "applied",
-                               l->applied < 0 ? NULL : json_object_new_boolean(l->applied));
+        ctl_letter_json_checks(o, l);
         json_object_array_add(arr, o);
         return;
     }
-    if (l->has_id)
-        ctl_put(stdout, l->id, l->id_len);
-    else
-        ctl_printf("-");
+    ctl_letter_put_id(l);
     ctl_printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
                l->last[0] ? l->last : "-");
     ctl_puts(stdout, l->has_exchange ? l->exchange : "-");
@@ -406,25 +423,15 @@ static int ctl_dry(const ctl_t *ctl, const ctl_letter_t *l, const char *action,
 {
     if (ctl->json) {
         json_object *o = json_object_new_object();
-        if (l->has_id)
-            ctl_json_str(o, "id", l->id, l->id_len);
-        else
-            json_object_object_add(o, "id", NULL);
-        json_object_object_add(o, "signature", json_object_new_string(ctl_sig_names[l->sig]));
-        json_object_object_add(o, "consumer",
-                               l->consumer ? json_object_new_string(l->consumer) : NULL);
-        json_object_object_add(o, "applied",
-                               l->applied < 0 ? NULL : json_object_new_boolean(l->applied));
+        ctl_letter_json_id(o, l);
+        ctl_letter_json_checks(o, l);
         json_object_object_add(o, "action", json_object_new_string(action));
         json_object_object_add(o, "exchange", exchange ? json_object_new_string(exchange) : NULL);
         json_object_object_add(o, "routing_key", rk ? json_object_new_string(rk) : NULL);
         json_object_object_add(o, "why", why ? json_object_new_string(why) : NULL);
         json_object_array_add(arr, o);
     } else {
-        if (l->has_id)
-            ctl_put(stdout, l->id, l->id_len);
-        else
-            ctl_printf("-");
+        ctl_letter_put_id(l);
         ctl_printf("\t%s\t%s\t%s\t", ctl_sig_names[l->sig], ctl_applied_name(l->applied), action);
         ctl_puts(stdout, exchange ? exchange : "-");
         ctl_printf("\t");
