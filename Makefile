@@ -63,11 +63,13 @@ LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its own files (main, one per command family) and the modules it
 # shares with the daemon.
-CTL_OWN := idemctl ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_status
+CTL_OWN := idemctl ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status
 CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround relay version
 # conf is one module in several files: the table (conf.c) and the code that walks it.
 CONF_SRCS := src/conf.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
-CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS)))
+# conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin.
+CONF_DEPS := src/trust.c
+CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 # The test build: the same sources with -DIDEMD_TESTING, which compiles in the switches that put
@@ -92,7 +94,7 @@ TEST_PLUGINS := $(patsubst tests/plugins/%.c,$(B)/tests/plugins/%.so,$(filter-ou
 TEST_TOOLS := $(patsubst tests/tools/%.c,$(B)/tests/tools/%,$(wildcard tests/tools/*.c))
 UNIT_TESTS := $(patsubst tests/unit/%.c,$(B)/tests/unit/%,$(wildcard tests/unit/test_*.c))
 
-.PHONY: all check-build test unit sim readme integration bench bench-curves chaos chaos-high chaos-matrix chaos-order cluster-chaos memcheck demo install uninstall clean format format-check \
+.PHONY: all check-build test unit sim readme integration bench bench-curves chaos chaos-high chaos-matrix chaos-order order-deadlocks cluster-chaos memcheck demo install uninstall clean format format-check \
 	fuzz fuzz-build fuzz-short \
 	install-bin install-plugins install-dev install-units install-data install-man install-list man-check
 
@@ -138,8 +140,12 @@ $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c tests/unit/tap.h $
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
 
 # test_conf links all of conf's files.
-$(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) src/log.c $(LDLIBS)
+$(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) $(CONF_DEPS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) $(CONF_DEPS) src/log.c $(LDLIBS)
+
+# The plugin loader checks who may change a plugin with trust.c.
+$(B)/tests/unit/test_plugin: tests/unit/test_plugin.c src/plugin.c src/trust.c src/log.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/plugin.c src/trust.c src/log.c $(LDLIBS)
 
 # outbox.c reaches the database and the broker only through its ops tables (outbox_io.c is the
 # real side) and signs dead letters with relay.c.
@@ -151,9 +157,9 @@ $(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c tests/unit/tap.h src
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/relay.c src/log.c $(LDLIBS)
 
 # The transaction protocol is txn.c, what results do to it (txn_result.c) and its message states
-# (txn_state.c).
-$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/log.c $(LDLIBS)
+# (txn_state.c); it prints ids (delivery.c).
+$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c $(LDLIBS)
 
 # The crash guard moves txn_msg_t states (txn_state.c) and prints ids (delivery.c); its database
 # is a fake in the test.
@@ -238,6 +244,11 @@ chaos-matrix: check-build
 chaos-order: check-build
 	H_BUILD=$(abspath $(B)) bash tests/chaos/run --order $(CHAOS_ARGS)
 
+# Deadlocks between ordered queues sharing a database (tests/chaos/order_pair --help,
+# docs/ordering.md); a few minutes, not part of make test.
+order-deadlocks: check-build
+	H_BUILD=$(abspath $(B)) bash tests/chaos/order_pair $(CHAOS_ARGS)
+
 # The cluster chaos run (tests/chaos/cluster --help): 3-node RabbitMQ and Galera clusters, each
 # node in a network namespace (needs root, iproute2, galera-4 and rsync; exits 77 without root
 # or ip); not part of make test. CHAOS_ARGS=--short, --ci, --soak MIN.
@@ -259,7 +270,7 @@ F := build-fuzz
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_SRC_conf := $(CONF_SRCS) src/log.c
+FUZZ_SRC_conf := $(CONF_SRCS) $(CONF_DEPS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
 FUZZ_SRC_trace := src/trace.c

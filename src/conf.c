@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "trust.h"
 
 /*
  * Every setting is described once, in conf_defs below. The table drives
@@ -251,13 +252,19 @@ const conf_def_t conf_defs[] = {
     CONF_STRING("metrics", "listen", conf_metrics_t, listen, 0, NULL, 1, 64, "none (off)",
                 "`\"ADDR:PORT\"` (IPv6: `\"[ADDR]:PORT\"`, numeric) where the supervisor serves "
                 "`/metrics` and `/status` over plain HTTP: keep it on loopback or a trusted "
-                "network, and set `token_file`"),
+                "network; an address that is not loopback needs `token_file` (or "
+                "`allow_unauthenticated = true`)"),
     CONF_STRING("metrics", "token_file", conf_metrics_t, token_file, CONF_F_READABLE, NULL, 1,
                 PATH_MAX - 1, "none (no authentication)",
                 "file holding a bearer token (trailing newlines removed; at least 16 bytes of "
                 "letters, digits, `-._~+/`, then `=` padding) that every request must send as "
                 "`Authorization: Bearer TOKEN`, else 401; refused when others may read it or "
                 "its group write it. Read again on reload; `idemctl status` sends it"),
+    CONF_BOOL("metrics", "allow_unauthenticated", conf_metrics_t, allow_unauthenticated, 0, "false",
+              "serve a `listen` address that is not loopback (e.g. `0.0.0.0`) without "
+              "`token_file`: anyone who reaches it reads `/status` (pid, counters, the last "
+              "warning text, which may quote database errors). false: such a `listen` is a "
+              "configuration error; loopback addresses need neither"),
 
     CONF_STRING("queue", "name", conf_queue_t, name, NR | RQ, NULL, 1, 255, NULL,
                 "queue to consume; unique in the file"),
@@ -412,6 +419,58 @@ const conf_section_t *conf_section(const char *name)
 
 static void conf_drop_connections(conf_t *conf);
 
+/*
+ * The config file picks the handlers idemd runs and the servers it trusts with passwords and
+ * messages: like a plugin (trust.c), it may be changed by root and the user we run as only.
+ * file as the caller names it; 0, or -1 with "FILE: refused: WHY: FIX" in err.
+ */
+static int conf_trust_file(const char *file, char *err, size_t errlen)
+{
+    char real[PATH_MAX], why[1024];
+    if (realpath(file, real) == NULL)
+        snprintf(why, sizeof(why), "%s: cannot resolve: %s", file, strerror(errno));
+    else if (trust_check(file, real, "a config file", why, sizeof(why)) == 0)
+        return 0;
+    if (err && errlen)
+        snprintf(err, errlen, "%s", why);
+    return -1;
+}
+
+/*
+ * The same for every file @include brought in, from the settings under s: each setting names
+ * its source; seen[] holds the names checked so far (libconfig keeps one copy of each), n of
+ * them (seen NULL: none yet). Returns the new n, or -1 with the error set.
+ */
+static int conf_trust_includes(conf_ctx_t *ctx, const config_setting_t *s, const char **seen, int n)
+{
+    const char *mine[16];
+    const char *file = config_setting_source_file(s);
+    if (seen == NULL)
+        seen = mine;
+    if (file && strcmp(file, ctx->path) != 0) {
+        bool known = false;
+        for (int i = 0; i < n && !known; i++)
+            known = seen[i] == file;
+        if (!known) {
+            char full[PATH_MAX + 8];
+            int line;
+            conf_source(ctx, s, full, sizeof(full), &line);
+            if (conf_trust_file(full, ctx->err, ctx->errlen) != 0)
+                return -1;
+            if (n < 16)
+                seen[n++] = file;
+        }
+    }
+    if (!config_setting_is_aggregate(s))
+        return n;
+    for (int i = 0; i < config_setting_length(s); i++) {
+        n = conf_trust_includes(ctx, config_setting_get_elem(s, (unsigned)i), seen, n);
+        if (n < 0)
+            return -1;
+    }
+    return n;
+}
+
 int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
 {
     conf_ctx_t ctx = {.path = path, .err = err, .errlen = errlen};
@@ -449,6 +508,8 @@ int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
         goto fail;
     }
     close(fd);
+    if (conf_trust_file(path, err, errlen) != 0)
+        goto fail;
     if (!config_read_file(&conf->lc, path)) {
         if (err && errlen) {
             const char *file = config_error_file(&conf->lc);
@@ -460,7 +521,8 @@ int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
         }
         goto fail;
     }
-    if (conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
+    if (conf_trust_includes(&ctx, config_root_setting(&conf->lc), NULL, 0) < 0 ||
+        conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
         goto fail;
     conf_drop_connections(conf);
     free(dir);

@@ -130,6 +130,7 @@ typedef struct conf_metrics {
     struct sockaddr_storage addr; /* listen parsed (when set) */
     char *token_file;             /* file holding the bearer token, or NULL: none */
     char *token;                  /* its content, read at load (owned; wiped by conf_free) */
+    bool allow_unauthenticated;   /* a non-loopback listen without token_file is meant */
 } conf_metrics_t;
 
 typedef struct conf {

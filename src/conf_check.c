@@ -77,8 +77,48 @@ static int conf_absolute_handler(conf_ctx_t *ctx, const config_setting_t *grp, c
     return conf_set_string(ctx, at, sp, &q->handler, full);
 }
 
+/* Whether a parsed listen address is reachable from this machine only: 127.0.0.0/8, ::1,
+ * ::ffff:127.0.0.0/104. The wildcards 0.0.0.0 and :: are every address, so not loopback. */
+static bool conf_addr_is_loopback(const struct sockaddr_storage *ss)
+{
+    const struct sockaddr_in *v4 = (const struct sockaddr_in *)(const void *)ss;
+    const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)(const void *)ss;
+    if (ss->ss_family == AF_INET)
+        return (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+    if (ss->ss_family == AF_INET6)
+        return IN6_IS_ADDR_LOOPBACK(&v6->sin6_addr) ||
+               (IN6_IS_ADDR_V4MAPPED(&v6->sin6_addr) && v6->sin6_addr.s6_addr[12] == 127);
+    return false;
+}
+
+/*
+ * /status tells the pid, the counters and the last warning text (which may quote a database
+ * error): on an address others can reach it needs the token, or an explicit
+ * allow_unauthenticated (then a warning at every load). at and sp are listen's.
+ */
+static int conf_check_metrics_open(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                   const conf_metrics_t *m, const config_setting_t *at,
+                                   const char *sp)
+{
+    char ap[CONF_PATH_MAX];
+    if (m->token_file || conf_addr_is_loopback(&m->addr))
+        return 0;
+    if (!m->allow_unauthenticated)
+        return conf_error(ctx, at, sp,
+                          "\"%s\" is not a loopback address and token_file is not set: anyone "
+                          "who can reach it would read /metrics and /status (pid, counters, the "
+                          "last warning text); set metrics.token_file (docs/monitoring.md), "
+                          "listen on 127.0.0.1, or set metrics.allow_unauthenticated = true",
+                          m->listen);
+    conf_path(ap, path, "allow_unauthenticated");
+    return conf_warn(ctx, config_setting_get_member(grp, "allow_unauthenticated"), ap,
+                     "true: \"%s\" is not a loopback address and serves /metrics and /status "
+                     "without a token to anyone who can reach it",
+                     m->listen);
+}
+
 /* metrics.token_file: the token read (conf_read_secret checks it); metrics.listen: a numeric
- * address and a port, parsed for the supervisor. */
+ * address and a port, parsed for the supervisor, and not open to others without a token. */
 int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
 {
     conf_metrics_t *m = base;
@@ -128,6 +168,39 @@ int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
                           "\"[::1]:9187\"",
                           m->listen);
     }
+    return conf_check_metrics_open(ctx, grp, path, m, at, sp);
+}
+
+/*
+ * With workers = "auto" an ordered queue runs one worker: a workers_min or workers_max written
+ * in the file with another value is not used, and says so (a warning, not an error: "auto"
+ * asks idemd to choose, and configurations that loaded before keep loading). 0, or -1 when
+ * out of memory.
+ */
+static int conf_warn_order_overrides(conf_ctx_t *ctx, const config_setting_t *grp, const char *path,
+                                     const conf_queue_t *q)
+{
+    static const char *const names[] = {"workers_min", "workers_max"};
+    char sp[CONF_PATH_MAX];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        const config_setting_t *s = config_setting_get_member(grp, names[i]);
+        int v = i == 0 ? q->workers_min : q->workers_max;
+        if (s == NULL || v == 1)
+            continue;
+        char val[16];
+        if (v == CONF_WORKERS_AUTO)
+            snprintf(val, sizeof(val), "\"auto\"");
+        else
+            snprintf(val, sizeof(val), "%d", v);
+        conf_path(sp, path, names[i]);
+        if (conf_warn(ctx, s, sp,
+                      "%s is not used: the queue has order_key = \"%s\", so workers = \"auto\" "
+                      "runs 1 worker per instance (two would handle two messages of one key at "
+                      "once); the effective value is 1. Remove the setting, or shard over several "
+                      "queues for more (docs/ordering.md)",
+                      val, q->order_key) < 0)
+            return -1;
+    }
     return 0;
 }
 
@@ -156,6 +229,8 @@ static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const 
     if (strncmp(k, "json:", 5) == 0 && (k[5] == '.' || k[strlen(k) - 1] == '.' || strstr(k, "..")))
         return conf_error(ctx, at, sp, "\"%s\": an empty field name in the path", k);
     if (q->workers == CONF_WORKERS_AUTO) {
+        if (conf_warn_order_overrides(ctx, grp, path, q) != 0)
+            return -1;
         q->workers = 1; /* auto: one, the most an ordered queue may have */
         q->workers_min = q->workers_max = 1;
     }
@@ -189,12 +264,79 @@ static int conf_check_order(conf_ctx_t *ctx, const config_setting_t *grp, const 
     return 0;
 }
 
+/* Length of the UTF-8 sequence at s (1..4), or 0 when it is not one (overlong, a surrogate,
+ * past U+10FFFF, cut short). */
+static size_t conf_utf8_seq(const unsigned char *s)
+{
+    unsigned c = s[0], cp, n;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        n = 2, cp = c & 0x1f;
+    else if (c >= 0xe0 && c <= 0xef)
+        n = 3, cp = c & 0x0f;
+    else if (c >= 0xf0 && c <= 0xf4)
+        n = 4, cp = c & 0x07;
+    else
+        return 0;
+    for (unsigned i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (n == 4 && (cp < 0x10000 || cp > 0x10ffff)))
+        return 0;
+    return n;
+}
+
+/*
+ * A queue name idemd declares, as RabbitMQ takes it (the table already bounds its length to
+ * 255 bytes): UTF-8, no control byte (names reach logs and terminals), not "amq." (RabbitMQ
+ * refuses to declare those: the workers would restart for ever). kind says which queue, for
+ * the message. 0, or -1 with the FILE:LINE message at setting at (sp).
+ */
+static int conf_check_queue_name(conf_ctx_t *ctx, const config_setting_t *at, const char *sp,
+                                 const char *name, const char *kind)
+{
+    const unsigned char *p = (const unsigned char *)name;
+    while (*p) {
+        size_t n = conf_utf8_seq(p);
+        if (n == 0)
+            return conf_error(ctx, at, sp,
+                              "%s: byte %zu is not valid UTF-8: RabbitMQ takes UTF-8 queue names",
+                              kind, (size_t)(p - (const unsigned char *)name) + 1);
+        if (*p < 0x20 || *p == 0x7f)
+            return conf_error(ctx, at, sp, "%s: byte %zu is a control character (0x%02x)", kind,
+                              (size_t)(p - (const unsigned char *)name) + 1, *p);
+        p += n;
+    }
+    if (strncmp(name, "amq.", 4) == 0)
+        return conf_error(ctx, at, sp,
+                          "%s \"%s\" starts with \"amq.\", which RabbitMQ keeps for itself "
+                          "(it refuses to declare such a queue): choose another name",
+                          kind, name);
+    return 0;
+}
+
 int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
 {
     conf_queue_t *q = base;
     char sp[CONF_PATH_MAX];
+    const config_setting_t *nat = config_setting_get_member(grp, "name");
 
     q->line = (int)config_setting_source_line(grp);
+    conf_path(sp, path, "name");
+    if (conf_check_queue_name(ctx, nat, sp, q->name, "the queue name") != 0)
+        return -1;
+    /* Onward messages of queue X are signed for "onward:X" (relay_onward_queue): a queue of
+     * that name would take them as its own letters, and its own as X's onward messages. */
+    if (strncmp(q->name, "onward:", 7) == 0)
+        return conf_error(ctx, nat, sp,
+                          "\"%s\" starts with \"onward:\", which idemd keeps for the dead "
+                          "letters of onward messages (their signatures name \"onward:QUEUE\"): "
+                          "choose another name",
+                          q->name);
     if (conf_absolute_handler(ctx, grp, path, q) != 0)
         return -1;
     /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
@@ -621,6 +763,11 @@ int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
     } else if (q->dead_letter_queue[0] == '\0') {
         free(q->dead_letter_queue); /* "" turns our dead letter queue off */
         q->dead_letter_queue = NULL;
+    } else {
+        conf_path(sp, path, "dead_letter_queue");
+        if (conf_check_queue_name(ctx, config_setting_get_member(grp, "dead_letter_queue"), sp,
+                                  q->dead_letter_queue, "the dead letter queue") != 0)
+            return -1;
     }
     for (int i = 0; q->single_active_consumer && i < q->n_args; i++)
         if (strcmp(q->args[i].key, "x-single-active-consumer") == 0) {

@@ -4,6 +4,7 @@
 
 #include <json-c/json.h>
 #include <regex.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -36,6 +37,9 @@ typedef struct ctl {
     bool all, yes, to_original;
     bool unverified;       /* dlq replay: letters whose idemd-sig does not verify too */
     bool allow_empty_body; /* dlq replay: letters whose body was dropped too */
+    bool verified_only;    /* dlq list / replay / purge: only letters whose idemd-sig verifies */
+    bool force;            /* dlq replay: applied letters too, and without a trail table */
+    bool dry_run;          /* dlq replay: say what would be done, do nothing */
     relay_keys_t keys;     /* dlq replay: the installation's relay keys (n = 0: unread) */
     const char *to_queue;
     long slow_ms;
@@ -44,20 +48,36 @@ typedef struct ctl {
     json_object *out; /* --json: the document printed at the end */
 } ctl_t;
 
+/*
+ * Output, in ctl_out.c. idemctl writes nothing any other way (tests/lint
+ * checks): in text mode every field, whoever supplied it (a message, a
+ * server, the database, the command line), is shown through log_escape,
+ * so control bytes, invalid UTF-8 and a terminal's escape sequences come
+ * out as \xNN, \n, \uNNNN text, never as they are.
+ */
+
+/* printf to f, each %s, %c and %m through log_escape (backslashes single); the format as it is. */
+void ctl_fprintf(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* ctl_fprintf to stdout. */
+void ctl_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* ctl_fprintf with a va_list. */
+void ctl_vfprintf(FILE *f, const char *fmt, va_list ap);
+/* len bytes of s to f through log_escape, a backslash as two (any bytes: one field, unambiguous).
+ */
+void ctl_put(FILE *f, const char *s, size_t len);
+/* ctl_put of a C string. */
+void ctl_puts(FILE *f, const char *s);
+/* Print the --json document (ctl->out, escaped by json-c) and free it. */
+void ctl_json_flush(ctl_t *ctl);
+
 /* Helpers in idemctl.c. */
 
 /* Seconds s as a duration idemctl reads back ("1d1m", "90s"), into buf. */
 void ctl_format_duration(long long s, char *buf, size_t len);
-/* Print bytes on one line for text output (see idemctl.c for the escapes). */
-void ctl_put(FILE *f, const char *s, size_t len);
-/* ctl_put of a C string. */
-void ctl_puts(FILE *f, const char *s);
 /* An X'...' literal for bytes: safe for any consumer or id. Returns a malloc'd string or NULL. */
 char *ctl_hex(const char *s, size_t len);
 /* Add a string member to a JSON object (bytes, may hold anything json-c can escape). */
 void ctl_json_str(json_object *o, const char *key, const char *s, size_t len);
-/* Print the --json document (ctl->out) and free it. */
-void ctl_json_flush(ctl_t *ctl);
 /* The distinct consumers of the configuration, or just --consumer (see idemctl.c). */
 const char **ctl_consumers(const ctl_t *ctl, int *n);
 /* Open the database as the first configured consumer. 0 or CTL_EXIT_CONNECT (logged). */
@@ -84,5 +104,27 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue);
 int ctl_outbox_counts(const ctl_t *ctl, db_t *db, const char *consumer, long long ob[3]);
 /* ctl_dlq.c: dlq list / count / replay / purge. */
 int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode);
+
+/* ctl_replay.c: replay's dedup check and trail (table idemd_replay, sql/013), dlq history. */
+
+/* One replay for the trail; borrows every string (NULL: SQL NULL). */
+typedef struct ctl_trail {
+    const char *id; /* the letter's id, id_len bytes; NULL when it has none */
+    size_t id_len;
+    const char *source, *exchange, *routing_key, *consumer, *signature;
+    int applied; /* 1, 0, -1: unknown */
+    bool forced;
+} ctl_trail_t;
+/* Whether id (len bytes) is recorded for consumer in record_table: 1, 0, or -1 (logged). The
+ * transaction is rolled back after. */
+int ctl_applied(db_t *db, const char *record_table, const char *consumer, const char *id,
+                size_t len);
+/* Whether table idemd_replay can be written: 1, 0 when it is missing, -1 (logged). */
+int ctl_trail_ready(db_t *db);
+/* Insert t's row into idemd_replay in db's open transaction (the caller commits): who (the
+ * real user's login name, SUDO_USER, CURRENT_USER()), where from (hostname). 0 or -1 (logged). */
+int ctl_trail_add(db_t *db, const ctl_trail_t *t);
+/* dlq history [QUEUE]: the trail, newest first, at most ctl->limit rows (default 100). */
+int ctl_dlq_history(ctl_t *ctl, const char *queue);
 
 #endif

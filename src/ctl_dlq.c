@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 #include "ctl.h"
@@ -15,6 +16,15 @@
 #define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_requeue */
 /* A letter returned this often (x-delivery-count) is near RabbitMQ 4's default delivery limit. */
 #define CTL_RETURNS_WARN 10
+
+/* What a letter's idemd-sig says (ctl_letter_verify; idemctl(8), "Signatures"). */
+typedef enum ctl_sig {
+    CTL_SIG_VERIFIED,  /* idemd-sig verifies: idemd dead-lettered it, its headers are idemd's */
+    CTL_SIG_UNSIGNED,  /* no idemd-sig and none of idemd's headers: not dead-lettered by idemd */
+    CTL_SIG_FORGED,    /* an idemd-sig that does not verify, or idemd's headers without one */
+    CTL_SIG_UNCHECKED, /* an idemd-sig, but the keys could not be read */
+} ctl_sig_t;
+static const char *const ctl_sig_names[] = {"verified", "unsigned", "forged", "unchecked"};
 
 /* What idemctl reads off one dead letter; borrows nothing after ctl_letter_read. */
 typedef struct ctl_letter {
@@ -29,9 +39,26 @@ typedef struct ctl_letter {
     bool onward;          /* idemd-onward = 1: an onward message idemd could not deliver */
     bool body_dropped;    /* idemd-body-dropped: the body was not kept */
     bool verified;        /* idemd-sig verifies (ctl_letter_verify) */
+    ctl_sig_t sig;        /* and what it says when not */
     char unverified[300]; /* why not, when not */
+    /* The work queue the dead letter queue belongs to (ctl_dlq_home), or NULL. An unverified
+     * letter is taken as one of its messages: l->q is set to it, the id read as it reads it. */
+    const conf_queue_t *home;
+    const char *consumer; /* whose dedup records say whether it was applied; NULL: unknown */
+    int applied;          /* its id is recorded for consumer: 1, 0, -1 unknown */
     char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
 } ctl_letter_t;
+
+/* The ids one replay pass sent back, per consumer: a later letter of the same id is applied. */
+typedef struct ctl_sent {
+    const char *consumer; /* borrowed from ctl */
+    size_t id_len;
+    char id[DELIVERY_ID_MAX];
+} ctl_sent_t;
+typedef struct ctl_sent_set {
+    ctl_sent_t *v;
+    long n, cap;
+} ctl_sent_set_t;
 
 /* ---------- dead letters ---------- */
 
@@ -100,49 +127,201 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
         l->routing_key[0] = '\0';
     l->body_dropped = ctl_header(p, RELAY_H_BODY_DROPPED, num, sizeof(num));
     l->verified = false;
+    l->sig = CTL_SIG_UNCHECKED;
     l->unverified[0] = '\0';
+    l->home = NULL;
+    l->consumer = NULL;
+    l->applied = -1;
+}
+
+/*
+ * Whether p carries one of the headers idemd writes on a letter it
+ * dead-letters (its name into which). idemd writes them only together with
+ * idemd-sig: a letter without a signature that carries one did not get it
+ * from idemd.
+ */
+static bool ctl_claims_idemd(const amqp_basic_properties_t *p, char *which, size_t len)
+{
+    static const char *const names[] = {
+        RELAY_H_QUEUE,         RELAY_H_ATTEMPTS,     RELAY_H_ERROR,          RELAY_H_FIRST_FAILURE,
+        RELAY_H_LAST_FAILURE,  RELAY_H_EXCHANGE,     RELAY_H_ROUTING_KEY,    RELAY_H_ONWARD,
+        RELAY_H_ONWARD_SOURCE, RELAY_H_BODY_DROPPED, "idemd-headers-dropped"};
+    char v[8];
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (ctl_header(p, names[i], v, sizeof(v))) {
+            snprintf(which, len, "%s", names[i]);
+            return true;
+        }
+    return false;
 }
 
 /*
  * Whether l's idemd headers (queue, id, attempts, first failure, original
- * route) were signed by idemd under one of ctl->keys: sets l->verified, or
- * l->unverified to why not. A letter of a queue idemd dead-lettered is
- * bound to that queue (idemd-queue) and its id (the queue's id_header, or
- * the message_id property when the queue is not configured here); a dead
- * onward message (idemd-onward) to "onward:" and its source queue, and the
- * message_id property.
+ * route) were signed by idemd under one of ctl->keys: sets l->sig,
+ * l->verified, and l->unverified to why not. A letter of a queue idemd
+ * dead-lettered is bound to that queue (idemd-queue) and its id (the
+ * queue's id_header, or the message_id property when the queue is not
+ * configured here); a dead onward message (idemd-onward) to "onward:" and
+ * its source queue, and the message_id property. Without an idemd-sig a
+ * letter is unsigned, or forged when it carries idemd's headers all the
+ * same (ctl_claims_idemd); with one that cannot be checked (no keys),
+ * unchecked.
  */
 static void ctl_letter_verify(const ctl_t *ctl, ctl_letter_t *l)
 {
     const amqp_basic_properties_t *p = &l->msg.properties;
-    char oq[300], sig[RELAY_SIG_HEX + 8];
+    char oq[300], sig[RELAY_SIG_HEX + 8], claim[64];
     const char *bound = l->onward ? relay_onward_queue(l->queue, oq, sizeof(oq)) : l->queue;
     unsigned attempts;
 
-    if (ctl->keys.n == 0)
+    l->sig = CTL_SIG_FORGED;
+    if (!ctl_header(p, RELAY_H_SIG, sig, sizeof(sig))) {
+        if (ctl_claims_idemd(p, claim, sizeof(claim))) {
+            snprintf(l->unverified, sizeof(l->unverified),
+                     "it has no %s but carries idemd's headers (%s): idemd did not write them "
+                     "(forged, or published into the queue)",
+                     RELAY_H_SIG, claim);
+        } else {
+            l->sig = CTL_SIG_UNSIGNED;
+            snprintf(l->unverified, sizeof(l->unverified),
+                     "it has no %s: idemd did not dead-letter it (the broker did, or it was "
+                     "published into the queue)",
+                     RELAY_H_SIG);
+        }
+    } else if (ctl->keys.n == 0) {
+        l->sig = CTL_SIG_UNCHECKED;
         snprintf(l->unverified, sizeof(l->unverified), "the relay keys could not be read");
-    else if (!l->queue[0])
+    } else if (!l->queue[0]) {
         snprintf(l->unverified, sizeof(l->unverified), "it has no %s header", RELAY_H_QUEUE);
-    else if (!ctl_header(p, RELAY_H_SIG, sig, sizeof(sig)))
-        snprintf(l->unverified, sizeof(l->unverified),
-                 "it has no %s: idemd did not dead-letter it (published into the queue?)",
-                 RELAY_H_SIG);
-    else if (!l->has_id || bound == NULL)
+    } else if (!l->has_id || bound == NULL) {
         snprintf(l->unverified, sizeof(l->unverified), "it has no message id to check %s against",
                  RELAY_H_SIG);
-    else if (!relay_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts))
+    } else if (!relay_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts)) {
         snprintf(l->unverified, sizeof(l->unverified),
                  "%s does not verify under the %d key(s) in table " DB_KEY_TABLE
                  " for queue '%.100s'%s: forged or changed headers, or a retired key",
                  RELAY_H_SIG, ctl->keys.n, l->queue,
                  l->onward || l->q ? "" : " (not in this configuration: id taken from message_id)");
-    else
+    } else {
+        l->sig = CTL_SIG_VERIFIED;
         l->verified = true;
+    }
 }
 
-/* Whether the command's selection (--reason, --id) takes l. */
+/*
+ * The configured work queue whose dead letter queue dlq is: the only one,
+ * or, when several share it, the one claimed names; NULL when none (or
+ * none of several) fits. Borrows from ctl.
+ */
+static const conf_queue_t *ctl_dlq_home(const ctl_t *ctl, const char *dlq, const char *claimed)
+{
+    const conf_queue_t *home = NULL;
+    int n = 0;
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const conf_queue_t *q = &ctl->conf->queues[i];
+        if (q->dead_letter_queue == NULL || strcmp(q->dead_letter_queue, dlq) != 0)
+            continue;
+        n++;
+        if (n == 1 || strcmp(q->name, claimed) == 0)
+            home = q;
+    }
+    return n > 1 && strcmp(home->name, claimed) != 0 ? NULL : home;
+}
+
+/*
+ * After ctl_letter_verify: what l is taken for. A verified letter is what
+ * its headers say; any other is a message of the work queue the dead letter
+ * queue belongs to (l->home), its id read as that queue reads it, and its
+ * onward claim ignored. Sets l->consumer: --consumer, else the consumer of
+ * the queue a replay sends it to (--to QUEUE when configured here), NULL
+ * (applied unknown) for an onward message, a queue not configured here or
+ * one with dedup = "none".
+ */
+static void ctl_letter_place(const ctl_t *ctl, const char *dlq, ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    const conf_queue_t *q;
+    char err[128];
+
+    l->home = ctl_dlq_home(ctl, dlq, l->queue);
+    if (!l->verified && l->home) {
+        l->q = l->home;
+        l->onward = false;
+        l->id_len = 0;
+        l->has_id = delivery_id(p, l->q->id_header, l->id, &l->id_len, err, sizeof(err)) == 0;
+    }
+    q = l->onward ? NULL : l->q;
+    for (int i = 0; ctl->to_queue && i < ctl->conf->n_queues; i++)
+        if (strcmp(ctl->conf->queues[i].name, ctl->to_queue) == 0)
+            q = &ctl->conf->queues[i];
+    l->consumer = ctl->consumer                       ? ctl->consumer
+                  : q && q->dedup == CONF_DEDUP_TABLE ? q->consumer
+                                                      : NULL;
+    l->applied = -1;
+}
+
+/*
+ * Whether l's id is recorded for l->consumer (l->applied); once the record
+ * table cannot be read (*records_ok false after logging it), every later
+ * letter stays unknown.
+ */
+static void ctl_letter_applied(const ctl_t *ctl, db_t *db, bool *records_ok,
+                               const ctl_sent_set_t *sent, ctl_letter_t *l)
+{
+    l->applied = -1;
+    if (l->consumer == NULL || !l->has_id)
+        return;
+    for (long i = 0; sent && i < sent->n; i++)
+        if (sent->v[i].id_len == l->id_len && memcmp(sent->v[i].id, l->id, l->id_len) == 0 &&
+            strcmp(sent->v[i].consumer, l->consumer) == 0) {
+            l->applied = 2; /* replayed earlier in this pass: that copy records it */
+            return;
+        }
+    if (db == NULL || !*records_ok)
+        return;
+    l->applied = ctl_applied(db, ctl->conf->database.record_table, l->consumer, l->id, l->id_len);
+    if (l->applied < 0) {
+        *records_ok = false;
+        ctl_fprintf(stderr,
+                    "idemctl: WARNING: cannot read table %s (see above): whether a letter "
+                    "was applied is unknown\n",
+                    ctl->conf->database.record_table);
+    }
+}
+
+/* Remember that this pass replayed l (its consumer known). 0, or -1 when out of memory. */
+static int ctl_sent_add(ctl_sent_set_t *sent, const ctl_letter_t *l)
+{
+    if (l->consumer == NULL || !l->has_id || l->id_len > DELIVERY_ID_MAX)
+        return 0;
+    if (sent->n == sent->cap) {
+        long cap = sent->cap ? sent->cap * 2 : 64;
+        ctl_sent_t *v = realloc(sent->v, (size_t)cap * sizeof(*v));
+        if (v == NULL) {
+            log_error("out of memory for the ids of %ld replayed letters", cap);
+            return -1;
+        }
+        sent->v = v;
+        sent->cap = cap;
+    }
+    ctl_sent_t *e = &sent->v[sent->n++];
+    e->consumer = l->consumer;
+    e->id_len = l->id_len;
+    memcpy(e->id, l->id, l->id_len);
+    return 0;
+}
+
+/* "applied", "not-applied" or "unknown". */
+static const char *ctl_applied_name(int applied)
+{
+    return applied > 0 ? "applied" : applied == 0 ? "not-applied" : "unknown";
+}
+
+/* Whether the command's selection (--reason, --id, --verified-only) takes l. */
 static bool ctl_selected(const ctl_t *ctl, const ctl_letter_t *l)
 {
+    if (ctl->verified_only && !l->verified)
+        return false;
     if (ctl->has_reason && regexec(&ctl->reason, l->reason, 0, NULL, 0) != 0)
         return false;
     if (ctl->n_ids > 0) {
@@ -155,15 +334,39 @@ static bool ctl_selected(const ctl_t *ctl, const ctl_letter_t *l)
     return true;
 }
 
+/* A letter's id into a --json object (null without one). */
+static void ctl_letter_json_id(json_object *o, const ctl_letter_t *l)
+{
+    if (l->has_id)
+        ctl_json_str(o, "id", l->id, l->id_len);
+    else
+        json_object_object_add(o, "id", NULL);
+}
+
+/* A letter's signature, consumer and applied into a --json object. */
+static void ctl_letter_json_checks(json_object *o, const ctl_letter_t *l)
+{
+    json_object_object_add(o, "signature", json_object_new_string(ctl_sig_names[l->sig]));
+    json_object_object_add(o, "consumer", l->consumer ? json_object_new_string(l->consumer) : NULL);
+    json_object_object_add(o, "applied",
+                           l->applied < 0 ? NULL : json_object_new_boolean(l->applied));
+}
+
+/* A letter's id as the first field of a text line ("-" without one). */
+static void ctl_letter_put_id(const ctl_letter_t *l)
+{
+    if (l->has_id)
+        ctl_put(stdout, l->id, l->id_len);
+    else
+        ctl_printf("-");
+}
+
 /* One dead letter for dlq list: a line of text, or an object of the --json document. */
 static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr)
 {
     if (ctl->json) {
         json_object *o = json_object_new_object();
-        if (l->has_id)
-            ctl_json_str(o, "id", l->id, l->id_len);
-        else
-            json_object_object_add(o, "id", NULL);
+        ctl_letter_json_id(o, l);
         ctl_json_str(o, "reason", l->reason, strlen(l->reason));
         json_object_object_add(o, "attempts", json_object_new_int64(l->attempts));
         json_object_object_add(o, "first_failure", json_object_new_string(l->first));
@@ -173,23 +376,21 @@ static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_objec
         json_object_object_add(o, "original_routing_key",
                                l->has_routing_key ? json_object_new_string(l->routing_key) : NULL);
         json_object_object_add(o, "queue", json_object_new_string(l->queue));
+        ctl_letter_json_checks(o, l);
         json_object_array_add(arr, o);
         return;
     }
-    if (l->has_id)
-        ctl_put(stdout, l->id, l->id_len);
-    else
-        fputc('-', stdout);
-    printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
-           l->last[0] ? l->last : "-");
+    ctl_letter_put_id(l);
+    ctl_printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
+               l->last[0] ? l->last : "-");
     ctl_puts(stdout, l->has_exchange ? l->exchange : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->has_routing_key ? l->routing_key : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->queue[0] ? l->queue : "-");
-    fputc('\t', stdout);
+    ctl_printf("\t");
     ctl_puts(stdout, l->reason);
-    fputc('\n', stdout);
+    ctl_printf("\t%s\t%s\n", ctl_sig_names[l->sig], ctl_applied_name(l->applied));
 }
 
 /*
@@ -206,68 +407,203 @@ static bool ctl_header_dropped(amqp_bytes_t key)
                                      "x-delivery-count"};
     for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
         size_t n = strlen(prefixes[i]);
-        if (key.len >= n && memcmp(key.bytes, prefixes[i], n) == 0)
+        if (key.len >= n && strncasecmp((const char *)key.bytes, prefixes[i], n) == 0)
             return true;
     }
     return false;
 }
 
 /*
- * Replay one dead letter: publish a copy (confirmed, mandatory) to its
- * route (ctl_replay_route), clear its attempts row, then ack it on rd. A
- * letter whose signature does not verify (without --unverified) or whose
- * body was dropped (without --allow-empty-body) is refused: said on stderr,
- * one line, and kept. Returns 0 when replayed, 1 when refused, or -1
- * (logged) when the letter stays in the queue unacked and the pass stops.
+ * dlq replay --dry-run: what would happen to l, as a line of text (id,
+ * signature, applied, action, exchange, routing key, why) or an object of
+ * arr. Returns 0 for "replay", 1 otherwise.
  */
-static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const ctl_letter_t *l)
+static int ctl_dry(const ctl_t *ctl, const ctl_letter_t *l, const char *action,
+                   const char *exchange, const char *rk, const char *why, json_object *arr)
+{
+    if (ctl->json) {
+        json_object *o = json_object_new_object();
+        ctl_letter_json_id(o, l);
+        ctl_letter_json_checks(o, l);
+        json_object_object_add(o, "action", json_object_new_string(action));
+        json_object_object_add(o, "exchange", exchange ? json_object_new_string(exchange) : NULL);
+        json_object_object_add(o, "routing_key", rk ? json_object_new_string(rk) : NULL);
+        json_object_object_add(o, "why", why ? json_object_new_string(why) : NULL);
+        json_object_array_add(arr, o);
+    } else {
+        ctl_letter_put_id(l);
+        ctl_printf("\t%s\t%s\t%s\t", ctl_sig_names[l->sig], ctl_applied_name(l->applied), action);
+        ctl_puts(stdout, exchange ? exchange : "-");
+        ctl_printf("\t");
+        ctl_puts(stdout, rk ? rk : "-");
+        ctl_printf("\t");
+        ctl_puts(stdout, why ? why : "-");
+        ctl_printf("\n");
+    }
+    return strcmp(action, "replay") == 0 ? 0 : 1;
+}
+
+/*
+ * Where a replay of l goes, into *exchange and *rk (borrowed from ctl or
+ * l): --to QUEUE; --to-original: its original route; a verified onward
+ * message: its intended route; a verified letter: the queue that
+ * dead-lettered it (idemd-queue), only it; any other (--unverified): the
+ * work queue the dead letter queue belongs to (l->home), whatever its
+ * headers say. Returns 0, 1 when an unverified letter has no home (why
+ * set), or -1 when a verified one carries no route (logged).
+ */
+static int ctl_replay_route(const ctl_t *ctl, const ctl_letter_t *l, const char *dlq,
+                            const char *pid, const char **exchange, const char **rk, char *why,
+                            size_t len)
+{
+    *exchange = "";
+    if (ctl->to_queue) {
+        *rk = ctl->to_queue;
+    } else if ((ctl->to_original || (l->verified && l->onward)) && l->has_exchange &&
+               l->exchange[0]) {
+        /* A verified onward message goes where it was meant to go; --to-original sends a
+         * letter back through its original exchange, to every queue bound there. */
+        *exchange = l->exchange;
+        *rk = l->routing_key;
+    } else if ((ctl->to_original || (l->verified && l->onward)) && l->has_routing_key &&
+               l->routing_key[0]) {
+        *rk = l->routing_key; /* published through the default exchange: the queue's name */
+    } else if (!l->verified && !ctl->to_original) {
+        if (l->home == NULL) {
+            snprintf(why, len,
+                     "it is not verified, and %.255s is the dead_letter_queue of no configured "
+                     "queue (or of several, and it names none of them), so idemctl does not "
+                     "know its work queue: --to QUEUE says where it goes",
+                     dlq);
+            return 1;
+        }
+        *rk = l->home->name; /* its headers are not believed: the queue this one belongs to */
+    } else if (!l->onward && l->queue[0]) {
+        *rk = l->queue; /* the queue that dead-lettered it, only it */
+    } else {
+        log_error("replay: dead letter %s carries no %s (%s, %s, %s): use --to QUEUE", pid,
+                  l->onward ? "intended route" : "queue", RELAY_H_QUEUE, RELAY_H_EXCHANGE,
+                  RELAY_H_ROUTING_KEY);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * After the copy of l went out to exchange/rk: clear its attempts row (the
+ * consumer of the queue it was taken for; none for an onward message) and,
+ * with trail, write its idemd_replay row, in one transaction. 0, or -1
+ * (logged, rolled back).
+ */
+static int ctl_replay_record(const ctl_t *ctl, db_t *db, bool trail, const char *dlq,
+                             const ctl_letter_t *l, const char *exchange, const char *rk)
+{
+    const char *consumer = ctl->consumer                ? ctl->consumer
+                           : l->q                       ? l->q->consumer
+                           : l->verified && l->queue[0] ? l->queue
+                                                        : NULL;
+    ctl_trail_t t = {.id = l->has_id ? l->id : NULL,
+                     .id_len = l->id_len,
+                     .source = dlq,
+                     .exchange = exchange,
+                     .routing_key = rk,
+                     .consumer = l->consumer ? l->consumer : consumer,
+                     .signature = ctl_sig_names[l->sig],
+                     .applied = l->applied,
+                     .forced = l->applied > 0};
+    bool clear = consumer && l->has_id && !l->onward; /* an onward message has no attempts row */
+
+    if (!clear && !trail)
+        return 0;
+    if ((clear &&
+         (db_set_consumer(db, consumer) != 0 || db_attempt_clear(db, l->id, l->id_len) < 0)) ||
+        (trail && ctl_trail_add(db, &t) != 0) || db_commit(db) != DB_OK) {
+        (void)db_rollback(db);
+        return -1;
+    }
+    return 0;
+}
+
+/*
+ * Replay one dead letter: publish a copy (confirmed, mandatory) to its
+ * route (ctl_replay_route), clear its attempts row and write its trail row
+ * (ctl_replay_record), then ack it on rd. A letter whose signature does
+ * not verify (without --unverified), whose body was dropped (without
+ * --allow-empty-body), whose id is already applied (without --force) or
+ * that has no route is refused: said on stderr, one line, and kept. With
+ * --dry-run nothing is done: ctl_dry says what would be (into arr with
+ * --json). Returns 0 when replayed, 1 when refused, or -1 (logged) when the
+ * letter stays in the queue unacked and the pass stops.
+ */
+static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool trail,
+                          const char *dlq, const ctl_letter_t *l, json_object *arr)
 {
     const amqp_basic_properties_t *p = &l->msg.properties;
     amqp_basic_properties_t props = *p;
     amqp_table_entry_t *entries = NULL;
     const char *exchange = "", *rk;
-    char pid[96];
+    char pid[96], why[600];
     int n = 0, rc = -1;
 
     delivery_id_printable(l->has_id ? l->id : "-", l->has_id ? l->id_len : 1, pid, sizeof(pid));
     if (!l->verified && !ctl->unverified) {
-        fprintf(stderr,
-                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
-                "letter queue; check it, then --unverified replays it anyway\n",
-                pid, l->queue[0] ? l->queue : "-", l->unverified);
+        if (ctl->dry_run)
+            return ctl_dry(ctl, l, "refuse", NULL, NULL, l->unverified, arr);
+        ctl_fprintf(stderr,
+                    "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
+                    "letter queue; check it, then --unverified replays it anyway\n",
+                    pid, l->queue[0] ? l->queue : "-", l->unverified);
         return 1;
     }
-    if (!l->verified)
-        fprintf(
+    if (!l->verified && !ctl->dry_run)
+        ctl_fprintf(
             stderr,
             "idemctl: WARNING: replaying dead letter %s (queue '%s') unverified (--unverified): "
             "%s\n",
             pid, l->queue[0] ? l->queue : "-", l->unverified);
     if (l->body_dropped && !ctl->allow_empty_body) {
-        fprintf(stderr,
-                "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
-                "the copy would be empty. It stays; --allow-empty-body replays it with the "
-                "header kept\n",
-                pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
+        if (ctl->dry_run)
+            return ctl_dry(ctl, l, "refuse", NULL, NULL, "its body was dropped", arr);
+        ctl_fprintf(
+            stderr,
+            "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
+            "the copy would be empty. It stays; --allow-empty-body replays it with the "
+            "header kept\n",
+            pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
         return 1;
     }
-    if (ctl->to_queue) {
-        rk = ctl->to_queue;
-    } else if ((ctl->to_original || l->onward) && l->has_exchange && l->exchange[0]) {
-        /* An onward message goes where it was meant to go; --to-original sends a letter
-         * back through its original exchange, to every queue bound there. */
-        exchange = l->exchange;
-        rk = l->routing_key;
-    } else if ((ctl->to_original || l->onward) && l->has_routing_key && l->routing_key[0]) {
-        rk = l->routing_key; /* published through the default exchange: the queue's name */
-    } else if (!l->onward && l->queue[0]) {
-        rk = l->queue; /* the queue that dead-lettered it, only it */
-    } else {
-        log_error("replay: dead letter %s carries no %s (%s, %s, %s): use --to QUEUE", pid,
-                  l->onward ? "intended route" : "queue", RELAY_H_QUEUE, RELAY_H_EXCHANGE,
-                  RELAY_H_ROUTING_KEY);
-        goto out;
+    if (l->applied > 0 && !ctl->force) {
+        if (l->applied > 1)
+            snprintf(why, sizeof(why),
+                     "a letter of the same id for consumer '%.128s' was replayed earlier in this "
+                     "pass: a second copy would be acked as a duplicate and change nothing",
+                     l->consumer);
+        else
+            snprintf(why, sizeof(why),
+                     "its id is already recorded for consumer '%.128s' in table %s: a replay "
+                     "would be acked as a duplicate and change nothing",
+                     l->consumer, ctl->conf->database.record_table);
+        if (ctl->dry_run)
+            return ctl_dry(ctl, l, "skip", NULL, NULL, why, arr);
+        ctl_fprintf(stderr,
+                    "idemctl: SKIPPED: dead letter %s (queue '%s'): %s. It stays; --force "
+                    "replays it anyway\n",
+                    pid, l->queue[0] ? l->queue : "-", why);
+        return 1;
     }
+    int route = ctl_replay_route(ctl, l, dlq, pid, &exchange, &rk, why, sizeof(why));
+    if (route < 0)
+        goto out;
+    if (route > 0) {
+        if (ctl->dry_run)
+            return ctl_dry(ctl, l, "refuse", NULL, NULL, why, arr);
+        ctl_fprintf(stderr, "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays\n",
+                    pid, l->queue[0] ? l->queue : "-", why);
+        return 1;
+    }
+    if (ctl->dry_run)
+        return ctl_dry(ctl, l, "replay", exchange, rk,
+                       l->applied > 0 ? "already applied: --force replays it" : NULL, arr);
     if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
         entries = calloc((size_t)p->headers.num_entries + 1, sizeof(*entries));
         if (entries == NULL)
@@ -286,24 +622,22 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, const
                   pid, exchange, rk);
         goto out;
     }
-    if (l->has_id && !l->onward) { /* an onward message has no attempts row */
-        const char *consumer = ctl->consumer ? ctl->consumer
-                               : l->q        ? l->q->consumer
-                               : l->queue[0] ? l->queue
-                                             : NULL;
-        if (consumer && (db_set_consumer(db, consumer) != 0 ||
-                         db_attempt_clear(db, l->id, l->id_len) < 0 || db_commit(db) != DB_OK)) {
-            (void)db_rollback(db);
-            log_error("replay: dead letter %s: published, but its attempts row was not cleared; "
-                      "the dead letter stays (a second replay is absorbed by the record)",
-                      pid);
-            goto out;
-        }
+    if (ctl_replay_record(ctl, db, trail, dlq, l, exchange, rk) != 0) {
+        log_error("replay: dead letter %s: published, but its attempts row was not cleared or "
+                  "its trail row not written; the dead letter stays (a second replay is "
+                  "absorbed by the record)",
+                  pid);
+        goto out;
     }
+    if (l->applied > 0)
+        ctl_fprintf(stderr,
+                    "idemctl: FORCED: dead letter %s was already applied; replayed anyway "
+                    "(--force)\n",
+                    pid);
     log_info("replay: %s published to exchange '%s' routing key '%s'", pid, exchange, rk);
     if (ctl->slow_ms > 0) {
         /* Test knob: a window between the confirmed copy and the ack for kill -9. */
-        fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
+        ctl_fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
         struct timespec ts = {ctl->slow_ms / 1000, (ctl->slow_ms % 1000) * 1000000L};
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
@@ -383,15 +717,17 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     long long returns = 0; /* the highest x-delivery-count seen */
     int rc = CTL_EXIT_OK;
     char why[400];
+    bool records_ok = true, trail = false;
+    ctl_sent_set_t sent = {0};
 
     if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
-        fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
     int st = ctl_queue_peek(rd, queue, &depth, &consumers);
     if (st != 0) {
         if (st > 0)
-            fprintf(stderr, "idemctl: no queue %s\n", queue);
+            ctl_fprintf(stderr, "idemctl: no queue %s\n", queue);
         rc = st > 0 ? CTL_EXIT_NOMATCH : CTL_EXIT_PARTIAL;
         goto out;
     }
@@ -399,29 +735,70 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         log_warn("queue %s has %u consumer(s): they may take messages during this pass, and the "
                  "order seen here is not the queue's",
                  queue, consumers);
+    if (mode == CTL_LIST || (ctl->verified_only && mode != CTL_REPLAY)) {
+        /* The signatures and the dedup records are in the database; a listing goes on
+         * without them, a selection by signature does not. */
+        if ((rc = ctl_db_open(ctl, &db)) != 0 && ctl->verified_only)
+            goto out;
+        if (rc != 0)
+            ctl_fprintf(stderr,
+                        "idemctl: WARNING: listing without the database: signatures show as "
+                        "unchecked, applied as unknown\n");
+        else if (db_relay_keys(db, false, &ctl->keys) != 0 && ctl->verified_only) {
+            ctl_fprintf(
+                stderr,
+                "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
+                " (see above), so no dead letter's %s can be checked\n",
+                RELAY_H_SIG);
+            rc = CTL_EXIT_CONNECT;
+            goto out;
+        }
+        rc = CTL_EXIT_OK;
+    }
     if (mode == CTL_REPLAY) {
-        if (mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
-            fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        if (!ctl->dry_run &&
+            mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
+            ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
             rc = CTL_EXIT_CONNECT;
             goto out;
         }
         if ((rc = ctl_db_open(ctl, &db)) != 0)
             goto out;
-        if (db_relay_keys(db, false, &ctl->keys) != 0) {
-            if (!ctl->unverified) {
-                fprintf(stderr,
-                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
-                        " (see above), so no dead letter's %s can be checked; nothing was "
-                        "replayed. --unverified replays without checking\n",
-                        RELAY_H_SIG);
+        int ready = ctl_trail_ready(db);
+        trail = ready > 0;
+        if (ready <= 0 && !ctl->force) {
+            ctl_fprintf(stderr,
+                        "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
+                        "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
+                        "trail\n",
+                        ready == 0 ? "there is no" : "cannot read (see above)",
+                        ctl->dry_run ? "a replay without --dry-run would be refused"
+                                     : "nothing was replayed");
+            if (!ctl->dry_run) {
                 rc = CTL_EXIT_CONNECT;
                 goto out;
             }
-            fprintf(stderr, "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
-                            ": every letter is replayed unverified (--unverified)\n");
+        } else if (ready <= 0) {
+            ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
+                                "idemd_replay (apply sql/013_idemd_replay.sql)\n");
+        }
+        if (db_relay_keys(db, false, &ctl->keys) != 0) {
+            if (!ctl->unverified) {
+                ctl_fprintf(
+                    stderr,
+                    "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
+                    " (see above), so no dead letter's %s can be checked; nothing was "
+                    "replayed. --unverified replays without checking\n",
+                    RELAY_H_SIG);
+                rc = CTL_EXIT_CONNECT;
+                goto out;
+            }
+            ctl_fprintf(stderr,
+                        "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
+                        ": every letter is replayed unverified (--unverified)\n");
         }
     }
-    if (ctl->json && mode == CTL_LIST)
+    if (ctl->json && (mode == CTL_LIST || (mode == CTL_REPLAY && ctl->dry_run)))
         arr = json_object_new_array();
     if ((kept = calloc((size_t)depth + 1, sizeof(*kept))) == NULL) {
         log_error("out of memory for %u delivery tags", depth);
@@ -448,13 +825,13 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
              * letter is not acked, so it returns to the queue when the connection closes. */
             rd->deaf = true;
             undecodable++;
-            fprintf(stderr,
-                    "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
-                    "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
-                    "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
-                    "were not read. A client that decodes it (librabbitmq 0.11, or another "
-                    "library) can move it\n",
-                    scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
+            ctl_fprintf(stderr,
+                        "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
+                        "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
+                        "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
+                        "were not read. A client that decodes it (librabbitmq 0.11, or another "
+                        "library) can move it\n",
+                        scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
             rc = CTL_EXIT_PARTIAL;
             break;
         }
@@ -469,6 +846,8 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         if (dc > returns)
             returns = dc;
         ctl_letter_fields(ctl, &l);
+        ctl_letter_verify(ctl, &l);
+        ctl_letter_place(ctl, queue, &l);
         bool acked = false, stop = false;
         /* Past --limit the pass still takes every message: a quorum queue puts returned
          * messages behind the ones never taken, so only a whole pass keeps the order. */
@@ -477,6 +856,7 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             matched++;
             switch (mode) {
             case CTL_LIST:
+                ctl_letter_applied(ctl, db, &records_ok, NULL, &l);
                 ctl_letter_print(ctl, &l, arr);
                 break;
             case CTL_COUNT:
@@ -486,11 +866,13 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
                 stop = !acked;
                 break;
             case CTL_REPLAY: {
-                ctl_letter_verify(ctl, &l);
-                int r1 = ctl_replay_one(ctl, rd, pub, db, &l);
-                acked = r1 == 0;
+                ctl_letter_applied(ctl, db, &records_ok, &sent, &l);
+                int r1 = ctl_replay_one(ctl, rd, pub, db, trail, queue, &l, arr);
+                acked = r1 == 0 && !ctl->dry_run;
+                done += r1 == 0 && ctl->dry_run;
                 refused += r1 == 1;
-                stop = r1 < 0;
+                /* Out of memory for the ids sent: stop before one could go twice. */
+                stop = r1 < 0 || (r1 == 0 && ctl_sent_add(&sent, &l) != 0);
                 break;
             }
             }
@@ -524,7 +906,7 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
                  queue, returns);
     if (rc == CTL_EXIT_OK && matched == 0)
         rc = CTL_EXIT_NOMATCH;
-    if (rc == CTL_EXIT_OK && refused > 0)
+    if (rc == CTL_EXIT_OK && refused > 0 && !ctl->dry_run)
         rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
     if (ctl->json) {
         ctl->out = json_object_new_object();
@@ -532,8 +914,10 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         json_object_object_add(ctl->out, "scanned", json_object_new_int64(scanned));
         json_object_object_add(ctl->out, "matched", json_object_new_int64(matched));
         json_object_object_add(ctl->out, "undecodable", json_object_new_int64(undecodable));
-        if (mode == CTL_REPLAY || mode == CTL_PURGE)
+        if ((mode == CTL_REPLAY && !ctl->dry_run) || mode == CTL_PURGE)
             json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(done));
+        if (mode == CTL_REPLAY && ctl->dry_run)
+            json_object_object_add(ctl->out, "would_replay", json_object_new_int64(done));
         if (mode == CTL_REPLAY)
             json_object_object_add(ctl->out, "refused", json_object_new_int64(refused));
         json_object_object_add(ctl->out, "complete",
@@ -541,20 +925,26 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         if (arr)
             json_object_object_add(ctl->out, "letters", arr);
         arr = NULL;
+    } else if (mode == CTL_REPLAY && ctl->dry_run) {
+        ctl_printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
+                   "skipped); nothing was replayed (--dry-run)\n",
+                   done, scanned, queue, matched, refused);
     } else if (mode == CTL_REPLAY && refused > 0) {
-        printf("%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
-               verbs[mode], done, scanned, queue, matched, refused);
+        ctl_printf(
+            "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
+            verbs[mode], done, scanned, queue, matched, refused);
     } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
-        printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
-               queue, matched);
+        ctl_printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
+                   queue, matched);
     } else if (mode == CTL_COUNT) {
-        printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
-               matched, scanned, queue);
+        ctl_printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
+                   matched, scanned, queue);
     }
     if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
         rc = CTL_EXIT_USAGE;
 out:
     free(kept);
+    free(sent.v);
     json_object_put(arr);
     ctl_json_flush(ctl);
     db_close(db);

@@ -87,23 +87,79 @@ static int ctl_key_exec(db_t *db, const char *sql, const char *what)
     return -1;
 }
 
-/* "UPDATE ... X'<hex of k>' ..." helper: the key's bytes as an X'' literal into buf. */
-static void ctl_key_literal(const unsigned char *k, size_t n, char *buf, size_t len)
+/*
+ * Stage a new key as row 2 without its bytes ever being in a statement: the
+ * server makes them (RANDOM_BYTES(32): MySQL, MariaDB 10.10+), so neither
+ * the general log, the processlist nor performance_schema shows them. On a
+ * server without RANDOM_BYTES (MariaDB 10.6-10.9, error 1305) the key is the
+ * SHA-256 of 32 random bytes bound as a parameter and of the signing key:
+ * a log that shows the parameter gives the key away only to whoever holds
+ * the signing key too. 0, or -1 (logged).
+ */
+static int ctl_key_stage_row(db_t *db)
 {
-    size_t o = (size_t)snprintf(buf, len, "X'");
-    for (size_t i = 0; i < n && o + 3 < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%02x", k[i]);
-    snprintf(buf + o, len - o, "'");
+    static const char mix[] =
+        "INSERT INTO " DB_KEY_TABLE " (id, k, since) SELECT 2, "
+        "UNHEX(SHA2(CONCAT(?, k), 256)), NOW() FROM " DB_KEY_TABLE " WHERE id = 1";
+    unsigned char fresh[RELAY_KEY_LEN];
+    unsigned long flen = sizeof(fresh);
+    MYSQL_BIND bind[1];
+    MYSQL_STMT *stmt = NULL;
+    int rc = -1;
+
+    if (mysql_query(db->my, "INSERT INTO " DB_KEY_TABLE
+                            " (id, k, since) VALUES (2, RANDOM_BYTES(32), NOW())") == 0)
+        return 0;
+    if (mysql_errno(db->my) != ER_SP_DOES_NOT_EXIST) {
+        log_error("database: staging the new key in table " DB_KEY_TABLE ": %s",
+                  mysql_error(db->my));
+        return -1;
+    }
+    if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
+        log_error("key stage: no random bytes: %s", strerror(errno));
+        goto fail;
+    }
+    memset(bind, 0, sizeof(bind));
+    bind[0].buffer_type = MYSQL_TYPE_BLOB;
+    bind[0].buffer = fresh;
+    bind[0].buffer_length = flen;
+    bind[0].length = &flen;
+    if ((stmt = mysql_stmt_init(db->my)) == NULL ||
+        mysql_stmt_prepare(stmt, mix, sizeof(mix) - 1) != 0 ||
+        mysql_stmt_bind_param(stmt, bind) != 0 || mysql_stmt_execute(stmt) != 0 ||
+        mysql_stmt_affected_rows(stmt) != 1) {
+        log_error("database: staging the new key in table " DB_KEY_TABLE ": %s",
+                  stmt ? mysql_stmt_error(stmt) : mysql_error(db->my));
+        goto fail;
+    }
+    rc = 0;
+fail:
+    explicit_bzero(fresh, sizeof(fresh));
+    if (stmt)
+        mysql_stmt_close(stmt);
+    return rc;
 }
 
 /*
  * How long after a promotion the replaced key may be retired, in seconds:
  * the workers' re-read, the longest retry delay of the configuration (its
- * queue in *longest, the delay in *max_ms) and a margin.
+ * queue in *longest, the delay in *max_ms) and a margin. Every configured
+ * queue counts, whatever --consumer says: the key is the installation's, and
+ * a copy it signed may wait in any queue's delay tier.
  */
 static long long ctl_key_retire_floor(const ctl_t *ctl, const char **longest, int *max_ms)
 {
-    (void)ctl_purge_floor(ctl, longest, max_ms);
+    *longest = NULL;
+    *max_ms = 0;
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const conf_queue_t *q = &ctl->conf->queues[i];
+        for (int k = 0; k < q->n_retry_delays; k++) {
+            if (q->retry_delays_ms[k] > *max_ms) {
+                *max_ms = q->retry_delays_ms[k];
+                *longest = q->name;
+            }
+        }
+    }
     return CTL_KEY_SETTLE_S + (*max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S;
 }
 
@@ -119,10 +175,16 @@ int ctl_key(ctl_t *ctl, const char *sub)
 {
     ctl_key_row_t rows[4];
     db_t *db = NULL;
-    unsigned char fresh[RELAY_KEY_LEN];
-    char sql[400], lit[2 * 64 + 4], fp[16], wait[64];
+    char fp[16], wait[64];
     int rc;
 
+    if (ctl->consumer && (!strcmp(sub, "promote") || !strcmp(sub, "retire")))
+        ctl_fprintf(
+            stderr,
+            "idemctl: key %s: --consumer %s does not narrow it: the key signs the copies of "
+            "every queue, so the wait counts the longest retry delay of every configured "
+            "queue\n",
+            sub, ctl->consumer);
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         return rc;
     rc = CTL_EXIT_PARTIAL;
@@ -147,8 +209,8 @@ int ctl_key(ctl_t *ctl, const char *sub)
                 json_object_object_add(o, "usable", json_object_new_boolean(*bad == 'o'));
                 json_object_array_add(arr, o);
             } else {
-                printf("%d\t%s\t%lu bytes\t%s\t%s\t%s\n", id, roles[id], rows[id].len,
-                       rows[id].since, fp, bad);
+                ctl_printf("%d\t%s\t%lu bytes\t%s\t%s\t%s\n", id, roles[id], rows[id].len,
+                           rows[id].since, fp, bad);
             }
         }
         if (arr) {
@@ -157,90 +219,79 @@ int ctl_key(ctl_t *ctl, const char *sub)
         }
         rc = rows[1].present ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
         if (!rows[1].present)
-            fprintf(stderr, "idemctl: no signing key (row 1): idemd makes it when it first "
-                            "connects\n");
+            ctl_fprintf(stderr, "idemctl: no signing key (row 1): idemd makes it when it first "
+                                "connects\n");
         goto out;
     }
     if (!rows[1].present) {
-        fprintf(stderr,
-                "idemctl: key %s: no signing key (row 1) yet: start idemd once, it makes "
-                "one\n",
-                sub);
+        ctl_fprintf(stderr,
+                    "idemctl: key %s: no signing key (row 1) yet: start idemd once, it makes "
+                    "one\n",
+                    sub);
         rc = CTL_EXIT_USAGE;
         goto out;
     }
     if (!strcmp(sub, "stage")) {
         if (rows[2].present || rows[3].present) {
-            fprintf(stderr, "idemctl: key stage: %s; nothing was changed\n",
-                    rows[2].present ? "a key is staged already (row 2): key promote it, or "
-                                      "delete row 2 to abandon it"
-                                    : "the key a promotion replaced (row 3) is still accepted: "
-                                      "key retire it first");
+            ctl_fprintf(stderr, "idemctl: key stage: %s; nothing was changed\n",
+                        rows[2].present ? "a key is staged already (row 2): key promote it, or "
+                                          "delete row 2 to abandon it"
+                                        : "the key a promotion replaced (row 3) is still accepted: "
+                                          "key retire it first");
             rc = CTL_EXIT_USAGE;
             goto out;
         }
-        if (getrandom(fresh, sizeof(fresh), 0) != (ssize_t)sizeof(fresh)) {
-            log_error("key stage: no random bytes: %s", strerror(errno));
-            goto out;
-        }
-        ctl_key_literal(fresh, sizeof(fresh), lit, sizeof(lit));
-        explicit_bzero(fresh, sizeof(fresh));
-        snprintf(sql, sizeof(sql),
-                 "INSERT INTO " DB_KEY_TABLE " (id, k, since) VALUES (2, %s, NOW())", lit);
-        if (ctl_key_exec(db, sql, "staging the new key") != 0 || db_commit(db) != DB_OK)
+        if (ctl_key_stage_row(db) != 0 || db_commit(db) != DB_OK)
             goto out;
         ctl_format_duration(CTL_KEY_SETTLE_S, wait, sizeof(wait));
-        printf("staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
-               "every %d s: run idemctl key promote in %s or later\n",
-               RELAY_KEY_REREAD_MS / 1000, wait);
+        ctl_printf(
+            "staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
+            "every %d s: run idemctl key promote in %s or later\n",
+            RELAY_KEY_REREAD_MS / 1000, wait);
     } else if (!strcmp(sub, "promote")) {
         if (!rows[2].present || rows[3].present) {
-            fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
-                    rows[3].present ? "the key a promotion replaced (row 3) is still accepted: "
-                                      "key retire it first"
-                                    : "no key is staged (row 2): key stage first");
+            ctl_fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
+                        rows[3].present ? "the key a promotion replaced (row 3) is still accepted: "
+                                          "key retire it first"
+                                        : "no key is staged (row 2): key stage first");
             rc = rows[3].present ? CTL_EXIT_USAGE : CTL_EXIT_NOMATCH;
             goto out;
         }
         if (rows[2].len < RELAY_KEY_LEN) {
-            fprintf(stderr,
-                    "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
-                    "%d; delete it and key stage again\n",
-                    rows[2].len, RELAY_KEY_LEN);
+            ctl_fprintf(stderr,
+                        "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
+                        "%d; delete it and key stage again\n",
+                        rows[2].len, RELAY_KEY_LEN);
             rc = CTL_EXIT_USAGE;
             goto out;
         }
         if (rows[2].age_s < CTL_KEY_SETTLE_S) {
             ctl_format_duration(CTL_KEY_SETTLE_S - rows[2].age_s, wait, sizeof(wait));
-            fprintf(stderr,
-                    "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
-                    "every worker (they read the keys every %d s) accepts it before any signs "
-                    "with it; nothing was changed\n",
-                    rows[2].age_s, wait, RELAY_KEY_REREAD_MS / 1000);
+            ctl_fprintf(
+                stderr,
+                "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
+                "every worker (they read the keys every %d s) accepts it before any signs "
+                "with it; nothing was changed\n",
+                rows[2].age_s, wait, RELAY_KEY_REREAD_MS / 1000);
             rc = CTL_EXIT_USAGE;
             goto out;
         }
-        ctl_key_literal(rows[1].k, rows[1].len < 64 ? rows[1].len : 64, lit, sizeof(lit));
-        snprintf(sql, sizeof(sql),
-                 "INSERT INTO " DB_KEY_TABLE " (id, k, since) VALUES (3, %s, NOW())", lit);
-        if (ctl_key_exec(db, sql, "keeping the old key as row 3") != 0)
-            goto out;
-        ctl_key_literal(rows[2].k, rows[2].len < 64 ? rows[2].len : 64, lit, sizeof(lit));
-        snprintf(sql, sizeof(sql), "UPDATE " DB_KEY_TABLE " SET k = %s, since = NOW() WHERE id = 1",
-                 lit);
-        if (ctl_key_exec(db, sql, "promoting the staged key") != 0 ||
-            ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 2", "removing row 2") != 0 ||
+        /* The rows change ids; the keys' bytes never travel in a statement. */
+        if (ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 3, since = NOW() WHERE id = 1",
+                         "keeping the old key as row 3") != 0 ||
+            ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 1, since = NOW() WHERE id = 2",
+                         "promoting the staged key") != 0 ||
             db_commit(db) != DB_OK)
             goto out;
         const char *longest;
         int max_ms;
         ctl_format_duration(ctl_key_retire_floor(ctl, &longest, &max_ms), wait, sizeof(wait));
-        printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
-               "(row 3). Run idemctl key retire in %s or later\n",
-               wait);
+        ctl_printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
+                   "(row 3). Run idemctl key retire in %s or later\n",
+                   wait);
     } else {
         if (!rows[3].present) {
-            fprintf(stderr, "idemctl: key retire: no replaced key (row 3) to retire\n");
+            ctl_fprintf(stderr, "idemctl: key retire: no replaced key (row 3) to retire\n");
             rc = CTL_EXIT_NOMATCH;
             goto out;
         }
@@ -249,27 +300,26 @@ int ctl_key(ctl_t *ctl, const char *sub)
         long long floor_s = ctl_key_retire_floor(ctl, &longest, &max_ms);
         if (rows[3].age_s < floor_s) {
             ctl_format_duration(floor_s - rows[3].age_s, wait, sizeof(wait));
-            fprintf(stderr,
-                    "idemctl: key retire: the key was replaced %lld s ago; wait %s more: copies "
-                    "it signed may still sit in a delay queue (longest retry delay %d ms%s%s) and "
-                    "would count their attempts from 1 again; nothing was changed\n",
-                    rows[3].age_s, wait, max_ms, longest ? ", queue " : "", longest ? longest : "");
+            ctl_fprintf(
+                stderr,
+                "idemctl: key retire: the key was replaced %lld s ago; wait %s more: copies "
+                "it signed may still sit in a delay queue (longest retry delay %d ms%s%s) and "
+                "would count their attempts from 1 again; nothing was changed\n",
+                rows[3].age_s, wait, max_ms, longest ? ", queue " : "", longest ? longest : "");
             rc = CTL_EXIT_USAGE;
             goto out;
         }
         if (ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 3", "retiring row 3") != 0 ||
             db_commit(db) != DB_OK)
             goto out;
-        printf("retired the replaced key (row 3). Dead letters it signed no longer verify: dlq "
-               "replay refuses them unless --unverified\n");
+        ctl_printf("retired the replaced key (row 3). Dead letters it signed no longer verify: dlq "
+                   "replay refuses them unless --unverified\n");
     }
     rc = CTL_EXIT_OK;
 out:
     if (rc != CTL_EXIT_OK)
         (void)db_rollback(db);
     explicit_bzero(rows, sizeof(rows));
-    explicit_bzero(lit, sizeof(lit));
-    explicit_bzero(sql, sizeof(sql));
     ctl_json_flush(ctl);
     db_close(db);
     return rc;

@@ -15,7 +15,7 @@ static const conf_queue_t *ctl_order_queue(const ctl_t *ctl, const char *name)
     for (int i = 0; i < ctl->conf->n_queues; i++)
         if (strcmp(ctl->conf->queues[i].name, name) == 0)
             return &ctl->conf->queues[i];
-    fprintf(stderr, "idemctl: queue '%s' is not in %s\n", name, ctl->conf->path);
+    ctl_fprintf(stderr, "idemctl: queue '%s' is not in %s\n", name, ctl->conf->path);
     return NULL;
 }
 
@@ -48,8 +48,9 @@ static int ctl_order_list(ctl_t *ctl, const char *queue)
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         goto out;
     if (mysql_query(db->my, sql) != 0 || (res = mysql_store_result(db->my)) == NULL) {
-        fprintf(stderr, "idemctl: reading idemd_order_block: %s (apply sql/012_idemd_order.sql)\n",
-                mysql_error(db->my));
+        ctl_fprintf(stderr,
+                    "idemctl: reading idemd_order_block: %s (apply sql/012_idemd_order.sql)\n",
+                    mysql_error(db->my));
         rc = CTL_EXIT_PARTIAL;
         goto out;
     }
@@ -73,9 +74,9 @@ static int ctl_order_list(ctl_t *ctl, const char *queue)
         }
         for (int k = 0; k < 3; k++) {
             ctl_put(stdout, row[k], len[k]);
-            fputc('\t', stdout);
+            ctl_printf("\t");
         }
-        printf("%s\t%s\t%.1f\n", state, row[4], age_s);
+        ctl_printf("%s\t%s\t%.1f\n", state, row[4], age_s);
     }
     if (ctl->json)
         ctl_json_flush(ctl);
@@ -104,22 +105,22 @@ static int ctl_order_release(ctl_t *ctl, const char *queue, const char *key)
     if (q == NULL)
         return CTL_EXIT_NOMATCH;
     if (strlen(key) == 0 || strlen(key) > ORDER_KEY_MAX) {
-        fprintf(stderr, "idemctl: order release: a key is 1..%d bytes\n", ORDER_KEY_MAX);
+        ctl_fprintf(stderr, "idemctl: order release: a key is 1..%d bytes\n", ORDER_KEY_MAX);
         return CTL_EXIT_USAGE;
     }
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         return rc;
     if (db_set_consumer(db, q->consumer) != 0 || order_release(db, key, strlen(key), &found) != 0 ||
         db_commit(db) != DB_OK) {
-        fprintf(stderr, "idemctl: order release: the database refused (apply "
-                        "sql/012_idemd_order.sql?)\n");
+        ctl_fprintf(stderr, "idemctl: order release: the database refused (apply "
+                            "sql/012_idemd_order.sql?)\n");
         (void)mysql_rollback(db->my);
         rc = CTL_EXIT_PARTIAL;
     } else if (!found) {
-        fprintf(stderr, "idemctl: key '%s' of queue '%s' is not blocked\n", key, queue);
+        ctl_fprintf(stderr, "idemctl: key '%s' of queue '%s' is not blocked\n", key, queue);
         rc = CTL_EXIT_NOMATCH;
     } else {
-        printf("released key '%s' of queue '%s'\n", key, queue);
+        ctl_printf("released key '%s' of queue '%s'\n", key, queue);
         rc = CTL_EXIT_OK;
     }
     db_close(db);

@@ -92,7 +92,7 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue)
         free(hc);
     }
     if (n == 0) {
-        fprintf(stderr, "idemctl: queue '%s' is not in %s\n", queue, ctl->conf->path);
+        ctl_fprintf(stderr, "idemctl: queue '%s' is not in %s\n", queue, ctl->conf->path);
         free(sql);
         return CTL_EXIT_NOMATCH;
     }
@@ -100,10 +100,10 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue)
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         goto out;
     if (mysql_query(db->my, sql) != 0 || (res = mysql_store_result(db->my)) == NULL) {
-        fprintf(stderr, "idemctl: reading %s: %s%s\n", OUTBOX_TABLE, mysql_error(db->my),
-                mysql_errno(db->my) == ER_BAD_FIELD_ERROR
-                    ? " (apply sql/009_idemd_outbox_attempts.sql)"
-                    : "");
+        ctl_fprintf(stderr, "idemctl: reading %s: %s%s\n", OUTBOX_TABLE, mysql_error(db->my),
+                    mysql_errno(db->my) == ER_BAD_FIELD_ERROR
+                        ? " (apply sql/009_idemd_outbox_attempts.sql)"
+                        : "");
         rc = CTL_EXIT_PARTIAL;
         goto out;
     }
@@ -130,17 +130,18 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue)
             json_object_array_add(ctl->out, o);
             continue;
         }
-        printf("%s\t", row[0]);
+        ctl_printf("%s\t", row[0]);
         ctl_put(stdout, row[1], len[1]);
-        fputc('\t', stdout);
+        ctl_printf("\t");
         ctl_put(stdout, row[2], len[2]);
-        fputc('\t', stdout);
+        ctl_printf("\t");
         ctl_put(stdout, row[3], len[3]);
-        fputc('\t', stdout);
+        ctl_printf("\t");
         ctl_put(stdout, row[4], len[4]);
-        printf("\tattempts=%lld\t%s\tnext_in=%.1fs\tage=%.1fs\t", attempts, state, next_s, age_s);
+        ctl_printf("\tattempts=%lld\t%s\tnext_in=%.1fs\tage=%.1fs\t", attempts, state, next_s,
+                   age_s);
         ctl_put(stdout, row[8], len[8]);
-        fputc('\n', stdout);
+        ctl_printf("\n");
     }
     rc = shown > 0 ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
 out:

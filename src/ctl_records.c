@@ -36,7 +36,8 @@ int ctl_lookup(ctl_t *ctl, char **ids, int n_ids)
         size_t id_len = strlen(ids[i]);
         bool found = false, printed = false;
         if (id_len == 0 || id_len > DELIVERY_ID_MAX) {
-            fprintf(stderr, "idemctl: id '%s': ids are 1 to %d bytes\n", ids[i], DELIVERY_ID_MAX);
+            ctl_fprintf(stderr, "idemctl: id '%s': ids are 1 to %d bytes\n", ids[i],
+                        DELIVERY_ID_MAX);
             rc = CTL_EXIT_USAGE;
             goto out;
         }
@@ -85,8 +86,9 @@ int ctl_lookup(ctl_t *ctl, char **ids, int n_ids)
                 json_object_array_add(arr, o);
             } else {
                 ctl_puts(stdout, ids[i]);
-                printf("\t%s\t%s\t%s\tattempts=%lld\n", cons[c],
-                       got == 1 ? "processed" : "not-processed", got == 1 ? when : "-", attempts);
+                ctl_printf("\t%s\t%s\t%s\tattempts=%lld\n", cons[c],
+                           got == 1 ? "processed" : "not-processed", got == 1 ? when : "-",
+                           attempts);
             }
         }
         free(hid);
@@ -147,25 +149,27 @@ static int ctl_purge_check(const ctl_t *ctl, const char *const *cons, int n_cons
     ctl_format_duration(CTL_PURGE_MARGIN_S, margin, sizeof(margin));
     if (ctl->older_s < floor_s) {
         if (longest)
-            fprintf(stderr,
-                    "idemctl: records purge: --older-than %s is too short: keep records at least "
-                    "%s (%lld s), the longest retry delay (%d ms, queue '%s') plus %s for "
-                    "redeliveries and re-sends; a record deleted sooner lets its message apply "
-                    "twice\n",
-                    got, want, floor_s, max_ms, longest, margin);
+            ctl_fprintf(
+                stderr,
+                "idemctl: records purge: --older-than %s is too short: keep records at least "
+                "%s (%lld s), the longest retry delay (%d ms, queue '%s') plus %s for "
+                "redeliveries and re-sends; a record deleted sooner lets its message apply "
+                "twice\n",
+                got, want, floor_s, max_ms, longest, margin);
         else
-            fprintf(stderr,
-                    "idemctl: records purge: --older-than %s is too short: keep records at least "
-                    "%s (%lld s) for redeliveries and re-sends; a record deleted sooner lets its "
-                    "message apply twice\n",
-                    got, want, floor_s);
+            ctl_fprintf(
+                stderr,
+                "idemctl: records purge: --older-than %s is too short: keep records at least "
+                "%s (%lld s) for redeliveries and re-sends; a record deleted sooner lets its "
+                "message apply twice\n",
+                got, want, floor_s);
         return CTL_EXIT_USAGE;
     }
     if (ctl->consumer == NULL && !ctl->yes) {
-        fprintf(stderr, "idemctl: records purge: this deletes the records of every consumer (");
+        ctl_fprintf(stderr, "idemctl: records purge: this deletes the records of every consumer (");
         for (int c = 0; c < n_cons; c++)
-            fprintf(stderr, "%s%s", c ? ", " : "", cons[c]);
-        fprintf(stderr, "): add --yes, or name one with --consumer; nothing was deleted\n");
+            ctl_fprintf(stderr, "%s%s", c ? ", " : "", cons[c]);
+        ctl_fprintf(stderr, "): add --yes, or name one with --consumer; nothing was deleted\n");
         return CTL_EXIT_USAGE;
     }
     return 0;
@@ -225,8 +229,8 @@ out:
         json_object_object_add(ctl->out, "complete", json_object_new_boolean(rc == CTL_EXIT_OK));
         ctl_json_flush(ctl);
     } else if (rc == CTL_EXIT_OK || deleted > 0) {
-        printf("deleted %lld record%s older than %lld s\n", deleted, deleted == 1 ? "" : "s",
-               ctl->older_s);
+        ctl_printf("deleted %lld record%s older than %lld s\n", deleted, deleted == 1 ? "" : "s",
+                   ctl->older_s);
     }
     free(cons);
     db_close(db);

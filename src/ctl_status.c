@@ -176,17 +176,17 @@ int ctl_status(ctl_t *ctl)
         daemon = ctl_daemon_status(ctl->conf, derr, sizeof(derr));
         dstate = daemon ? "ok" : "unreachable";
         if (daemon == NULL)
-            fprintf(stderr, "idemctl: the daemon at %s did not answer GET /status: %s\n",
-                    ctl->conf->metrics.listen, derr);
+            ctl_fprintf(stderr, "idemctl: the daemon at %s did not answer GET /status: %s\n",
+                        ctl->conf->metrics.listen, derr);
     } else {
-        fprintf(stderr,
-                "idemctl: metrics.listen is not set in %s: the daemon's workers and last "
-                "errors are not shown\n",
-                ctl->conf->path);
+        ctl_fprintf(stderr,
+                    "idemctl: metrics.listen is not set in %s: the daemon's workers and last "
+                    "errors are not shown\n",
+                    ctl->conf->path);
     }
 
     if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &mq) != 0) {
-        fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
     if ((rc = ctl_db_open(ctl, &db)) != 0)
@@ -318,11 +318,12 @@ int ctl_status(ctl_t *ctl)
                 snprintf(maxbuf, sizeof(maxbuf), "\tworkers=auto(max %lld)", nmax);
             else if (autos)
                 snprintf(maxbuf, sizeof(maxbuf), "\tworkers=auto");
-            printf("%s\t%s\tconsumers=%u/%s\tready=%u\tdead_letters=%u\tdelayed=%u\t"
-                   "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\toutbox=%s\tworkers_up=%s\t"
-                   "restarts=%s\tlast_error=%s%s\n",
-                   q->name, present ? "present" : "absent", consumers, wbuf, ready, dl, delayed,
-                   recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf, maxbuf);
+            ctl_printf(
+                "%s\t%s\tconsumers=%u/%s\tready=%u\tdead_letters=%u\tdelayed=%u\t"
+                "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\toutbox=%s\tworkers_up=%s\t"
+                "restarts=%s\tlast_error=%s%s\n",
+                q->name, present ? "present" : "absent", consumers, wbuf, ready, dl, delayed,
+                recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf, maxbuf);
         }
     }
     if (ctl->conf->metrics.listen && daemon == NULL)

@@ -157,19 +157,32 @@ int db_attempt_unstart(db_t *db, const char *id, size_t len)
 }
 
 /*
- * Insert key[0..len-1] as the relay key unless a row is there already
- * (INSERT IGNORE: the first connection anywhere makes the key; the primary
- * key, or Galera's certification, picks one row). 0 or -1 (logged).
+ * Make the relay key unless a row is there already (INSERT IGNORE: the
+ * first connection anywhere makes the key; the primary key, or Galera's
+ * certification, picks one row). The server makes the bytes when it can
+ * (RANDOM_BYTES: MySQL, MariaDB 10.10+), so that they are in no statement
+ * (a server's general log expands bound parameters); else key[0..len-1] is
+ * bound as a parameter. 0 or -1 (logged).
  */
 static int db_relay_key_offer(db_t *db, unsigned char *key, size_t len)
 {
     static const char sql[] = "INSERT IGNORE INTO " DB_KEY_TABLE " (id, k) VALUES (1, ?)";
     MYSQL_BIND bind[1];
     unsigned long klen = (unsigned long)len;
-    MYSQL_STMT *stmt = mysql_stmt_init(db->my);
+    MYSQL_STMT *stmt = NULL;
     char qe[600];
     int rc = -1;
 
+    if (mysql_query(db->my, "INSERT IGNORE INTO " DB_KEY_TABLE
+                            " (id, k) VALUES (1, RANDOM_BYTES(32))") == 0)
+        return 0;
+    if (mysql_errno(db->my) != ER_SP_DOES_NOT_EXIST) { /* 1305: MariaDB before 10.10 */
+        db->last_errno = mysql_errno(db->my);
+        log_error("database: making the relay key in " DB_KEY_TABLE ": error %u: %s",
+                  db->last_errno, log_quote_str(mysql_error(db->my), qe, sizeof(qe)));
+        return -1;
+    }
+    stmt = mysql_stmt_init(db->my);
     memset(bind, 0, sizeof(bind));
     bind[0].buffer_type = MYSQL_TYPE_BLOB;
     bind[0].buffer = key;

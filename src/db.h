@@ -36,6 +36,9 @@ typedef enum db_status {
     DB_ERR_CONNECTION = -3,   /* 2006/2013/...: server rolls back; reconnect */
     DB_ERR_TX_LOST = -4,      /* our savepoint is gone: the transaction was rolled back */
     DB_ERR_OTHER = -5,        /* anything else (schema, privileges, ...) */
+    DB_ERR_HANDLER = -6,      /* the handler's SQL left the transaction so that idemd's own
+                               * statement fails (1178: a table without savepoints): the
+                               * connection is sound, the message at fault is the handler's */
 } db_status_t;
 
 #define DB_ATTEMPT_TABLE "idemd_attempt"
@@ -116,6 +119,11 @@ static inline db_status_t db_classify(unsigned int err)
         return DB_ERR_LOCK_TIMEOUT;
     case ER_SP_DOES_NOT_EXIST:
         return DB_ERR_TX_LOST; /* 1305: SAVEPOINT does not exist */
+    case ER_CHECK_NOT_IMPLEMENTED:
+        /* 1178 "The storage engine for the table doesn't support SAVEPOINT": a handler
+         * wrote to a table whose engine takes part in the transaction but cannot roll
+         * back to a savepoint (MariaDB's Aria). Not the connection's fault. */
+        return DB_ERR_HANDLER;
     case CR_SERVER_GONE_ERROR:
     case CR_SERVER_LOST:
     case CR_CONNECTION_ERROR:

@@ -19,21 +19,24 @@
 /* The usage summary (also idemctl(8), SYNOPSIS). */
 static void ctl_usage(FILE *out)
 {
-    fputs("usage: idemctl [-c FILE] [--json] [-v] COMMAND ...\n"
-          "  status\n"
-          "  lookup [--consumer C] ID...\n"
-          "  dlq list QUEUE [--reason REGEX] [--limit N]\n"
-          "  dlq replay QUEUE (--id ID... | --reason REGEX | --all) [--to-original | --to QUEUE]\n"
-          "             [--consumer C] [--unverified] [--allow-empty-body]\n"
-          "  dlq purge QUEUE [--reason REGEX] --yes\n"
-          "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
-          "  outbox list [QUEUE] [--limit N]\n"
-          "  key (status | stage | promote | retire)\n"
-          "  order list [QUEUE] | order release QUEUE KEY\n"
-          "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
-          "         -h, --help, -V, --version\n"
-          "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n",
-          out);
+    ctl_fprintf(
+        out,
+        "usage: idemctl [-c FILE] [--json] [-v] COMMAND ...\n"
+        "  status\n"
+        "  lookup [--consumer C] ID...\n"
+        "  dlq list QUEUE [--reason REGEX] [--id ID]... [--verified-only] [--limit N]\n"
+        "  dlq replay QUEUE (--id ID... | --reason REGEX | --all) [--to-original | --to QUEUE]\n"
+        "             [--consumer C] [--verified-only] [--unverified] [--allow-empty-body]\n"
+        "             [--force] [--dry-run]\n"
+        "  dlq purge QUEUE [--reason REGEX] [--id ID]... [--verified-only] --yes\n"
+        "  dlq history [QUEUE] [--limit N]\n"
+        "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
+        "  outbox list [QUEUE] [--limit N]\n"
+        "  key (status | stage | promote | retire)\n"
+        "  order list [QUEUE] | order release QUEUE KEY\n"
+        "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
+        "         -h, --help, -V, --version\n"
+        "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n");
 }
 
 /* Parse "90", "90s", "15m", "12h", "30d", "2w" or sums like "1h30m" into seconds; -1 if bad. */
@@ -78,31 +81,6 @@ static long long ctl_duration(const char *s)
     return total;
 }
 
-/* Print bytes on one line for text output: tab, newline and backslash escaped, other
- * control bytes as \xNN. */
-void ctl_put(FILE *f, const char *s, size_t len)
-{
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)s[i];
-        if (c == '\t')
-            fputs("\\t", f);
-        else if (c == '\n')
-            fputs("\\n", f);
-        else if (c == '\\')
-            fputs("\\\\", f);
-        else if (c < 0x20 || c == 0x7f)
-            fprintf(f, "\\x%02x", c);
-        else
-            fputc(c, f);
-    }
-}
-
-/* ctl_put of a C string. */
-void ctl_puts(FILE *f, const char *s)
-{
-    ctl_put(f, s, strlen(s));
-}
-
 /* An X'...' literal for bytes: safe for any consumer or id. Returns a malloc'd string or NULL. */
 char *ctl_hex(const char *s, size_t len)
 {
@@ -123,16 +101,6 @@ char *ctl_hex(const char *s, size_t len)
 void ctl_json_str(json_object *o, const char *key, const char *s, size_t len)
 {
     json_object_object_add(o, key, json_object_new_string_len(s, (int)len));
-}
-
-/* Print the --json document (ctl->out) and free it. */
-void ctl_json_flush(ctl_t *ctl)
-{
-    if (ctl->out == NULL)
-        return;
-    puts(json_object_to_json_string_ext(ctl->out, JSON_C_TO_STRING_PLAIN));
-    json_object_put(ctl->out);
-    ctl->out = NULL;
 }
 
 /* The distinct consumers of the configuration, or just --consumer. n is set; the array
@@ -165,7 +133,7 @@ int ctl_db_open(const ctl_t *ctl, db_t **db)
                            : ctl->conf->n_queues ? ctl->conf->queues[0].consumer
                                                  : "";
     if (db_open(&ctl->conf->database, consumer, false, 0, NULL, 0, db) != 0) {
-        fprintf(stderr, "idemctl: cannot connect to the database (see above)\n");
+        ctl_fprintf(stderr, "idemctl: cannot connect to the database (see above)\n");
         return CTL_EXIT_CONNECT;
     }
     return 0;
@@ -248,9 +216,9 @@ int ctl_queue_peek(mq_t *mq, const char *name, unsigned *msgs, unsigned *consume
 /* A usage error: print fmt (one %s: arg) and the usage; returns CTL_EXIT_USAGE. */
 static int ctl_bad(const char *fmt, const char *arg)
 {
-    fputs("idemctl: ", stderr);
-    fprintf(stderr, fmt, arg);
-    fputs("\n", stderr);
+    ctl_fprintf(stderr, "idemctl: ");
+    ctl_fprintf(stderr, fmt, arg);
+    ctl_fprintf(stderr, "\n");
     ctl_usage(stderr);
     return CTL_EXIT_USAGE;
 }
@@ -283,6 +251,9 @@ int main(int argc, char **argv)
         {"slow-ms", required_argument, NULL, 'S'},
         {"unverified", no_argument, NULL, 'U'},
         {"allow-empty-body", no_argument, NULL, 'E'},
+        {"verified-only", no_argument, NULL, 'Y'},
+        {"force", no_argument, NULL, 'F'},
+        {"dry-run", no_argument, NULL, 'D'},
         {"verbose", no_argument, NULL, 'v'},
         {"version", no_argument, NULL, 'V'},
         {"help", no_argument, NULL, 'h'},
@@ -313,7 +284,7 @@ int main(int argc, char **argv)
                 return ctl_bad("--reason given twice%s", "");
             if ((o = regcomp(&ctl.reason, optarg, REG_EXTENDED | REG_NOSUB)) != 0) {
                 regerror(o, &ctl.reason, err, sizeof(err));
-                fprintf(stderr, "idemctl: --reason '%s': %s\n", optarg, err);
+                ctl_fprintf(stderr, "idemctl: --reason '%s': %s\n", optarg, err);
                 return CTL_EXIT_USAGE;
             }
             ctl.has_reason = true;
@@ -345,6 +316,15 @@ int main(int argc, char **argv)
         case 'E':
             ctl.allow_empty_body = true;
             break;
+        case 'Y':
+            ctl.verified_only = true;
+            break;
+        case 'F':
+            ctl.force = true;
+            break;
+        case 'D':
+            ctl.dry_run = true;
+            break;
         case 'O':
             older = optarg;
             if ((ctl.older_s = ctl_duration(optarg)) < 0)
@@ -363,7 +343,7 @@ int main(int argc, char **argv)
             verbose++;
             break;
         case 'V':
-            printf("idemctl %s\n", IDEMCTL_VERSION);
+            ctl_printf("idemctl %s\n", IDEMCTL_VERSION);
             return CTL_EXIT_OK;
         case 'h':
             ctl_usage(stdout);
@@ -388,9 +368,12 @@ int main(int argc, char **argv)
     } else if (is_dlq && (!strcmp(sub, "list") || !strcmp(sub, "purge"))) {
         if (n_args != 3)
             return ctl_bad("dlq %s: one QUEUE expected", sub);
-        if (have_id || ctl.all || ctl.to_queue || ctl.to_original || ctl.unverified ||
-            ctl.allow_empty_body)
-            return ctl_bad("dlq %s takes --reason only to select", sub);
+        if (ctl.all || ctl.to_queue || ctl.to_original || ctl.unverified || ctl.allow_empty_body ||
+            ctl.force || ctl.dry_run)
+            return ctl_bad("dlq %s takes --reason, --id and --verified-only only to select", sub);
+    } else if (is_dlq && !strcmp(sub, "history")) {
+        if (n_args > 3)
+            return ctl_bad("dlq history: at most one QUEUE%s", "");
     } else if (is_dlq && !strcmp(sub, "replay")) {
         if (n_args < 3 || (n_args > 3 && !have_id))
             return ctl_bad("dlq replay: one QUEUE expected%s", "");
@@ -402,6 +385,8 @@ int main(int argc, char **argv)
             return ctl_bad("dlq replay: --to and --to-original exclude each other%s", "");
         if (ctl.to_queue && strcmp(ctl.to_queue, args[2]) == 0)
             return ctl_bad("dlq replay: --to %s is the dead letter queue itself", ctl.to_queue);
+        if (ctl.verified_only && ctl.unverified)
+            return ctl_bad("dlq replay: --verified-only and --unverified exclude each other%s", "");
     } else if (!strcmp(cmd, "outbox") && !strcmp(sub, "list")) {
         if (n_args > 3)
             return ctl_bad("outbox list: at most one QUEUE%s", "");
@@ -427,7 +412,7 @@ int main(int argc, char **argv)
                   : verbose == 1 ? LOG_LEVEL_INFO
                                  : LOG_LEVEL_WARNING);
     if (conf_load(path, &ctl.conf, err, sizeof(err)) != 0) {
-        fprintf(stderr, "idemctl: %s\n", err);
+        ctl_fprintf(stderr, "idemctl: %s\n", err);
         return CTL_EXIT_USAGE;
     }
     if (!strcmp(cmd, "status"))
@@ -442,6 +427,8 @@ int main(int argc, char **argv)
         rc = ctl_key(&ctl, sub);
     else if (!strcmp(cmd, "order"))
         rc = ctl_order(&ctl, sub, args + 2, n_args - 2);
+    else if (!strcmp(sub, "history"))
+        rc = ctl_dlq_history(&ctl, n_args > 2 ? args[2] : NULL);
     else if (!strcmp(sub, "list"))
         rc = ctl_dlq(&ctl, args[2], CTL_LIST);
     else if (!strcmp(sub, "replay"))

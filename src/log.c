@@ -252,34 +252,89 @@ const char *log_quote_str(const char *s, char *out, size_t outlen)
 }
 
 /*
- * Copy text to out (LOG_TEXT_MAX bytes) with control bytes escaped (\n, \r,
- * \t, \xNN), so that nothing a server or a handler said can start a line
- * of its own.
+ * The code point of the valid UTF-8 sequence at s (n bytes left) into *cp:
+ * its length, or 0 when the bytes there are not valid UTF-8 (overlong,
+ * surrogate, above U+10FFFF, cut short).
+ */
+static size_t log_utf8(const unsigned char *s, size_t n, unsigned *cp)
+{
+    unsigned c = s[0], v, min;
+    size_t need;
+    if (c >= 0xc2 && c <= 0xdf)
+        need = 2, v = c & 0x1f, min = 0x80;
+    else if (c >= 0xe0 && c <= 0xef)
+        need = 3, v = c & 0x0f, min = 0x800;
+    else if (c >= 0xf0 && c <= 0xf4)
+        need = 4, v = c & 0x07, min = 0x10000;
+    else
+        return 0;
+    if (n < need)
+        return 0;
+    for (size_t i = 1; i < need; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[i] & 0x3f);
+    }
+    if (v < min || v > 0x10ffff || (v >= 0xd800 && v <= 0xdfff))
+        return 0;
+    *cp = v;
+    return need;
+}
+
+/* Whether a terminal may act on code point cp instead of showing it. */
+static bool log_cp_unsafe(unsigned cp)
+{
+    return (cp >= 0x80 && cp <= 0x9f) || cp == 0x2028 || cp == 0x2029 ||
+           (cp >= 0x202a && cp <= 0x202e) || (cp >= 0x2066 && cp <= 0x2069);
+}
+
+size_t log_escape(const char *s, size_t len, unsigned flags, char *out, size_t outlen)
+{
+    static const char hex[] = "0123456789abcdef";
+    const unsigned char *p = (const unsigned char *)s;
+    size_t o = 0, i = 0;
+
+    if (outlen == 0)
+        return 0;
+    while (i < len) {
+        unsigned c = p[i], cp = 0;
+        char esc[8];
+        size_t need = 0, take = 1, seq = 0;
+        if (c == '\\' && (flags & LOG_ESC_BACKSLASH)) {
+            esc[need++] = '\\', esc[need++] = '\\';
+        } else if (c == '\n' || c == '\r' || c == '\t') {
+            esc[need++] = '\\', esc[need++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
+        } else if (c >= 0x20 && c < 0x7f) {
+            esc[need++] = (char)c;
+        } else if (c >= 0x80 && (seq = log_utf8(p + i, len - i, &cp)) > 0 && !log_cp_unsafe(cp)) {
+            memcpy(esc, p + i, seq);
+            need = take = seq;
+        } else if (seq > 0) {
+            need = (size_t)snprintf(esc, sizeof(esc), "\\u%04x", cp);
+            take = seq;
+        } else {
+            esc[0] = '\\', esc[1] = 'x', esc[2] = hex[c >> 4], esc[3] = hex[c & 15];
+            need = 4;
+        }
+        if (o + need + 1 > outlen)
+            break;
+        memcpy(out + o, esc, need);
+        o += need;
+        i += take;
+    }
+    out[o] = '\0';
+    return o;
+}
+
+/*
+ * Copy text to out (LOG_TEXT_MAX bytes) through log_escape (without
+ * LOG_ESC_BACKSLASH: log_quote's quoted values already carry theirs), so
+ * that nothing a server or a handler said can start a line of its own or
+ * steer a terminal.
  */
 static void log_text_clean(const char *text, char *out)
 {
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        unsigned char c = *p;
-        if (c >= 0x20 && c != 0x7f) {
-            if (o + 2 > LOG_TEXT_MAX)
-                break;
-            out[o++] = (char)c;
-            continue;
-        }
-        if (o + 5 > LOG_TEXT_MAX)
-            break;
-        out[o++] = '\\';
-        if (c == '\n' || c == '\r' || c == '\t') {
-            out[o++] = c == '\n' ? 'n' : c == '\r' ? 'r' : 't';
-        } else {
-            out[o++] = 'x';
-            out[o++] = hex[c >> 4];
-            out[o++] = hex[c & 15];
-        }
-    }
-    out[o] = '\0';
+    (void)log_escape(text, strlen(text), 0, out, LOG_TEXT_MAX);
 }
 
 /* Send text to the journal; 0, or a negative errno when it could not be sent. */

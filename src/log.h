@@ -128,6 +128,23 @@ const char *log_quote(const char *s, size_t len, char *out, size_t outlen);
 /* log_quote() of a NUL-terminated string; NULL is shown as "". */
 const char *log_quote_str(const char *s, char *out, size_t outlen);
 
+/* log_escape: a backslash as two, so that an escape in the output is never a field's own text. */
+#define LOG_ESC_BACKSLASH 1u
+/*
+ * The one function that makes bytes nobody vouched for safe to show on a
+ * terminal or in a log line: len bytes of s into out (outlen bytes, always
+ * NUL-terminated when outlen > 0). \n, \r and \t become "\n", "\r", "\t";
+ * every other byte below 0x20, DEL and each byte of invalid UTF-8 "\xNN";
+ * the C1 controls U+0080..U+009F (which some terminals obey as ESC [ and
+ * the like), the bidirectional overrides and isolates (U+202A..U+202E,
+ * U+2066..U+2069) and the line and paragraph separators (U+2028, U+2029)
+ * "\uNNNN"; valid UTF-8 otherwise as it is. With LOG_ESC_BACKSLASH a
+ * backslash becomes two. Output that does not fit is cut before an
+ * escape, never inside one. At most 4 * len + 1 bytes are needed. Returns
+ * the length written.
+ */
+size_t log_escape(const char *s, size_t len, unsigned flags, char *out, size_t outlen);
+
 /*
  * For tests: replace the journal writer (sd_journal_sendv) by fn, which gets
  * the fields as "NAME=value" iovecs and returns 0 or a negative errno (on

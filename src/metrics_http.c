@@ -1,5 +1,5 @@
-/* metrics_http.c: the HTTP endpoint of /metrics and /status (libmicrohttpd), run from the caller's loop:
- * connection limits, deadlines and the bearer token. */
+/* metrics_http.c: the HTTP endpoint of /metrics and /status (libmicrohttpd), run from the caller's
+ * loop: connection limits, deadlines and the bearer token. */
 #include "metrics.h"
 
 #include <arpa/inet.h>

@@ -121,10 +121,11 @@ static int mq_declare_args(mq_t *mq, const char *name, bool durable, bool quorum
     snprintf(what, sizeof(what), "declaring queue '%s'", name);
     mq_fail(mq, what, r);
     if (quorum && mq_refused_for(r, ""))
-        log_error("queue '%s' exists with other arguments, e.g. as a classic queue from before "
-                  "declare.quorum = true: drain and delete it (docs/failures.md: \"Moving to quorum "
-                  "queues\")",
-                  name);
+        log_error(
+            "queue '%s' exists with other arguments, e.g. as a classic queue from before "
+            "declare.quorum = true: drain and delete it (docs/failures.md: \"Moving to quorum "
+            "queues\")",
+            name);
     return -1;
 }
 

@@ -244,6 +244,13 @@ static int outbox_props(const outbox_msg_t *m, amqp_basic_properties_t *props,
             log_error("outbox: row %llu: headers do not decode: sent without them", m->id);
             nh = 0;
         }
+        /* idemd-* headers are idemd's to set (a handler that passes its message's headers
+         * on would pass a publisher's forged ones): left out, as from every copy. */
+        int kept = 0;
+        for (int i = 0; i < nh; i++)
+            if (!relay_is_idemd_header(hdr[i].key))
+                hdr[kept++] = hdr[i];
+        nh = kept;
     }
     nh = outbox_trace_headers(m, hdr, nh);
     if (nh > 0) {

@@ -125,6 +125,9 @@ static void outbox_bind(MYSQL_BIND *b, const void *p, unsigned long *len, bool n
     b->buffer_length = *len;
     b->length = len;
     b->is_null_value = null;
+    /* libmysqlclient reads only *is_null (NULL there: never null, so a NULL column got '');
+     * libmariadb falls back to is_null_value. Point it there for both. */
+    b->is_null = &b->is_null_value;
 }
 
 int outbox_add(outbox_t *ob, const char *source_id, size_t source_len, unsigned seq,

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "trust.h"
 
 /* dlerror()'s text without its leading "FILE: " when FILE is the one we name already. */
 static const char *plugin_dlerror(const char *file)
@@ -35,48 +36,9 @@ static const char *plugin_dlerror(const char *file)
     return why;
 }
 
-/* Whether st may hold code we run: owned by root or by the user we run as. */
-static bool plugin_owner_ok(const struct stat *st)
-{
-    return st->st_uid == 0 || st->st_uid == geteuid();
-}
-
-/*
- * The checks of plugin_secure_path on one directory. A directory others may
- * write to is accepted only when it is sticky and owned by root (/tmp):
- * there nobody but an entry's owner may rename or remove it, so our file,
- * owned by root or us, cannot be swapped.
- */
-static int plugin_check_dir(const char *file, const char *dir, char *err, size_t errlen)
-{
-    struct stat st;
-
-    if (stat(dir, &st) != 0) {
-        snprintf(err, errlen, "%s: refused: cannot stat directory %s: %s", file, dir,
-                 strerror(errno));
-        return -1;
-    }
-    if (!plugin_owner_ok(&st)) {
-        snprintf(err, errlen,
-                 "%s: refused: directory %s is owned by uid %u, not by root or the service "
-                 "user (uid %u)",
-                 file, dir, (unsigned)st.st_uid, (unsigned)geteuid());
-        return -1;
-    }
-    if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !((st.st_mode & S_ISVTX) && st.st_uid == 0)) {
-        snprintf(err, errlen,
-                 "%s: refused: directory %s is writable by %s (mode %04o): every directory "
-                 "above a plugin must be writable by its owner only (or sticky and owned by root)",
-                 file, dir, (st.st_mode & S_IWOTH) ? "others" : "group",
-                 (unsigned)(st.st_mode & 07777));
-        return -1;
-    }
-    return 0;
-}
-
 int plugin_secure_path(const char *path, char *resolved, size_t len, char *err, size_t errlen)
 {
-    char real[PATH_MAX], dir[PATH_MAX];
+    char real[PATH_MAX];
     struct stat st;
 
     /* realpath: the checks and dlopen see the same file, with no symlink left to swap. */
@@ -88,34 +50,8 @@ int plugin_secure_path(const char *path, char *resolved, size_t len, char *err, 
         snprintf(err, errlen, "%s: cannot load handler: %s is not a regular file", path, real);
         return -1;
     }
-    if (!plugin_owner_ok(&st)) {
-        snprintf(err, errlen,
-                 "%s: refused: %s is owned by uid %u, not by root or the service user (uid %u)",
-                 path, real, (unsigned)st.st_uid, (unsigned)geteuid());
+    if (trust_check(path, real, "a plugin", err, errlen) != 0)
         return -1;
-    }
-    if (st.st_mode & (S_IWGRP | S_IWOTH)) {
-        snprintf(err, errlen,
-                 "%s: refused: %s is writable by %s (mode %04o): a plugin must be writable by "
-                 "its owner only",
-                 path, real, (st.st_mode & S_IWOTH) ? "others" : "group",
-                 (unsigned)(st.st_mode & 07777));
-        return -1;
-    }
-    snprintf(dir, sizeof(dir), "%s", real);
-    for (;;) {
-        char *slash = strrchr(dir, '/');
-        if (slash == NULL)
-            break;
-        if (slash == dir) {
-            if (plugin_check_dir(path, "/", err, errlen) != 0)
-                return -1;
-            break;
-        }
-        *slash = '\0';
-        if (plugin_check_dir(path, dir, err, errlen) != 0)
-            return -1;
-    }
     if (snprintf(resolved, len, "%s", real) >= (int)len) {
         snprintf(err, errlen, "%s: cannot load handler: path too long", path);
         return -1;

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 
 /* Whether a header key equals name. */
@@ -24,16 +25,25 @@ static int relay_key_starts(amqp_bytes_t key, const char *prefix)
     return key.len >= n && memcmp(key.bytes, prefix, n) == 0;
 }
 
-/* Headers the copy must not carry over: the broker's and our own (rewritten). */
+bool relay_is_idemd_header(amqp_bytes_t key)
+{
+    static const char prefix[] = "idemd-";
+    size_t n = sizeof(prefix) - 1;
+    return key.len >= n && strncasecmp((const char *)key.bytes, prefix, n) == 0 &&
+           !relay_key_is(key, RELAY_H_PUB_US);
+}
+
+/*
+ * Headers the copy must not carry over: the broker's, and every idemd-*
+ * one, whoever set it: a list of the names idemd sets would let through
+ * those it reads elsewhere (idemd-onward made a dead letter pass for an
+ * onward message) and those it will read one day.
+ */
 static int relay_dropped(amqp_bytes_t key)
 {
     return relay_key_is(key, "x-death") || relay_key_starts(key, "x-first-death-") ||
            relay_key_starts(key, "x-last-death-") || relay_key_is(key, "x-delivery-count") ||
-           relay_key_is(key, RELAY_H_ATTEMPTS) || relay_key_is(key, RELAY_H_ERROR) ||
-           relay_key_is(key, RELAY_H_LAST_FAILURE) || relay_key_is(key, RELAY_H_QUEUE) ||
-           relay_key_is(key, RELAY_H_BODY_DROPPED) || relay_key_is(key, RELAY_H_FIRST_FAILURE) ||
-           relay_key_is(key, RELAY_H_EXCHANGE) || relay_key_is(key, RELAY_H_ROUTING_KEY) ||
-           relay_key_is(key, RELAY_H_SIG);
+           relay_is_idemd_header(key);
 }
 
 /* A header of the original, or NULL. */
@@ -293,8 +303,9 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
      * broker refuses a user_id that is not the publishing connection's user. */
     c->props._flags &= ~(amqp_flags_t)(AMQP_BASIC_EXPIRATION_FLAG | AMQP_BASIC_USER_ID_FLAG);
     n = relay_keep_headers(p, id_header, c->entries, &dropped);
-    if (dropped) {
-        c->entries[n].key = amqp_cstring_bytes("idemd-headers-dropped");
+    /* A copy of idemd's own earlier copy that lost headers says so still. */
+    if (dropped || (trusted && relay_find(p, RELAY_H_HEADERS_DROPPED) != NULL)) {
+        c->entries[n].key = amqp_cstring_bytes(RELAY_H_HEADERS_DROPPED);
         c->entries[n].value.kind = AMQP_FIELD_KIND_BOOLEAN;
         c->entries[n++].value.value.boolean = 1;
     }

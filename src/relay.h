@@ -22,6 +22,19 @@
 /* Dead letters of onward messages (outbox.c): int 1 (relay_onward_queue), and the source's id. */
 #define RELAY_H_ONWARD "idemd-onward"
 #define RELAY_H_ONWARD_SOURCE "idemd-onward-source"
+/* Set by idemd on a copy some of whose original headers did not fit (relay_copy_init). */
+#define RELAY_H_HEADERS_DROPPED "idemd-headers-dropped"
+/* The one idemd-* header a publisher sets: its publish time (docs/monitoring.md). */
+#define RELAY_H_PUB_US "idemd-pub-us"
+
+/*
+ * Whether a header name is in idemd's namespace: it starts with "idemd-"
+ * in any case (AMQP header names are bytes; compared lowercased), and is
+ * not RELAY_H_PUB_US. No copy, dead letter or onward message idemd
+ * publishes carries such a header from its original or its handler:
+ * idemd sets its own.
+ */
+bool relay_is_idemd_header(amqp_bytes_t key);
 
 /* The frame size idemd negotiates (mq.c), and room kept for our own headers. */
 #define RELAY_FRAME_MAX 131072
@@ -68,14 +81,17 @@ typedef struct relay_copy {
  * original exchange and routing key (kept from an earlier copy when
  * trusted), queue, and idemd-sig: their signature under key (RELAY_KEY_LEN
  * bytes) bound to queue and the message id. trusted says the original's
- * headers passed relay_trusted; otherwise a publisher's idemd-* headers are
- * replaced. The id header (id_header; NULL when the id is the message_id
- * property) is kept first; every other original header is kept in order
- * while it nests no deeper than RELAY_DEPTH_MAX and fits in one frame
- * beside ours. When any was left out, idemd-headers-dropped is set. The
- * expiration and user_id properties are dropped. c borrows env, which must
- * outlive it. Returns 0, or -1 when out of memory. Free with
- * relay_copy_free.
+ * headers passed relay_trusted. Every idemd-* header of the original
+ * (relay_is_idemd_header: also ones idemd does not know, such as a forged
+ * idemd-onward) is left out, then idemd's own are set; of a trusted
+ * original (idemd's own earlier copy) the values above are read back
+ * first, and idemd-headers-dropped carried over. The id header
+ * (id_header; NULL when the id is the message_id property) is kept first;
+ * every other original header is kept in order while it nests no deeper
+ * than RELAY_DEPTH_MAX and fits in one frame beside ours. When any was
+ * left out, idemd-headers-dropped is set. The expiration and user_id
+ * properties are dropped. c borrows env, which must outlive it. Returns 0,
+ * or -1 when out of memory. Free with relay_copy_free.
  */
 int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
                     const char *id_header, const char *id, size_t id_len, bool trusted,

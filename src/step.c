@@ -83,7 +83,7 @@ static step_status_t step_transact(step_t *s)
     t.bulk = s->bulk && s->clock.ops->now_ms(s->clock.ctx) >= s->bulk_off_until_ms;
     t.batch = s->batch;
     if (h->order_keys)
-        h->order_keys(s->hooks_ctx);
+        t.seq = h->order_keys(s->hooks_ctx);
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
     t.limit_ms = s->limit_ms;
     t.m = l->batch.t;

@@ -34,8 +34,10 @@ typedef struct step_hooks {
     /* A batch was collected and is about to run: count it, check the database. 0, or -1
      * (the database cannot be reached). */
     int (*batch)(void *ctx);
-    /* An ordered queue: find each batch entry's key afresh (NULL: unordered). */
-    void (*order_keys)(void *ctx);
+    /* An ordered queue: find each batch entry's key afresh, and return the order the batch's
+     * messages run in (a permutation of 0..n-1, txn_t.seq; NULL: delivery order). NULL hook:
+     * unordered. */
+    const int *(*order_keys)(void *ctx);
     /* The transaction ran (st: as txn_run returned). */
     void (*transacted)(void *ctx, const txn_t *t, txn_status_t st);
     /* Right before the outbox relay of a COMMIT (test builds' fault injection). */

@@ -1,4 +1,5 @@
-/* sup_core.c: the supervisor's bookkeeping that its other files share: worker entries, queue stats, handler checks. */
+/* sup_core.c: the supervisor's bookkeeping that its other files share: worker entries, queue stats,
+ * handler checks. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -124,7 +125,6 @@ void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, 
     log_error("queue '%s': more than %d workers at once: worker %d not started", q->name,
               SUP_MAX_SLOTS, index);
 }
-
 
 const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name)
 {

@@ -114,6 +114,10 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
 
     if (!handled)
         return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
+    /* One more savepoint: it fails (1178) if the last handler wrote to a table that cannot
+     * roll back, as the next message's would have; then that message is to blame. */
+    if (t->last_ran >= 0 && (err = t->ops->exec(t->ctx, "SAVEPOINT e")) != 0)
+        return txn_lost(t, err, "SAVEPOINT");
     snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT %s", sp);
     if ((err = t->ops->exec(t->ctx, sql)) != 0)
         return txn_lost(t, err, "RELEASE SAVEPOINT");
@@ -148,6 +152,7 @@ static txn_pass_t txn_pass(txn_t *t)
     txn_pass_t p;
     unsigned err;
 
+    t->last_ran = -1;
     if (t->ops->order && (err = t->ops->exec(t->ctx, "SAVEPOINT o")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
     if (t->ops->order) {
@@ -155,7 +160,8 @@ static txn_pass_t txn_pass(txn_t *t)
         if ((err = t->ops->order(t->ctx, -1, NULL, TXN_ORDER_PASS, &unused)) != 0)
             return txn_lost(t, err, "the order keys' rows");
     }
-    for (int i = 0; i < t->n; i++) {
+    for (int j = 0; j < t->n; j++) {
+        int i = t->seq ? t->seq[j] : j;
         txn_state_t s = t->m[i].state;
         if (t->ops->order && (s == TXN_RETRY || s == TXN_REJECT) &&
             (p = txn_order(t, i, TXN_ORDER_FAILED, NULL, &handled)) != TXN_PASS_DONE)
@@ -203,6 +209,7 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
     unsigned err;
     bool handled = false;
 
+    t->last_ran = -1;
     for (int i = 0; i < t->n; i++) {
         if (t->m[i].state != TXN_NEW)
             continue;
@@ -261,6 +268,12 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
             return p == TXN_PASS_FAILED ? TXN_PASS_FALLBACK : p;
         handled = true;
     }
+    /* Handlers ran without savepoints between them: when one of them wrote to a table that
+     * cannot roll back (1178 here), only the message-by-message way finds which. */
+    if (handled && (err = t->ops->exec(t->ctx, "SAVEPOINT e")) != 0)
+        return db_classify(err) == DB_ERR_HANDLER ? TXN_PASS_FALLBACK
+                                                  : txn_lost(t, err, "SAVEPOINT");
+    t->last_ran = -1; /* checked: txn_finish need not */
     return txn_finish(t, handled, "b");
 }
 
@@ -290,6 +303,8 @@ txn_status_t txn_run(txn_t *t)
     t->lost_why[0] = '\0';
     t->fell_back = false;
     t->too_slow = false;
+    t->blamed = 0;
+    t->last_ran = -1;
     int fresh = 0;
     for (int i = 0; i < t->n; i++)
         fresh += t->m[i].state == TXN_NEW;
@@ -306,9 +321,24 @@ txn_status_t txn_run(txn_t *t)
             return TXN_DONE;
         if (p == TXN_PASS_FATAL)
             return TXN_FATAL;
+        /* Set-based, several handlers ran without savepoints between them: which one broke
+         * the transaction shows only message by message. */
+        if (p == TXN_PASS_BLAME && bulk)
+            p = TXN_PASS_FALLBACK;
         /* Lost, or falling back: nothing of this pass survives. */
         if (txn_restart(t) != TXN_PASS_DONE)
             return TXN_FATAL;
+        if (p == TXN_PASS_BLAME) {
+            /* Rejected and left out. One its own handler had failed already stays as it is
+             * and runs no more either: each blame takes one message out of the passes to
+             * come, so this ends (the bound is a guard). */
+            txn_msg_t *m = &t->m[t->blame];
+            if (m->state == TXN_NEW)
+                txn_move(m, TXN_REJECT);
+            if (++t->blamed > 2 * t->n)
+                return TXN_FATAL;
+            continue;
+        }
         if (p == TXN_PASS_FALLBACK) {
             bulk = false;
             t->fell_back = true;

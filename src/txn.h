@@ -26,6 +26,8 @@
  *   NEW, RECORDED, HANDLED --redone TXN_REDO_MAX times--> RETRY
  *   NEW --bad id, crash guard, no order key--> REJECT (before the transaction)
  *   RECORDED --its key is blocked by another message (ordered queue)--> WAIT --lost--> NEW
+ *   HANDLED --idemd's next SAVEPOINT fails by its handler's doing (1178)--> NEW (rolled back)
+ *     --> REJECT, and the pass is redone without it
  */
 typedef enum txn_state {
     TXN_NEW = 0,   /* waiting for this pass of the transaction */
@@ -104,6 +106,9 @@ typedef struct txn_ops {
      * false).
      */
     unsigned (*order)(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, bool *wait);
+    /* The server's message for the statement that failed last (NULL: not known); borrowed
+     * until the next call. For reasons and logs only. */
+    const char *(*error_text)(void *ctx);
 } txn_ops_t;
 
 typedef struct txn {
@@ -116,6 +121,8 @@ typedef struct txn {
     uint64_t limit_ms;  /* stop starting handlers after this long (0: no limit) */
     txn_msg_t *m;
     int n;
+    const int *seq; /* the per-message pass takes m[seq[0]], m[seq[1]], ... (a permutation of
+                     * 0..n-1; NULL: 0..n-1). Borrowed. */
     /* What the last txn_run did (for logs and counters). */
     int redos;         /* transactions lost and redone */
     int lock_waits;    /* records that timed out waiting for another transaction */
@@ -125,6 +132,12 @@ typedef struct txn {
     bool committed;    /* a COMMIT succeeded */
     bool cut_short;    /* limit_ms passed: some messages are left TXN_NEW (route HOLD) */
     char lost_why[96]; /* what lost the transaction the last time */
+    int blamed;        /* messages rejected because their handler left the transaction
+                        * unable to take a savepoint (1178: a table that cannot roll back) */
+    /* Inside a pass (txn.c only): the message whose handler ran last (-1: none yet), and
+     * the one an error of the handler's making is blamed on. */
+    int last_ran;
+    int blame;
 } txn_t;
 
 typedef enum txn_status {
@@ -145,7 +158,13 @@ typedef enum txn_status {
  * the handler; a message that fails is rolled back to its savepoint; then
  * one COMMIT (or ROLLBACK when nothing was handled). A lost transaction
  * (1213, 1305, a savepoint gone) is rolled back and redone up to
- * TXN_REDO_MAX times without the messages that already failed. After
+ * TXN_REDO_MAX times without the messages that already failed. After the
+ * handlers, a last SAVEPOINT checks that the transaction can still take
+ * one: a handler that wrote to a table which cannot roll back (1178, at
+ * that check or at the next message's SAVEPOINT) makes its message REJECT
+ * (the handler's failure, the server's message in its reason), and the
+ * pass is rolled back and redone without it (set-based: message by
+ * message, to find it); the connection is not blamed. After
  * TXN_DONE no message is RECORDED or HANDLED; NEW ones were never started
  * (cut short). After TXN_FATAL nothing may be acked.
  */

@@ -6,12 +6,44 @@
 #include <stdio.h>
 
 #include "db.h"
+#include "delivery.h"
 #include "log.h"
 #include "txn_state.h"
 
 #ifdef IDEMD_TESTING
 bool txn_test_no_fallback = false;
 #endif
+
+/*
+ * idemd's statement where failed with err because of what the handler of
+ * the message that ran last did (DB_ERR_HANDLER): that message is to blame.
+ * Its reason (kept when its handler had failed it already) and the log say
+ * what happened and what to fix. BLAME, or FATAL when no handler ran.
+ */
+static txn_pass_t txn_blame_note(txn_t *t, unsigned err, const char *where)
+{
+    const char *text = t->ops->error_text ? t->ops->error_text(t->ctx) : NULL;
+    char pid[96];
+    if (t->last_ran < 0)
+        return TXN_PASS_FATAL;
+    txn_msg_t *m = &t->m[t->last_ran];
+    t->blame = t->last_ran;
+    log_warn("id=%s: its handler wrote to a table whose storage engine cannot roll back: the "
+             "server refused idemd's %s (error %u: %.200s). That write is not undone with the "
+             "message, so exactly-once cannot hold for that table: the message is rejected "
+             "(dead-lettered, not retried: a retry would write it again), the rest of the batch "
+             "is redone without it, the worker carries on. Fix the handler's table: ALTER TABLE "
+             "... ENGINE=InnoDB (docs/plugins.md)",
+             delivery_id_printable(m->id, m->id_len, pid, sizeof(pid)), where, err,
+             text ? text : "no message");
+    if (m->state == TXN_HANDLED)
+        txn_why(m,
+                "handler wrote to a table that cannot roll back: idemd's %s failed with error "
+                "%u: %.200s. That write stays whatever becomes of the message (exactly-once "
+                "cannot hold for it): move the table to InnoDB, then replay",
+                where, err, text ? text : "no message");
+    return TXN_PASS_BLAME;
+}
 
 /* What an error number means for the open transaction. */
 txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
@@ -22,6 +54,8 @@ txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
     case DB_ERR_LOCK_TIMEOUT: /* rolled back: at most the whole transaction, so redo it all */
         snprintf(t->lost_why, sizeof(t->lost_why), "error %u at %s", err, where);
         return TXN_PASS_REDO;
+    case DB_ERR_HANDLER:
+        return txn_blame_note(t, err, where);
     default:
         return TXN_PASS_FATAL; /* connection lost, or nothing we know how to recover from */
     }
@@ -59,6 +93,7 @@ txn_pass_t txn_result(txn_t *t, txn_msg_t *m, idemd_result_t r, unsigned err)
 txn_pass_t txn_handle(txn_t *t, int i)
 {
     unsigned err = 0;
+    t->last_ran = i;
     idemd_result_t r = t->ops->handle(t->ctx, i, &t->m[i], &err);
     return txn_result(t, &t->m[i], r, err);
 }

@@ -14,10 +14,12 @@ typedef enum txn_pass {
     TXN_PASS_FALLBACK, /* set-based pass: roll back, run the NEW ones message by message */
     TXN_PASS_AGAIN,    /* set-based pass: roll back, run it again without the failed ones */
     TXN_PASS_FAILED,   /* txn_result: the verdict was not OK; the caller rolls the message back */
+    TXN_PASS_BLAME,    /* the last handler broke the transaction (t->blame, its reason set):
+                        * roll back, reject that message, run the NEW ones again */
 } txn_pass_t;
 
-/* What an error number err at where means for the open transaction: REDO (why in t->lost_why)
- * or FATAL. */
+/* What an error number err at where means for the open transaction: REDO (why in t->lost_why),
+ * BLAME (an error of the last handler's making: t->blame), or FATAL. */
 txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where);
 
 /*

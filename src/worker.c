@@ -143,9 +143,10 @@ static int worker_h_batch(void *ctx)
     return worker_check_db(w);
 }
 
-static void worker_h_order_keys(void *ctx)
+static const int *worker_h_order_keys(void *ctx)
 {
     worker_order_keys(ctx);
+    return worker_order_seq(ctx);
 }
 
 /* The transaction ran: its counters. */
@@ -319,7 +320,8 @@ static void worker_alloc(worker_t *w)
     if (w->q->order_key && w->q->order_key[0] &&
         ((w->ord.keys = calloc((size_t)w->q->batch_size, sizeof(*w->ord.keys))) == NULL ||
          (w->ord.bidx = calloc((size_t)w->q->batch_size, sizeof(*w->ord.bidx))) == NULL ||
-         (w->ord.blocked = calloc((size_t)w->q->batch_size, sizeof(*w->ord.blocked))) == NULL))
+         (w->ord.blocked = calloc((size_t)w->q->batch_size, sizeof(*w->ord.blocked))) == NULL ||
+         (w->ord.seq = calloc((size_t)w->q->batch_size, sizeof(*w->ord.seq))) == NULL))
         w->ids = NULL; /* reported just below */
     if (!mem || w->ids == NULL || w->id_lens == NULL) {
         log_error("out of memory");
@@ -413,6 +415,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.ord.keys);
     free(w.ord.bidx);
     free(w.ord.blocked);
+    free(w.ord.seq);
     free(w.hx.bmsg);
     free(w.hx.bptr);
     free(w.hx.bidx);

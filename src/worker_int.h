@@ -104,6 +104,7 @@ typedef struct worker {
         worker_okey_t *keys; /* each batch entry's key (order_key) */
         int *bidx;           /* order_blocked's scratch: batch index of each key asked about */
         bool *blocked;       /* ... and its answer */
+        int *seq;            /* the order a batch's messages run in: by key (worker_order_seq) */
     } ord;
 #ifdef IDEMD_TESTING
     int crash_before_relay; /* IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the Nth relay, twice
@@ -152,6 +153,7 @@ int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd
 
 /* worker_order.c: an ordered queue's keys (step_hooks_t.order_keys) and rows (txn_ops_t.order). */
 void worker_order_keys(worker_t *w);
+const int *worker_order_seq(worker_t *w);
 unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t step, bool *wait);
 
 /* worker_sweep.c: the outbox sweeper, a chore. */

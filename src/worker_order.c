@@ -3,6 +3,7 @@
  */
 #include "worker_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* A pass begins: one locked read of which of the batch's keys are blocked (order_blocked). */
@@ -110,4 +111,39 @@ void worker_order_keys(worker_t *w)
             memcpy(t->reason, why, sizeof(why));
         }
     }
+}
+
+/* Keyless entries first, then by key, byte for byte; equal keys in batch order. */
+static int worker_okey_cmp(const void *a, const void *b)
+{
+    const worker_okey_t *x = *(const worker_okey_t *const *)a,
+                        *y = *(const worker_okey_t *const *)b;
+    int c = (int)x->has - (int)y->has;
+    if (c == 0 && x->has) {
+        c = memcmp(x->key, y->key, x->len < y->len ? x->len : y->len);
+        if (c == 0)
+            c = x->len < y->len ? -1 : x->len > y->len;
+    }
+    return c != 0 ? c : (x > y) - (x < y);
+}
+
+/*
+ * An ordered queue runs its batch key by key, in the keys' byte order (a
+ * key's own messages in delivery order): rows a handler writes per key, and
+ * the key rows, are then locked in one order by every ordered queue, so two
+ * queues whose messages share keys do not deadlock on them (docs/ordering.md,
+ * tests/chaos/order_pair). Settling keeps delivery order. Fills and returns
+ * w->ord.seq (after worker_order_keys).
+ */
+const int *worker_order_seq(worker_t *w)
+{
+    int n = w->life.batch.n;
+    const worker_okey_t *p[n > 0 ? n : 1];
+
+    for (int i = 0; i < n; i++)
+        p[i] = &w->ord.keys[i];
+    qsort(p, (size_t)n, sizeof(p[0]), worker_okey_cmp);
+    for (int j = 0; j < n; j++)
+        w->ord.seq[j] = (int)(p[j] - w->ord.keys);
+    return w->ord.seq;
 }

@@ -54,12 +54,21 @@ static unsigned worker_op_find_records(void *ctx, txn_msg_t *const *ms, int k, b
     return db_find_records(w->db, w->ids, w->id_lens, k, found) == DB_OK ? 0 : db_last_errno(w->db);
 }
 
+/* The server's message for the statement that failed last (txn_ops_t.error_text). */
+static const char *worker_op_error_text(void *ctx)
+{
+    worker_t *w = ctx;
+    return mysql_error(w->db->my);
+}
+
 const txn_ops_t worker_txn_ops = {
     worker_op_exec,        worker_op_record,       worker_op_clear,       worker_op_handle,
     worker_op_record_many, worker_op_find_records, worker_op_handle_many, NULL,
+    worker_op_error_text,
 };
 
 const txn_ops_t worker_txn_ops_ordered = {
-    worker_op_exec,        worker_op_record,       worker_op_clear,       worker_op_handle,
-    worker_op_record_many, worker_op_find_records, worker_op_handle_many, worker_op_order,
+    worker_op_exec,        worker_op_record,      worker_op_clear,
+    worker_op_handle,      worker_op_record_many, worker_op_find_records,
+    worker_op_handle_many, worker_op_order,       worker_op_error_text,
 };

@@ -1,4 +1,4 @@
--- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id); reconcile_runs logs counter.so's reconcile() runs; counter_flags switches counter.so's behaviour; trace_seen holds the trace context counter.so saw; order_effects records ordered.so's effects in commit order.
+-- schema.sql: test-only tables: effects counts how often a handler's effect ran per (queue, message id); reconcile_runs logs counter.so's reconcile() runs; counter_flags switches counter.so's behaviour; trace_seen holds the trace context counter.so saw; order_effects records ordered.so's effects in commit order; order_key_rows is the row per key ordered.so's settings.key_table writes.
 CREATE TABLE IF NOT EXISTS effects (
     queue VARCHAR(128) NOT NULL,
     msg_id VARBINARY(255) NOT NULL,
@@ -34,4 +34,9 @@ CREATE TABLE IF NOT EXISTS order_effects (
     msg_id VARBINARY(255) NOT NULL,
     PRIMARY KEY (id),
     KEY idx_key (queue, okey, id)
+) ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS order_key_rows (
+    okey VARBINARY(255) NOT NULL,
+    n INT NOT NULL,
+    PRIMARY KEY (okey)
 ) ENGINE=InnoDB;

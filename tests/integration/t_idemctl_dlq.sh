@@ -32,8 +32,8 @@ echo "$all"
 h_assert_eq "$(ids "$all")" "r1 r2 r3 r4 r5 r6 - " "full listing"
 t=$'\t'
 # id, attempts, first, last failure, original exchange ("": the default) and routing key, queue,
-# reason
-grep -qE "^r2${t}1${t}20[0-9-]+T[0-9:.]+Z${t}20[0-9-]+T[0-9:.]+Z${t}${t}$q${t}$q${t}test reject-until-fixed\$" <<<"$all" ||
+# reason, signature (idemd signed it), applied (the reject was rolled back: not recorded)
+grep -qE "^r2${t}1${t}20[0-9-]+T[0-9:.]+Z${t}20[0-9-]+T[0-9:.]+Z${t}${t}$q${t}$q${t}test reject-until-fixed${t}verified${t}not-applied\$" <<<"$all" ||
     h_fail "listing of r2: $(grep '^r2' <<<"$all")"
 
 out=$(ctl dlq list "$dlq" --reason 'until-fixed')

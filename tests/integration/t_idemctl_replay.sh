@@ -1,4 +1,4 @@
-# t_idemctl_replay: fix a handler, replay its dead letters by reason: effects once; replay again: nothing doubled; kill -9 of idemctl between a confirmed copy and its ack loses nothing; --id with --to QUEUE strips idemd's headers; an unroutable copy stops the replay (exit 4).
+# t_idemctl_replay: fix a handler, replay its dead letters by reason: a second letter of an id replayed in the same pass is skipped, --force sends both and the record absorbs one; replay again: nothing doubled; kill -9 of idemctl between a confirmed copy and its ack loses nothing, and the next replay skips the letter already applied; --id with --to QUEUE strips idemd's headers; an unroutable copy stops the replay (exit 4).
 db=t_ictl_replay
 q=t_ictl_replay.q
 x=t_ictl_replay.x
@@ -38,10 +38,24 @@ h_assert_eq "$(cut -f5,6 <<<"$all" | sort -u)" "$x"$'\tk' "original exchange and
 # Attempts rows the replay must clear (f1) and leave alone (p1: not replayed).
 h_sql "INSERT INTO idemd_attempt (consumer, msg_id, attempts) VALUES ('$q', 'f1', 3), ('$q', 'p1', 2)"
 
-# Fix the handler, replay by reason: ten copies, five applied, five absorbed by the record.
+# Fix the handler, replay by reason: the first letter of each id goes; the second, of an id
+# this pass replayed already, is skipped (deterministically, whether or not the first copy was
+# applied yet) and stays. --dry-run first: the same decisions, nothing done.
 h_sql "INSERT INTO counter_flags VALUES ('fixed')"
-out=$(ctl dlq replay "$dlq" --reason 'until-fixed' --to-original)
-h_assert_eq "$out" "replayed 10 of 12 dead letters in $dlq (10 matched)" "replay by reason"
+out=$(ctl dlq replay "$dlq" --reason 'until-fixed' --to-original --dry-run)
+h_assert_eq "$(cut -f1,4 <<<"$out" | sed '$d' | sort | tr '\t\n' ': ')" \
+    "f1:replay f1:skip f2:replay f2:skip f3:replay f3:skip f4:replay f4:skip f5:replay f5:skip " "--dry-run"
+rc=0
+out=$(ctl dlq replay "$dlq" --reason 'until-fixed' --to-original 2>pass.err) || rc=$?
+h_assert_eq "$rc:$out" "4:replayed 5 of 12 dead letters in $dlq (10 matched, 5 refused and kept: see above)" \
+    "replay by reason"
+h_assert_eq "$(h_count_log pass.err "^idemctl: SKIPPED: dead letter f[1-5] .*replayed earlier in this pass")" 5 \
+    "the second letters: skipped"
+h_wait_sql "SELECT COUNT(*), SUM(n) FROM effects WHERE msg_id LIKE 'f%'" $'5\t5' 30
+h_wait_depth "$dlq" 7 10
+# --force sends the second letters too: five copies, absorbed by the record.
+out=$(ctl dlq replay "$dlq" --reason 'until-fixed' --to-original --force 2>/dev/null)
+h_assert_eq "$out" "replayed 5 of 7 dead letters in $dlq (5 matched)" "replay by reason --force"
 h_wait_sql "SELECT COUNT(*), SUM(n) FROM effects WHERE msg_id LIKE 'f%'" $'5\t5' 30
 h_wait_log idemd.log "outcome=duplicate queue=$q " 5 30
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id LIKE 'f%'")" 5 "records of f1..f5"
@@ -57,7 +71,7 @@ h_assert_eq "$rc:$out" "1:replayed 0 of 2 dead letters in $dlq (0 matched)" "sec
 h_assert_eq "$(h_sql "SELECT COUNT(*), SUM(n) FROM effects")" $'6\t6' "effects after the second replay"
 
 # kill -9 between a confirmed copy and its ack: k1's copy is applied, its dead letter stays;
-# the next replay publishes k1 again and the record absorbs it.
+# the next replay sees k1 applied and skips it (it stays until purged); k2..k4 go.
 h_sql "DELETE FROM counter_flags"
 out=$(h_gen k 1 4 reject-until-fixed | h_mq publish -e "$x" -r k)
 h_assert_eq "$out" "published 4 confirmed 4" "publish k1..k4"
@@ -72,10 +86,15 @@ wait "$ctl_pid" 2>/dev/null || true
 h_wait_depth "$dlq" 6 30
 h_assert_eq "$(ids "$(ctl dlq list "$dlq")")" "p1 p2 k1 k2 k3 k4 " "dead letters after kill -9, in order"
 d0=$(dups)
-out=$(ctl --json dlq replay "$dlq" --reason 'until-fixed')
-h_assert_eq "$(jq -r '[.scanned, .matched, .replayed, .complete] | @tsv' <<<"$out")" $'6\t4\t4\ttrue' "replay after kill -9"
+rc=0
+out=$(ctl --json dlq replay "$dlq" --reason 'until-fixed' 2>kill.err) || rc=$?
+h_assert_eq "$rc:$(jq -r '[.scanned, .matched, .replayed, .refused, .complete] | @tsv' <<<"$out")" \
+    $'4:6\t4\t3\t1\tfalse' "replay after kill -9"
+h_assert_eq "$(h_count_log kill.err "^idemctl: SKIPPED: dead letter k1 .*already recorded")" 1 "k1 skipped"
 h_wait_sql "SELECT COUNT(*), SUM(n) FROM effects WHERE msg_id LIKE 'k%'" $'4\t4' 30
-h_wait_log idemd.log "outcome=duplicate queue=$q " $((d0 + 1)) 30
+h_wait_depth "$dlq" 3 10
+h_assert_eq "$(ctl dlq purge "$dlq" --id k1 --yes)" "purged 1 of 3 dead letters in $dlq (1 matched)" "purge k1"
+h_assert_eq "$(dups)" "$d0" "no duplicate delivered for k1"
 h_wait_depth "$dlq" 2 10
 
 # --id with --to QUEUE: the copy goes to that queue through the default exchange, without

@@ -33,6 +33,9 @@ h_wait_depth "$q" 0 10 || h_fail "$q not drained"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 'amq.topic'")" 0 "good rows left in the outbox"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 'amq.direct'")" $((bad + good)) "unroutable rows kept (attempts left)"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 't_ob_blk.missing'")" $good "missing-exchange rows kept"
+# Sources without trace context leave the trace columns NULL (libmysqlclient once stored '').
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM idemd_outbox WHERE traceparent IS NOT NULL OR tracestate IS NOT NULL OR baggage IS NOT NULL")" 0 \
+    "outbox rows without trace context whose trace columns are not NULL"
 h_wait_sql "SELECT COUNT(*) FROM idemd_outbox WHERE exchange = 't_ob_blk.missing' AND last_error LIKE '%404 NOT_FOUND%'" $good 30 ||
     h_fail "missing-exchange rows without the broker's reason: $(h_sql "SELECT last_error FROM idemd_outbox WHERE exchange = 't_ob_blk.missing' LIMIT 3")"
 h_assert_eq "$(h_depth "$q.dlq")" 0 "nothing dead-lettered before outbox_max_attempts"

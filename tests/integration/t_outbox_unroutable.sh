@@ -20,8 +20,13 @@ queues = (
 );
 CONF
 } >idemd.conf
-# A channel reads the broker's max message size when it opens: set it before idemd connects.
-h_rabbitmqctl eval "application:set_env(rabbit, max_message_size, 200000), catch persistent_term:put(max_message_size, 200000), ok." >/dev/null
+# A channel reads the broker's max message size when it opens: set it before idemd connects,
+# and put the broker's own back at the end (t_big_body, after this case, sends 16 MiB).
+bmax=$(h_rabbitmqctl eval 'application:get_env(rabbit, max_message_size).' | tr -dc '0-9')
+[[ -n "$bmax" ]] || h_fail "cannot read the broker's max_message_size"
+set_max() { h_rabbitmqctl eval "application:set_env(rabbit, max_message_size, $1), catch persistent_term:put(max_message_size, $1), ok." >/dev/null; }
+trap 'set_max "$bmax" 2>/dev/null || true' EXIT
+set_max 200000
 h_daemon_start idemd.conf idemd.log
 seq 1 $n | awk '{ printf "m%d\tbody%d\n", $1, $1 }' | h_mq publish -r "$q" >pub.txt || h_fail "publish: $(cat pub.txt)"
 h_assert_eq "$(cat pub.txt)" "published $n confirmed $n" "publisher"

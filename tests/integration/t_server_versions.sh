@@ -1,4 +1,4 @@
-# t_server_versions: a broker or database older than idemd supports is refused at connect with one clear error (log, STATUS=, worker exit 78), the queues are held (no restart loop, nothing taken); the relay key is made from client-side random bytes, once.
+# t_server_versions: a broker or database older than idemd supports is refused at connect with one clear error (log, STATUS=, worker exit 78), the queues are held (no restart loop, nothing taken); the relay key is made once (by the server's RANDOM_BYTES where it has it, else from client-side random bytes).
 #
 # No old server packages exist here, so the test-only variables IDEMD_TEST_MIN_MARIADB and
 # IDEMD_TEST_MIN_RABBITMQ (src/version.h; they can only raise the minimum; read by the test
@@ -85,7 +85,7 @@ rc=0
 h_daemon_stop || rc=$?
 h_assert_eq "$rc" 0 "daemon exit status on SIGTERM (broker)"
 
-# ---------- the real minimums pass; the relay key is made once, from the client's bytes ----------
+# ---------- the real minimums pass; the relay key is made once ----------
 # (The broker run's workers passed the database check: the first of them made the key.)
 h_assert_eq "$(h_sql 'SELECT COUNT(*), MAX(LENGTH(k)) FROM idemd_key')" $'1\t32' "one key row of 32 bytes"
 key=$(h_sql 'SELECT HEX(k) FROM idemd_key')

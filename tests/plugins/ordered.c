@@ -13,6 +13,10 @@
  * first attempt, then as any other; "retry" -> RETRY every time; "reject"
  * -> REJECT; anything else -> OK. The effect is written first, so a RETRY
  * or REJECT always rolls back an effect.
+ * settings.key_table (unset: none): first of all, the key's own row of that
+ * table (okey, n) is written, INSERT ... ON DUPLICATE KEY UPDATE n = n + 1:
+ * a business row per key, which every queue with this setting shares (two
+ * ordered queues whose messages' keys are the same orders; tests/chaos/order_pair).
  */
 #include <idemd/handler.h>
 
@@ -44,17 +48,55 @@ static int ordered_body_starts(const idemd_message_t *msg, const char *word)
     return msg->body_len >= n && memcmp(msg->body, word, n) == 0;
 }
 
+#define ORDERED_TABLE_MAX 64
+
+/* state: the key table's name (settings.key_table), or NULL. */
+static int ordered_init(const idemd_host_t *host, const idemd_settings_t *settings, MYSQL *db,
+                        void **state, char *err, size_t errlen)
+{
+    const char *table = NULL;
+    (void)db;
+
+    *state = NULL;
+    if (host->setting_string(settings, "key_table", &table) != 0 || table == NULL)
+        return 0;
+    size_t n = strlen(table);
+    if (n == 0 || n > ORDERED_TABLE_MAX ||
+        strspn(table, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_") != n) {
+        snprintf(err, errlen, "settings.key_table \"%s\" is not a plain table name", table);
+        return -1;
+    }
+    if ((*state = strdup(table)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+static void ordered_fini(void *state)
+{
+    free(state);
+}
+
 static idemd_result_t ordered_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
                                      size_t errlen)
 {
     char key[256], seq[32], ekey[520], eid[520], eq[600], sql[2048];
-    (void)state;
 
     ordered_header(msg, "okey", key, sizeof(key));
     ordered_header(msg, "seq", seq, sizeof(seq));
     mysql_real_escape_string(db, ekey, key, strlen(key));
     mysql_real_escape_string(db, eid, msg->msg_id, msg->msg_id_len);
     mysql_real_escape_string(db, eq, msg->queue, strlen(msg->queue));
+    if (state != NULL) {
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO `%s`(okey, n) VALUES ('%s', 1) ON DUPLICATE KEY UPDATE n = n + 1",
+                 (const char *)state, ekey);
+        if (mysql_query(db, sql) != 0) {
+            snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+            return IDEMD_RESULT_RETRY;
+        }
+    }
     snprintf(sql, sizeof(sql),
              "INSERT INTO order_effects(queue, okey, seq, msg_id) VALUES ('%s', '%s', %lld, '%s')",
              eq, ekey, seq[0] ? strtoll(seq, NULL, 10) : -1LL, eid);
@@ -81,5 +123,7 @@ const idemd_handler_t idemd_handler = {
     .abi_major = IDEMD_HANDLER_ABI_MAJOR,
     .abi_minor = IDEMD_HANDLER_ABI_MINOR,
     .name = "ordered",
+    .init = ordered_init,
+    .fini = ordered_fini,
     .handle = ordered_handle,
 };

@@ -495,9 +495,10 @@ static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
 }
 
 const txn_ops_t sim_txn_ops = {
-    sim_db_exec,         sim_db_record,  sim_db_clear, op_handle, sim_db_record_many,
-    sim_db_find_records, op_handle_many, NULL, /* order: ordered queues are not simulated
-                                                  (docs/ordering.md) */
+    sim_db_exec,    sim_db_record, sim_db_clear, op_handle, sim_db_record_many, sim_db_find_records,
+    op_handle_many, NULL, /* order: ordered queues are not simulated
+                             (docs/ordering.md) */
+    NULL,                 /* error_text */
 };
 
 /* Whether a retry's reason is the database's doing (an injected error or lock wait), not the
@@ -1020,7 +1021,10 @@ static void usage(void)
 
 int main(int argc, char **argv)
 {
-    long seeds = 2000, bug_budget = 2000, show = 5;
+    /* carry_ack breaks about one seed in 2,000 to 3,000 (seeds 341 and 1575 of 6,000 before the
+     * check SAVEPOINT after the handlers, 2078, 2430 and 5653 after it): a budget of 2,000
+     * found it or not by luck of where the statements fall. The search stops at the first. */
+    long seeds = 2000, bug_budget = 8000, show = 5;
     uint64_t first = 1, one = 0;
     bool have_one = false, trace = false, check_bugs = true, model = false;
     sim_bugs_t bugs = {false, false, false, false, false};

@@ -1063,6 +1063,102 @@ static void test_metrics(void)
     expect_error("metrics.listen with IPv6 unbracketed", v6, "listen =",
                  "metrics.listen: \"::1:9187\": the address must be numeric, e.g. "
                  "\"127.0.0.1:9187\" or \"[::1]:9187\"");
+
+    /* Not loopback and no token: refused unless allow_unauthenticated says it is meant. */
+    static const char *const open_addrs[] = {"0.0.0.0:9187", "[::]:9187", "192.0.2.7:9187",
+                                             "[::ffff:10.0.0.1]:9187"};
+    for (size_t i = 0; i < sizeof(open_addrs) / sizeof(open_addrs[0]); i++) {
+        char text[512], msg[768], desc[128];
+        snprintf(text, sizeof(text), DB "metrics = {\n  listen = \"%s\";\n};\n" Q1(""),
+                 open_addrs[i]);
+        snprintf(msg, sizeof(msg),
+                 "metrics.listen: \"%s\" is not a loopback address and token_file is not set: "
+                 "anyone who can reach it would read /metrics and /status (pid, counters, the "
+                 "last warning text); set metrics.token_file (docs/monitoring.md), listen on "
+                 "127.0.0.1, or set metrics.allow_unauthenticated = true",
+                 open_addrs[i]);
+        snprintf(desc, sizeof(desc), "metrics.listen %s without a token is refused", open_addrs[i]);
+        expect_error(desc, text, "listen =", msg);
+    }
+    c = must_load("metrics on 127.9.9.9 without a token",
+                  DB "metrics = { listen = \"127.9.9.9:9187\"; };\n" Q1(""));
+    if (c) {
+        bool any = false;
+        for (int i = 0; i < c->n_warnings; i++)
+            any = any || strstr(c->warnings[i], "metrics.") != NULL;
+        ok(!any, "a loopback listener without a token: no warning about it");
+        conf_free(c);
+    }
+    c = must_load("metrics on [::ffff:127.0.0.1] without a token",
+                  DB "metrics = { listen = \"[::ffff:127.0.0.1]:9187\"; };\n" Q1(""));
+    conf_free(c);
+    c = must_load("metrics on 0.0.0.0 with allow_unauthenticated",
+                  DB "metrics = { listen = \"0.0.0.0:9187\";\n"
+                     "  allow_unauthenticated = true; };\n" Q1(""));
+    if (c) {
+        bool found = false;
+        for (int i = 0; i < c->n_warnings; i++)
+            found = found || strstr(c->warnings[i],
+                                    ":3: metrics.allow_unauthenticated: true: \"0.0.0.0:9187\" "
+                                    "is not a loopback address and serves /metrics and /status "
+                                    "without a token") != NULL;
+        ok(c->metrics.allow_unauthenticated && found,
+           "allow_unauthenticated = true loads, with a warning at its line");
+        conf_free(c);
+    }
+}
+
+/* Queue names as RabbitMQ takes them, and none in the signing domain of onward messages. */
+static void test_queue_names(void)
+{
+    expect_error("a queue named amq.*",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"amq.q\"; }\n);\n", "name =",
+                 "queues.[0].name: the queue name \"amq.q\" starts with \"amq.\", which RabbitMQ "
+                 "keeps for itself (it refuses to declare such a queue): choose another name");
+    expect_error("a queue named onward:*",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"onward:q\"; }\n);\n",
+                 "name =",
+                 "queues.[0].name: \"onward:q\" starts with \"onward:\", which idemd keeps for the "
+                 "dead letters of onward messages (their signatures name \"onward:QUEUE\"): "
+                 "choose another name");
+    expect_error("a queue name that is not UTF-8",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"q\xed\xa0\x80\"; }\n);\n",
+                 "name =",
+                 "queues.[0].name: the queue name: byte 2 is not valid UTF-8: RabbitMQ takes "
+                 "UTF-8 queue names");
+    expect_error("a queue name with a control byte",
+                 DB "queues = (\n  { handler = \"h.so\";\n    name = \"q\x7f\"; }\n);\n",
+                 "name =", "queues.[0].name: the queue name: byte 2 is a control character (0x7f)");
+    expect_error("a dead letter queue named amq.*",
+                 DB Q1("    declare = {\n      dead_letter_queue = \"amq.d\"; };\n"),
+                 "dead_letter_queue",
+                 "queues.[0].declare.dead_letter_queue: the dead letter queue \"amq.d\" starts "
+                 "with \"amq.\", which RabbitMQ keeps for itself (it refuses to declare such a "
+                 "queue): choose another name");
+    conf_t *c = must_load("UTF-8 and inner onward:/amq. in a queue name", DB
+                          "queues = ( { handler = \"h.so\"; name = \"caf\xc3\xa9.onward:amq.x\"; "
+                          "} );\n");
+    conf_free(c);
+}
+
+/* An ordered queue with workers = "auto" runs one worker: other explicit bounds are warned
+ * about at their line, and the effective value is 1. */
+static void test_order_overrides(void)
+{
+    conf_t *c = must_load("an ordered queue with workers_max = 4",
+                          DB Q1("    order_key = \"header:k\";\n    workers_max = 4;\n"));
+    if (c) {
+        bool found = false;
+        for (int i = 0; i < c->n_warnings; i++)
+            found = found || strstr(c->warnings[i],
+                                    ":5: queues.[0].workers_max: 4 is not used: the queue has "
+                                    "order_key = \"header:k\", so workers = \"auto\" runs 1 "
+                                    "worker per instance") != NULL;
+        ok(found && c->queues[0].workers == 1 && c->queues[0].workers_max == 1 &&
+               c->queues[0].workers_min == 1,
+           "workers_max = 4 on an ordered queue: a warning at its line, effective 1");
+        conf_free(c);
+    }
 }
 
 static char *dump_to_string(const conf_t *c);
@@ -1553,6 +1649,8 @@ int main(int argc, char **argv)
     test_plain_remote();
     test_metrics();
     test_metrics_token();
+    test_queue_names();
+    test_order_overrides();
     test_password_permissions();
     test_file_errors();
     test_dump();

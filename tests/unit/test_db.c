@@ -15,6 +15,8 @@ int main(void)
     ok(db_classify(3572) == DB_ERR_LOCK_TIMEOUT,
        "3572 MySQL's NOWAIT refusal: a lock wait timeout (MariaDB reports it as 1205)");
     ok(db_classify(1305) == DB_ERR_TX_LOST, "1305 savepoint gone: the transaction was lost");
+    ok(db_classify(1178) == DB_ERR_HANDLER,
+       "1178 no SAVEPOINT (a handler wrote a table that cannot roll back): the handler's doing");
     ok(db_classify(2006) == DB_ERR_CONNECTION, "2006 server gone: connection");
     ok(db_classify(2013) == DB_ERR_CONNECTION, "2013 lost during query: connection");
     ok(db_classify(2055) == DB_ERR_CONNECTION, "2055 lost (extended): connection");

@@ -50,16 +50,19 @@ typedef struct fdb {
     int seen[S_N];
     int handler_calls[NIDS];
     bool held_by_other[NIDS]; /* the record's key is locked by another transaction: 1205 */
+    bool nontrans;            /* the transaction wrote a table without savepoints (Aria) */
+    int eff_nontrans[NIDS];   /* ... its writes there: never rolled back */
 } fdb_t;
 
 /* How each test message's handler behaves. */
-enum { H_OK, H_RETRY, H_REJECT, H_OK_IGNORING, H_NOSQL };
+enum { H_OK, H_RETRY, H_REJECT, H_OK_IGNORING, H_NOSQL, H_NONTRANS };
 static int behaviour[NIDS];
 static unsigned clears[NIDS];
 
 static void fdb_reset_tx(fdb_t *d)
 {
     d->nw = 0;
+    d->nontrans = false;
     for (int i = 0; i < NIDS; i++)
         d->sp[i] = -1;
 }
@@ -119,6 +122,12 @@ static unsigned f_exec(void *ctx, const char *sql)
         sql = "RELEASE SAVEPOINT m15";
     if (strcmp(sql, "SAVEPOINT o") == 0)
         sql = "SAVEPOINT m14";
+    /* 1178 as the server says it after a write to a table without savepoints (Aria). */
+    if (strncmp(sql, "SAVEPOINT ", 10) == 0 && d->nontrans && !d->dead)
+        return 1178;
+    if (strcmp(sql, "SAVEPOINT e") ==
+        0) /* the check after the handlers: nothing rolls back to it */
+        return d->dead ? 2006 : 0;
     else if (strcmp(sql, "RELEASE SAVEPOINT o") == 0)
         sql = "RELEASE SAVEPOINT m14";
     if (sscanf(sql, "SAVEPOINT m%d", &i) == 1) {
@@ -253,6 +262,11 @@ static idemd_result_t f_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
     d->handler_calls[id]++;
     if (behaviour[id] == H_NOSQL)
         return IDEMD_RESULT_OK;
+    if (behaviour[id] == H_NONTRANS) {
+        d->eff_nontrans[id]++;
+        d->nontrans = true;
+        return IDEMD_RESULT_OK;
+    }
     unsigned e = fdb_fault(d, S_HANDLER);
     *err = e;
     if (e == 0) {
@@ -311,8 +325,14 @@ static uint64_t f_now(void *ctx)
     return clock_ms + (uint64_t)d->handler_calls[0] * 0 + (uint64_t)d->seen[S_SAVEPOINT] * 100;
 }
 
-static const txn_ops_t f_ops = {f_exec,        f_record,       f_clear,       f_handle,
-                                f_record_many, f_find_records, f_handle_many, NULL};
+static const char *f_error_text(void *ctx)
+{
+    (void)ctx;
+    return "The storage engine for the table doesn't support SAVEPOINT";
+}
+
+static const txn_ops_t f_ops = {f_exec,         f_record,      f_clear, f_handle,    f_record_many,
+                                f_find_records, f_handle_many, NULL,    f_error_text};
 static const port_clock_ops_t f_clock = {.now_ms = f_now};
 
 /* Ordered queues: message i's key; the block a key has in the open transaction or committed. */
@@ -355,8 +375,9 @@ static unsigned f_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, b
     }
 }
 
-static const txn_ops_t f_ops_ordered = {f_exec,        f_record,       f_clear,       f_handle,
-                                        f_record_many, f_find_records, f_handle_many, f_order};
+static const txn_ops_t f_ops_ordered = {f_exec,        f_record,      f_clear,
+                                        f_handle,      f_record_many, f_find_records,
+                                        f_handle_many, f_order,       NULL};
 
 static fdb_t db;
 static txn_msg_t msgs[NIDS];
@@ -789,6 +810,45 @@ int main(void)
     st = txn_run(&tx);
     ok(st == TXN_DONE && msgs[1].state == TXN_COMMITTED && msgs[0].state == TXN_RETRY,
        "unordered: the later message commits while the earlier one waits for its retry");
+
+    /* Issue 31, finding 10: a handler that writes a table without savepoints (Aria) makes
+     * idemd's next SAVEPOINT fail with 1178. Its message is the handler's failure (rejected,
+     * the server's text in the reason), the rest of the batch commits, each such handler runs
+     * once message by message, and the connection is not blamed (not FATAL). */
+    {
+        int beh[3] = {H_OK, H_NONTRANS, H_OK};
+        setup(3, beh);
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[1].state == TXN_REJECT &&
+               msgs[2].state == TXN_COMMITTED && db.handler_calls[1] == 1 &&
+               db.eff_nontrans[1] == 1 && tx.blamed == 1 && tx.redos == 0 &&
+               invariants(st, "1178 mid-batch"),
+           "1178 at the next SAVEPOINT: that message rejected, the others committed, not fatal");
+        ok(strstr(msgs[1].reason, "cannot roll back") != NULL &&
+               strstr(msgs[1].reason, "error 1178: The storage engine for the table doesn't "
+                                      "support SAVEPOINT") != NULL,
+           "... its reason names the cause and the server's message: %s", msgs[1].reason);
+        int last[3] = {H_OK, H_OK, H_NONTRANS};
+        setup(3, last);
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 2 && msgs[2].state == TXN_REJECT &&
+               db.handler_calls[2] == 1 && invariants(st, "1178 last"),
+           "the last message's handler: caught by the check before COMMIT, rejected");
+        int all[3] = {H_NONTRANS, H_NONTRANS, H_NONTRANS};
+        setup(3, all);
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && count_state(TXN_REJECT) == 3 && db.handler_calls[0] == 1 &&
+               db.handler_calls[1] == 1 && db.handler_calls[2] == 1 && db.seen[S_COMMIT] == 0 &&
+               invariants(st, "1178 all"),
+           "every handler: all rejected, each handler run once, nothing committed");
+        setup(3, beh);
+        tx.bulk = true;
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && msgs[0].state == TXN_COMMITTED && msgs[1].state == TXN_REJECT &&
+               msgs[2].state == TXN_COMMITTED && tx.fell_back && db.handler_calls[1] == 2 &&
+               invariants(st, "1178 set-based"),
+           "set-based: found by the check, then message by message: rejected, others committed");
+    }
 
     return done();
 }
