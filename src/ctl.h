@@ -70,7 +70,7 @@ void ctl_puts(FILE *f, const char *s);
 /* Print the --json document (ctl->out, escaped by json-c) and free it. */
 void ctl_json_flush(ctl_t *ctl);
 
-/* Helpers in idemctl.c. */
+/* Helpers in ctl_common.c. */
 
 /* Seconds s as a duration idemctl reads back ("1d1m", "90s"), into buf. */
 void ctl_format_duration(long long s, char *buf, size_t len);
@@ -78,7 +78,7 @@ void ctl_format_duration(long long s, char *buf, size_t len);
 char *ctl_hex(const char *s, size_t len);
 /* Add a string member to a JSON object (bytes, may hold anything json-c can escape). */
 void ctl_json_str(json_object *o, const char *key, const char *s, size_t len);
-/* The distinct consumers of the configuration, or just --consumer (see idemctl.c). */
+/* The distinct consumers of the configuration, or just --consumer (see ctl_common.c). */
 const char **ctl_consumers(const ctl_t *ctl, int *n);
 /* Open the database as the first configured consumer. 0 or CTL_EXIT_CONNECT (logged). */
 int ctl_db_open(const ctl_t *ctl, db_t **db);
