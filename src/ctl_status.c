@@ -313,17 +313,22 @@ int ctl_status(ctl_t *ctl)
                 json_object_object_get_ex(derror, "age_seconds", &age))
                 snprintf(errbuf, sizeof(errbuf), "%.0fs ago: %s", json_object_get_double(age),
                          json_object_get_string(t));
+            /* The separator is ours, the field may hold anything: only %s arguments are
+             * escaped (ctl_out.c), so the tab stays in the format. */
             char maxbuf[40] = "";
             if (autos && nmax >= 0)
-                snprintf(maxbuf, sizeof(maxbuf), "\tworkers=auto(max %lld)", nmax);
+                snprintf(maxbuf, sizeof(maxbuf), "workers=auto(max %lld)", nmax);
             else if (autos)
-                snprintf(maxbuf, sizeof(maxbuf), "\tworkers=auto");
+                snprintf(maxbuf, sizeof(maxbuf), "workers=auto");
             ctl_printf(
                 "%s\t%s\tconsumers=%u/%s\tready=%u\tdead_letters=%u\tdelayed=%u\t"
                 "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\toutbox=%s\tworkers_up=%s\t"
-                "restarts=%s\tlast_error=%s%s\n",
+                "restarts=%s\tlast_error=%s",
                 q->name, present ? "present" : "absent", consumers, wbuf, ready, dl, delayed,
-                recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf, maxbuf);
+                recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf);
+            if (autos)
+                ctl_printf("\t%s", maxbuf);
+            ctl_printf("\n");
         }
     }
     if (ctl->conf->metrics.listen && daemon == NULL)
