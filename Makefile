@@ -64,7 +64,7 @@ SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its own files (main, one per command family) and the modules it
 # shares with the daemon.
 CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status
-CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround relay version
+CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround copies version
 # conf is one module in several files: the table (conf.c) and the code that walks it.
 CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin.
@@ -148,13 +148,13 @@ $(B)/tests/unit/test_plugin: tests/unit/test_plugin.c src/plugin.c src/trust.c s
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/plugin.c src/trust.c src/log.c $(LDLIBS)
 
 # outbox.c reaches the database and the broker only through its ops tables (outbox_io.c is the
-# real side) and signs dead letters with relay.c.
-$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c tests/unit/tap.h src/outbox.c src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/relay.c src/log.c $(LDLIBS)
+# real side) and signs dead letters with copies.c.
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c tests/unit/tap.h src/outbox.c src/copies.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/copies.c src/log.c $(LDLIBS)
 
-# test_relay_sig tests relay.c too (its signatures), beside test_relay (its headers).
-$(B)/tests/unit/test_relay_sig: tests/unit/test_relay_sig.c tests/unit/tap.h src/relay.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/relay.c src/log.c $(LDLIBS)
+# test_copies_sig tests copies.c too (its signatures), beside test_copies (its headers).
+$(B)/tests/unit/test_copies_sig: tests/unit/test_copies_sig.c tests/unit/tap.h src/copies.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/copies.c src/log.c $(LDLIBS)
 
 # The transaction protocol is txn.c, what results do to it (txn_result.c) and its message states
 # (txn_state.c); it prints ids (delivery.c).
@@ -192,7 +192,7 @@ $(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tes
 # one seed with its trace.
 SIM_SEEDS ?= 2000
 SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c \
-	src/life.c src/batch.c src/guard.c src/settle.c src/step.c src/outbox.c src/relay.c src/delivery.c \
+	src/life.c src/batch.c src/guard.c src/settle.c src/step.c src/outbox.c src/copies.c src/delivery.c \
 	src/trace.c src/log.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)

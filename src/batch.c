@@ -64,13 +64,13 @@ void batch_accept(const batch_t *b, life_msg_t *m, txn_msg_t *t)
     m->suspect = m->env.redelivered || dcount > 0;
     /* Only attempts idemd counted itself: a publisher's idemd-attempts is not believed. */
     m->trusted =
-        t->id_len > 0 && relay_trusted(p, b->keys, b->q->name, t->id, t->id_len, &attempts);
+        t->id_len > 0 && copies_trusted(p, b->keys, b->q->name, t->id, t->id_len, &attempts);
     t->attempt = m->trusted ? attempts + 1 : 1;
     /*
      * Headers nested deeper than rabbitmq-c 0.14+ decodes: with such a library
      * the delivery never reaches here (worker_undecodable); with 0.11 it does,
      * and gets the same outcome: dead-lettered, never handled. Its copy leaves
-     * the deep headers out (relay_copy_init), so any client can read it.
+     * the deep headers out (copies_copy_init), so any client can read it.
      */
     int deep = delivery_too_deep(p);
     if (deep >= 0 && t->state == TXN_NEW) {
@@ -83,7 +83,7 @@ void batch_accept(const batch_t *b, life_msg_t *m, txn_msg_t *t)
                  log_quote(k->bytes, k->len, qk, sizeof(qk)), DELIVERY_DEPTH_MAX);
     }
     /* A retry copy that went without its body (over the broker's max message size). */
-    long long gone = m->trusted ? delivery_header_int(p, RELAY_H_BODY_DROPPED) : -1;
+    long long gone = m->trusted ? delivery_header_int(p, COPIES_H_BODY_DROPPED) : -1;
     if (gone > 0 && m->dropped == 0 && t->state == TXN_NEW) {
         m->dropped = (uint64_t)gone;
         txn_move(t, TXN_REJECT);

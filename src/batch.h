@@ -10,7 +10,7 @@
 #include "conf.h"
 #include "life.h"
 #include "port.h"
-#include "relay.h"
+#include "copies.h"
 #include "trace.h"
 
 /*
@@ -22,15 +22,15 @@
 
 typedef struct batch {
     const conf_queue_t *q;
-    port_consume_t consume;   /* next */
-    port_clock_t clock;       /* now_ms */
-    life_t *life;             /* the batch is life->batch; the carry slot its entry [cap] */
-    int batch_max;            /* at most this many (<= life->batch.cap) */
-    const relay_keys_t *keys; /* check our signature on idemd-* headers */
-    bool returns_guard;       /* the queue may have a broker delivery limit: BATCH_RETURNS_MAX */
-    trace_rng_t *rng;         /* processing span ids (NULL: a fixed sequence) */
-    bool has_carry;           /* a delivery waits in the carry slot for the next batch */
-    bool no_wait;             /* draining: a batch's first delivery is not waited for */
+    port_consume_t consume;    /* next */
+    port_clock_t clock;        /* now_ms */
+    life_t *life;              /* the batch is life->batch; the carry slot its entry [cap] */
+    int batch_max;             /* at most this many (<= life->batch.cap) */
+    const copies_keys_t *keys; /* check our signature on idemd-* headers */
+    bool returns_guard;        /* the queue may have a broker delivery limit: BATCH_RETURNS_MAX */
+    trace_rng_t *rng;          /* processing span ids (NULL: a fixed sequence) */
+    bool has_carry;            /* a delivery waits in the carry slot for the next batch */
+    bool no_wait;              /* draining: a batch's first delivery is not waited for */
     /* A delivery the connection could not decode (MQ_UNDECODABLE): the batch before it is
      * settled first, then the worker rejects or requeues it and reconnects. */
     bool undecodable;

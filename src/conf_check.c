@@ -329,7 +329,7 @@ int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, c
     conf_path(sp, path, "name");
     if (conf_check_queue_name(ctx, nat, sp, q->name, "the queue name") != 0)
         return -1;
-    /* Onward messages of queue X are signed for "onward:X" (relay_onward_queue): a queue of
+    /* Onward messages of queue X are signed for "onward:X" (copies_onward_queue): a queue of
      * that name would take them as its own letters, and its own as X's onward messages. */
     if (strncmp(q->name, "onward:", 7) == 0)
         return conf_error(ctx, nat, sp,

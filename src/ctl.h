@@ -12,7 +12,7 @@
 #include "conf.h"
 #include "db.h"
 #include "mq.h"
-#include "relay.h"
+#include "copies.h"
 
 /* Exit codes a script can rely on (idemctl(8), EXIT STATUS). */
 #define CTL_EXIT_OK 0
@@ -40,7 +40,7 @@ typedef struct ctl {
     bool verified_only;    /* dlq list / replay / purge: only letters whose idemd-sig verifies */
     bool force;            /* dlq replay: applied letters too, and without a trail table */
     bool dry_run;          /* dlq replay: say what would be done, do nothing */
-    relay_keys_t keys;     /* dlq replay: the installation's relay keys (n = 0: unread) */
+    copies_keys_t keys;    /* dlq replay: the installation's relay keys (n = 0: unread) */
     const char *to_queue;
     long slow_ms;
     long long older_s; /* records purge */

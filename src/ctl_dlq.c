@@ -103,29 +103,30 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
 
     l->q = NULL;
     l->queue[0] = '\0';
-    if (ctl_header(p, RELAY_H_QUEUE, l->queue, sizeof(l->queue)))
+    if (ctl_header(p, COPIES_H_QUEUE, l->queue, sizeof(l->queue)))
         for (int i = 0; i < ctl->conf->n_queues && !l->q; i++)
             if (strcmp(ctl->conf->queues[i].name, l->queue) == 0)
                 l->q = &ctl->conf->queues[i];
     /* A dead onward message's id is its message_id property, whatever its source queue uses. */
-    l->onward = delivery_header_int(p, RELAY_H_ONWARD) == 1;
+    l->onward = delivery_header_int(p, COPIES_H_ONWARD) == 1;
     l->id_len = 0;
     l->has_id = delivery_id(p, l->q && !l->onward ? l->q->id_header : NULL, l->id, &l->id_len, err,
                             sizeof(err)) == 0;
-    if (!ctl_header(p, RELAY_H_ERROR, l->reason, sizeof(l->reason)))
+    if (!ctl_header(p, COPIES_H_ERROR, l->reason, sizeof(l->reason)))
         l->reason[0] = '\0';
-    if (!ctl_header(p, RELAY_H_FIRST_FAILURE, l->first, sizeof(l->first)))
+    if (!ctl_header(p, COPIES_H_FIRST_FAILURE, l->first, sizeof(l->first)))
         l->first[0] = '\0';
-    if (!ctl_header(p, RELAY_H_LAST_FAILURE, l->last, sizeof(l->last)))
+    if (!ctl_header(p, COPIES_H_LAST_FAILURE, l->last, sizeof(l->last)))
         l->last[0] = '\0';
-    l->attempts = ctl_header(p, RELAY_H_ATTEMPTS, num, sizeof(num)) ? atoll(num) : 0;
-    l->has_exchange = ctl_header(p, RELAY_H_EXCHANGE, l->exchange, sizeof(l->exchange));
+    l->attempts = ctl_header(p, COPIES_H_ATTEMPTS, num, sizeof(num)) ? atoll(num) : 0;
+    l->has_exchange = ctl_header(p, COPIES_H_EXCHANGE, l->exchange, sizeof(l->exchange));
     if (!l->has_exchange)
         l->exchange[0] = '\0';
-    l->has_routing_key = ctl_header(p, RELAY_H_ROUTING_KEY, l->routing_key, sizeof(l->routing_key));
+    l->has_routing_key =
+        ctl_header(p, COPIES_H_ROUTING_KEY, l->routing_key, sizeof(l->routing_key));
     if (!l->has_routing_key)
         l->routing_key[0] = '\0';
-    l->body_dropped = ctl_header(p, RELAY_H_BODY_DROPPED, num, sizeof(num));
+    l->body_dropped = ctl_header(p, COPIES_H_BODY_DROPPED, num, sizeof(num));
     l->verified = false;
     l->sig = CTL_SIG_UNCHECKED;
     l->unverified[0] = '\0';
@@ -143,9 +144,10 @@ static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
 static bool ctl_claims_idemd(const amqp_basic_properties_t *p, char *which, size_t len)
 {
     static const char *const names[] = {
-        RELAY_H_QUEUE,         RELAY_H_ATTEMPTS,     RELAY_H_ERROR,          RELAY_H_FIRST_FAILURE,
-        RELAY_H_LAST_FAILURE,  RELAY_H_EXCHANGE,     RELAY_H_ROUTING_KEY,    RELAY_H_ONWARD,
-        RELAY_H_ONWARD_SOURCE, RELAY_H_BODY_DROPPED, "idemd-headers-dropped"};
+        COPIES_H_QUEUE,         COPIES_H_ATTEMPTS,      COPIES_H_ERROR,
+        COPIES_H_FIRST_FAILURE, COPIES_H_LAST_FAILURE,  COPIES_H_EXCHANGE,
+        COPIES_H_ROUTING_KEY,   COPIES_H_ONWARD,        COPIES_H_ONWARD_SOURCE,
+        COPIES_H_BODY_DROPPED,  "idemd-headers-dropped"};
     char v[8];
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (ctl_header(p, names[i], v, sizeof(v))) {
@@ -170,37 +172,37 @@ static bool ctl_claims_idemd(const amqp_basic_properties_t *p, char *which, size
 static void ctl_letter_verify(const ctl_t *ctl, ctl_letter_t *l)
 {
     const amqp_basic_properties_t *p = &l->msg.properties;
-    char oq[300], sig[RELAY_SIG_HEX + 8], claim[64];
-    const char *bound = l->onward ? relay_onward_queue(l->queue, oq, sizeof(oq)) : l->queue;
+    char oq[300], sig[COPIES_SIG_HEX + 8], claim[64];
+    const char *bound = l->onward ? copies_onward_queue(l->queue, oq, sizeof(oq)) : l->queue;
     unsigned attempts;
 
     l->sig = CTL_SIG_FORGED;
-    if (!ctl_header(p, RELAY_H_SIG, sig, sizeof(sig))) {
+    if (!ctl_header(p, COPIES_H_SIG, sig, sizeof(sig))) {
         if (ctl_claims_idemd(p, claim, sizeof(claim))) {
             snprintf(l->unverified, sizeof(l->unverified),
                      "it has no %s but carries idemd's headers (%s): idemd did not write them "
                      "(forged, or published into the queue)",
-                     RELAY_H_SIG, claim);
+                     COPIES_H_SIG, claim);
         } else {
             l->sig = CTL_SIG_UNSIGNED;
             snprintf(l->unverified, sizeof(l->unverified),
                      "it has no %s: idemd did not dead-letter it (the broker did, or it was "
                      "published into the queue)",
-                     RELAY_H_SIG);
+                     COPIES_H_SIG);
         }
     } else if (ctl->keys.n == 0) {
         l->sig = CTL_SIG_UNCHECKED;
         snprintf(l->unverified, sizeof(l->unverified), "the relay keys could not be read");
     } else if (!l->queue[0]) {
-        snprintf(l->unverified, sizeof(l->unverified), "it has no %s header", RELAY_H_QUEUE);
+        snprintf(l->unverified, sizeof(l->unverified), "it has no %s header", COPIES_H_QUEUE);
     } else if (!l->has_id || bound == NULL) {
         snprintf(l->unverified, sizeof(l->unverified), "it has no message id to check %s against",
-                 RELAY_H_SIG);
-    } else if (!relay_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts)) {
+                 COPIES_H_SIG);
+    } else if (!copies_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts)) {
         snprintf(l->unverified, sizeof(l->unverified),
                  "%s does not verify under the %d key(s) in table " DB_KEY_TABLE
                  " for queue '%.100s'%s: forged or changed headers, or a retired key",
-                 RELAY_H_SIG, ctl->keys.n, l->queue,
+                 COPIES_H_SIG, ctl->keys.n, l->queue,
                  l->onward || l->q ? "" : " (not in this configuration: id taken from message_id)");
     } else {
         l->sig = CTL_SIG_VERIFIED;
@@ -400,8 +402,8 @@ static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_objec
  */
 static bool ctl_header_dropped(amqp_bytes_t key)
 {
-    size_t bd = strlen(RELAY_H_BODY_DROPPED);
-    if (key.len == bd && memcmp(key.bytes, RELAY_H_BODY_DROPPED, bd) == 0)
+    size_t bd = strlen(COPIES_H_BODY_DROPPED);
+    if (key.len == bd && memcmp(key.bytes, COPIES_H_BODY_DROPPED, bd) == 0)
         return false;
     static const char *prefixes[] = {"idemd-", "x-death", "x-first-death-", "x-last-death-",
                                      "x-delivery-count"};
@@ -482,8 +484,8 @@ static int ctl_replay_route(const ctl_t *ctl, const ctl_letter_t *l, const char 
         *rk = l->queue; /* the queue that dead-lettered it, only it */
     } else {
         log_error("replay: dead letter %s carries no %s (%s, %s, %s): use --to QUEUE", pid,
-                  l->onward ? "intended route" : "queue", RELAY_H_QUEUE, RELAY_H_EXCHANGE,
-                  RELAY_H_ROUTING_KEY);
+                  l->onward ? "intended route" : "queue", COPIES_H_QUEUE, COPIES_H_EXCHANGE,
+                  COPIES_H_ROUTING_KEY);
         return -1;
     }
     return 0;
@@ -569,7 +571,7 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
             "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
             "the copy would be empty. It stays; --allow-empty-body replays it with the "
             "header kept\n",
-            pid, l->queue[0] ? l->queue : "-", RELAY_H_BODY_DROPPED);
+            pid, l->queue[0] ? l->queue : "-", COPIES_H_BODY_DROPPED);
         return 1;
     }
     if (l->applied > 0 && !ctl->force) {
@@ -744,12 +746,12 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             ctl_fprintf(stderr,
                         "idemctl: WARNING: listing without the database: signatures show as "
                         "unchecked, applied as unknown\n");
-        else if (db_relay_keys(db, false, &ctl->keys) != 0 && ctl->verified_only) {
+        else if (db_copies_keys(db, false, &ctl->keys) != 0 && ctl->verified_only) {
             ctl_fprintf(
                 stderr,
                 "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
                 " (see above), so no dead letter's %s can be checked\n",
-                RELAY_H_SIG);
+                COPIES_H_SIG);
             rc = CTL_EXIT_CONNECT;
             goto out;
         }
@@ -782,14 +784,14 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
             ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
                                 "idemd_replay (apply sql/013_idemd_replay.sql)\n");
         }
-        if (db_relay_keys(db, false, &ctl->keys) != 0) {
+        if (db_copies_keys(db, false, &ctl->keys) != 0) {
             if (!ctl->unverified) {
                 ctl_fprintf(
                     stderr,
                     "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
                     " (see above), so no dead letter's %s can be checked; nothing was "
                     "replayed. --unverified replays without checking\n",
-                    RELAY_H_SIG);
+                    COPIES_H_SIG);
                 rc = CTL_EXIT_CONNECT;
                 goto out;
             }

@@ -12,7 +12,7 @@
 #include "log.h"
 
 /* key promote waits this long after key stage: two of the workers' key re-reads. */
-#define CTL_KEY_SETTLE_S (2 * RELAY_KEY_REREAD_MS / 1000)
+#define CTL_KEY_SETTLE_S (2 * COPIES_KEY_REREAD_MS / 1000)
 /* key retire waits the settle time, the longest retry delay and this. */
 #define CTL_KEY_RETIRE_MARGIN_S 600
 
@@ -101,7 +101,7 @@ static int ctl_key_stage_row(db_t *db)
     static const char mix[] =
         "INSERT INTO " DB_KEY_TABLE " (id, k, since) SELECT 2, "
         "UNHEX(SHA2(CONCAT(?, k), 256)), NOW() FROM " DB_KEY_TABLE " WHERE id = 1";
-    unsigned char fresh[RELAY_KEY_LEN];
+    unsigned char fresh[COPIES_KEY_LEN];
     unsigned long flen = sizeof(fresh);
     MYSQL_BIND bind[1];
     MYSQL_STMT *stmt = NULL;
@@ -197,7 +197,7 @@ int ctl_key(ctl_t *ctl, const char *sub)
             if (!rows[id].present)
                 continue;
             ctl_key_fingerprint(&rows[id], fp, sizeof(fp));
-            const char *bad = rows[id].len < RELAY_KEY_LEN ? "too short: refused" : "ok";
+            const char *bad = rows[id].len < COPIES_KEY_LEN ? "too short: refused" : "ok";
             if (arr) {
                 json_object *o = json_object_new_object();
                 json_object_object_add(o, "id", json_object_new_int(id));
@@ -247,7 +247,7 @@ int ctl_key(ctl_t *ctl, const char *sub)
         ctl_printf(
             "staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
             "every %d s: run idemctl key promote in %s or later\n",
-            RELAY_KEY_REREAD_MS / 1000, wait);
+            COPIES_KEY_REREAD_MS / 1000, wait);
     } else if (!strcmp(sub, "promote")) {
         if (!rows[2].present || rows[3].present) {
             ctl_fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
@@ -257,11 +257,11 @@ int ctl_key(ctl_t *ctl, const char *sub)
             rc = rows[3].present ? CTL_EXIT_USAGE : CTL_EXIT_NOMATCH;
             goto out;
         }
-        if (rows[2].len < RELAY_KEY_LEN) {
+        if (rows[2].len < COPIES_KEY_LEN) {
             ctl_fprintf(stderr,
                         "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
                         "%d; delete it and key stage again\n",
-                        rows[2].len, RELAY_KEY_LEN);
+                        rows[2].len, COPIES_KEY_LEN);
             rc = CTL_EXIT_USAGE;
             goto out;
         }
@@ -272,7 +272,7 @@ int ctl_key(ctl_t *ctl, const char *sub)
                 "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
                 "every worker (they read the keys every %d s) accepts it before any signs "
                 "with it; nothing was changed\n",
-                rows[2].age_s, wait, RELAY_KEY_REREAD_MS / 1000);
+                rows[2].age_s, wait, COPIES_KEY_REREAD_MS / 1000);
             rc = CTL_EXIT_USAGE;
             goto out;
         }

@@ -15,7 +15,7 @@
 
 #include "delivery.h"
 #include "log.h"
-#include "relay.h"
+#include "copies.h"
 #include "version.h"
 
 /*
@@ -164,7 +164,7 @@ int db_attempt_unstart(db_t *db, const char *id, size_t len)
  * (a server's general log expands bound parameters); else key[0..len-1] is
  * bound as a parameter. 0 or -1 (logged).
  */
-static int db_relay_key_offer(db_t *db, unsigned char *key, size_t len)
+static int db_copies_key_offer(db_t *db, unsigned char *key, size_t len)
 {
     static const char sql[] = "INSERT IGNORE INTO " DB_KEY_TABLE " (id, k) VALUES (1, ?)";
     MYSQL_BIND bind[1];
@@ -203,12 +203,12 @@ fail:
     return rc;
 }
 
-int db_relay_keys(db_t *db, bool create, relay_keys_t *keys)
+int db_copies_keys(db_t *db, bool create, copies_keys_t *keys)
 {
     MYSQL_RES *res = NULL;
     MYSQL_ROW row;
     unsigned long *lens;
-    unsigned char fresh[RELAY_KEY_LEN];
+    unsigned char fresh[COPIES_KEY_LEN];
     int rc = -1;
 
     keys->n = 0;
@@ -217,9 +217,9 @@ int db_relay_keys(db_t *db, bool create, relay_keys_t *keys)
         log_error("database: no random bytes for the relay key: %s", strerror(errno));
         goto fail;
     }
-    if (create && (db_relay_key_offer(db, fresh, sizeof(fresh)) != 0 || db_commit(db) != DB_OK))
+    if (create && (db_copies_key_offer(db, fresh, sizeof(fresh)) != 0 || db_commit(db) != DB_OK))
         goto fail;
-    _Static_assert(RELAY_KEYS_MAX == 3, "the query below reads rows 1..RELAY_KEYS_MAX");
+    _Static_assert(COPIES_KEYS_MAX == 3, "the query below reads rows 1..COPIES_KEYS_MAX");
     if (mysql_query(db->my, "SELECT id, k FROM " DB_KEY_TABLE
                             " WHERE id BETWEEN 1 AND 3 ORDER BY id") != 0 ||
         (res = mysql_store_result(db->my)) == NULL) {
@@ -229,21 +229,21 @@ int db_relay_keys(db_t *db, bool create, relay_keys_t *keys)
     }
     while ((row = mysql_fetch_row(res)) != NULL && (lens = mysql_fetch_lengths(res)) != NULL) {
         int id = row[0] ? atoi(row[0]) : 0;
-        if (row[1] == NULL || lens[1] < RELAY_KEY_LEN) {
+        if (row[1] == NULL || lens[1] < COPIES_KEY_LEN) {
             log_error("database: table " DB_KEY_TABLE " row id %d holds a key of %lu bytes; a "
                       "key needs %d random bytes and a shorter one is refused: delete that row "
                       "(DELETE FROM " DB_KEY_TABLE " WHERE id = %d)%s",
-                      id, row[1] ? lens[1] : 0UL, RELAY_KEY_LEN, id,
+                      id, row[1] ? lens[1] : 0UL, COPIES_KEY_LEN, id,
                       id == 1 ? ": idemd then makes a new 32-byte key (copies in flight count "
                                 "their attempts from 1 again)"
                               : ", then idemctl key stage makes a new one");
             goto fail;
         }
         if (id == 1 && keys->n == 0) {
-            memcpy(keys->k[0], row[1], RELAY_KEY_LEN);
+            memcpy(keys->k[0], row[1], COPIES_KEY_LEN);
             keys->n = 1;
-        } else if (id > 1 && keys->n >= 1 && keys->n < RELAY_KEYS_MAX) {
-            memcpy(keys->k[keys->n++], row[1], RELAY_KEY_LEN);
+        } else if (id > 1 && keys->n >= 1 && keys->n < COPIES_KEYS_MAX) {
+            memcpy(keys->k[keys->n++], row[1], COPIES_KEY_LEN);
         }
     }
     if (keys->n == 0) {

@@ -194,19 +194,19 @@ long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start)
  */
 int db_attempt_unstart(db_t *db, const char *id, size_t len);
 
-struct relay_keys; /* relay.h */
+struct copies_keys; /* copies.h */
 
 /*
  * Read the installation's relay keys (sql/007_idemd_key.sql, sql/010) into
- * keys: row id 1, the signing key, into k[0], rows 2..RELAY_KEYS_MAX (keys
+ * keys: row id 1, the signing key, into k[0], rows 2..COPIES_KEYS_MAX (keys
  * accepted for checking only, during a rotation) after it. With create,
  * row 1 is made first when no instance has yet: each connection offers 32
  * bytes of its own from getrandom(2), INSERT IGNORE keeps the first. A key
- * under RELAY_KEY_LEN bytes is refused (logged with the remedy); of a
- * longer one the first RELAY_KEY_LEN bytes are used. 0, or -1 (logged;
+ * under COPIES_KEY_LEN bytes is refused (logged with the remedy); of a
+ * longer one the first COPIES_KEY_LEN bytes are used. 0, or -1 (logged;
  * the table may be missing; keys then holds none).
  */
-int db_relay_keys(db_t *db, bool create, struct relay_keys *keys)
+int db_copies_keys(db_t *db, bool create, struct copies_keys *keys)
     __attribute__((warn_unused_result));
 
 /* Delete the message's attempts row inside the current transaction. */

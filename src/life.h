@@ -58,7 +58,7 @@ typedef struct life_msg {
     amqp_envelope_t env;
     bool suspect;      /* redelivered: the worker that had it may have died on it */
     bool no_id;        /* dedup = "none" without an id: the guard keys it by its body */
-    bool trusted;      /* its idemd-* headers carry our signature (relay_trusted) */
+    bool trusted;      /* its idemd-* headers carry our signature (copies_trusted) */
     txn_route_t route; /* where it goes once the transaction is over (set leaving BATCH) */
     unsigned pub_seq;  /* onward messages it sent in the current handler call */
     int copy_index;    /* its copy's place in the publishing round while COPYING, else -1 */

@@ -12,7 +12,7 @@
 
 #include "log.h"
 #include "mq_int.h"
-#include "relay.h"
+#include "copies.h"
 #include "version.h"
 
 #define MQ_DRAIN_MS 5000 /* a deaf connection's close: wait at most this long (mq_close_deaf) */
@@ -290,7 +290,7 @@ static int mq_connect(const conf_broker_t *cfg, int heartbeat, const char *owner
     mq_entry_str(&props_e[2], "connection_name", name);
     props.num_entries = 3;
     props.entries = props_e;
-    r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, RELAY_FRAME_MAX, heartbeat, &props,
+    r = amqp_login_with_properties(mq->conn, cfg->vhost, 0, COPIES_FRAME_MAX, heartbeat, &props,
                                    AMQP_SASL_METHOD_PLAIN, cfg->user, cfg->password);
     if (r.reply_type != AMQP_RESPONSE_NORMAL) {
         mq_fail(mq, "login", r);

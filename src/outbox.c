@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "log.h"
-#include "relay.h"
+#include "copies.h"
 
 #define OUTBOX_CONFIRM_MS 15000
 #define OUTBOX_SLICE_ROWS 500                    /* rows read and sent at a time */
@@ -248,7 +248,7 @@ static int outbox_props(const outbox_msg_t *m, amqp_basic_properties_t *props,
          * on would pass a publisher's forged ones): left out, as from every copy. */
         int kept = 0;
         for (int i = 0; i < nh; i++)
-            if (!relay_is_idemd_header(hdr[i].key))
+            if (!copies_is_idemd_header(hdr[i].key))
                 hdr[kept++] = hdr[i];
         nh = kept;
     }
@@ -319,16 +319,16 @@ static int outbox_dead_letter(outbox_t *o, const port_publish_ops_t *mq, void *m
 {
     amqp_basic_properties_t props;
     amqp_table_entry_t hdr[OUTBOX_HEADERS_MAX + 3 + 12];
-    char first[64], last[64], sig[RELAY_SIG_HEX + 1], queue[300], error[MQ_WHY_MAX + 300];
+    char first[64], last[64], sig[COPIES_SIG_HEX + 1], queue[300], error[MQ_WHY_MAX + 300];
     uint64_t attempts = r->attempts + 1;
     uint64_t max_message = mq->max_message(mc);
-    bool big = max_message && m->body_len + RELAY_RESERVE > max_message;
+    bool big = max_message && m->body_len + COPIES_RESERVE > max_message;
     int nh = outbox_props(m, &props, hdr);
 
     props._flags |= AMQP_BASIC_HEADERS_FLAG;
-    relay_iso_time(r->failed_s ? (uint64_t)r->failed_s * 1000 : now_ms, first, sizeof(first));
-    relay_iso_time(now_ms, last, sizeof(last));
-    if (relay_onward_queue(o->pol.queue, queue, sizeof(queue)) == NULL)
+    copies_iso_time(r->failed_s ? (uint64_t)r->failed_s * 1000 : now_ms, first, sizeof(first));
+    copies_iso_time(now_ms, last, sizeof(last));
+    if (copies_onward_queue(o->pol.queue, queue, sizeof(queue)) == NULL)
         return -1;
     snprintf(error, sizeof(error),
              "onward message not delivered after %llu attempts to exchange '%.*s' routing key "
@@ -337,8 +337,8 @@ static int outbox_dead_letter(outbox_t *o, const port_publish_ops_t *mq, void *m
              (int)m->routing_key_len, m->routing_key, r->why);
     amqp_bytes_t ex = {m->exchange_len, (void *)m->exchange};
     amqp_bytes_t rk = {m->routing_key_len, (void *)m->routing_key};
-    if (relay_sign(o->pol.key, queue, m->msg_id, m->msg_id_len, attempts, amqp_cstring_bytes(first),
-                   ex, rk, sig) != 0)
+    if (copies_sign(o->pol.key, queue, m->msg_id, m->msg_id_len, attempts,
+                    amqp_cstring_bytes(first), ex, rk, sig) != 0)
         return -1;
 #define OUTBOX_STR(k, v)                                                                           \
     do {                                                                                           \
@@ -352,18 +352,18 @@ static int outbox_dead_letter(outbox_t *o, const port_publish_ops_t *mq, void *m
         hdr[nh].value.kind = AMQP_FIELD_KIND_I64;                                                  \
         hdr[nh++].value.value.i64 = (int64_t)(v);                                                  \
     } while (0)
-    OUTBOX_INT(RELAY_H_ONWARD, 1);
-    OUTBOX_INT(RELAY_H_ATTEMPTS, attempts);
-    OUTBOX_STR(RELAY_H_ERROR, amqp_cstring_bytes(error));
-    OUTBOX_STR(RELAY_H_FIRST_FAILURE, amqp_cstring_bytes(first));
-    OUTBOX_STR(RELAY_H_LAST_FAILURE, amqp_cstring_bytes(last));
-    OUTBOX_STR(RELAY_H_EXCHANGE, ex);
-    OUTBOX_STR(RELAY_H_ROUTING_KEY, rk);
-    OUTBOX_STR(RELAY_H_QUEUE, amqp_cstring_bytes((char *)o->pol.queue));
-    OUTBOX_STR(RELAY_H_ONWARD_SOURCE, ((amqp_bytes_t){m->source_len, (void *)m->source_id}));
-    OUTBOX_STR(RELAY_H_SIG, amqp_cstring_bytes(sig));
+    OUTBOX_INT(COPIES_H_ONWARD, 1);
+    OUTBOX_INT(COPIES_H_ATTEMPTS, attempts);
+    OUTBOX_STR(COPIES_H_ERROR, amqp_cstring_bytes(error));
+    OUTBOX_STR(COPIES_H_FIRST_FAILURE, amqp_cstring_bytes(first));
+    OUTBOX_STR(COPIES_H_LAST_FAILURE, amqp_cstring_bytes(last));
+    OUTBOX_STR(COPIES_H_EXCHANGE, ex);
+    OUTBOX_STR(COPIES_H_ROUTING_KEY, rk);
+    OUTBOX_STR(COPIES_H_QUEUE, amqp_cstring_bytes((char *)o->pol.queue));
+    OUTBOX_STR(COPIES_H_ONWARD_SOURCE, ((amqp_bytes_t){m->source_len, (void *)m->source_id}));
+    OUTBOX_STR(COPIES_H_SIG, amqp_cstring_bytes(sig));
     if (big)
-        OUTBOX_INT(RELAY_H_BODY_DROPPED, m->body_len);
+        OUTBOX_INT(COPIES_H_BODY_DROPPED, m->body_len);
 #undef OUTBOX_STR
 #undef OUTBOX_INT
     props.headers.num_entries = nh;
@@ -377,7 +377,7 @@ static int outbox_dead_letter(outbox_t *o, const port_publish_ops_t *mq, void *m
 static bool outbox_too_big(const port_publish_ops_t *mq, void *mc, size_t len, outbox_row_t *r)
 {
     uint64_t max_message = mq->max_message(mc);
-    if (max_message == 0 || len + RELAY_RESERVE <= max_message)
+    if (max_message == 0 || len + COPIES_RESERVE <= max_message)
         return false;
     r->state = OUTBOX_REFUSED;
     snprintf(r->why, sizeof(r->why),

@@ -123,7 +123,7 @@ typedef struct outbox_policy {
     const char *dlq;          /* its dead_letter_queue (borrowed), or NULL / "" for none */
     unsigned max_attempts;    /* daemon.outbox_max_attempts */
     int backoff_ms;           /* daemon.outbox_backoff_ms: doubled per refusal, 5 min at most */
-    const unsigned char *key; /* RELAY_KEY_LEN bytes (borrowed): signs the dead letters */
+    const unsigned char *key; /* COPIES_KEY_LEN bytes (borrowed): signs the dead letters */
 } outbox_policy_t;
 
 /* Set (copy) the policy; the strings and key it points to must outlive o. */

@@ -8,7 +8,7 @@
 
 #include "delivery.h"
 #include "log.h"
-#include "relay.h"
+#include "copies.h"
 
 static void settle_count(uint64_t *counter)
 {
@@ -201,13 +201,13 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
         bool waits = t->state == TXN_WAIT;
         const char *target = m->route == TXN_ROUTE_DLQ
                                  ? q->dead_letter_queue
-                                 : relay_delay_queue(q, waits ? 1 : t->attempt, delay_q,
+                                 : copies_delay_queue(q, waits ? 1 : t->attempt, delay_q,
                                                      sizeof(delay_q), &delay_ms)
                                        ?: q->name;
-        relay_copy_t c;
+        copies_copy_t c;
         amqp_bytes_t body = m->env.message.body;
-        if (relay_copy_init(&c, &m->env, q->name, q->id_header, t->id, t->id_len, m->trusted,
-                            s->key, waits ? t->attempt - 1 : t->attempt, t->reason, now_ms) != 0)
+        if (copies_copy_init(&c, &m->env, q->name, q->id_header, t->id, t->id_len, m->trusted,
+                             s->key, waits ? t->attempt - 1 : t->attempt, t->reason, now_ms) != 0)
             goto fail;
         if (s->max_message > 0 && body.len > s->max_message) {
             /* The broker would refuse the copy and close the channel: it goes without it. */
@@ -215,13 +215,13 @@ static int settle_republish(settle_t *s, life_list_t *list, life_state_t from)
                      "%zu bytes: over the broker's max message size (%llu bytes)",
                      q->name, (unsigned long long)m->env.delivery_tag, target, body.len,
                      (unsigned long long)s->max_message);
-            relay_copy_body_dropped(&c, body.len);
+            copies_copy_body_dropped(&c, body.len);
             body = amqp_empty_bytes;
         } else if (m->dropped) {
-            relay_copy_body_dropped(&c, m->dropped);
+            copies_copy_body_dropped(&c, m->dropped);
         }
         int index = s->pub.ops->publish(s->pub.ctx, "", target, &c.props, body);
-        relay_copy_free(&c);
+        copies_copy_free(&c);
         if (index < 0)
             goto fail;
         life_move(l, list, i, LIFE_COPYING);

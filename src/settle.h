@@ -21,7 +21,7 @@ typedef struct settle {
     port_publish_t pub;     /* the copies */
     port_clock_t clock;
     const guard_t *guard;     /* takes back the starts of held and requeued deliveries */
-    const unsigned char *key; /* signs the copies' idemd-* headers (RELAY_KEY_LEN bytes) */
+    const unsigned char *key; /* signs the copies' idemd-* headers (COPIES_KEY_LEN bytes) */
     metrics_counters_t *c;    /* counted into with relaxed atomics */
     int heartbeat;            /* broker.heartbeat (s): caps the pause after requeueing */
     life_t *life;

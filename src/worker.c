@@ -352,7 +352,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     }
     w.h = plugin->handler;
     plugin_set_publisher(worker_publish, &w);
-    w.keys_reread_ms = RELAY_KEY_REREAD_MS;
+    w.keys_reread_ms = COPIES_KEY_REREAD_MS;
 #ifdef IDEMD_TESTING
     const char *crash = getenv("IDEMD_TEST_CRASH_BEFORE_RELAY"); /* fault injection */
     w.crash_before_relay = crash ? atoi(crash) : 0;

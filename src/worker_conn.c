@@ -63,7 +63,7 @@ int worker_connect_db(worker_t *w)
                            .dlq = w->q->dead_letter_queue,
                            .max_attempts = (unsigned)w->conf->outbox_max_attempts,
                            .backoff_ms = w->conf->outbox_backoff_ms,
-                           .key = w->relay_keys.k[0]};
+                           .key = w->copies_keys.k[0]};
     outbox_set_policy(w->outbox, &pol);
     worker_connected(w, WORKER_LOST_DATABASE);
     if (db_attempt_prepare(w->db) != 0) {
@@ -72,7 +72,7 @@ int worker_connect_db(worker_t *w)
                  " (apply sql/003_idemd_attempt.sql and sql/008_idemd_attempt_crashes.sql)");
         return WORKER_EXIT_CONFIG;
     }
-    if (db_relay_keys(w->db, true, &w->relay_keys) != 0) {
+    if (db_copies_keys(w->db, true, &w->copies_keys) != 0) {
         snprintf(w->slot->error, sizeof(w->slot->error),
                  "cannot use the relay key in table " DB_KEY_TABLE
                  " (apply sql/007_idemd_key.sql and sql/010_idemd_key_since.sql; see the log)");
@@ -105,7 +105,7 @@ static int worker_declare_own(worker_t *w, mq_t *mq)
     for (int i = 0; i < w->q->n_retry_delays; i++) {
         char name[300];
         int ms;
-        relay_delay_queue(w->q, (unsigned)i + 1, name, sizeof(name), &ms);
+        copies_delay_queue(w->q, (unsigned)i + 1, name, sizeof(name), &ms);
         if (mq_declare_delay(mq, name, ms, w->q->name, true, w->q->quorum) != 0)
             return -1;
     }
@@ -262,25 +262,25 @@ int worker_check_db(worker_t *w)
  */
 void worker_reread_keys(worker_t *w)
 {
-    relay_keys_t fresh;
+    copies_keys_t fresh;
 
     if (worker_now_ms() - w->keys_read_ms < (uint64_t)w->keys_reread_ms)
         return;
     w->keys_read_ms = worker_now_ms();
     w->db_used_ms = w->keys_read_ms;
     /* create: when row 1 was deleted, every worker moves to the one new key. */
-    if (db_relay_keys(w->db, true, &fresh) != 0) {
+    if (db_copies_keys(w->db, true, &fresh) != 0) {
         log_warn("relay keys not read again (see above): the %d held still sign and check",
-                 w->relay_keys.n);
+                 w->copies_keys.n);
         return;
     }
-    if (fresh.n != w->relay_keys.n ||
-        memcmp(fresh.k, w->relay_keys.k, sizeof(fresh.k[0]) * (size_t)fresh.n) != 0)
+    if (fresh.n != w->copies_keys.n ||
+        memcmp(fresh.k, w->copies_keys.k, sizeof(fresh.k[0]) * (size_t)fresh.n) != 0)
         log_info("relay keys changed in table " DB_KEY_TABLE ": %s, %d accepted",
-                 memcmp(fresh.k[0], w->relay_keys.k[0], RELAY_KEY_LEN) != 0 ? "new signing key"
-                                                                            : "same signing key",
+                 memcmp(fresh.k[0], w->copies_keys.k[0], COPIES_KEY_LEN) != 0 ? "new signing key"
+                                                                              : "same signing key",
                  fresh.n);
-    w->relay_keys = fresh;
+    w->copies_keys = fresh;
     explicit_bzero(&fresh, sizeof(fresh));
 }
 

@@ -19,7 +19,7 @@
 #include "order.h"
 #include "outbox.h"
 #include "plugin.h"
-#include "relay.h"
+#include "copies.h"
 #include "settle.h"
 #include "stall.h"
 #include "step.h"
@@ -69,11 +69,11 @@ typedef struct worker {
     mq_t *pub;       /* republishing connection, opened when first needed */
     bool pub_failed; /* the last round failed: declare our queues again first */
     uint64_t next_pub_service_ms;
-    uint64_t db_used_ms;     /* when the database connection last ran a batch */
-    relay_keys_t relay_keys; /* k[0] signs our own headers; all of them check */
-    uint64_t keys_read_ms;   /* when relay_keys were read (worker_reread_keys) */
-    int keys_reread_ms;      /* how often: RELAY_KEY_REREAD_MS, or the test knob */
-    int undecodable_streak;  /* requeued undecodable ones in a row (no dead-lettering) */
+    uint64_t db_used_ms;       /* when the database connection last ran a batch */
+    copies_keys_t copies_keys; /* k[0] signs our own headers; all of them check */
+    uint64_t keys_read_ms;     /* when copies_keys were read (worker_reread_keys) */
+    int keys_reread_ms;        /* how often: COPIES_KEY_REREAD_MS, or the test knob */
+    int undecodable_streak;    /* requeued undecodable ones in a row (no dead-lettering) */
     port_consume_t consume;
     port_publish_t pub_port;
     port_clock_t clock;

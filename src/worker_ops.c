@@ -218,14 +218,14 @@ void worker_wire(worker_t *w)
     w->bt.consume = w->consume;
     w->bt.clock = w->clock;
     w->bt.life = &w->life;
-    w->bt.keys = &w->relay_keys;
+    w->bt.keys = &w->copies_keys;
     w->st = (settle_t){.q = w->q,
                        .handler = w->h->name,
                        .consume = w->consume,
                        .pub = w->pub_port,
                        .clock = w->clock,
                        .guard = &w->guard,
-                       .key = w->relay_keys.k[0],
+                       .key = w->copies_keys.k[0],
                        .c = &w->slot->c,
                        .heartbeat = w->conf->broker.heartbeat,
                        .life = &w->life};

@@ -57,6 +57,6 @@ h_assert_eq "$(h_sql "SELECT attempts FROM idemd_attempt WHERE consumer = '$qa' 
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 c_dead_letter "$qa.dlq" poison segv "handler crashed"
 h_assert_eq "$(c_hdr "$C_DL_LINE" idemd-queue)" "$qa" "idemd-queue"
-# src/relay.h: idemd-attempts is "attempts made so far": the handler was started 5 times.
+# src/copies.h: idemd-attempts is "attempts made so far": the handler was started 5 times.
 h_assert_eq "$(c_hdr "$C_DL_LINE" idemd-attempts)" 5 "idemd-attempts (handler starts)"
 echo "t_fail_crash_guard: ok ($crashes crashes; $qb had $b_at_dlq of 2000 done when poison was dead-lettered)"

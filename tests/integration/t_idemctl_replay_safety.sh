@@ -91,7 +91,7 @@ h_assert_eq "$(cut -f1,2 <<<"$got")" $'b1\t' "b1 in $side, empty"
 h_assert_eq "$(c_hdr "$got" idemd-body-dropped)" 2000 "b1 keeps idemd-body-dropped"
 h_assert_eq "$(c_hdr "$got" idemd-sig)" "" "b1's other idemd headers are dropped"
 
-# Dead onward messages (idemd-onward = 1), signed as idemd signs them: relay_sign under the
+# Dead onward messages (idemd-onward = 1), signed as idemd signs them: copies_sign under the
 # installation's key with "onward:<source queue>" and the message_id property. o1 goes to its
 # intended route; o2, signed as a letter of the queue itself, is refused.
 sig_field() # one length-prefixed field of the signed text (8 bytes little-endian, then $1)

@@ -11,7 +11,7 @@
 #include "amqp_compat.h"
 #include "conf.h"
 #include "port.h"
-#include "relay.h"
+#include "copies.h"
 #include "txn.h"
 
 /* ---------- randomness: splitmix64, the only source of choice in a run ---------- */
@@ -298,7 +298,7 @@ void sim_props_original(sim_bmsg_t *m);
  */
 /* The queue's settings and the relay key, the same for every worker. */
 extern conf_queue_t sim_q;
-extern relay_keys_t sim_keys;
+extern copies_keys_t sim_keys;
 /* What sim.c shares with them: the txn ops (handler, database) and the crash note. */
 extern const txn_ops_t sim_txn_ops;
 typedef struct sim_slot {

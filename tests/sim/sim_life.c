@@ -11,7 +11,7 @@
 #include "life.h"
 #include "metrics.h"
 #include "pubround.h"
-#include "relay.h"
+#include "copies.h"
 #include "settle.h"
 #include "sim.h"
 #include "step.h"
@@ -29,7 +29,7 @@ typedef struct sim_worker {
 
 static sim_worker_t workers[SIM_WORKERS];
 conf_queue_t sim_q; /* the queue's settings, the same for every worker */
-relay_keys_t sim_keys;
+copies_keys_t sim_keys;
 static metrics_counters_t counters;
 static int delays[1] = {1000};
 
@@ -177,7 +177,7 @@ void sim_life_begin(void)
     sim_q.dead_letter_queue = sim.o.has_dlq ? "orders.dlq" : NULL;
     memset(&sim_keys, 0, sizeof(sim_keys));
     sim_keys.n = 1;
-    for (int i = 0; i < RELAY_KEY_LEN; i++)
+    for (int i = 0; i < COPIES_KEY_LEN; i++)
         sim_keys.k[0][i] = (unsigned char)sim_rng_next(&sim.rng);
     for (int k = 0; k < sim.o.workers; k++) {
         if (life_init(&workers[k].life, sim.o.batch_size, sim.o.max_held) != 0) {

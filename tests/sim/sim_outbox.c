@@ -6,11 +6,11 @@
 #include <string.h>
 
 #include "outbox.h"
-#include "relay.h"
+#include "copies.h"
 #include "sim.h"
 
 static outbox_t *ob;
-static unsigned char key[RELAY_KEY_LEN]; /* signs the onward dead letters */
+static unsigned char key[COPIES_KEY_LEN]; /* signs the onward dead letters */
 
 /* A row's id in the table: rows are numbered in the order of their message and place. */
 static unsigned long long row_id(int id, int r)
@@ -230,7 +230,7 @@ static const outbox_db_ops_t sim_outbox_db = {
 void sim_outbox_begin(void)
 {
     memset(&tx, 0, sizeof(tx));
-    for (int i = 0; i < RELAY_KEY_LEN; i++)
+    for (int i = 0; i < COPIES_KEY_LEN; i++)
         key[i] = (unsigned char)(sim.seed >> (i % 8));
     if (ob == NULL && (ob = outbox_new_ops(&sim_outbox_db, NULL)) == NULL) {
         fprintf(stderr, "sim: out of memory\n");

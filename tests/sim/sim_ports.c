@@ -8,7 +8,7 @@
 #include "delivery.h"
 #include "outbox.h"
 #include "port.h"
-#include "relay.h"
+#include "copies.h"
 #include "sim.h"
 
 /* ---------- AMQP properties: deep copies into a pool ---------- */
@@ -199,15 +199,15 @@ static int copy_publish(const char *routing_key, const amqp_basic_properties_t *
         return -1;
     }
     m.id = atoi(id + 1);
-    if (relay_trusted(props, &sim_keys, sim_q.name, id, len, &attempts))
+    if (copies_trusted(props, &sim_keys, sim_q.name, id, len, &attempts))
         m.attempts = attempts;
     else
         sim_violation("copy of m%d: its idemd-* headers do not verify", m.id);
     for (int i = 0; (props->_flags & AMQP_BASIC_HEADERS_FLAG) && i < props->headers.num_entries;
          i++) {
         const amqp_table_entry_t *e = &props->headers.entries[i];
-        if (e->key.len == strlen(RELAY_H_ERROR) &&
-            memcmp(e->key.bytes, RELAY_H_ERROR, e->key.len) == 0 &&
+        if (e->key.len == strlen(COPIES_H_ERROR) &&
+            memcmp(e->key.bytes, COPIES_H_ERROR, e->key.len) == 0 &&
             e->value.kind == AMQP_FIELD_KIND_UTF8)
             snprintf(m.reason, sizeof(m.reason), "%.*s",
                      (int)(e->value.value.bytes.len < 150 ? e->value.value.bytes.len : 150),
@@ -254,7 +254,7 @@ static int row_publish(const char *routing_key, const amqp_basic_properties_t *p
     if (dead) {
         /* Invariant 3: only a row refused max_attempts times is dead-lettered, with its reason,
          * to the source queue's dead letter queue. */
-        amqp_bytes_t why = header(props, RELAY_H_ERROR);
+        amqp_bytes_t why = header(props, COPIES_H_ERROR);
         if (!sim.o.has_dlq || strcmp(routing_key, "orders.dlq") != 0)
             sim_violation("outbox row %d of m%d dead-lettered to '%s'", r, id, routing_key);
         if (sim_db.row_attempts[id][r] + 1 < (unsigned)sim.o.ob_max_attempts)

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "outbox.h"
-#include "relay.h"
+#include "copies.h"
 #include "tap.h"
 
 /* ---------- a scripted outbox table and publishing channel ---------- */
@@ -180,9 +180,9 @@ static int b_publish(void *ctx, const char *exchange, const char *routing_key,
     if (strcmp(routing_key, "down") != 0 && f == 'a') {
         B.dead++;
         for (int i = 0; i < props->headers.num_entries; i++)
-            if (props->headers.entries[i].key.len == strlen(RELAY_H_ERROR) &&
-                memcmp(props->headers.entries[i].key.bytes, RELAY_H_ERROR, strlen(RELAY_H_ERROR)) ==
-                    0)
+            if (props->headers.entries[i].key.len == strlen(COPIES_H_ERROR) &&
+                memcmp(props->headers.entries[i].key.bytes, COPIES_H_ERROR,
+                       strlen(COPIES_H_ERROR)) == 0)
                 snprintf(B.dead_error, sizeof(B.dead_error), "%.*s",
                          (int)props->headers.entries[i].value.value.bytes.len,
                          (const char *)props->headers.entries[i].value.value.bytes.bytes);
@@ -288,7 +288,7 @@ static void fake_reset(int rows, const char *script)
 
 static void test_relay(void)
 {
-    static const unsigned char key[RELAY_KEY_LEN] = {1};
+    static const unsigned char key[COPIES_KEY_LEN] = {1};
     outbox_t *o = outbox_new_ops(&fake_db, NULL);
     outbox_policy_t pol = {
         .queue = "orders", .dlq = "orders.dlq", .max_attempts = 2, .backoff_ms = 100, .key = key};
@@ -367,7 +367,7 @@ static void test_relay(void)
 /* The trace context captured into a row goes out as headers; a handler's own header wins. */
 static void test_relay_trace(void)
 {
-    static const unsigned char key[RELAY_KEY_LEN] = {1};
+    static const unsigned char key[COPIES_KEY_LEN] = {1};
     outbox_t *o = outbox_new_ops(&fake_db, NULL);
     outbox_policy_t pol = {
         .queue = "orders", .dlq = "orders.dlq", .max_attempts = 1, .backoff_ms = 100, .key = key};

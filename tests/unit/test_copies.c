@@ -1,12 +1,12 @@
-/* test_relay.c: unit tests of the copies idemd republishes: which original headers they keep. */
+/* test_copies.c: unit tests of the copies idemd republishes: which original headers they keep. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "relay.h"
+#include "copies.h"
 #include "tap.h"
 
-static const unsigned char t_key[RELAY_KEY_LEN] = {1, 2, 3}; /* signing is test_relay_sig's */
+static const unsigned char t_key[COPIES_KEY_LEN] = {1, 2, 3}; /* signing is test_copies_sig's */
 
 /* A header value holding tables nested depth levels deep (1: one table), from pool. */
 static amqp_field_value_t t_nested(amqp_table_entry_t *pool, int depth)
@@ -33,7 +33,7 @@ static amqp_field_value_t t_str(const char *s)
 }
 
 /* The copy's header key, or NULL. */
-static const amqp_field_value_t *t_get(const relay_copy_t *c, const char *key)
+static const amqp_field_value_t *t_get(const copies_copy_t *c, const char *key)
 {
     for (int i = 0; i < c->props.headers.num_entries; i++) {
         amqp_bytes_t k = c->props.headers.entries[i].key;
@@ -52,10 +52,10 @@ static bool t_str_is(const amqp_field_value_t *v, const char *s)
 int main(void)
 {
     static amqp_table_entry_t pool[200];
-    static char big[RELAY_FRAME_MAX];
+    static char big[COPIES_FRAME_MAX];
     amqp_table_entry_t h[4];
     amqp_envelope_t env;
-    relay_copy_t c;
+    copies_copy_t c;
 
     memset(&env, 0, sizeof(env));
     env.exchange = amqp_cstring_bytes("ex");
@@ -63,42 +63,42 @@ int main(void)
     env.message.properties._flags = AMQP_BASIC_HEADERS_FLAG;
     env.message.properties.headers.entries = h;
 
-    /* Nested exactly RELAY_DEPTH_MAX deep: kept. */
+    /* Nested exactly COPIES_DEPTH_MAX deep: kept. */
     h[0].key = amqp_cstring_bytes("x-id");
     h[0].value = t_str("id-1");
     h[1].key = amqp_cstring_bytes("deep");
-    h[1].value = t_nested(pool, RELAY_DEPTH_MAX);
+    h[1].value = t_nested(pool, COPIES_DEPTH_MAX);
     env.message.properties.headers.num_entries = 2;
-    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+    ok(copies_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
            t_get(&c, "deep") && !t_get(&c, "idemd-headers-dropped") &&
            t_str_is(t_get(&c, "x-id"), "id-1"),
-       "a header nested RELAY_DEPTH_MAX deep is kept");
-    relay_copy_free(&c);
+       "a header nested COPIES_DEPTH_MAX deep is kept");
+    copies_copy_free(&c);
 
     /* One level deeper: dropped, the id header and the others kept. */
-    h[1].value = t_nested(pool, RELAY_DEPTH_MAX + 1);
+    h[1].value = t_nested(pool, COPIES_DEPTH_MAX + 1);
     h[2].key = amqp_cstring_bytes("small");
     h[2].value = t_str("v");
     env.message.properties.headers.num_entries = 3;
-    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+    ok(copies_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
            !t_get(&c, "deep") && t_get(&c, "idemd-headers-dropped") &&
            t_str_is(t_get(&c, "x-id"), "id-1") && t_str_is(t_get(&c, "small"), "v") &&
            t_str_is(t_get(&c, "idemd-queue"), "q"),
        "a header nested deeper is dropped; the id and the other headers stay");
-    relay_copy_free(&c);
+    copies_copy_free(&c);
 
     /* An array counts as a level too. */
     amqp_field_value_t arr;
     arr.kind = AMQP_FIELD_KIND_ARRAY;
     arr.value.array.num_entries = 1;
     arr.value.array.entries = &h[3].value;
-    h[3].value = t_nested(pool, RELAY_DEPTH_MAX);
+    h[3].value = t_nested(pool, COPIES_DEPTH_MAX);
     h[1].value = arr;
     env.message.properties.headers.num_entries = 2;
-    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+    ok(copies_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
            !t_get(&c, "deep") && t_get(&c, "idemd-headers-dropped"),
        "an array around the deepest table counts as a level");
-    relay_copy_free(&c);
+    copies_copy_free(&c);
 
     /* Too big for the frame: the big header goes, the id header after it stays. */
     memset(big, 'y', sizeof(big) - 1);
@@ -107,33 +107,33 @@ int main(void)
     h[1].key = amqp_cstring_bytes("x-id");
     h[1].value = t_str("id-2");
     env.message.properties.headers.num_entries = 3;
-    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+    ok(copies_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
            !t_get(&c, "big") && t_get(&c, "idemd-headers-dropped") &&
            t_str_is(t_get(&c, "x-id"), "id-2") && t_str_is(t_get(&c, "small"), "v"),
        "a header too big for the frame is dropped; the id header stays");
-    relay_copy_free(&c);
+    copies_copy_free(&c);
 
     /* Big, but fits alone: the id header first, then what still fits. */
-    big[RELAY_FRAME_MAX - RELAY_RESERVE - 200] = '\0';
+    big[COPIES_FRAME_MAX - COPIES_RESERVE - 200] = '\0';
     h[0].value = t_str(big);
     h[2].key = amqp_cstring_bytes("big2");
     h[2].value = t_str(big);
-    ok(relay_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
+    ok(copies_copy_init(&c, &env, "q", "x-id", "m1", 2, false, t_key, 1, "err", 0) == 0 &&
            t_get(&c, "big") && !t_get(&c, "big2") && t_get(&c, "idemd-headers-dropped") &&
            t_str_is(t_get(&c, "x-id"), "id-2"),
        "headers are kept in order while they fit");
-    relay_copy_free(&c);
+    copies_copy_free(&c);
 
     /* Without an id header, nothing is singled out; idemd's own headers are replaced. */
     h[0].key = amqp_cstring_bytes("idemd-attempts");
     h[0].value = t_str("7");
     h[1].key = amqp_cstring_bytes("x-death");
     env.message.properties.headers.num_entries = 2;
-    ok(relay_copy_init(&c, &env, "q", NULL, "m1", 2, false, t_key, 3, "err", 0) == 0 &&
+    ok(copies_copy_init(&c, &env, "q", NULL, "m1", 2, false, t_key, 3, "err", 0) == 0 &&
            !t_get(&c, "x-death") && t_get(&c, "idemd-attempts")->kind == AMQP_FIELD_KIND_I64 &&
            t_get(&c, "idemd-attempts")->value.i64 == 3 && !t_get(&c, "idemd-headers-dropped"),
        "x-death and idemd's own headers are replaced, not counted as dropped");
-    relay_copy_free(&c);
+    copies_copy_free(&c);
 
     return done();
 }

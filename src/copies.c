@@ -1,6 +1,7 @@
-/* relay.c: building the copies idemd republishes: retry tiers and dead letters with reason headers.
+/* copies.c: building the copies idemd republishes: retry tiers and dead letters with reason
+ * headers.
  */
-#include "relay.h"
+#include "copies.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -12,25 +13,25 @@
 #include <time.h>
 
 /* Whether a header key equals name. */
-static int relay_key_is(amqp_bytes_t key, const char *name)
+static int copies_key_is(amqp_bytes_t key, const char *name)
 {
     size_t n = strlen(name);
     return key.len == n && memcmp(key.bytes, name, n) == 0;
 }
 
 /* Whether a header key starts with prefix. */
-static int relay_key_starts(amqp_bytes_t key, const char *prefix)
+static int copies_key_starts(amqp_bytes_t key, const char *prefix)
 {
     size_t n = strlen(prefix);
     return key.len >= n && memcmp(key.bytes, prefix, n) == 0;
 }
 
-bool relay_is_idemd_header(amqp_bytes_t key)
+bool copies_is_idemd_header(amqp_bytes_t key)
 {
     static const char prefix[] = "idemd-";
     size_t n = sizeof(prefix) - 1;
     return key.len >= n && strncasecmp((const char *)key.bytes, prefix, n) == 0 &&
-           !relay_key_is(key, RELAY_H_PUB_US);
+           !copies_key_is(key, COPIES_H_PUB_US);
 }
 
 /*
@@ -39,28 +40,28 @@ bool relay_is_idemd_header(amqp_bytes_t key)
  * those it reads elsewhere (idemd-onward made a dead letter pass for an
  * onward message) and those it will read one day.
  */
-static int relay_dropped(amqp_bytes_t key)
+static int copies_dropped(amqp_bytes_t key)
 {
-    return relay_key_is(key, "x-death") || relay_key_starts(key, "x-first-death-") ||
-           relay_key_starts(key, "x-last-death-") || relay_key_is(key, "x-delivery-count") ||
-           relay_is_idemd_header(key);
+    return copies_key_is(key, "x-death") || copies_key_starts(key, "x-first-death-") ||
+           copies_key_starts(key, "x-last-death-") || copies_key_is(key, "x-delivery-count") ||
+           copies_is_idemd_header(key);
 }
 
 /* A header of the original, or NULL. */
-static const amqp_field_value_t *relay_find(const amqp_basic_properties_t *p, const char *name)
+static const amqp_field_value_t *copies_find(const amqp_basic_properties_t *p, const char *name)
 {
     if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
         return NULL;
     for (int i = 0; i < p->headers.num_entries; i++)
-        if (relay_key_is(p->headers.entries[i].key, name))
+        if (copies_key_is(p->headers.entries[i].key, name))
             return &p->headers.entries[i].value;
     return NULL;
 }
 
 /* A string header of the original into *out; false when absent or not a string. */
-static bool relay_str(const amqp_basic_properties_t *p, const char *name, amqp_bytes_t *out)
+static bool copies_str(const amqp_basic_properties_t *p, const char *name, amqp_bytes_t *out)
 {
-    const amqp_field_value_t *v = relay_find(p, name);
+    const amqp_field_value_t *v = copies_find(p, name);
     if (v == NULL || (v->kind != AMQP_FIELD_KIND_UTF8 && v->kind != AMQP_FIELD_KIND_BYTES))
         return false;
     *out = v->value.bytes;
@@ -68,9 +69,9 @@ static bool relay_str(const amqp_basic_properties_t *p, const char *name, amqp_b
 }
 
 /* An integer header of the original; -1 when absent or not an integer. */
-static long long relay_int(const amqp_basic_properties_t *p, const char *name)
+static long long copies_int(const amqp_basic_properties_t *p, const char *name)
 {
-    const amqp_field_value_t *v = relay_find(p, name);
+    const amqp_field_value_t *v = copies_find(p, name);
     if (v == NULL)
         return -1;
     switch (v->kind) {
@@ -96,7 +97,7 @@ static long long relay_int(const amqp_basic_properties_t *p, const char *name)
 }
 
 /* Append one length-prefixed field at buf + *off, so that fields cannot run into each other. */
-static void relay_mac_field(unsigned char *buf, size_t *off, const void *data, size_t len)
+static void copies_mac_field(unsigned char *buf, size_t *off, const void *data, size_t len)
 {
     for (int i = 0; i < 8; i++)
         buf[(*off)++] = (unsigned char)((uint64_t)len >> (8 * i));
@@ -108,11 +109,11 @@ static void relay_mac_field(unsigned char *buf, size_t *off, const void *data, s
 /*
  * The signature of idemd's headers on a copy: hex HMAC-SHA256 under key of
  * the queue, the message id, attempts, first failure and original route.
- * Writes RELAY_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
+ * Writes COPIES_SIG_HEX + 1 bytes into out. 0, or -1 when out of memory.
  */
-int relay_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
-               uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,
-               char *out)
+int copies_sign(const unsigned char *key, const char *queue, const char *id, size_t id_len,
+                uint64_t attempts, amqp_bytes_t first, amqp_bytes_t exchange, amqp_bytes_t rkey,
+                char *out)
 {
     static const char tag[] = "idemd-sig-v1";
     unsigned char mac[EVP_MAX_MD_SIZE];
@@ -126,23 +127,23 @@ int relay_sign(const unsigned char *key, const char *queue, const char *id, size
 
     if (buf == NULL)
         return -1;
-    relay_mac_field(buf, &off, tag, sizeof(tag) - 1);
-    relay_mac_field(buf, &off, queue, strlen(queue));
-    relay_mac_field(buf, &off, id, id_len);
-    relay_mac_field(buf, &off, num, (size_t)n);
-    relay_mac_field(buf, &off, first.bytes, first.len);
-    relay_mac_field(buf, &off, exchange.bytes, exchange.len);
-    relay_mac_field(buf, &off, rkey.bytes, rkey.len);
-    unsigned char *r = HMAC(EVP_sha256(), key, RELAY_KEY_LEN, buf, off, mac, &mac_len);
+    copies_mac_field(buf, &off, tag, sizeof(tag) - 1);
+    copies_mac_field(buf, &off, queue, strlen(queue));
+    copies_mac_field(buf, &off, id, id_len);
+    copies_mac_field(buf, &off, num, (size_t)n);
+    copies_mac_field(buf, &off, first.bytes, first.len);
+    copies_mac_field(buf, &off, exchange.bytes, exchange.len);
+    copies_mac_field(buf, &off, rkey.bytes, rkey.len);
+    unsigned char *r = HMAC(EVP_sha256(), key, COPIES_KEY_LEN, buf, off, mac, &mac_len);
     free(buf);
-    if (r == NULL || mac_len * 2 != RELAY_SIG_HEX)
+    if (r == NULL || mac_len * 2 != COPIES_SIG_HEX)
         return -1;
     for (unsigned i = 0; i < mac_len; i++)
         snprintf(out + 2 * i, 3, "%02x", mac[i]);
     return 0;
 }
 
-void relay_iso_time(uint64_t ms, char *out, size_t len)
+void copies_iso_time(uint64_t ms, char *out, size_t len)
 {
     time_t secs = (time_t)(ms / 1000);
     struct tm tm;
@@ -151,29 +152,29 @@ void relay_iso_time(uint64_t ms, char *out, size_t len)
              tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, (int)(ms % 1000));
 }
 
-const char *relay_onward_queue(const char *source_queue, char *buf, size_t len)
+const char *copies_onward_queue(const char *source_queue, char *buf, size_t len)
 {
     int n = snprintf(buf, len, "onward:%s", source_queue);
     return n < 0 || (size_t)n >= len ? NULL : buf;
 }
 
-bool relay_trusted(const amqp_basic_properties_t *p, const relay_keys_t *keys, const char *queue,
-                   const char *id, size_t id_len, unsigned *attempts)
+bool copies_trusted(const amqp_basic_properties_t *p, const copies_keys_t *keys, const char *queue,
+                    const char *id, size_t id_len, unsigned *attempts)
 {
     amqp_bytes_t first, exchange, rkey, sig;
-    char want[RELAY_SIG_HEX + 1];
-    long long n = relay_int(p, RELAY_H_ATTEMPTS);
+    char want[COPIES_SIG_HEX + 1];
+    long long n = copies_int(p, COPIES_H_ATTEMPTS);
 
-    if (n < 0 || n > RELAY_MAX_ATTEMPTS || !relay_str(p, RELAY_H_SIG, &sig) ||
-        sig.len != RELAY_SIG_HEX || !relay_str(p, RELAY_H_FIRST_FAILURE, &first) ||
-        !relay_str(p, RELAY_H_EXCHANGE, &exchange) || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
+    if (n < 0 || n > COPIES_MAX_ATTEMPTS || !copies_str(p, COPIES_H_SIG, &sig) ||
+        sig.len != COPIES_SIG_HEX || !copies_str(p, COPIES_H_FIRST_FAILURE, &first) ||
+        !copies_str(p, COPIES_H_EXCHANGE, &exchange) || !copies_str(p, COPIES_H_ROUTING_KEY, &rkey))
         return false;
     /* Every key is tried, also after a match: the time taken does not tell which one. */
     bool ok = false;
-    for (int i = 0; i < keys->n && i < RELAY_KEYS_MAX; i++)
-        if (relay_sign(keys->k[i], queue, id, id_len, (uint64_t)n, first, exchange, rkey, want) ==
+    for (int i = 0; i < keys->n && i < COPIES_KEYS_MAX; i++)
+        if (copies_sign(keys->k[i], queue, id, id_len, (uint64_t)n, first, exchange, rkey, want) ==
                 0 &&
-            CRYPTO_memcmp(want, sig.bytes, RELAY_SIG_HEX) == 0)
+            CRYPTO_memcmp(want, sig.bytes, COPIES_SIG_HEX) == 0)
             ok = true;
     if (!ok)
         return false;
@@ -181,26 +182,26 @@ bool relay_trusted(const amqp_basic_properties_t *p, const relay_keys_t *keys, c
     return true;
 }
 
-static void relay_set_str(amqp_table_entry_t *e, const char *key, amqp_bytes_t value)
+static void copies_set_str(amqp_table_entry_t *e, const char *key, amqp_bytes_t value)
 {
     e->key = amqp_cstring_bytes(key);
     e->value.kind = AMQP_FIELD_KIND_UTF8;
     e->value.value.bytes = value;
 }
 
-static size_t relay_value_size(const amqp_field_value_t *v, int depth);
+static size_t copies_value_size(const amqp_field_value_t *v, int depth);
 
 /*
  * Encoded size of a field table, an upper estimate; SIZE_MAX when it nests
- * deeper than RELAY_DEPTH_MAX (depth counts the tables and arrays around it).
+ * deeper than COPIES_DEPTH_MAX (depth counts the tables and arrays around it).
  */
-static size_t relay_table_size(const amqp_table_t *t, int depth)
+static size_t copies_table_size(const amqp_table_t *t, int depth)
 {
     size_t n = 4;
-    if (depth > RELAY_DEPTH_MAX)
+    if (depth > COPIES_DEPTH_MAX)
         return SIZE_MAX;
     for (int i = 0; i < t->num_entries; i++) {
-        size_t v = relay_value_size(&t->entries[i].value, depth);
+        size_t v = copies_value_size(&t->entries[i].value, depth);
         if (v == SIZE_MAX)
             return SIZE_MAX;
         n += 1 + t->entries[i].key.len + v;
@@ -208,22 +209,22 @@ static size_t relay_table_size(const amqp_table_t *t, int depth)
     return n;
 }
 
-static size_t relay_value_size(const amqp_field_value_t *v, int depth)
+static size_t copies_value_size(const amqp_field_value_t *v, int depth)
 {
     switch (v->kind) {
     case AMQP_FIELD_KIND_UTF8:
     case AMQP_FIELD_KIND_BYTES:
         return 1 + 4 + v->value.bytes.len;
     case AMQP_FIELD_KIND_TABLE: {
-        size_t t = relay_table_size(&v->value.table, depth + 1);
+        size_t t = copies_table_size(&v->value.table, depth + 1);
         return t == SIZE_MAX ? t : 1 + t;
     }
     case AMQP_FIELD_KIND_ARRAY: {
         size_t n = 1 + 4;
-        if (depth + 1 > RELAY_DEPTH_MAX)
+        if (depth + 1 > COPIES_DEPTH_MAX)
             return SIZE_MAX;
         for (int i = 0; i < v->value.array.num_entries; i++) {
-            size_t e = relay_value_size(&v->value.array.entries[i], depth + 1);
+            size_t e = copies_value_size(&v->value.array.entries[i], depth + 1);
             if (e == SIZE_MAX)
                 return SIZE_MAX;
             n += e;
@@ -236,30 +237,30 @@ static size_t relay_value_size(const amqp_field_value_t *v, int depth)
 }
 
 /* Encoded size of one header entry; SIZE_MAX when its value nests too deep. */
-static size_t relay_entry_size(const amqp_table_entry_t *e)
+static size_t copies_entry_size(const amqp_table_entry_t *e)
 {
-    size_t v = relay_value_size(&e->value, 0);
+    size_t v = copies_value_size(&e->value, 0);
     return v == SIZE_MAX ? v : 1 + e->key.len + v;
 }
 
 /* Whether entry e is the queue's id header (NULL id_header: the id is a property). */
-static bool relay_is_id(const amqp_table_entry_t *e, const char *id_header)
+static bool copies_is_id(const amqp_table_entry_t *e, const char *id_header)
 {
-    return id_header != NULL && relay_key_is(e->key, id_header);
+    return id_header != NULL && copies_key_is(e->key, id_header);
 }
 
 /*
  * Copy the original headers the copy keeps into out (room for all of them):
  * the id header first, then the others in order, each while it nests no
- * deeper than RELAY_DEPTH_MAX and fits in one frame beside idemd's own
+ * deeper than COPIES_DEPTH_MAX and fits in one frame beside idemd's own
  * (rabbitmq-c sends the publish method before it finds out that the header
  * frame does not fit, which breaks the channel). Sets *dropped when any was
  * left out. Returns how many were kept.
  */
-static int relay_keep_headers(const amqp_basic_properties_t *p, const char *id_header,
-                              amqp_table_entry_t *out, bool *dropped)
+static int copies_keep_headers(const amqp_basic_properties_t *p, const char *id_header,
+                               amqp_table_entry_t *out, bool *dropped)
 {
-    size_t budget = RELAY_FRAME_MAX - RELAY_RESERVE - 4;
+    size_t budget = COPIES_FRAME_MAX - COPIES_RESERVE - 4;
     int n = 0;
 
     *dropped = false;
@@ -268,9 +269,9 @@ static int relay_keep_headers(const amqp_basic_properties_t *p, const char *id_h
     for (int pass = 0; pass < 2; pass++) {
         for (int i = 0; i < p->headers.num_entries; i++) {
             const amqp_table_entry_t *e = &p->headers.entries[i];
-            if (relay_dropped(e->key) || relay_is_id(e, id_header) != (pass == 0))
+            if (copies_dropped(e->key) || copies_is_id(e, id_header) != (pass == 0))
                 continue;
-            size_t sz = relay_entry_size(e);
+            size_t sz = copies_entry_size(e);
             if (sz == SIZE_MAX || sz > budget) {
                 *dropped = true;
                 continue;
@@ -282,9 +283,10 @@ static int relay_keep_headers(const amqp_basic_properties_t *p, const char *id_h
     return n;
 }
 
-int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *queue,
-                    const char *id_header, const char *id, size_t id_len, bool trusted,
-                    const unsigned char *key, unsigned attempts, const char *error, uint64_t now_ms)
+int copies_copy_init(copies_copy_t *c, const amqp_envelope_t *env, const char *queue,
+                     const char *id_header, const char *id, size_t id_len, bool trusted,
+                     const unsigned char *key, unsigned attempts, const char *error,
+                     uint64_t now_ms)
 {
     amqp_bytes_t first, exchange, rkey;
     const amqp_basic_properties_t *p = &env->message.properties;
@@ -302,53 +304,53 @@ int relay_copy_init(relay_copy_t *c, const amqp_envelope_t *env, const char *que
     /* A per-message TTL would expire the copy in its delay or dead letter queue, and the
      * broker refuses a user_id that is not the publishing connection's user. */
     c->props._flags &= ~(amqp_flags_t)(AMQP_BASIC_EXPIRATION_FLAG | AMQP_BASIC_USER_ID_FLAG);
-    n = relay_keep_headers(p, id_header, c->entries, &dropped);
+    n = copies_keep_headers(p, id_header, c->entries, &dropped);
     /* A copy of idemd's own earlier copy that lost headers says so still. */
-    if (dropped || (trusted && relay_find(p, RELAY_H_HEADERS_DROPPED) != NULL)) {
-        c->entries[n].key = amqp_cstring_bytes(RELAY_H_HEADERS_DROPPED);
+    if (dropped || (trusted && copies_find(p, COPIES_H_HEADERS_DROPPED) != NULL)) {
+        c->entries[n].key = amqp_cstring_bytes(COPIES_H_HEADERS_DROPPED);
         c->entries[n].value.kind = AMQP_FIELD_KIND_BOOLEAN;
         c->entries[n++].value.value.boolean = 1;
     }
 
-    relay_iso_time(now_ms, c->now, sizeof(c->now));
+    copies_iso_time(now_ms, c->now, sizeof(c->now));
     snprintf(c->error, sizeof(c->error), "%.*s", (int)sizeof(c->error) - 1, error ? error : "");
 
-    c->entries[n].key = amqp_cstring_bytes(RELAY_H_ATTEMPTS);
+    c->entries[n].key = amqp_cstring_bytes(COPIES_H_ATTEMPTS);
     c->entries[n].value.kind = AMQP_FIELD_KIND_I64;
     c->entries[n++].value.value.i64 = attempts;
-    relay_set_str(&c->entries[n++], RELAY_H_ERROR, amqp_cstring_bytes(c->error));
-    relay_set_str(&c->entries[n++], RELAY_H_LAST_FAILURE, amqp_cstring_bytes(c->now));
-    relay_set_str(&c->entries[n++], RELAY_H_QUEUE, amqp_cstring_bytes(queue));
+    copies_set_str(&c->entries[n++], COPIES_H_ERROR, amqp_cstring_bytes(c->error));
+    copies_set_str(&c->entries[n++], COPIES_H_LAST_FAILURE, amqp_cstring_bytes(c->now));
+    copies_set_str(&c->entries[n++], COPIES_H_QUEUE, amqp_cstring_bytes(queue));
     /* First failure and the original route survive every later copy, when they are ours. */
-    if (!trusted || !relay_str(p, RELAY_H_FIRST_FAILURE, &first))
+    if (!trusted || !copies_str(p, COPIES_H_FIRST_FAILURE, &first))
         first = amqp_cstring_bytes(c->now);
-    if (!trusted || !relay_str(p, RELAY_H_EXCHANGE, &exchange))
+    if (!trusted || !copies_str(p, COPIES_H_EXCHANGE, &exchange))
         exchange = env->exchange;
-    if (!trusted || !relay_str(p, RELAY_H_ROUTING_KEY, &rkey))
+    if (!trusted || !copies_str(p, COPIES_H_ROUTING_KEY, &rkey))
         rkey = env->routing_key;
-    relay_set_str(&c->entries[n++], RELAY_H_FIRST_FAILURE, first);
-    relay_set_str(&c->entries[n++], RELAY_H_EXCHANGE, exchange);
-    relay_set_str(&c->entries[n++], RELAY_H_ROUTING_KEY, rkey);
-    if (relay_sign(key, queue, id, id_len, attempts, first, exchange, rkey, c->sig) != 0) {
+    copies_set_str(&c->entries[n++], COPIES_H_FIRST_FAILURE, first);
+    copies_set_str(&c->entries[n++], COPIES_H_EXCHANGE, exchange);
+    copies_set_str(&c->entries[n++], COPIES_H_ROUTING_KEY, rkey);
+    if (copies_sign(key, queue, id, id_len, attempts, first, exchange, rkey, c->sig) != 0) {
         free(c->entries);
         c->entries = NULL;
         return -1;
     }
-    relay_set_str(&c->entries[n++], RELAY_H_SIG, amqp_cstring_bytes(c->sig));
+    copies_set_str(&c->entries[n++], COPIES_H_SIG, amqp_cstring_bytes(c->sig));
     c->props.headers.num_entries = n;
     c->props.headers.entries = c->entries;
     return 0;
 }
 
-void relay_copy_body_dropped(relay_copy_t *c, uint64_t size)
+void copies_copy_body_dropped(copies_copy_t *c, uint64_t size)
 {
     amqp_table_entry_t *e = &c->entries[c->props.headers.num_entries++];
-    e->key = amqp_cstring_bytes(RELAY_H_BODY_DROPPED);
+    e->key = amqp_cstring_bytes(COPIES_H_BODY_DROPPED);
     e->value.kind = AMQP_FIELD_KIND_I64;
     e->value.value.i64 = (int64_t)size;
 }
 
-void relay_copy_free(relay_copy_t *c)
+void copies_copy_free(copies_copy_t *c)
 {
     if (c == NULL)
         return;
@@ -356,8 +358,8 @@ void relay_copy_free(relay_copy_t *c)
     c->entries = NULL;
 }
 
-const char *relay_delay_queue(const conf_queue_t *q, unsigned attempt, char *buf, size_t len,
-                              int *delay_ms)
+const char *copies_delay_queue(const conf_queue_t *q, unsigned attempt, char *buf, size_t len,
+                               int *delay_ms)
 {
     if (q->n_retry_delays <= 0)
         return NULL;
