@@ -44,7 +44,7 @@ void batch_accept(const batch_t *b, life_msg_t *m, txn_msg_t *t)
     memset(t, 0, sizeof(*t));
     t->state = TXN_NEW;
     m->no_id = false;
-    m->route = TXN_ROUTE_HOLD;
+    m->route = TXN_ROUTE_DEFER;
     m->copy_index = -1;
     batch_trace(b, m);
     if (delivery_id(p, b->q->id_header, t->id, &t->id_len, t->reason, sizeof(t->reason)) != 0) {

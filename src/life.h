@@ -18,7 +18,7 @@
  * says where inside); past the transaction the states below say what is
  * left to do with the broker.
  *
- *   FREE --received--> BATCH --txn cut short (TXN_ROUTE_HOLD)--> WAITING --next batch--> BATCH
+ *   FREE --received--> BATCH --txn cut short (TXN_ROUTE_DEFER)--> WAITING --next batch--> BATCH
  *   BATCH --committed / duplicate--> ACK --ack--> SETTLED
  *   BATCH --no dead letter queue--> NACK --nack, no requeue--> SETTLED
  *   BATCH --retry / dead-letter--> COPY --published--> COPYING --confirmed--> COPIED
@@ -37,7 +37,7 @@
 typedef enum life_state {
     LIFE_FREE = 0, /* no delivery here (or its envelope is owned elsewhere) */
     LIFE_BATCH,    /* received into the batch (or carried to the next): the transaction owns it */
-    LIFE_WAITING,  /* not started: the batch was cut short; runs in the next batch */
+    LIFE_DEFERRED, /* not started: the batch was cut short; runs in the next batch */
     LIFE_ACK,      /* committed or duplicate: to be acked */
     LIFE_NACK,     /* to dead-letter without a dead letter queue: nack without requeue */
     LIFE_COPY,     /* to retry or dead-letter: its copy is to be published (route says where) */

@@ -102,9 +102,9 @@ static void settle_route(settle_t *s, int i)
     txn_msg_t *t = &l->batch.t[i];
     life_msg_t *m = &l->batch.m[i];
     static const life_state_t to[] = {
-        [TXN_ROUTE_ACK] = LIFE_ACK,      [TXN_ROUTE_DELAY] = LIFE_COPY,
-        [TXN_ROUTE_DLQ] = LIFE_COPY,     [TXN_ROUTE_BROKER] = LIFE_NACK,
-        [TXN_ROUTE_HOLD] = LIFE_WAITING,
+        [TXN_ROUTE_ACK] = LIFE_ACK,        [TXN_ROUTE_DELAY] = LIFE_COPY,
+        [TXN_ROUTE_DLQ] = LIFE_COPY,       [TXN_ROUTE_BROKER] = LIFE_NACK,
+        [TXN_ROUTE_DEFER] = LIFE_DEFERRED,
     };
     m->route = txn_route(t, s->q->max_attempts, s->q->dead_letter_queue != NULL);
     if (t->state == TXN_RETRY && m->route != TXN_ROUTE_DELAY) {
@@ -351,7 +351,7 @@ int settle_batch(settle_t *s)
         if (settle_ack_run(s, from, i, gap) != 0)
             return -1;
         from = i + 1;
-        if (m->state == LIFE_WAITING) {
+        if (m->state == LIFE_DEFERRED) {
             gap = true; /* the batch was cut short: it runs in the next; no ack passes it */
         } else if (m->state == LIFE_NACK) {
             if (s->consume.ops->nack(s->consume.ctx, m->env.delivery_tag, false) != 0)
@@ -399,7 +399,7 @@ void settle_release(settle_t *s)
     int k = 0;
     for (int i = 0; i < B->n; i++) {
         life_msg_t *m = &B->m[i];
-        if (m->state != LIFE_WAITING) {
+        if (m->state != LIFE_DEFERRED) {
             if (m->state != LIFE_GONE)
                 amqp_destroy_envelope(&m->env);
             life_move(l, B, i, LIFE_FREE);

@@ -48,7 +48,7 @@ typedef enum txn_route {
     TXN_ROUTE_DELAY,   /* copy to a delay tier (or the queue's tail), then ack */
     TXN_ROUTE_DLQ,     /* copy to the dead letter queue, then ack */
     TXN_ROUTE_BROKER,  /* no dead letter queue: basic.nack without requeue */
-    TXN_ROUTE_HOLD,    /* not run yet (the batch was cut short): keep it for the next one */
+    TXN_ROUTE_DEFER,   /* not run yet (the batch was cut short): keep it for the next one */
 } txn_route_t;
 
 typedef struct txn_msg {

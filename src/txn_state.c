@@ -59,7 +59,7 @@ txn_route_t txn_route(const txn_msg_t *m, int max_attempts, bool has_dlq)
     case TXN_WAIT:
         return TXN_ROUTE_DELAY; /* never an attempt, never dead-lettered */
     default:
-        return TXN_ROUTE_HOLD;
+        return TXN_ROUTE_DEFER;
     }
 }
 

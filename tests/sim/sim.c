@@ -281,7 +281,7 @@ static void worker_accept(wmsg_t *m, txn_msg_t *t)
     memset(t, 0, sizeof(*t));
     t->state = TXN_NEW;
     t->id_len = (size_t)snprintf(t->id, sizeof(t->id), "m%d", m->d.m.id);
-    m->route = TXN_ROUTE_HOLD;
+    m->route = TXN_ROUTE_DEFER;
     m->copy_ok = false;
     m->suspect = m->d.m.redelivered || m->d.m.dcount > 0;
     t->attempt = m->d.m.attempts + 1;
@@ -666,7 +666,7 @@ static void worker_settle(void)
     int requeued = 0;
     for (i = 0; i < w.n; i++) {
         wmsg_t *m = &w.batch[i];
-        if (m->route == TXN_ROUTE_HOLD)
+        if (m->route == TXN_ROUTE_DEFER)
             break;
         if (m->route == TXN_ROUTE_ACK || m->copy_ok)
             continue;
@@ -687,7 +687,7 @@ static void worker_settle(void)
     /* Keep the ones never started (cut short) for the next batch. */
     int k = 0;
     for (i = 0; i < w.n; i++) {
-        if (w.batch[i].route != TXN_ROUTE_HOLD)
+        if (w.batch[i].route != TXN_ROUTE_DEFER)
             continue;
         w.batch[k] = w.batch[i];
         w.tm[k++] = w.tm[i];

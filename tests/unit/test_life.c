@@ -24,8 +24,8 @@
 /* docs/lifecycle.md, "Transitions": to[from] has bit to set. */
 static const unsigned t_allowed[LIFE_N_STATES] = {
     [LIFE_FREE] = B(LIFE_BATCH),
-    [LIFE_BATCH] = B(LIFE_ACK) | B(LIFE_NACK) | B(LIFE_COPY) | B(LIFE_WAITING) | B(LIFE_RELEASED),
-    [LIFE_WAITING] = B(LIFE_BATCH) | B(LIFE_RELEASED),
+    [LIFE_BATCH] = B(LIFE_ACK) | B(LIFE_NACK) | B(LIFE_COPY) | B(LIFE_DEFERRED) | B(LIFE_RELEASED),
+    [LIFE_DEFERRED] = B(LIFE_BATCH) | B(LIFE_RELEASED),
     [LIFE_ACK] = B(LIFE_SETTLED) | B(LIFE_RELEASED),
     [LIFE_NACK] = B(LIFE_SETTLED) | B(LIFE_RELEASED),
     [LIFE_COPY] = B(LIFE_COPYING) | B(LIFE_REFUSED) | B(LIFE_RELEASED),
@@ -235,7 +235,7 @@ static void t_release(void)
     t_life(&l, 3);
     t_put(&l.batch, 0, 40, LIFE_SETTLED);
     t_put(&l.batch, 1, 41, LIFE_REFUSED);
-    t_put(&l.batch, 2, 42, LIFE_WAITING);
+    t_put(&l.batch, 2, 42, LIFE_DEFERRED);
     t_put(&l.batch, 3, 43, LIFE_COPYING);
     l.batch.n = 4;
     ok(life_move(&l, &l.batch, 1, LIFE_HELD), "tag 41 to the held list (its slot GONE)");

@@ -607,7 +607,7 @@ int main(void)
     tx.limit_ms = 250; /* the fake clock moves 100 ms per SAVEPOINT */
     st = txn_run(&tx);
     ok(st == TXN_DONE && tx.cut_short && count_state(TXN_COMMITTED) == 3 &&
-           count_state(TXN_NEW) == 3 && txn_route(&msgs[5], 3, true) == TXN_ROUTE_HOLD &&
+           count_state(TXN_NEW) == 3 && txn_route(&msgs[5], 3, true) == TXN_ROUTE_DEFER &&
            db.handler_calls[4] == 0 && invariants(st, "cut short"),
        "limit passed: 3 committed, 3 held unstarted");
 
