@@ -153,7 +153,7 @@ int batch_collect(batch_t *b)
     uint64_t bytes = 0;
 
     if (L->n > 0) {
-        tv.tv_sec = 0; /* messages left from a batch cut short: do not wait for more */
+        tv.tv_sec = 0; /* deferred from a batch cut short: do not wait for more */
     } else if (b->has_carry) {
         life_place(L, L->cap, 0);
         L->n = 1;
@@ -183,7 +183,7 @@ int batch_collect(batch_t *b)
         if (st == MQ_TIMEOUT || st == MQ_UNDECODABLE)
             break; /* undecodable: the batch so far runs and is settled first */
         if (st != MQ_OK)
-            return -1; /* what we hold goes back to the queue with the connection */
+            return -1; /* what we have goes back to the queue with the connection */
         size_t len = L->m[L->n].env.message.body.len;
         /* A suspect runs alone; a body that would pass max_batch_bytes starts the next batch. */
         if (L->m[L->n].suspect || bytes + len > (uint64_t)b->q->max_batch_bytes) {

@@ -29,7 +29,7 @@ typedef struct batch {
     const copies_keys_t *keys; /* check our signature on idemd-* headers */
     bool returns_guard;        /* the queue may have a broker delivery limit: BATCH_RETURNS_MAX */
     trace_rng_t *rng;          /* processing span ids (NULL: a fixed sequence) */
-    bool has_carry;            /* a delivery waits in the carry slot for the next batch */
+    bool has_carry;            /* a delivery is in the carry slot for the next batch */
     bool no_wait;              /* draining: a batch's first delivery is not waited for */
     /* A delivery the connection could not decode (MQ_UNDECODABLE): the batch before it is
      * settled first, then the worker rejects or requeues it and reconnects. */
@@ -40,7 +40,7 @@ typedef struct batch {
 
 /*
  * Take one batch into life->batch (the first delivery waits up to 1 s;
- * with WAITING deliveries left from a cut-short batch, none). A suspect
+ * with DEFERRED deliveries left from a cut-short batch, none). A suspect
  * delivery runs alone; one that would pass max_batch_bytes starts the next
  * batch (carried). Returns 0, or -1 when the broker failed.
  */

@@ -8,8 +8,8 @@
 #include "log.h"
 
 static const char *const life_names[LIFE_N_STATES] = {
-    "free",   "batch",   "waiting", "ack",  "nack",    "copy",     "copying",
-    "copied", "refused", "held",    "gone", "settled", "requeued", "released",
+    "free",   "batch",   "deferred", "ack",  "nack",    "copy",     "copying",
+    "copied", "refused", "held",     "gone", "settled", "requeued", "released",
 };
 
 /* The transitions life_move allows: life_next[from] has bit to set. */

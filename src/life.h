@@ -18,7 +18,7 @@
  * says where inside); past the transaction the states below say what is
  * left to do with the broker.
  *
- *   FREE --received--> BATCH --txn cut short (TXN_ROUTE_DEFER)--> WAITING --next batch--> BATCH
+ *   FREE --received--> BATCH --txn cut short (TXN_ROUTE_DEFER)--> DEFERRED --next batch--> BATCH
  *   BATCH --committed / duplicate--> ACK --ack--> SETTLED
  *   BATCH --no dead letter queue--> NACK --nack, no requeue--> SETTLED
  *   BATCH --retry / dead-letter--> COPY --published--> COPYING --confirmed--> COPIED
@@ -30,9 +30,11 @@
  *   HELD --timer: published again--> COPYING (still on the held list)
  *   any unsettled --connection or database lost--> RELEASED (the broker requeues it)
  *
- * "Held" is two different things and two states: WAITING (never started:
- * the batch was cut short; it runs in the next batch) and HELD (finished,
- * but the broker refused its copy; kept unacked and its copy tried again).
+ * One word for each: DEFERRED is never started (the batch was cut short;
+ * it runs in the next batch); HELD is finished, but the broker refused its
+ * copy (kept unacked on the held list, its copy tried again); an ordered
+ * queue's message whose key is taken WAITs (TXN_WAIT, a txn state: it goes
+ * COPY to the first delay queue). docs/lifecycle.md has the glossary.
  */
 typedef enum life_state {
     LIFE_FREE = 0, /* no delivery here (or its envelope is owned elsewhere) */
@@ -108,7 +110,7 @@ bool life_move(life_t *l, life_list_t *list, int i, life_state_t to);
 /*
  * Put entry from of list at index to (whose entry must be FREE), leaving
  * from FREE: a change of place, not of state (the carry into the batch,
- * WAITING deliveries to the front).
+ * DEFERRED deliveries to the front).
  */
 void life_place(life_list_t *list, int from, int to);
 

@@ -41,7 +41,7 @@ static void settle_report(settle_t *s, int i)
     case TXN_WAIT:
         break; /* ordered queue: not an outcome, its key waits (logged at debug) */
     default:
-        return; /* waiting for the next batch: nothing happened to it yet */
+        return; /* deferred to the next batch: nothing happened to it yet */
     }
     if ((settled || t->state == TXN_WAIT) && !log_enabled(LOG_LEVEL_DEBUG))
         return; /* the common case: no formatting at all */
@@ -94,7 +94,7 @@ static void settle_report(settle_t *s, int i)
 
 /*
  * Decide where delivery i goes (txn_route) and move it there: ACK, NACK,
- * COPY, or WAITING (not started); saying so in the reason of a last retry.
+ * COPY, or DEFERRED (not started); saying so in the reason of a last retry.
  */
 static void settle_route(settle_t *s, int i)
 {
@@ -253,8 +253,8 @@ close:
 /*
  * Ack entries from..to-1 of the batch (all ACK or COPIED) and move them
  * SETTLED: one multiple-ack when nothing is held and no lower entry of the
- * batch waits (gap), so every lower tag is settled already; else one ack
- * each, so that no held or waiting delivery is acked with them. 0, or -1.
+ * batch is deferred (gap), so every lower tag is settled already; else one
+ * ack each, so that no held or deferred delivery is acked with them. 0, or -1.
  */
 static int settle_ack_run(settle_t *s, int from, int to, bool gap)
 {

@@ -37,7 +37,7 @@ typedef struct settle {
  * in tag order: route each, publish the copies in one round, ack what is
  * done (one multiple-ack when nothing is held), nack to the broker's DLX
  * without a dead letter queue, hold a refused copy's original (requeue it
- * when the held list is full, then pause). Deliveries left WAITING (the
+ * when the held list is full, then pause). Deliveries left DEFERRED (the
  * batch was cut short) are left in the batch. Logs and counts each
  * outcome. 0, or -1 when the consuming channel failed.
  */
@@ -51,7 +51,7 @@ int settle_batch(settle_t *s) __attribute__((warn_unused_result));
 int settle_retry_held(settle_t *s) __attribute__((warn_unused_result));
 
 /*
- * After settle_batch: free the settled deliveries and move the WAITING
+ * After settle_batch: free the settled deliveries and move the DEFERRED
  * ones to the front of the batch, back in LIFE_BATCH, for the next batch.
  */
 void settle_release(settle_t *s);

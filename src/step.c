@@ -67,7 +67,7 @@ static step_status_t step_transact(step_t *s)
     const step_hooks_t *h = s->hooks;
     life_t *l = s->life;
     txn_t t;
-    int held = 0;
+    int deferred = 0;
 
     for (int i = 0; i < l->batch.n; i++)
         if (guard_check(s->guard, &l->batch.m[i], &l->batch.t[i]) != 0)
@@ -106,14 +106,14 @@ static step_status_t step_transact(step_t *s)
         log_debug("batch of %d: handle_batch called %d time(s)%s", l->batch.n, t.batch_calls,
                   t.fell_back ? ", then message by message" : "");
     for (int i = 0; i < l->batch.n; i++) {
-        held += l->batch.t[i].state == TXN_NEW;
+        deferred += l->batch.t[i].state == TXN_NEW;
         /* A redelivered message that only waited for its key never started its handler. */
         if (l->batch.t[i].state == TXN_WAIT)
             guard_finished(s->guard, &l->batch.t[i]);
     }
     if (t.cut_short)
-        log_debug("batch of %d ran past %llu ms: settling %d, keeping %d for the next", l->batch.n,
-                  (unsigned long long)t.limit_ms, l->batch.n - held, held);
+        log_debug("batch of %d ran past %llu ms: settling %d, deferring %d to the next", l->batch.n,
+                  (unsigned long long)t.limit_ms, l->batch.n - deferred, deferred);
     return STEP_RAN;
 }
 

@@ -30,7 +30,7 @@
  *     --> REJECT, and the pass is redone without it
  */
 typedef enum txn_state {
-    TXN_NEW = 0,   /* waiting for this pass of the transaction */
+    TXN_NEW = 0,   /* not run yet in this pass of the transaction */
     TXN_RECORDED,  /* its record is in the open transaction; the handler runs next */
     TXN_HANDLED,   /* the handler said ok: its effects are in the open transaction */
     TXN_COMMITTED, /* handled, and the COMMIT succeeded: ack */
@@ -48,7 +48,7 @@ typedef enum txn_route {
     TXN_ROUTE_DELAY,   /* copy to a delay tier (or the queue's tail), then ack */
     TXN_ROUTE_DLQ,     /* copy to the dead letter queue, then ack */
     TXN_ROUTE_BROKER,  /* no dead letter queue: basic.nack without requeue */
-    TXN_ROUTE_DEFER,   /* not run yet (the batch was cut short): keep it for the next one */
+    TXN_ROUTE_DEFER,   /* not run yet (the batch was cut short): defer it to the next one */
 } txn_route_t;
 
 typedef struct txn_msg {
@@ -66,7 +66,8 @@ typedef enum txn_order_step {
     TXN_ORDER_CHECK,  /* recorded, before the handler: lock the key; *wait: it must wait */
     TXN_ORDER_WAIT,   /* it waits (rolled back to its savepoint): append it to the waiters */
     TXN_ORDER_DONE,   /* handled ok, or a duplicate: its key moves on if it was the head */
-    TXN_ORDER_FAILED, /* RETRY or REJECT: block the key on it (retry) or release/hold (dead) */
+    TXN_ORDER_FAILED, /* RETRY or REJECT: block the key on it (retry) or release it or hold the key
+                         (dead) */
 } txn_order_step_t;
 
 /*
@@ -130,7 +131,7 @@ typedef struct txn {
     bool too_slow;     /* ... because the handlers ran past limit_ms: skip it for a while */
     int batch_calls;   /* handle_many calls (more than one: some verdicts were not OK) */
     bool committed;    /* a COMMIT succeeded */
-    bool cut_short;    /* limit_ms passed: some messages are left TXN_NEW (route HOLD) */
+    bool cut_short;    /* limit_ms passed: some messages are left TXN_NEW (route DEFER) */
     char lost_why[96]; /* what lost the transaction the last time */
     int blamed;        /* messages rejected because their handler left the transaction
                         * unable to take a savepoint (1178: a table that cannot roll back) */

@@ -258,7 +258,7 @@ static void t_release(void)
     life_free(&l);
 }
 
-/* Carry and WAITING deliveries change place, not state. */
+/* Carry and DEFERRED deliveries change place, not state. */
 static void t_place(void)
 {
     life_t l;
@@ -280,7 +280,7 @@ static void t_misc(void)
     int unsettled = 0;
     for (int s = 0; s < LIFE_N_STATES; s++)
         unsettled += life_unsettled((life_state_t)s);
-    /* BATCH WAITING ACK NACK COPY COPYING COPIED REFUSED HELD */
+    /* BATCH DEFERRED ACK NACK COPY COPYING COPIED REFUSED HELD */
     is_int(unsettled, 9, "9 states still need the broker");
     is_str(life_state_name(LIFE_REQUEUED), "requeued", "state names for traces");
     is_str(life_state_name(LIFE_N_STATES), "?", "an unknown state is named ?");
