@@ -41,8 +41,7 @@ void batch_accept(const batch_t *b, life_msg_t *m, txn_msg_t *t)
     unsigned attempts = 0;
     long long dcount = delivery_header_int(p, "x-delivery-count");
 
-    memset(t, 0, sizeof(*t));
-    t->state = TXN_NEW;
+    *t = (txn_msg_t){.state = TXN_NEW}; /* a new message: an initialiser, not a move */
     m->no_id = false;
     m->route = TXN_ROUTE_DEFER;
     m->copy_index = -1;
@@ -120,8 +119,9 @@ static mq_status_t batch_next(batch_t *b, struct timeval *tv, int i)
 {
     life_msg_t *m = &b->life->batch.m[i];
     char qe[300], qr[300];
-    memset(m, 0, sizeof(*m));
-    m->state = LIFE_FREE;
+    /* The slot is FREE (settle_release and life_place leave it so): clear the rest of it. Its
+     * state is life_move's to change, and FREE -> BATCH below checks it. */
+    *m = (life_msg_t){.state = m->state};
     mq_status_t st = b->consume.ops->next(b->consume.ctx, tv, (size_t)b->q->max_body_bytes, &m->env,
                                           &m->dropped);
     if (st == MQ_OK) {
