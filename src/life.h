@@ -13,7 +13,9 @@
 #include "txn.h"
 
 /*
- * Where one delivery stands. Only life_move() writes it. While it is
+ * Where one delivery stands. Only life_move() writes it (and life_place,
+ * which leaves the slot a delivery moved out of FREE; tests/lint-states
+ * fails on any other write). While it is
  * LIFE_BATCH the transaction protocol owns it (txn_state_t in its txn_msg_t
  * says where inside); past the transaction the states below say what is
  * left to do with the broker.

@@ -15,7 +15,9 @@
 #define TXN_REDO_MAX 5 /* a batch whose transaction is lost is redone this many times */
 
 /*
- * Where one message of a batch stands. Only txn_move() writes it; every
+ * Where one message of a batch stands. Only txn_move() writes it
+ * (tests/lint-states fails on any other write; batch_accept initialises it
+ * NEW); every
  * other fact (is it acked? does it need a copy?) is derived from it.
  *
  *   NEW --record--> RECORDED --handler ok--> HANDLED --COMMIT--> COMMITTED
