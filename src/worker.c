@@ -236,7 +236,7 @@ static void worker_wire_step(worker_t *w)
  * the deliveries the broker already sent it: those would come back
  * redelivered, and a redelivered message runs alone (it may be what killed a
  * worker), one transaction each. It cancels its consumer (basic.cancel:
- * nothing new comes after cancel-ok) and runs what it holds, for at most
+ * nothing new comes after cancel-ok) and runs what it has, for at most
  * WORKER_DRAIN_MS and half of shutdown_timeout; what is left then goes back
  * unacked as before. A second SIGTERM, or no consumer to cancel (the broker
  * connection is being re-made), stops it at once.
@@ -258,12 +258,12 @@ static bool worker_go_on(worker_t *w)
             return false;
         log_debug("stopping: consumer cancelled, running the deliveries already received");
     }
-    bool held = w->life.batch.n > 0 || w->bt.has_carry || mq_pending(w->mq);
-    if (held && worker_now_ms() >= w->drain_until_ms) {
+    bool on_hand = w->life.batch.n > 0 || w->bt.has_carry || mq_pending(w->mq);
+    if (on_hand && worker_now_ms() >= w->drain_until_ms) {
         log_info("stopping: deliveries not run within the drain time go back to the queue");
         return false;
     }
-    return held;
+    return on_hand;
 }
 
 /* The consume loop. Returns an exit code. */
