@@ -104,6 +104,10 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue);
 int ctl_outbox_counts(const ctl_t *ctl, db_t *db, const char *consumer, long long ob[3]);
 /* ctl_dlq.c: dlq list / count / replay / purge. */
 int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode);
+/* Requeue the kept deliveries tags[0..n-1] (ascending) of queue on rd in their order. */
+void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n);
+/* Whether a replayed copy leaves the header key out (idemd's failure headers, the broker's). */
+bool ctl_header_dropped(amqp_bytes_t key);
 
 /* ctl_replay.c: replay's dedup check and trail (table idemd_replay, sql/013), dlq history. */
 
