@@ -4,9 +4,10 @@ db=t_idemctl_try
 q=t_ictl_try.q
 dlq=t_ictl_try.dlq
 qn=t_ictl_try.none
+qo=t_ictl_try.ordered
 IDEMCTL=$H_BUILD/idemctl
 h_new_db "$db"
-c_fresh_queues "$q" "$dlq" "$qn" t_ictl_try.paid
+c_fresh_queues "$q" "$dlq" "$qn" "$qo" t_ictl_try.paid
 h_mq declare t_ictl_try.paid >/dev/null
 h_mysql "$db" <"$H_ROOT/bench/order_pay_log.sql"
 h_sql "INSERT INTO orders(id) VALUES (1), (2), (3), (4), (5)"
@@ -19,6 +20,8 @@ queues = (
     settings = { table = "orders"; log_table = "order_pay_log"; paid_exchange = "";
                  paid_routing_key = "t_ictl_try.paid"; }; },
   { name = "$qn"; handler = "$H_PLUGINS/order_pay.so"; dedup = "none"; prefetch = 10;
+    settings = { table = "orders"; }; },
+  { name = "$qo"; handler = "$H_PLUGINS/order_pay.so"; order_key = "json:orderId"; workers = 1;
     settings = { table = "orders"; }; }
 );
 CONF
@@ -43,7 +46,8 @@ snap()
     h_sql "SELECT (SELECT COUNT(*) FROM orders), (SELECT COUNT(*) FROM orders WHERE status = 2),
                   (SELECT COUNT(*) FROM order_pay_log), (SELECT COUNT(*) FROM msg_id_record),
                   (SELECT COUNT(*) FROM idemd_outbox), (SELECT COUNT(*) FROM idemd_attempt)"
-    h_sql "CHECKSUM TABLE orders, order_pay_log, msg_id_record, idemd_outbox, idemd_attempt"
+    h_sql "CHECKSUM TABLE orders, order_pay_log, msg_id_record, idemd_outbox, idemd_attempt,
+                          idemd_order_block, idemd_order_waiter"
 }
 before=$(snap)
 h_assert_eq "$(head -n1 <<<"$before")" $'6\t1\t1\t1\t0\t0' "rows before"
@@ -105,6 +109,13 @@ h_assert_eq "$(h_depth "$dlq")" 1 "letters after a miss"
 out=$(ctl try "$qn" --body-json '{"orderId": 4}') || h_fail "dedup none: status $?"$'\n'"$out"
 h_assert_eq "$(grep -cxF 'verdict: ok' <<<"$out")" 1 "dedup none verdict in"$'\n'"$out"
 h_assert_eq "$(grep -c '^id: none' <<<"$out")" 1 "dedup none without an id"
+
+# An ordered queue: the key's rows go through the same rollback, ok or rejected.
+out=$(ctl try "$qo" --body-json '{"orderId": 5}' --id o-5) || h_fail "ordered: status $?"$'\n'"$out"
+h_assert_eq "$(grep -cxF 'verdict: ok' <<<"$out")" 1 "ordered queue verdict in"$'\n'"$out"
+rc=0
+out=$(ctl try "$qo" --body-json '{"orderId": 77}' --id o-77) || rc=$?
+h_assert_eq "$rc" 1 "ordered queue reject"$'\n'"$out"
 
 # Usage errors: exit 2.
 rc=0
