@@ -5,9 +5,10 @@ q=t_ictl_try.q
 dlq=t_ictl_try.dlq
 qn=t_ictl_try.none
 qo=t_ictl_try.ordered
+qt=t_ictl_try.trades
 IDEMCTL=$H_BUILD/idemctl
 h_new_db "$db"
-c_fresh_queues "$q" "$dlq" "$qn" "$qo" t_ictl_try.paid
+c_fresh_queues "$q" "$dlq" "$qn" "$qo" "$qt" t_ictl_try.paid
 h_mq declare t_ictl_try.paid >/dev/null
 h_mysql "$db" <"$H_ROOT/bench/order_pay_log.sql"
 h_sql "INSERT INTO orders(id) VALUES (1), (2), (3), (4), (5)"
@@ -22,7 +23,8 @@ queues = (
   { name = "$qn"; handler = "$H_PLUGINS/order_pay.so"; dedup = "none"; prefetch = 10;
     settings = { table = "orders"; }; },
   { name = "$qo"; handler = "$H_PLUGINS/order_pay.so"; order_key = "json:orderId"; workers = 1;
-    settings = { table = "orders"; }; }
+    settings = { table = "orders"; }; },
+  { name = "$qt"; handler = "$H_PLUGINS/trade_sync.so"; id_header = "x-id"; }
 );
 CONF
 } >idemd.conf
@@ -47,7 +49,7 @@ snap()
                   (SELECT COUNT(*) FROM order_pay_log), (SELECT COUNT(*) FROM msg_id_record),
                   (SELECT COUNT(*) FROM idemd_outbox), (SELECT COUNT(*) FROM idemd_attempt)"
     h_sql "CHECKSUM TABLE orders, order_pay_log, msg_id_record, idemd_outbox, idemd_attempt,
-                          idemd_order_block, idemd_order_waiter"
+                          idemd_order_block, idemd_order_waiter, trades"
 }
 before=$(snap)
 h_assert_eq "$(head -n1 <<<"$before")" $'6\t1\t1\t1\t0\t0' "rows before"
@@ -116,6 +118,17 @@ h_assert_eq "$(grep -cxF 'verdict: ok' <<<"$out")" 1 "ordered queue verdict in"$
 rc=0
 out=$(ctl try "$qo" --body-json '{"orderId": 77}' --id o-77) || rc=$?
 h_assert_eq "$rc" 1 "ordered queue reject"$'\n'"$out"
+
+# trade_sync.so, the body from a file, the id from the queue's id_header.
+printf '{"orderId": 3}' >paid.json
+out=$(ctl try "$qt" --body paid.json --header x-id=t-3) || h_fail "trade_sync: status $?"$'\n'"$out"
+h_assert_eq "$(grep -cxF 'verdict: ok' <<<"$out")" 1 "trade_sync verdict in"$'\n'"$out"
+h_assert_eq "$(grep -cxF 'id: t-3 (attempt 1)' <<<"$out")" 1 "id from the id_header"
+rc=0
+out=$(ctl try "$qt" --body-json '{"orderId": "x"}' --header x-id=t-x) || rc=$?
+h_assert_eq "$rc" 1 "trade_sync reject"
+h_assert_eq "$(grep -cxF 'reason: body is not {"orderId": N} with a positive integer N' <<<"$out")" 1 \
+    "trade_sync reason in"$'\n'"$out"
 
 # Usage errors: exit 2.
 rc=0
