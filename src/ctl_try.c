@@ -279,6 +279,8 @@ static void ctl_try_json(ctl_t *ctl, const ctl_try_t *c, const worker_try_out_t 
         ctl_json_str(r, "id", o->id, o->id_len);
     json_object_object_add(r, "recorded",
                            o->recorded < 0 ? NULL : json_object_new_boolean(o->recorded));
+    json_object_object_add(r, "recorded_at",
+                           o->recorded_at[0] ? json_object_new_string(o->recorded_at) : NULL);
     json_object_object_add(r, "ran", json_object_new_boolean(o->ran));
     json_object_object_add(r, "forced", json_object_new_boolean(o->recorded_skip));
     json_object_object_add(r, "verdict", json_object_new_string(ctl_try_verdict(o)));
@@ -333,6 +335,9 @@ static void ctl_try_text(const ctl_try_t *c, const worker_try_out_t *o)
                    "(--force-run), without its record INSERT\n");
     else if (o->recorded == 0)
         ctl_printf("record: not recorded yet: a worker would run it\n");
+    if (o->recorded >= 0)
+        ctl_printf("record: looked up in %s for consumer %s%s%s\n", o->record_table, o->consumer,
+                   o->recorded_at[0] ? ", committed at " : "", o->recorded_at);
     ctl_printf("verdict: %s\n", ctl_try_verdict(o));
     if (o->reason[0])
         ctl_printf("reason: %s\n", o->reason);

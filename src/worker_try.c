@@ -214,6 +214,31 @@ static void worker_try_accept(worker_t *w, const amqp_envelope_t *env, worker_tr
     snprintf(out->reason, sizeof(out->reason), "%s", t->reason);
 }
 
+/* When the id's record was committed (create_time) into out->recorded_at; "" if not read. */
+static void worker_try_record_time(worker_t *w, const txn_msg_t *t, worker_try_out_t *out)
+{
+    size_t cl = strlen(w->q->consumer);
+    char *sql = malloc(2 * (cl + t->id_len) + 256);
+    MYSQL_RES *res = NULL;
+    MYSQL_ROW row;
+
+    if (sql == NULL)
+        return;
+    char *s = sql + sprintf(sql,
+                            "SELECT DATE_FORMAT(create_time, '%%Y-%%m-%%d %%H:%%i:%%s') FROM `%s` "
+                            "WHERE consumer = ",
+                            w->db->record_table);
+    s = db_hex_literal(s, w->q->consumer, cl);
+    s += sprintf(s, " AND msg_id = ");
+    db_hex_literal(s, t->id, t->id_len);
+    if (mysql_query(w->db->my, sql) == 0 && (res = mysql_store_result(w->db->my)) != NULL &&
+        (row = mysql_fetch_row(res)) != NULL && row[0] != NULL)
+        snprintf(out->recorded_at, sizeof(out->recorded_at), "%s", row[0]);
+    if (res)
+        mysql_free_result(res);
+    free(sql);
+}
+
 /*
  * Whether the message's id has a committed record, then the transaction as
  * step_try runs it (rolled back). 0 or WORKER_TRY_LOST with err set.
@@ -233,8 +258,12 @@ static int worker_try_txn(worker_t *w, bool force, worker_try_out_t *out, char *
             snprintf(err, errlen, "looking up the record: %s", mysql_error(w->db->my));
             return WORKER_TRY_LOST;
         }
-        (void)db_rollback(w->db);
         out->recorded = found;
+        snprintf(out->record_table, sizeof(out->record_table), "%s", w->db->record_table);
+        snprintf(out->consumer, sizeof(out->consumer), "%s", w->q->consumer);
+        if (found)
+            worker_try_record_time(w, t, out);
+        (void)db_rollback(w->db);
     }
     if (found && !force) {
         txn_move(t, TXN_DUPLICATE); /* what the worker's record INSERT would find */

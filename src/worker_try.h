@@ -35,8 +35,10 @@ typedef struct worker_try_out {
     char handler[128];       /* the handler's name */
     char id[TXN_ID_MAX + 1]; /* the message's id as the worker reads it (id_header) */
     size_t id_len;
-    bool no_id;         /* it has none (dedup = "none": keyed by its body for the guard) */
-    int recorded;       /* its id has a committed record: 1, 0, -1 not looked (no record) */
+    bool no_id;   /* it has none (dedup = "none": keyed by its body for the guard) */
+    int recorded; /* its id has a committed record: 1, 0, -1 not looked (no record) */
+    char record_table[65], consumer[129]; /* where it was looked up */
+    char recorded_at[32];                 /* the record's create_time ("" when not read) */
     bool ran;           /* the transaction ran (not: refused before it, or a duplicate) */
     bool recorded_skip; /* ran without the record INSERT (recorded, --force-run) */
     txn_state_t state;  /* HANDLED: ok; RETRY, REJECT; DUPLICATE (not run) */

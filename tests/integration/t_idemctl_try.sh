@@ -80,14 +80,16 @@ h_assert_eq "$rc" 0 "exit status of a duplicate"
 h_assert_eq "$(grep -c "^record: already recorded: a worker would ack it as a duplicate" <<<"$out")" 1 \
     "duplicate reported in"$'\n'"$out"
 h_assert_eq "$(grep -cxF "verdict: duplicate" <<<"$out")" 1 "duplicate verdict"
+h_assert_eq "$(grep -cE "^record: looked up in msg_id_record for consumer $q, committed at 20[0-9-]{8} [0-9:]{8}\$" <<<"$out")" 1 \
+    "what the record check found in"$'\n'"$out"
 h_assert_eq "$(grep -c "^would publish\|^log " <<<"$out")" 0 "a duplicate runs nothing"
 # ... with --force-run it runs, without the record INSERT: order 1 is paid, so ok, and the
 # handler's own DEBUG line is shown although idemctl logs warnings only.
 out=$(ctl --json try "$q" --body-json '{"orderId": 1}' --id p-1 --force-run) || h_fail "--force-run: status $?"
 got=$(python3 -c 'import json, sys
 d = json.load(sys.stdin)
-print(d["verdict"], d["recorded"], d["ran"], d["forced"], [l["level"] + ": " + l["text"] for l in d["log"]])' <<<"$out")
-h_assert_eq "$got" "ok True True True ['debug: order_pay: order 1 was already paid']" "--force-run on a recorded id"
+print(d["verdict"], d["recorded"], d["recorded_at"] is not None, d["ran"], d["forced"], [l["level"] + ": " + l["text"] for l in d["log"]])' <<<"$out")
+h_assert_eq "$got" "ok True True True True ['debug: order_pay: order 1 was already paid']" "--force-run on a recorded id"
 
 # REJECT: its reason, exit 1.
 rc=0
