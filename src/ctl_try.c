@@ -127,7 +127,7 @@ static int ctl_try_letter(const ctl_t *ctl, const conf_queue_t *q, const char *d
     unsigned depth = 0, consumers = 0;
     uint64_t *tags = NULL;
     long n = 0;
-    bool found = false;
+    bool found = false, failed = false;
     int rc = CTL_EXIT_PARTIAL;
     char why[400];
 
@@ -152,6 +152,7 @@ static int ctl_try_letter(const ctl_t *ctl, const conf_queue_t *q, const char *d
         if (r.reply_type != AMQP_RESPONSE_NORMAL) {
             log_error("broker %s: basic.get %s: %s", rd->where, dlq,
                       mq_reply_text(r, why, sizeof(why)));
+            failed = true;
             break;
         }
         if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
@@ -162,6 +163,7 @@ static int ctl_try_letter(const ctl_t *ctl, const conf_queue_t *q, const char *d
             log_error("broker %s: reading a message of %s: %s", rd->where, dlq,
                       mq_reply_text(r, why, sizeof(why)));
             rd->deaf = r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION;
+            failed = true;
             break;
         }
         bool match = !found &&
@@ -175,8 +177,8 @@ static int ctl_try_letter(const ctl_t *ctl, const conf_queue_t *q, const char *d
         }
         amqp_maybe_release_buffers(rd->conn);
     }
-    rc = found ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
-    if (!found)
+    rc = found ? CTL_EXIT_OK : failed ? CTL_EXIT_PARTIAL : CTL_EXIT_NOMATCH;
+    if (!found && !failed)
         ctl_fprintf(stderr, "idemctl try: no letter with id %s in %s (%ld read)\n", id, dlq, n);
 out:
     if (n > 0 && rd->channel_open && !rd->deaf)
