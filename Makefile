@@ -63,8 +63,13 @@ LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its own files (main, one per command family) and the modules it
 # shares with the daemon.
-CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status
+CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status ctl_try
 CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround copies version
+# try runs a queue's handler the way a worker does: the worker's transaction files and what they
+# stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).
+CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order worker_ops worker_conn \
+	worker_sweep step txn txn_result txn_state batch life settle guard outbox outbox_io plugin \
+	trace metrics stall chores
 # conf is one module in several files: the table (conf.c) and the code that walks it.
 CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin.

@@ -14,6 +14,8 @@
 #include "mq.h"
 #include "copies.h"
 
+#define CTL_DEFAULT_CONF "/etc/idemd/idemd.conf"
+
 /* Exit codes a script can rely on (idemctl(8), EXIT STATUS). */
 #define CTL_EXIT_OK 0
 #define CTL_EXIT_NOMATCH 1 /* an id was not found, or nothing matched */
@@ -104,6 +106,15 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue);
 int ctl_outbox_counts(const ctl_t *ctl, db_t *db, const char *consumer, long long ob[3]);
 /* ctl_dlq.c: dlq list / count / replay / purge. */
 int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode);
+/* Requeue the kept deliveries tags[0..n-1] (ascending) of queue on rd in their order. */
+void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n);
+/* Whether a replayed copy leaves the header key out (idemd's failure headers, the broker's). */
+bool ctl_header_dropped(amqp_bytes_t key);
+
+/* ctl_try.c: try QUEUE ... (its own command line: idemctl.c hands it argv when the command
+ * word is "try"). */
+bool ctl_try_wanted(int argc, char **argv);
+int ctl_try_main(int argc, char **argv);
 
 /* ctl_replay.c: replay's dedup check and trail (table idemd_replay, sql/013), dlq history. */
 

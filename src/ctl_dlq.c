@@ -400,7 +400,7 @@ static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_objec
  * broker's. idemd-body-dropped stays, so that whoever gets the empty body
  * knows why.
  */
-static bool ctl_header_dropped(amqp_bytes_t key)
+bool ctl_header_dropped(amqp_bytes_t key)
 {
     size_t bd = strlen(COPIES_H_BODY_DROPPED);
     if (key.len == bd && memcmp(key.bytes, COPIES_H_BODY_DROPPED, bd) == 0)
@@ -667,7 +667,7 @@ out:
  * the letters: with nack, a queue that keeps a limit (an older idemd's)
  * loses none however often it is listed there; 3.x-4.2 count both alike.
  */
-static void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
+void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
 {
     unsigned base = 0, ready = 0, consumers;
     long back = 0;

@@ -14,8 +14,6 @@
 #define IDEMCTL_VERSION "unknown"
 #endif
 
-#define CTL_DEFAULT_CONF "/etc/idemd/idemd.conf"
-
 /* The usage summary (also idemctl(8), SYNOPSIS). */
 static void ctl_usage(FILE *out)
 {
@@ -34,9 +32,12 @@ static void ctl_usage(FILE *out)
         "  outbox list [QUEUE] [--limit N]\n"
         "  key (status | stage | promote | retire)\n"
         "  order list [QUEUE] | order release QUEUE KEY\n"
+        "  try QUEUE (--body FILE | --body-json TEXT | --from-dlq DLQ --id ID) [--id MSGID]\n"
+        "      [--header K=V]... [--force-run]\n"
         "options: -c, --config FILE (default " CTL_DEFAULT_CONF "), --json, -v (more logs),\n"
         "         -h, --help, -V, --version\n"
-        "exit: 0 ok, 1 not found / nothing matched, 2 usage, 3 cannot connect, 4 partial\n");
+        "exit: 0 ok, 1 not found / nothing matched (try: retry or reject), 2 usage, 3 cannot\n"
+        "      connect, 4 partial\n");
 }
 
 /* Parse "90", "90s", "15m", "12h", "30d", "2w" or sums like "1h30m" into seconds; -1 if bad. */
@@ -133,6 +134,8 @@ int main(int argc, char **argv)
     int verbose = 0, o, rc = CTL_EXIT_USAGE;
     bool have_id = false;
 
+    if (ctl_try_wanted(argc, argv))
+        return ctl_try_main(argc, argv); /* its own options */
     ctl.ids = calloc((size_t)argc + 1, sizeof(*ctl.ids));
     if (ctl.ids == NULL)
         return CTL_EXIT_PARTIAL;

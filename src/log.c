@@ -24,6 +24,8 @@ static char log_ctx[64] = "main";
 static int log_target = -1; /* -1: not resolved yet; else LOG_TARGET_STDERR or _JOURNAL */
 static log_journal_fn_t log_journal_writer = sd_journal_sendv;
 static log_sink_t *log_sink;
+static log_tap_fn log_tap;
+static void *log_tap_ctx;
 
 static const char *log_names[8] = {
     [LOG_LEVEL_ERROR] = "error",
@@ -392,6 +394,12 @@ void log_set_sink(log_sink_t *sink)
     log_sink = sink;
 }
 
+void log_set_tap(log_tap_fn fn, void *ctx)
+{
+    log_tap = fn;
+    log_tap_ctx = ctx;
+}
+
 void log_sink_put(log_sink_t *sink, log_level_t level, const char *text)
 {
     struct timespec ts;
@@ -426,10 +434,16 @@ static void log_emit(log_level_t level, const log_fields_t *f, const char *fmt, 
 {
     char raw[LOG_TEXT_MAX], text[LOG_TEXT_MAX];
     int saved = errno; /* callers may log strerror(errno) and then look at errno again */
-    if ((unsigned)level >= 8 || level > log_max)
+    if ((unsigned)level >= 8 || (level > log_max && log_tap == NULL))
         return;
     vsnprintf(raw, sizeof(raw), fmt, ap);
     log_text_clean(raw, text);
+    if (log_tap)
+        log_tap(log_tap_ctx, level, text);
+    if (level > log_max) {
+        errno = saved;
+        return;
+    }
     if (log_get_target() != LOG_TARGET_JOURNAL || log_write_journal(level, text, f) < 0)
         log_write_stderr(level, text);
     if (log_sink && level <= LOG_LEVEL_WARNING)

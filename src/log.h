@@ -77,6 +77,15 @@ void log_sink_put(log_sink_t *sink, log_level_t level, const char *text);
 /* Copy sink into *out consistently (retrying a torn read); false if it never held anything. */
 bool log_sink_get(const log_sink_t *sink, log_sink_t *out);
 
+/*
+ * From now on, also hand every line this process logs to fn on ctx, whatever
+ * its level (DEBUG too, printed or not): idemctl try shows what a handler
+ * logged. text is the line as printed, borrowed for the call; fn must not
+ * log. NULL: stop.
+ */
+typedef void (*log_tap_fn)(void *ctx, log_level_t level, const char *text);
+void log_set_tap(log_tap_fn fn, void *ctx);
+
 void log_msg(log_level_t level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void log_vmsg(log_level_t level, const char *fmt, va_list ap);
 

@@ -56,6 +56,30 @@ static void step_relay(step_t *s)
         s->pub.ops->close(s->pub.ctx);
 }
 
+/* The batch's transaction as the step runs it (t is overwritten). */
+static void step_txn_init(step_t *s, txn_t *t)
+{
+    life_t *l = s->life;
+
+    memset(t, 0, sizeof(*t));
+    t->ops = s->txn_ops;
+    t->ctx = s->txn_ctx;
+    t->clock = s->clock;
+    t->record = s->record;
+    /* One record INSERT per batch; per-message savepoints only after a failure, and for a
+     * minute after handlers were too slow to finish a batch within the limit that way. An
+     * ordered queue goes message by message: each one's key is looked at before it runs. */
+    t->bulk = s->bulk && s->clock.ops->now_ms(s->clock.ctx) >= s->bulk_off_until_ms;
+    t->batch = s->batch;
+    if (s->hooks->order_keys)
+        t->seq = s->hooks->order_keys(s->hooks_ctx);
+    /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
+    t->limit_ms = s->limit_ms;
+    t->m = l->batch.t;
+    t->n = l->batch.n;
+    s->outbox_used = false;
+}
+
 /*
  * The batch's transaction (txn.c) after the crash guard, then the outbox
  * relay of what it committed. STEP_RAN when every message that ran has
@@ -72,23 +96,7 @@ static step_status_t step_transact(step_t *s)
     for (int i = 0; i < l->batch.n; i++)
         if (guard_check(s->guard, &l->batch.m[i], &l->batch.t[i]) != 0)
             return step_lost(s, STEP_LOST_DB, "database lost in the crash guard");
-    memset(&t, 0, sizeof(t));
-    t.ops = s->txn_ops;
-    t.ctx = s->txn_ctx;
-    t.clock = s->clock;
-    t.record = s->record;
-    /* One record INSERT per batch; per-message savepoints only after a failure, and for a
-     * minute after handlers were too slow to finish a batch within the limit that way. An
-     * ordered queue goes message by message: each one's key is looked at before it runs. */
-    t.bulk = s->bulk && s->clock.ops->now_ms(s->clock.ctx) >= s->bulk_off_until_ms;
-    t.batch = s->batch;
-    if (h->order_keys)
-        t.seq = h->order_keys(s->hooks_ctx);
-    /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
-    t.limit_ms = s->limit_ms;
-    t.m = l->batch.t;
-    t.n = l->batch.n;
-    s->outbox_used = false;
+    step_txn_init(s, &t);
     txn_status_t st = txn_run(&t);
     if (h->transacted)
         h->transacted(s->hooks_ctx, &t, st);
@@ -150,4 +158,13 @@ step_status_t step_run(step_t *s)
         h->settled(s->hooks_ctx);
     settle_release(s->st);
     return STEP_RAN;
+}
+
+txn_status_t step_try(step_t *s, bool record, void (*peek)(void *ctx), txn_t *t)
+{
+    step_txn_init(s, t);
+    t->record = record;
+    t->dry_run = true;
+    t->dry_peek = peek;
+    return txn_run(t);
 }

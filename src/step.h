@@ -93,4 +93,16 @@ uint64_t step_limit_ms(int heartbeat_s);
  */
 step_status_t step_run(step_t *s) __attribute__((warn_unused_result));
 
+/*
+ * The transaction part of a step alone, as a dry run (idemctl try): the
+ * batch already in life->batch runs through txn_run with the step's ops and
+ * settings (set-based pass, handle_batch, an ordered queue's key order),
+ * record INSERTs only when record is true, and ends in ROLLBACK where COMMIT
+ * would be (txn_t.dry_run; peek, NULL or called on txn_ctx just before it).
+ * No crash guard, no outbox relay, no settling: nothing is acked or sent.
+ * The outcome is in t (overwritten) and in each message's state.
+ */
+txn_status_t step_try(step_t *s, bool record, void (*peek)(void *ctx), txn_t *t)
+    __attribute__((warn_unused_result));
+
 #endif

@@ -103,7 +103,8 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
 
 /*
  * End a pass: ROLLBACK when nothing was handled; else RELEASE the pass's
- * first savepoint (sp) and COMMIT, and the handled messages are committed.
+ * first savepoint (sp) and COMMIT, and the handled messages are committed
+ * (a dry run: ROLLBACK instead, and they stay HANDLED).
  * The savepoint is gone if the transaction was lost under a handler that
  * carried on (its later statements would run in a new transaction).
  */
@@ -121,6 +122,11 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
     snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT %s", sp);
     if ((err = t->ops->exec(t->ctx, sql)) != 0)
         return txn_lost(t, err, "RELEASE SAVEPOINT");
+    if (t->dry_run) { /* idemctl try: everything above ran as it would; nothing is kept */
+        if (t->dry_peek)
+            t->dry_peek(t->ctx);
+        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
+    }
     if ((err = t->ops->exec(t->ctx, "COMMIT")) != 0)
         /* Galera reports a certification conflict at COMMIT as 1213: nothing committed.
          * Anything else leaves the outcome unknown: redelivery and the record decide. */

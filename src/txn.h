@@ -30,6 +30,8 @@
  *   RECORDED --its key is blocked by another message (ordered queue)--> WAIT --lost--> NEW
  *   HANDLED --idemd's next SAVEPOINT fails by its handler's doing (1178)--> NEW (rolled back)
  *     --> REJECT, and the pass is redone without it
+ *   A dry run (txn_t.dry_run, idemctl try) ends in ROLLBACK where COMMIT would be: its
+ *   handled messages stay HANDLED (rolled back, never COMMITTED).
  */
 typedef enum txn_state {
     TXN_NEW = 0,   /* not run yet in this pass of the transaction */
@@ -122,6 +124,11 @@ typedef struct txn {
     bool bulk;          /* try the set-based pass first (needs record_many and find_records) */
     bool batch;         /* in that pass, call handle_many once instead of handle per message */
     uint64_t limit_ms;  /* stop starting handlers after this long (0: no limit) */
+    /* A dry run (idemctl try): ROLLBACK where COMMIT would be, after the same savepoint
+     * checks; dry_peek (NULL: none) is called on ctx in the still open transaction right
+     * before that ROLLBACK, to read back what the handlers wrote. */
+    bool dry_run;
+    void (*dry_peek)(void *ctx);
     txn_msg_t *m;
     int n;
     const int *seq; /* the per-message pass takes m[seq[0]], m[seq[1]], ... (a permutation of
@@ -169,7 +176,8 @@ typedef enum txn_status {
  * pass is rolled back and redone without it (set-based: message by
  * message, to find it); the connection is not blamed. After
  * TXN_DONE no message is RECORDED or HANDLED; NEW ones were never started
- * (cut short). After TXN_FATAL nothing may be acked.
+ * (cut short). After TXN_FATAL nothing may be acked. With t->dry_run nothing
+ * is ever committed: see txn_t.dry_run.
  */
 txn_status_t txn_run(txn_t *t) __attribute__((warn_unused_result));
 

@@ -531,6 +531,39 @@ static void test_sink(void)
     log_set_level(LOG_LEVEL_INFO);
 }
 
+/* log_set_tap: every line reaches the tap, DEBUG too when not printed; only printed ones print. */
+static int tap_lines;
+static char tap_last[256];
+static int tap_last_level;
+static void t_tap(void *ctx, log_level_t level, const char *text)
+{
+    (void)ctx;
+    tap_lines++;
+    tap_last_level = level;
+    snprintf(tap_last, sizeof(tap_last), "%s", text);
+}
+
+static void test_tap(void)
+{
+    log_set_level(LOG_LEVEL_WARNING);
+    log_set_tap(t_tap, NULL);
+    t_capture_begin();
+    log_msg(LOG_LEVEL_DEBUG, "statement %d affected %d row(s)", 1, 1);
+    const char *quiet = t_capture_end();
+    ok(tap_lines == 1 && tap_last_level == LOG_LEVEL_DEBUG &&
+           strcmp(tap_last, "statement 1 affected 1 row(s)") == 0 && quiet[0] == '\0',
+       "tap: a DEBUG line below the level reaches the tap, not stderr");
+    t_capture_begin();
+    log_msg(LOG_LEVEL_ERROR, "bad\x1b[2J");
+    const char *loud = t_capture_end();
+    ok(tap_lines == 2 && strcmp(tap_last, "bad\\x1b[2J") == 0 && strstr(loud, "bad") != NULL,
+       "tap: a printed line reaches both, escaped as printed");
+    log_set_tap(NULL, NULL);
+    log_msg(LOG_LEVEL_DEBUG, "after");
+    ok(tap_lines == 2, "tap: nothing once unset");
+    log_set_level(LOG_LEVEL_INFO);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 2 && strcmp(argv[1], "--env-child") == 0) {
@@ -545,5 +578,6 @@ int main(int argc, char **argv)
     test_journal_fields();
     test_env_target();
     test_sink();
+    test_tap();
     return done();
 }

@@ -383,6 +383,14 @@ static fdb_t db;
 static txn_msg_t msgs[NIDS];
 static txn_t tx;
 
+/* txn_t.dry_peek: how often it ran, and the open transaction's writes it saw. */
+static int peeked, peek_writes;
+static void f_peek(void *ctx)
+{
+    peeked++;
+    peek_writes = ((fdb_t *)ctx)->nw;
+}
+
 /* A batch of n messages m0..m<n-1> with the given behaviours. */
 static void setup(int n, const int *beh)
 {
@@ -476,6 +484,25 @@ int main(void)
     ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 0 &&
            db.seen[S_COMMIT] == 1 && invariants(st, "happy"),
        "three ok messages commit once together");
+
+    /* idemctl try: a dry run goes through the same savepoints and handlers, then ROLLBACK
+     * where COMMIT would be, after its peek; nothing is committed, ok messages stay HANDLED. */
+    for (int bulk = 0; bulk <= 1; bulk++) {
+        int beh[3] = {H_OK, H_REJECT, H_OK};
+        setup(3, beh);
+        tx.bulk = bulk;
+        tx.dry_run = true;
+        tx.dry_peek = f_peek;
+        peeked = 0;
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && db.seen[S_COMMIT] == 0 && peeked == 1 && peek_writes > 0 &&
+               db.nw == 0 && db.eff_committed[0] == 0 && db.rec_committed[0] == 0 &&
+               db.eff_committed[2] == 0 && msgs[0].state == TXN_HANDLED &&
+               msgs[1].state == TXN_REJECT && msgs[2].state == TXN_HANDLED && !tx.committed,
+           "dry run (bulk=%d): handlers ran, peeked once in the open transaction, no COMMIT, "
+           "nothing committed",
+           bulk);
+    }
 
     /* Issue 8a: 1205 on C's record with innodb_rollback_on_timeout = ON took A's and B's
      * effects with it; A and B must not be acked on an empty COMMIT. */
