@@ -245,7 +245,7 @@ static int ctl_try_from_args(ctl_try_t *c, amqp_envelope_t *env)
 /* The verdict's name: what a worker would do with the message. */
 static const char *ctl_try_verdict(const worker_try_out_t *o)
 {
-    switch (o->state) {
+    switch (o->outcome) {
     case TXN_HANDLED:
         return "ok";
     case TXN_DUPLICATE:
@@ -255,7 +255,7 @@ static const char *ctl_try_verdict(const worker_try_out_t *o)
     case TXN_REJECT:
         return "reject";
     default:
-        return txn_outcome_name(o->state);
+        return txn_outcome_name(o->outcome);
     }
 }
 
@@ -357,7 +357,7 @@ static void ctl_try_text(const ctl_try_t *c, const worker_try_out_t *o)
     }
     if (o->peek_err[0])
         ctl_printf("onward messages: not known (%s)\n", o->peek_err);
-    else if (o->ran && o->state == TXN_HANDLED && o->n_pubs == 0)
+    else if (o->ran && o->outcome == TXN_HANDLED && o->n_pubs == 0)
         ctl_printf("would publish: nothing\n");
 }
 
@@ -435,7 +435,8 @@ static int ctl_try_args(int argc, char **argv, ctl_try_t *c, const char **path, 
 /* The exit status of a run that ended with out. */
 static int ctl_try_exit(const worker_try_out_t *o)
 {
-    return o->state == TXN_HANDLED || o->state == TXN_DUPLICATE ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
+    return o->outcome == TXN_HANDLED || o->outcome == TXN_DUPLICATE ? CTL_EXIT_OK
+                                                                    : CTL_EXIT_NOMATCH;
 }
 
 int ctl_try_main(int argc, char **argv)

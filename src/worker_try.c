@@ -210,7 +210,7 @@ static void worker_try_accept(worker_t *w, const amqp_envelope_t *env, worker_tr
     out->id_len = m->no_id ? 0 : t->id_len;
     memcpy(out->id, t->id, out->id_len);
     out->attempt = t->attempt;
-    out->state = t->state;
+    out->outcome = t->state;
     snprintf(out->reason, sizeof(out->reason), "%s", t->reason);
 }
 
@@ -267,7 +267,7 @@ static int worker_try_txn(worker_t *w, bool force, worker_try_out_t *out, char *
     }
     if (found && !force) {
         txn_move(t, TXN_DUPLICATE); /* what the worker's record INSERT would find */
-        out->state = t->state;
+        out->outcome = t->state;
         return 0;
     }
     out->recorded_skip = found;
@@ -296,7 +296,7 @@ static int worker_try_txn(worker_t *w, bool force, worker_try_out_t *out, char *
     worker_try_cur = NULL;
     out->ran = true;
     out->redos = tx.redos;
-    out->state = t->state;
+    out->outcome = t->state;
     snprintf(out->reason, sizeof(out->reason), "%s", t->reason);
     if (st != TXN_DONE) {
         snprintf(err, errlen,
@@ -343,7 +343,7 @@ int worker_try(const conf_t *conf, const conf_queue_t *q, const amqp_envelope_t 
     if ((rc = worker_try_open(w, err, errlen)) != 0)
         goto out;
     worker_try_accept(w, env, out);
-    if (out->state == TXN_NEW)
+    if (out->outcome == TXN_NEW)
         rc = worker_try_txn(w, force, out, err, errlen);
 out:
     plugin_set_publisher(NULL, NULL);

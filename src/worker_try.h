@@ -39,9 +39,10 @@ typedef struct worker_try_out {
     int recorded; /* its id has a committed record: 1, 0, -1 not looked (no record) */
     char record_table[65], consumer[129]; /* where it was looked up */
     char recorded_at[32];                 /* the record's create_time ("" when not read) */
-    bool ran;           /* the transaction ran (not: refused before it, or a duplicate) */
-    bool recorded_skip; /* ran without the record INSERT (recorded, --force-run) */
-    txn_state_t state;  /* HANDLED: ok; RETRY, REJECT; DUPLICATE (not run) */
+    bool ran;            /* the transaction ran (not: refused before it, or a duplicate) */
+    bool recorded_skip;  /* ran without the record INSERT (recorded, --force-run) */
+    txn_state_t outcome; /* the message's txn state at the end: HANDLED: ok; RETRY, REJECT;
+                            DUPLICATE (not run) */
     unsigned attempt;
     char reason[512];
     int redos; /* transactions lost and redone */
@@ -63,7 +64,7 @@ typedef struct worker_try_out {
  * id reading, record INSERT, savepoints and handler calls (txn_run over the
  * worker's txn ops, through step_try), then ROLLBACK where COMMIT would
  * be. Before it, whether the id is recorded: a recorded one is not run
- * (state DUPLICATE) unless force, and then without its record INSERT.
+ * (outcome DUPLICATE) unless force, and then without its record INSERT.
  * Nothing is committed, acked or published; the broker is not touched.
  * Loads the handler in this process (its trust check as in the worker),
  * calls its init and fini. Returns 0 with the outcome in *out (free with
