@@ -551,8 +551,10 @@ void sim_after_txn(const txn_msg_t *tm, int n)
                 sim_violation("m%d dead-lettered as crashed with %lld crashes counted (limit %d)",
                               sim_id_of(m), sim_db.crashes[sim_id_of(m)], sim.o.max_attempts);
         }
-        /* Invariant 1 as the transaction ends: committed means committed once. */
-        if (m->state == TXN_COMMITTED && sim_db.eff[sim_id_of(m)] != 1)
+        /* Invariant 1 as the transaction ends: committed means committed once (dedup = "none":
+         * at least once). */
+        if (m->state == TXN_COMMITTED &&
+            (sim.o.dedup_none ? sim_db.eff[sim_id_of(m)] < 1 : sim_db.eff[sim_id_of(m)] != 1))
             sim_violation("m%d committed with %d effects in the database", sim_id_of(m),
                           sim_db.eff[sim_id_of(m)]);
     }
@@ -719,7 +721,7 @@ static bool worker_step(void)
 /* Invariant 1 and 5, after every step. */
 static void check_step(void)
 {
-    for (int id = 0; id < sim.o.n_msgs; id++)
+    for (int id = 0; id < sim.o.n_msgs && !sim.o.dedup_none; id++)
         if (sim_db.eff[id] > 1)
             sim_violation("m%d: effects committed %d times", id, sim_db.eff[id]);
     int held = sim.model ? w.n_held : sim_life_held(sim.cur),
@@ -774,7 +776,11 @@ static void check_end(void)
         }
     for (int id = 0; id < sim.o.n_msgs; id++) {
         const sim_truth_t *tr = &sim.truth[id];
-        if (sim_db.eff[id] != 1 && !dl[id] && sim_mq_count(id) == 0)
+        /* dedup = "none" is at least once: a second effect is allowed and counted. */
+        if (sim.o.dedup_none && sim_db.eff[id] > 1)
+            sim.dup_effects += sim_db.eff[id] - 1;
+        if ((sim.o.dedup_none ? sim_db.eff[id] == 0 : sim_db.eff[id] != 1) && !dl[id] &&
+            sim_mq_count(id) == 0)
             sim_violation("m%d dropped: not committed, not dead-lettered, not queued", id);
         if ((tr->kind == SIM_POISON || tr->kind == SIM_CRASH) && sim_db.eff[id])
             sim_violation("m%d (poisoned) has committed effects", id);
@@ -828,6 +834,9 @@ static void draw_options(void)
     sim_rng_t orng = {sim.seed ^ 0x0B7B0C5EED5EEDULL};
     o->ob_max_attempts = 1 + (int)sim_rng_below(&orng, 4);
     o->ob_backoff_ms = 50 << sim_rng_below(&orng, 6);
+    /* dedup = "none" (one seed in four) on a stream of its own; the model keeps the table. */
+    sim_rng_t drng = {sim.seed ^ 0xDED0C0DE5EED0001ULL};
+    o->dedup_none = !sim.model && sim_rng_below(&drng, 4) == 0;
     for (int id = 0; id < o->n_msgs; id++) {
         unsigned k = sim_rng_below(r, 100);
         sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
@@ -888,12 +897,13 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
             "bulk %d, "
             "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
-            "backoff %d ms); per mille: db "
+            "backoff %d ms), dedup %s; per mille: db "
             "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
             (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
             o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
             o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
-            o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->pm_db_fault, o->pm_commit_lost,
+            o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
+            o->pm_db_fault, o->pm_commit_lost,
             o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
     for (int id = 0; id < o->n_msgs; id++) {
         sim_bmsg_t m;
@@ -1011,7 +1021,7 @@ static void usage(void)
            "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
            "  --seed S    run one seed; --trace prints every step\n"
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              carry_ack, lost_note\n"
+           "              carry_ack, lost_note, auto_ack\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of the daemon's step.c\n"
@@ -1027,7 +1037,7 @@ int main(int argc, char **argv)
     long seeds = 2000, bug_budget = 8000, show = 5;
     uint64_t first = 1, one = 0;
     bool have_one = false, trace = false, check_bugs = true, model = false;
-    sim_bugs_t bugs = {false, false, false, false, false};
+    sim_bugs_t bugs = {false, false, false, false, false, false};
     const char *argv0 = argv[0];
 
     for (int i = 1; i < argc; i++) {
@@ -1064,6 +1074,8 @@ int main(int argc, char **argv)
                 bugs.carry_ack = true;
             else if (strcmp(b, "lost_note") == 0)
                 bugs.lost_note = true;
+            else if (strcmp(b, "auto_ack") == 0)
+                bugs.auto_ack = true;
             else {
                 usage();
                 return 64;
@@ -1079,14 +1091,15 @@ int main(int argc, char **argv)
         return 64;
     }
     bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack ||
-                   bugs.lost_note;
-    char bugarg[120] = "";
+                   bugs.lost_note || bugs.auto_ack;
+    char bugarg[200] = "";
     if (any_bug)
-        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s", bugs.no_fallback ? " --bug no_fallback" : "",
+        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s%s",
+                 bugs.no_fallback ? " --bug no_fallback" : "",
                  bugs.match_by_key ? " --bug match_by_key" : "",
                  bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
                  bugs.carry_ack ? " --bug carry_ack" : "",
-                 bugs.lost_note ? " --bug lost_note" : "");
+                 bugs.lost_note ? " --bug lost_note" : "", bugs.auto_ack ? " --bug auto_ack" : "");
 
     if (have_one) {
         bool ok = sim_run(one, &bugs, trace, model);
@@ -1098,7 +1111,7 @@ int main(int argc, char **argv)
     }
 
     double t0 = now_s();
-    long steps = 0, deaths = 0, bad = 0, overshoots = 0;
+    long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
         if (!sim_run(s, &bugs, false, model)) {
@@ -1111,43 +1124,52 @@ int main(int argc, char **argv)
         steps += sim.steps;
         deaths += sim.deaths;
         overshoots += sim.overshoots;
+        dups += sim.dup_effects;
+        none_seeds += sim.o.dedup_none;
     }
     double dt = now_s() - t0;
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
-           "%ld crashes past the one-worker limit, %.0f seeds/s)",
+           "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
+           "applied again there, %.0f seeds/s)",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
-           bad, steps, deaths, overshoots, dt > 0 ? (double)seeds / dt : 0.0);
+           bad, steps, deaths, overshoots, none_seeds, dups, dt > 0 ? (double)seeds / dt : 0.0);
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {
             {false,
              "no_fallback",
              "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
-             {true, false, false, false, false},
+             {true, false, false, false, false, false},
              &txn_test_no_fallback != NULL},
             {false,
              "match_by_key",
              "match_by_key (a return marks every pending copy with its routing key)",
-             {false, true, false, false, false},
+             {false, true, false, false, false, false},
              true},
             {false,
              "alarm_as_crash",
              "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
-             {false, false, true, false, false},
+             {false, false, true, false, false, false},
              true},
             {true,
              "carry_ack",
              "carry_ack (before 2026-12: a batch filled after a cut-short one acks "
              "the carried "
              "delivery)",
-             {false, false, false, true, false},
+             {false, false, false, true, false, false},
              true},
             {false,
              "lost_note",
              "lost_note (before 2026-12: a successor killed before counting its predecessor's "
              "crash made that crash pass for a kill from outside)",
-             {false, false, false, false, true},
+             {false, false, false, false, true, false},
+             true},
+            {false,
+             "auto_ack",
+             "auto_ack (a deliberately broken consumer under dedup = \"none\": no_ack, so a "
+             "delivery is acked before its commit)",
+             {.auto_ack = true},
              true},
         };
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

@@ -93,6 +93,7 @@ typedef struct sim_opts {
     bool bulk, batch_handler, rollback_on_timeout, has_dlq, quorum, rmq4, outbox;
     unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
     int ob_max_attempts, ob_backoff_ms; /* daemon.outbox_max_attempts, outbox_backoff_ms */
+    bool dedup_none; /* dedup = "none": no record table, at least once (invariant 1 relaxed) */
 } sim_opts_t;
 
 /* Test-only switches that put an old behaviour back (sim --bug NAME). */
@@ -103,6 +104,9 @@ typedef struct sim_bugs {
     bool carry_ack;      /* worker.c on main: a carried delivery is covered by a multiple ack */
     bool lost_note;      /* sup_reap before 2026-12: a successor's kill overwrites a crash note's
                           * signal, so the crash is not counted */
+    bool auto_ack;       /* a deliberately broken consumer (dedup = "none" seeds): consuming with
+                          * no_ack, the broker forgets a delivery as it sends it, before its
+                          * commit */
 } sim_bugs_t;
 
 /* What the catalogue knows about each message id (the ground truth). */
@@ -144,6 +148,7 @@ typedef struct sim {
     jmp_buf death; /* sim_die() jumps here: the worker process is gone */
     int deaths, crashes_seen;
     int overshoots; /* crashes past max_attempts that only other workers' uncounted ones explain */
+    int dup_effects; /* dedup = "none": effects applied more than once (allowed, counted) */
     long steps;
     bool failed;
     char why[512];
@@ -227,6 +232,7 @@ int sim_id_of(const txn_msg_t *m);
 typedef struct sim_delivery {
     uint64_t tag;
     sim_bmsg_t m;
+    bool auto_acked; /* --bug auto_ack: the broker forgot it as it sent it */
 } sim_delivery_t;
 
 typedef struct sim_copy {

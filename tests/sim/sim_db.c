@@ -96,6 +96,10 @@ static void db_commit(void)
             sim_db.starts[id] = sim_db.crashes[id] = 0;
             break;
         case W_ROW:
+            /* dedup = "none": a second run of the message writes its row again, so one more
+             * send of it is expected (the simulated table keeps one row per message and row). */
+            if (sim.o.dedup_none && sim.truth[id].row_committed[sim_db.w[i].row])
+                sim.truth[id].row_may_resend[sim_db.w[i].row] = true;
             sim_db.row[id][sim_db.w[i].row] = true;
             sim_db.row_attempts[id][sim_db.w[i].row] = 0;
             sim_db.row_next_ms[id][sim_db.w[i].row] = 0;

@@ -118,7 +118,7 @@ static void life_wire(int k)
     x->guard = (guard_t){.ops = &sim_guard_ops,
                          .ctx = NULL,
                          .max_attempts = sim_q.max_attempts,
-                         .dedup_table = true,
+                         .dedup_table = !sim.o.dedup_none,
                          .workers = sim.o.workers};
     memset(&x->bt, 0, sizeof(x->bt));
     x->bt.q = &sim_q;
@@ -144,7 +144,7 @@ static void life_wire(int k)
                        .guard = &x->guard,
                        .txn_ops = &sim_txn_ops,
                        .txn_ctx = NULL,
-                       .record = true,
+                       .record = !sim.o.dedup_none,
                        .bulk = sim.o.bulk,
                        .batch = sim.o.batch_handler,
                        .limit_ms = step_limit_ms(SIM_HEARTBEAT_S),
@@ -164,7 +164,7 @@ void sim_life_begin(void)
     sim_q.consumer = "orders";
     sim_q.prefetch = sim.o.prefetch;
     sim_q.workers = sim.o.workers;
-    sim_q.dedup = CONF_DEDUP_TABLE;
+    sim_q.dedup = sim.o.dedup_none ? CONF_DEDUP_NONE : CONF_DEDUP_TABLE;
     sim_q.batch_size = sim.o.batch_size;
     sim_q.batch_handler = sim.o.batch_handler;
     sim_q.max_body_bytes = 1 << 20;
