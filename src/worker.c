@@ -145,8 +145,7 @@ static int worker_h_batch(void *ctx)
 
 static const int *worker_h_order_keys(void *ctx)
 {
-    worker_order_keys(ctx);
-    return worker_order_seq(ctx);
+    return worker_order_keys(ctx);
 }
 
 /* The transaction ran: its counters. */
@@ -317,12 +316,12 @@ static void worker_alloc(worker_t *w)
         if (!w->hx.bmsg || !w->hx.bptr || !w->hx.bscratch || !w->hx.berr || !w->hx.bidx)
             w->ids = NULL; /* reported just below */
     }
-    if (w->q->order_key && w->q->order_key[0] &&
-        ((w->ord.keys = calloc((size_t)w->q->batch_size, sizeof(*w->ord.keys))) == NULL ||
-         (w->ord.bidx = calloc((size_t)w->q->batch_size, sizeof(*w->ord.bidx))) == NULL ||
-         (w->ord.blocked = calloc((size_t)w->q->batch_size, sizeof(*w->ord.blocked))) == NULL ||
-         (w->ord.seq = calloc((size_t)w->q->batch_size, sizeof(*w->ord.seq))) == NULL))
-        w->ids = NULL; /* reported just below */
+    if (w->q->order_key && w->q->order_key[0]) {
+        w->ord =
+            (order_batch_t){.ops = &worker_order_db_ops, .ctx = w, .q = w->q, .life = &w->life};
+        if (order_batch_init(&w->ord, w->q->batch_size) != 0)
+            w->ids = NULL; /* reported just below */
+    }
     if (!mem || w->ids == NULL || w->id_lens == NULL) {
         log_error("out of memory");
         _exit(WORKER_EXIT_TEMPFAIL);
@@ -412,10 +411,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.hx.one.trace_text);
     for (int i = 0; w.hx.bmsg && i < q->batch_size; i++)
         free(w.hx.bmsg[i].trace_text);
-    free(w.ord.keys);
-    free(w.ord.bidx);
-    free(w.ord.blocked);
-    free(w.ord.seq);
+    order_batch_free(&w.ord);
     free(w.hx.bmsg);
     free(w.hx.bptr);
     free(w.hx.bidx);

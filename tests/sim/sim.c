@@ -494,6 +494,19 @@ static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
     return 0;
 }
 
+/* txn_ops_t.order: the key rows of worker sim.cur's batch (order_batch.c over sim_db's key
+ * tables), as worker_op_order. */
+static unsigned op_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, bool *wait)
+{
+    (void)ctx;
+    return order_batch_op(sim_life_order(), i, m, step, wait);
+}
+
+const txn_ops_t sim_txn_ops_ordered = {
+    sim_db_exec,         sim_db_record,  sim_db_clear, op_handle, sim_db_record_many,
+    sim_db_find_records, op_handle_many, op_order,     NULL,
+};
+
 const txn_ops_t sim_txn_ops = {
     sim_db_exec,    sim_db_record, sim_db_clear, op_handle, sim_db_record_many, sim_db_find_records,
     op_handle_many, NULL, /* order: ordered queues are not simulated
@@ -837,10 +850,22 @@ static void draw_options(void)
     /* dedup = "none" (one seed in four) on a stream of its own; the model keeps the table. */
     sim_rng_t drng = {sim.seed ^ 0xDED0C0DE5EED0001ULL};
     o->dedup_none = !sim.model && sim_rng_below(&drng, 4) == 0;
+    /* An ordered queue (one seed in four of the others) on a stream of its own: as the config
+     * check demands, one worker and dedup = "table"; and a classic queue, which puts a
+     * redelivery back at the head (a quorum queue puts it at the tail, behind later messages
+     * of its key: the order idemd keeps is the order of delivery, docs/ordering.md). */
+    sim_rng_t krng = {sim.seed ^ 0x0DE5EEDC0FFEE123ULL};
+    o->ordered = !sim.model && !o->dedup_none && sim_rng_below(&krng, 4) == 0;
+    if (o->ordered) {
+        o->workers = 1;
+        o->quorum = false;
+        o->n_keys = 1 + (int)sim_rng_below(&krng, SIM_KEYS);
+    }
     for (int id = 0; id < o->n_msgs; id++) {
         unsigned k = sim_rng_below(r, 100);
         sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
         sim.truth[id].rows = o->outbox ? (int)sim_rng_below(r, 3) : 0;
+        sim.truth[id].key = o->ordered ? (int)sim_rng_below(&krng, (unsigned)o->n_keys) : 0;
     }
 }
 
@@ -890,6 +915,7 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     if (&txn_test_no_fallback)
         txn_test_no_fallback = bugs->no_fallback;
     pubround_test_match_by_key = bugs->match_by_key;
+    order_batch_test_stale_free = bugs->stale_free;
     sim_db_reset();
     sim_mq_reset();
     draw_options();
@@ -897,14 +923,14 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
             "bulk %d, "
             "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
-            "backoff %d ms), dedup %s; per mille: db "
+            "backoff %d ms), dedup %s, ordered %d (%d keys); per mille: db "
             "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
             (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
             o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
             o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
             o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
-            o->pm_db_fault, o->pm_commit_lost,
-            o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
+            o->ordered, o->n_keys, o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall,
+            o->pm_unroutable, o->pm_nack, o->pm_close);
     for (int id = 0; id < o->n_msgs; id++) {
         sim_bmsg_t m;
         memset(&m, 0, sizeof(m));
@@ -1021,7 +1047,7 @@ static void usage(void)
            "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
            "  --seed S    run one seed; --trace prints every step\n"
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              carry_ack, lost_note, auto_ack\n"
+           "              carry_ack, lost_note, auto_ack, stale_free\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of the daemon's step.c\n"
@@ -1037,7 +1063,7 @@ int main(int argc, char **argv)
     long seeds = 2000, bug_budget = 8000, show = 5;
     uint64_t first = 1, one = 0;
     bool have_one = false, trace = false, check_bugs = true, model = false;
-    sim_bugs_t bugs = {false, false, false, false, false, false};
+    sim_bugs_t bugs = {0};
     const char *argv0 = argv[0];
 
     for (int i = 1; i < argc; i++) {
@@ -1076,6 +1102,8 @@ int main(int argc, char **argv)
                 bugs.lost_note = true;
             else if (strcmp(b, "auto_ack") == 0)
                 bugs.auto_ack = true;
+            else if (strcmp(b, "stale_free") == 0)
+                bugs.stale_free = true;
             else {
                 usage();
                 return 64;
@@ -1091,15 +1119,15 @@ int main(int argc, char **argv)
         return 64;
     }
     bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack ||
-                   bugs.lost_note || bugs.auto_ack;
+                   bugs.lost_note || bugs.auto_ack || bugs.stale_free;
     char bugarg[200] = "";
     if (any_bug)
-        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s%s",
-                 bugs.no_fallback ? " --bug no_fallback" : "",
-                 bugs.match_by_key ? " --bug match_by_key" : "",
-                 bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
-                 bugs.carry_ack ? " --bug carry_ack" : "",
-                 bugs.lost_note ? " --bug lost_note" : "", bugs.auto_ack ? " --bug auto_ack" : "");
+        snprintf(
+            bugarg, sizeof(bugarg), "%s%s%s%s%s%s%s", bugs.no_fallback ? " --bug no_fallback" : "",
+            bugs.match_by_key ? " --bug match_by_key" : "",
+            bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
+            bugs.carry_ack ? " --bug carry_ack" : "", bugs.lost_note ? " --bug lost_note" : "",
+            bugs.auto_ack ? " --bug auto_ack" : "", bugs.stale_free ? " --bug stale_free" : "");
 
     if (have_one) {
         bool ok = sim_run(one, &bugs, trace, model);
@@ -1111,7 +1139,8 @@ int main(int argc, char **argv)
     }
 
     double t0 = now_s();
-    long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0;
+    long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0,
+         ordered_seeds = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
         if (!sim_run(s, &bugs, false, model)) {
@@ -1126,50 +1155,58 @@ int main(int argc, char **argv)
         overshoots += sim.overshoots;
         dups += sim.dup_effects;
         none_seeds += sim.o.dedup_none;
+        ordered_seeds += sim.o.ordered;
     }
     double dt = now_s() - t0;
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
            "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
-           "applied again there, %.0f seeds/s)",
+           "applied again there, %ld ordered, %.0f seeds/s)",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
-           bad, steps, deaths, overshoots, none_seeds, dups, dt > 0 ? (double)seeds / dt : 0.0);
+           bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds,
+           dt > 0 ? (double)seeds / dt : 0.0);
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {
             {false,
              "no_fallback",
              "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
-             {true, false, false, false, false, false},
+             {.no_fallback = true},
              &txn_test_no_fallback != NULL},
             {false,
              "match_by_key",
              "match_by_key (a return marks every pending copy with its routing key)",
-             {false, true, false, false, false, false},
+             {.match_by_key = true},
              true},
             {false,
              "alarm_as_crash",
              "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
-             {false, false, true, false, false, false},
+             {.alarm_as_crash = true},
              true},
             {true,
              "carry_ack",
              "carry_ack (before 2026-12: a batch filled after a cut-short one acks "
              "the carried "
              "delivery)",
-             {false, false, false, true, false, false},
+             {.carry_ack = true},
              true},
             {false,
              "lost_note",
              "lost_note (before 2026-12: a successor killed before counting its predecessor's "
              "crash made that crash pass for a kill from outside)",
-             {false, false, false, false, true, false},
+             {.lost_note = true},
              true},
             {false,
              "auto_ack",
              "auto_ack (a deliberately broken consumer under dedup = \"none\": no_ack, so a "
              "delivery is acked before its commit)",
              {.auto_ack = true},
+             true},
+            {false,
+             "stale_free",
+             "stale_free (order_batch_test_stale_free: an ordered queue's batch trusts its first "
+             "read of a key after an earlier message of it blocked the key)",
+             {.stale_free = true},
              true},
         };
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

@@ -10,6 +10,7 @@
 
 #include "amqp_compat.h"
 #include "conf.h"
+#include "order_batch.h"
 #include "port.h"
 #include "relay.h"
 #include "txn.h"
@@ -49,6 +50,8 @@ static inline bool sim_rng_pm(sim_rng_t *r, unsigned pm)
 #define SIM_LOCK_WAIT_MS 15000 /* innodb_lock_wait_timeout: a row lock wait ends in 1205 */
 #define SIM_WORKERS 4          /* most workers drawn for the queue */
 #define SIM_HEARTBEAT_S 4      /* broker.heartbeat: a batch starts handlers for at most 2 s */
+#define SIM_KEYS 4             /* most order keys of an ordered queue's run */
+#define SIM_ORDER_SNAPS 128    /* key-table versions one open transaction may write */
 
 /* How a message's handler behaves. */
 typedef enum sim_kind {
@@ -94,6 +97,8 @@ typedef struct sim_opts {
     unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
     int ob_max_attempts, ob_backoff_ms; /* daemon.outbox_max_attempts, outbox_backoff_ms */
     bool dedup_none; /* dedup = "none": no record table, at least once (invariant 1 relaxed) */
+    bool ordered;    /* order_key = "header:k" (one worker, a classic queue, dedup table) */
+    int n_keys;      /* ordered: keys k0..k<n_keys-1> */
 } sim_opts_t;
 
 /* Test-only switches that put an old behaviour back (sim --bug NAME). */
@@ -107,6 +112,8 @@ typedef struct sim_bugs {
     bool auto_ack;       /* a deliberately broken consumer (dedup = "none" seeds): consuming with
                           * no_ack, the broker forgets a delivery as it sends it, before its
                           * commit */
+    bool stale_free;     /* order_batch_test_stale_free: a later message of a key an earlier one of
+                          * the batch blocked trusts the pass's first read and runs past it */
 } sim_bugs_t;
 
 /* What the catalogue knows about each message id (the ground truth). */
@@ -129,6 +136,7 @@ typedef struct sim_truth {
     int row_resends[SIM_ROWS];     /* sends after a confirm */
     bool row_delivered[SIM_ROWS];  /* some send of the row was confirmed */
     int row_dead[SIM_ROWS];        /* its dead letters the broker confirmed */
+    int key;                       /* ordered: its order key (k<key>) */
 } sim_truth_t;
 
 typedef struct sim {
@@ -147,7 +155,7 @@ typedef struct sim {
     sim_truth_t truth[SIM_MSGS];
     jmp_buf death; /* sim_die() jumps here: the worker process is gone */
     int deaths, crashes_seen;
-    int overshoots; /* crashes past max_attempts that only other workers' uncounted ones explain */
+    int overshoots;  /* crashes past max_attempts that only other workers' uncounted ones explain */
     int dup_effects; /* dedup = "none": effects applied more than once (allowed, counted) */
     long steps;
     bool failed;
@@ -194,6 +202,15 @@ typedef struct sim_db {
     int nsp;
     bool dead;              /* the connection is gone: every call fails with 2006 */
     uint64_t lock_until_ms; /* another session locks the business table until then */
+    /* An ordered queue's key tables (idemd_order_block, idemd_order_waiter): committed, and the
+     * versions the open transaction wrote (a W_ORDER write names its version; a rollback to a
+     * savepoint drops the later ones). */
+    struct sim_order_tab {
+        int head[SIM_KEYS]; /* the key's head message id; -1: the key is not blocked */
+        bool held[SIM_KEYS];
+        int wseq[SIM_MSGS]; /* a waiter's place behind its key's head; 0: not waiting */
+        int next_seq;
+    } order, osnap[SIM_ORDER_SNAPS];
     bool lock_is_row; /* an InnoDB row lock (1205 after SIM_LOCK_WAIT_MS), else a table lock */
 } sim_db_t;
 
@@ -225,6 +242,8 @@ unsigned sim_db_row_delete(int id, int row);
 /* Before one of the outbox relay's statements: a death, a lost connection, or (deadlock) a
  * 1213 that rolls the relay's transaction back. 0 or the error number. */
 unsigned sim_db_outbox_fault(const char *what, bool deadlock);
+/* An ordered queue's key tables (order_db_ops_t over the tables above). */
+extern const order_db_ops_t sim_order_db_ops;
 /* A message id of the catalogue from a txn message ("m<N>"). */
 int sim_id_of(const txn_msg_t *m);
 
@@ -305,8 +324,10 @@ void sim_props_original(sim_bmsg_t *m);
 /* The queue's settings and the relay key, the same for every worker. */
 extern conf_queue_t sim_q;
 extern relay_keys_t sim_keys;
-/* What sim.c shares with them: the txn ops (handler, database) and the crash note. */
-extern const txn_ops_t sim_txn_ops;
+/* What sim.c shares with them: the txn ops (handler, database; an ordered queue's with the key
+ * rows of worker sim.cur's batch) and the crash note. */
+extern const txn_ops_t sim_txn_ops, sim_txn_ops_ordered;
+order_batch_t *sim_life_order(void);
 typedef struct sim_slot {
     bool in_handler, crash_counted;
     int crash_id;

@@ -23,6 +23,7 @@ typedef struct sim_worker {
     settle_t st;
     guard_t guard;
     step_t step;
+    order_batch_t ord; /* an ordered queue's batch keys (order_batch.c), as worker_t's */
     const char *ids[SIM_BATCH + 1];
     size_t id_lens[SIM_BATCH + 1];
 } sim_worker_t;
@@ -105,11 +106,31 @@ static void h_transacted(void *ctx, const txn_t *t, txn_status_t st)
         sim_after_txn(t->m, t->n);
 }
 
+/* An ordered queue: the batch's keys and running order, as worker_order_keys finds them. */
+static const int *h_order_keys(void *ctx)
+{
+    (void)ctx;
+    order_batch_keys(&workers[sim.cur].ord);
+    return order_batch_seq(&workers[sim.cur].ord);
+}
+
 static const step_hooks_t hooks = {
     .note = h_note,
     .noted = h_noted,
     .transacted = h_transacted,
 };
+
+static const step_hooks_t hooks_ordered = {
+    .note = h_note,
+    .noted = h_noted,
+    .order_keys = h_order_keys,
+    .transacted = h_transacted,
+};
+
+order_batch_t *sim_life_order(void)
+{
+    return &workers[sim.cur].ord;
+}
 
 /* Wire the modules for a new process of worker k (worker_wire). */
 static void life_wire(int k)
@@ -142,18 +163,18 @@ static void life_wire(int k)
                        .bt = &x->bt,
                        .st = &x->st,
                        .guard = &x->guard,
-                       .txn_ops = &sim_txn_ops,
+                       .txn_ops = sim.o.ordered ? &sim_txn_ops_ordered : &sim_txn_ops,
                        .txn_ctx = NULL,
                        .record = !sim.o.dedup_none,
-                       .bulk = sim.o.bulk,
-                       .batch = sim.o.batch_handler,
+                       .bulk = sim.o.bulk && !sim.o.ordered, /* as worker_wire_step */
+                       .batch = sim.o.batch_handler && !sim.o.ordered,
                        .limit_ms = step_limit_ms(SIM_HEARTBEAT_S),
                        .outbox = sim_outbox(),
                        .pub = pub,
                        .clock = clock_port,
                        .ids = x->ids,
                        .id_lens = x->id_lens,
-                       .hooks = &hooks,
+                       .hooks = sim.o.ordered ? &hooks_ordered : &hooks,
                        .hooks_ctx = NULL};
 }
 
@@ -175,12 +196,17 @@ void sim_life_begin(void)
     sim_q.handler_timeout = sim.o.handler_timeout_ms / 1000;
     sim_q.quorum = sim.o.quorum;
     sim_q.dead_letter_queue = sim.o.has_dlq ? "orders.dlq" : NULL;
+    sim_q.order_key = sim.o.ordered ? "header:k" : NULL;
+    sim_q.order_dead_letter = CONF_ORDER_DL_RELEASE;
     memset(&sim_keys, 0, sizeof(sim_keys));
     sim_keys.n = 1;
     for (int i = 0; i < RELAY_KEY_LEN; i++)
         sim_keys.k[0][i] = (unsigned char)sim_rng_next(&sim.rng);
     for (int k = 0; k < sim.o.workers; k++) {
-        if (life_init(&workers[k].life, sim.o.batch_size, sim.o.max_held) != 0) {
+        workers[k].ord = (order_batch_t){
+            .ops = &sim_order_db_ops, .ctx = NULL, .q = &sim_q, .life = &workers[k].life};
+        if (life_init(&workers[k].life, sim.o.batch_size, sim.o.max_held) != 0 ||
+            (sim.o.ordered && order_batch_init(&workers[k].ord, sim.o.batch_size) != 0)) {
             fprintf(stderr, "sim: out of memory\n");
             abort();
         }
@@ -196,6 +222,7 @@ void sim_life_end(void)
     for (int k = 0; k < sim.o.workers; k++) {
         life_release(&workers[k].life);
         life_free(&workers[k].life);
+        order_batch_free(&workers[k].ord);
     }
 }
 
