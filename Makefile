@@ -193,7 +193,7 @@ $(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tes
 SIM_SEEDS ?= 2000
 SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c \
 	src/life.c src/batch.c src/guard.c src/settle.c src/step.c src/outbox.c src/relay.c src/delivery.c \
-	src/trace.c src/log.c src/order.c src/order_batch.c
+	src/trace.c src/log.c src/order.c src/order_batch.c src/autoscale.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
 

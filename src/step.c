@@ -151,3 +151,22 @@ step_status_t step_run(step_t *s)
     settle_release(s->st);
     return STEP_RAN;
 }
+
+bool step_drain(step_t *s, uint64_t drain_ms, bool (*pending)(void *ctx), void *ctx)
+{
+    uint64_t now = s->clock.ops->now_ms(s->clock.ctx);
+    if (!s->draining) {
+        s->draining = true;
+        s->drain_until_ms = now + drain_ms;
+        s->bt->no_wait = true;
+        if (s->bt->consume.ops->cancel(s->bt->consume.ctx) != 0)
+            return false;
+        log_debug("stopping: consumer cancelled, running the deliveries already received");
+    }
+    bool held = s->life->batch.n > 0 || s->bt->has_carry || (pending && pending(ctx));
+    if (held && now >= s->drain_until_ms) {
+        log_info("stopping: deliveries not run within the drain time go back to the queue");
+        return false;
+    }
+    return held;
+}

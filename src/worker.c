@@ -230,39 +230,27 @@ static void worker_wire_step(worker_t *w)
 }
 
 /*
- * Whether the consume loop goes on. Once stopping (SIGTERM: shutdown,
- * reload, the autoscaler retiring the worker), the worker does not hand back
- * the deliveries the broker already sent it: those would come back
- * redelivered, and a redelivered message runs alone (it may be what killed a
- * worker), one transaction each. It cancels its consumer (basic.cancel:
- * nothing new comes after cancel-ok) and runs what it holds, for at most
- * WORKER_DRAIN_MS and half of shutdown_timeout; what is left then goes back
- * unacked as before. A second SIGTERM, or no consumer to cancel (the broker
+ * Whether the consume loop goes on. Once stopping (SIGTERM), the worker
+ * drains (step_drain) for at most WORKER_DRAIN_MS and half of
+ * shutdown_timeout. A second SIGTERM, or no consumer to cancel (the broker
  * connection is being re-made), stops it at once.
  */
+/* Deliveries received and not collected yet (step_drain's pending). */
+static bool worker_pending(void *mq)
+{
+    return mq_pending(mq);
+}
+
 static bool worker_go_on(worker_t *w)
 {
     if (!worker_stop)
         return true;
     if (worker_stop > 1)
         return false;
-    if (!w->draining) {
-        uint64_t ms = WORKER_DRAIN_MS;
-        if ((uint64_t)w->conf->shutdown_timeout * 500 < ms)
-            ms = (uint64_t)w->conf->shutdown_timeout * 500;
-        w->draining = true;
-        w->drain_until_ms = worker_now_ms() + ms;
-        w->bt.no_wait = true;
-        if (w->consume.ops->cancel(w->consume.ctx) != 0)
-            return false;
-        log_debug("stopping: consumer cancelled, running the deliveries already received");
-    }
-    bool held = w->life.batch.n > 0 || w->bt.has_carry || mq_pending(w->mq);
-    if (held && worker_now_ms() >= w->drain_until_ms) {
-        log_info("stopping: deliveries not run within the drain time go back to the queue");
-        return false;
-    }
-    return held;
+    uint64_t ms = WORKER_DRAIN_MS;
+    if ((uint64_t)w->conf->shutdown_timeout * 500 < ms)
+        ms = (uint64_t)w->conf->shutdown_timeout * 500;
+    return step_drain(&w->step, ms, worker_pending, w->mq);
 }
 
 /* The consume loop. Returns an exit code. */
@@ -280,7 +268,7 @@ static int worker_loop(worker_t *w)
         int db_rc = worker_check_db(w);
         if (db_rc == 0)
             worker_reread_keys(w);
-        if (db_rc != 0 || (!w->draining && chores_tick(&w->chores) != 0)) {
+        if (db_rc != 0 || (!w->step.draining && chores_tick(&w->chores) != 0)) {
             worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }

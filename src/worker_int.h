@@ -51,10 +51,8 @@ typedef struct worker {
     char name[160]; /* "<queue>#<index>": log context, and in connection names */
     void *state;    /* the handler's, from its init */
     bool state_live;
-    bool draining;           /* stopping: consumer cancelled, running what already came */
-    uint64_t drain_until_ms; /* ... until then at most (worker_go_on) */
-    bool noted;              /* the predecessor's crash note was counted (worker_h_note) */
-    chores_t chores;         /* retention, reconcile and the sweeper, between batches */
+    bool noted;      /* the predecessor's crash note was counted (worker_h_note) */
+    chores_t chores; /* retention, reconcile and the sweeper, between batches */
     /* Connections (worker_conn.c) and the ports on them (worker_ops.c). */
     db_t *db;
     mq_t *mq;

@@ -96,7 +96,7 @@ typedef struct sim_conns {
     sim_delivery_t unacked[SIM_PREFETCH];
     int n_unacked;
     uint64_t next_tag;
-    bool pub_open;
+    bool pub_open, cancelled;
     uint64_t pub_seq;
     struct {
         int kind, id, row;
@@ -121,6 +121,7 @@ static void conns_save(sim_conns_t *c)
     c->next_tag = sim_mq.next_tag;
     c->pub_open = sim_mq.pub_open;
     c->pub_seq = sim_mq.pub_seq;
+    c->cancelled = sim_mq.cancelled;
     _Static_assert(sizeof(c->tw) == sizeof(sim_db.w), "sim_db.w");
     _Static_assert(sizeof(c->sp) == sizeof(sim_db.sp), "sim_db.sp");
     memcpy(c->tw, sim_db.w, sizeof(c->tw));
@@ -139,6 +140,7 @@ static void conns_load(const sim_conns_t *c)
     sim_mq.next_tag = c->next_tag;
     sim_mq.pub_open = c->pub_open;
     sim_mq.pub_seq = c->pub_seq;
+    sim_mq.cancelled = c->cancelled;
     memcpy(sim_db.w, c->tw, sizeof(c->tw));
     sim_db.nw = c->nw;
     memcpy(sim_db.sp, c->sp, sizeof(c->sp));
@@ -186,6 +188,8 @@ void sim_slot_started(void)
     starting = false;
 }
 
+static void retire_check(const char *how);
+
 void sim_die(int sig, const char *where)
 {
     int ids[SIM_BATCH], n = 0;
@@ -216,8 +220,14 @@ void sim_die(int sig, const char *where)
     }
     if (!(starting && sim_slot.in_handler) || sim.bug.lost_note)
         sim_slot.exit_signal = sig;
+    /* A retiring worker's death ends its retirement: the supervisor releases its slot (and a
+     * crash note in it: sup_reap), no successor. */
+    bool retired = sim.retiring[sim.cur];
+    if (retired)
+        retire_check(sim.kill_in[sim.cur] < 0 ? "killed by the autoscaler" : NULL);
+    sim.kill_in[sim.cur] = 0;
     /* The supervisor starts the successor after a back-off; other workers go on meanwhile. */
-    if (sim.o.workers > 1)
+    if (sim.o.workers > 1 && !retired)
         sim.down_until[sim.cur] = sim.steps + (long)sim_rng_below(&sim.sched, 4);
     /* The successor's view: the broker requeues what was unacked, the server rolls back. */
     if (!sim.model)
@@ -226,14 +236,55 @@ void sim_die(int sig, const char *where)
     sim_pub_close();
     sim_db_disconnect();
     memset(&w, 0, sizeof(w));
-    starting = true;
+    starting = !retired;
+    if (retired) {
+        sim.retiring[sim.cur] = false;
+        sim.off[sim.cur] = true;
+        memset(&sim_slot, 0, sizeof(sim_slot));
+    }
     longjmp(sim.death, 1);
 }
 
 void sim_maybe_die(const char *where)
 {
+    /* --bug retire_kill: the autoscaler's SIGKILL lands here. */
+    if (sim.retiring[sim.cur] && sim.kill_in[sim.cur] > 0 && --sim.kill_in[sim.cur] == 0) {
+        sim.kill_in[sim.cur] = -1;
+        sim_die(SIGKILL, "retired by the autoscaler with SIGKILL");
+    }
     if (sim_fault(sim.o.pm_death))
         sim_die(SIGKILL, where);
+}
+
+void sim_retired(void)
+{
+    sim_log("retired: drained, exits");
+    retire_check("drained");
+    sim_life_exit();
+    sim_mq_close_consumer();
+    sim_pub_close();
+    sim_db_disconnect();
+    sim.retiring[sim.cur] = false;
+    sim.off[sim.cur] = true;
+    memset(&sim_slot, 0, sizeof(sim_slot));
+    starting = false;
+}
+
+/*
+ * A retirement hands back nothing it committed: a worker the autoscaler
+ * retires finishes its batch and settles it before it exits (step_drain
+ * runs whole steps), so no message it committed comes back to run again
+ * (a duplicate, or with dedup = "none" its effects twice). how: the exit
+ * (NULL: a death of its own while draining, not the retirement's doing).
+ */
+static void retire_check(const char *how)
+{
+    int ids[SIM_BATCH];
+    int n = how ? sim_life_unsettled(ids, SIM_BATCH) : 0;
+    for (int i = 0; i < n; i++)
+        sim_violation("retired worker w%d (%s) exits with m%d committed and not settled: it "
+                      "comes back and runs again",
+                      sim.cur, how, ids[i]);
 }
 
 /* The worker lost its database (or the broker): it exits, the supervisor starts another. */
@@ -364,7 +415,10 @@ static void worker_guard(int i)
 /* The handler's own code: a few milliseconds. */
 static void handler_time(void)
 {
-    sim.now_ms += 1 + sim_rng_below(&sim.rng, 40);
+    /* workers = "auto": a slow handler (50 to 250 ms), the load the autoscaler is for: the
+     * backlog lasts long enough for it to add workers, judge them and take them back. */
+    sim.now_ms +=
+        sim.o.autoscale ? 50 + sim_rng_below(&sim.rng, 200) : 1 + sim_rng_below(&sim.rng, 40);
 }
 
 /*
@@ -861,6 +915,16 @@ static void draw_options(void)
         o->quorum = false;
         o->n_keys = 1 + (int)sim_rng_below(&krng, SIM_KEYS);
     }
+    /* workers = "auto" (one seed in four of the rest: not ordered, which is one worker) on a
+     * stream of its own: workers_min 1 or 2, workers_max up to SIM_WORKERS - 1 (a slot stays
+     * free for a worker still draining while another starts, as sup_auto_free_index). */
+    sim_rng_t arng = {sim.seed ^ 0xA0705CA1E5EED777ULL};
+    o->autoscale = !sim.model && !o->ordered && force_workers == 0 && sim_rng_below(&arng, 4) == 0;
+    if (o->autoscale) {
+        o->as_min = 1 + (int)sim_rng_below(&arng, 2);
+        o->as_max = o->as_min + (int)sim_rng_below(&arng, (unsigned)(SIM_WORKERS - o->as_min));
+        o->workers = o->as_max + 1;
+    }
     for (int id = 0; id < o->n_msgs; id++) {
         unsigned k = sim_rng_below(r, 100);
         sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
@@ -894,7 +958,87 @@ static bool drained(void)
         for (int r = 0; r < SIM_ROWS; r++)
             if (sim_db.row[id][r])
                 return false;
+    /* workers = "auto": an idle queue shrinks to workers_min; the run waits for that (each
+     * retirement drained and gone). */
+    for (int k = 0, live = 0; sim.o.autoscale && k < sim.o.workers; k++) {
+        if (sim.retiring[k])
+            return false;
+        if (!sim.off[k] && ++live > sim.o.as_min)
+            return false;
+    }
     return true;
+}
+
+/* A worker number k of the queue starts (the supervisor's sup_add_worker): its slot was off. */
+static void autoscale_start(int k)
+{
+    sim.off[k] = false;
+    sim.down_until[k] = 0;
+    sim.seen_done[k] = sim_life_done(k);
+    sim.busy_ms[k] = sim.idle_ms[k] = 0;
+    sim.scale_ups++;
+}
+
+/*
+ * workers = "auto": every AUTOSCALE_INTERVAL_MS the supervisor feeds the
+ * queue's controller one sample of its consuming workers (sup_auto_tick)
+ * and starts or retires one. The controller is the real autoscale_feed; the
+ * sample is the slots' counters (settle.c counts what each finished) and
+ * each worker's busy and idle time on the simulated clock.
+ */
+static void autoscale_tick(void)
+{
+    const sim_opts_t *o = &sim.o;
+    if (!o->autoscale || sim.now_ms < sim.as_at_ms + AUTOSCALE_INTERVAL_MS)
+        return;
+    autoscale_sample_t smp = {.now_ms = sim.now_ms, .dt_ms = sim.now_ms - sim.as_at_ms};
+    int live = 0, k;
+    sim.as_at_ms = sim.now_ms;
+    for (k = 0; k < o->workers; k++) {
+        if (sim.off[k] || sim.retiring[k])
+            continue;
+        live++;
+        uint64_t done = sim_life_done(k), busy = sim.busy_ms[k], idle = sim.idle_ms[k];
+        uint64_t d = done - sim.seen_done[k];
+        sim.seen_done[k] = done;
+        sim.busy_ms[k] = sim.idle_ms[k] = 0;
+        if (sim.down_until[k] > sim.steps)
+            continue; /* restarting: not consuming */
+        smp.consuming++;
+        smp.done += d;
+        smp.busy_us += busy * 1000;
+        smp.idle_us += idle * 1000;
+    }
+    sim.as.target = live; /* the controller's count is the one running (sup_auto_tick) */
+    autoscale_set_max(&sim.as, o->as_max);
+    switch (autoscale_feed(&sim.as, &smp)) {
+    case AUTOSCALE_UP:
+        for (k = 0; k < o->workers && !sim.off[k]; k++)
+            ;
+        sim_log("autoscaler: %s: %s", sim.as.why,
+                k < o->workers ? "a worker starts" : "no free slot (all draining)");
+        if (k < o->workers)
+            autoscale_start(k);
+        break;
+    case AUTOSCALE_DOWN:
+        for (k = o->workers - 1; k >= 0 && (sim.off[k] || sim.retiring[k]); k--)
+            ;
+        if (k < 0)
+            break;
+        sim_log("autoscaler: %s: worker w%d retires", sim.as.why, k);
+        sim.retiring[k] = true; /* SIGTERM: it drains (step_drain), not restarted */
+        sim.retirements++;
+        if (sim.bug.retire_kill)
+            sim.kill_in[k] = 1 + (int)sim_rng_below(&sim.sched, 12);
+        break;
+    case AUTOSCALE_KEEP:
+        break;
+    }
+    for (live = 0, k = 0; k < o->workers; k++)
+        live += !sim.off[k] && !sim.retiring[k];
+    if (live < o->as_min || live > o->as_max)
+        sim_violation("workers = \"auto\": %d workers running, outside %d..%d", live, o->as_min,
+                      o->as_max);
 }
 
 /* Run one seed; true when every invariant held. */
@@ -920,17 +1064,24 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     sim_mq_reset();
     draw_options();
     const sim_opts_t *o = &sim.o;
-    sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
-            "bulk %d, "
-            "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
-            "backoff %d ms), dedup %s, ordered %d (%d keys); per mille: db "
-            "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
-            (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
-            o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
-            o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
-            o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
-            o->ordered, o->n_keys, o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall,
-            o->pm_unroutable, o->pm_nack, o->pm_close);
+    if (o->autoscale) {
+        autoscale_init(&sim.as, o->as_min, o->as_max);
+        for (int k = 0; k < o->workers; k++)
+            sim.off[k] = k >= sim.as.target;
+        sim.as_at_ms = sim.now_ms;
+    }
+    sim_log(
+        "seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
+        "bulk %d, "
+        "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
+        "backoff %d ms), dedup %s, ordered %d (%d keys), workers auto %d (%d..%d); per mille: db "
+        "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
+        (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
+        o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
+        o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "", o->outbox,
+        o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table", o->ordered,
+        o->n_keys, o->autoscale, o->as_min, o->as_max, o->pm_db_fault, o->pm_commit_lost,
+        o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
     for (int id = 0; id < o->n_msgs; id++) {
         sim_bmsg_t m;
         memset(&m, 0, sizeof(m));
@@ -961,7 +1112,8 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             break;
         }
         maybe_lock();
-        sim.now_ms += 1 + sim_rng_below(&sim.rng, 20);
+        uint64_t tick = 1 + sim_rng_below(&sim.rng, 20);
+        sim.now_ms += tick;
         uint64_t next = sim_mq_tick();
         bool busy = false;
         if (model) {
@@ -973,14 +1125,21 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             int first_k = o->workers > 1 ? (int)sim_rng_below(&sim.sched, (unsigned)o->workers) : 0;
             for (int j = 0; j < o->workers && !sim.failed; j++) {
                 int k = (first_k + j) % o->workers;
+                if (sim.off[k])
+                    continue;
                 if (sim.down_until[k] > sim.steps) {
                     busy = true;
                     continue;
                 }
                 sim_switch(k);
-                busy |= sim_life_step();
+                uint64_t t0 = sim.now_ms;
+                bool ran = sim_life_step();
+                busy |= ran;
+                if (o->autoscale)
+                    *(ran ? &sim.busy_ms[k] : &sim.idle_ms[k]) += tick + sim.now_ms - t0;
                 check_step();
             }
+            autoscale_tick();
         }
         if (!busy && sim.calm && drained())
             break;
@@ -994,6 +1153,9 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
                 if (h && (t == 0 || h < t))
                     t = h;
             }
+            for (int k = 0; o->autoscale && t > sim.now_ms && k < o->workers; k++)
+                if (!sim.off[k])
+                    sim.idle_ms[k] += t - sim.now_ms;
             if (t > sim.now_ms)
                 sim.now_ms = t;
         }
@@ -1047,7 +1209,7 @@ static void usage(void)
            "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
            "  --seed S    run one seed; --trace prints every step\n"
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              carry_ack, lost_note, auto_ack, stale_free\n"
+           "              carry_ack, lost_note, auto_ack, stale_free, retire_kill\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of the daemon's step.c\n"
@@ -1104,6 +1266,8 @@ int main(int argc, char **argv)
                 bugs.auto_ack = true;
             else if (strcmp(b, "stale_free") == 0)
                 bugs.stale_free = true;
+            else if (strcmp(b, "retire_kill") == 0)
+                bugs.retire_kill = true;
             else {
                 usage();
                 return 64;
@@ -1119,15 +1283,16 @@ int main(int argc, char **argv)
         return 64;
     }
     bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack ||
-                   bugs.lost_note || bugs.auto_ack || bugs.stale_free;
+                   bugs.lost_note || bugs.auto_ack || bugs.stale_free || bugs.retire_kill;
     char bugarg[200] = "";
     if (any_bug)
-        snprintf(
-            bugarg, sizeof(bugarg), "%s%s%s%s%s%s%s", bugs.no_fallback ? " --bug no_fallback" : "",
-            bugs.match_by_key ? " --bug match_by_key" : "",
-            bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
-            bugs.carry_ack ? " --bug carry_ack" : "", bugs.lost_note ? " --bug lost_note" : "",
-            bugs.auto_ack ? " --bug auto_ack" : "", bugs.stale_free ? " --bug stale_free" : "");
+        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s%s%s%s",
+                 bugs.no_fallback ? " --bug no_fallback" : "",
+                 bugs.match_by_key ? " --bug match_by_key" : "",
+                 bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
+                 bugs.carry_ack ? " --bug carry_ack" : "", bugs.lost_note ? " --bug lost_note" : "",
+                 bugs.auto_ack ? " --bug auto_ack" : "", bugs.stale_free ? " --bug stale_free" : "",
+                 bugs.retire_kill ? " --bug retire_kill" : "");
 
     if (have_one) {
         bool ok = sim_run(one, &bugs, trace, model);
@@ -1140,7 +1305,7 @@ int main(int argc, char **argv)
 
     double t0 = now_s();
     long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0,
-         ordered_seeds = 0;
+         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
         if (!sim_run(s, &bugs, false, model)) {
@@ -1156,15 +1321,19 @@ int main(int argc, char **argv)
         dups += sim.dup_effects;
         none_seeds += sim.o.dedup_none;
         ordered_seeds += sim.o.ordered;
+        auto_seeds += sim.o.autoscale;
+        ups += sim.scale_ups;
+        retires += sim.retirements;
     }
     double dt = now_s() - t0;
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
            "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
-           "applied again there, %ld ordered, %.0f seeds/s)",
+           "applied again there, %ld ordered, %ld with workers auto (%ld workers added, %ld "
+           "retired), %.0f seeds/s)",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
-           bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds,
-           dt > 0 ? (double)seeds / dt : 0.0);
+           bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds, auto_seeds, ups,
+           retires, dt > 0 ? (double)seeds / dt : 0.0);
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {
@@ -1207,6 +1376,12 @@ int main(int argc, char **argv)
              "stale_free (order_batch_test_stale_free: an ordered queue's batch trusts its first "
              "read of a key after an earlier message of it blocked the key)",
              {.stale_free = true},
+             true},
+            {false,
+             "retire_kill",
+             "retire_kill (workers = \"auto\": the autoscaler retires a worker with SIGKILL, "
+             "not SIGTERM and its drain, so it exits without settling what it committed)",
+             {.retire_kill = true},
              true},
         };
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

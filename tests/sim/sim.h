@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "amqp_compat.h"
+#include "autoscale.h"
 #include "conf.h"
 #include "order_batch.h"
 #include "port.h"
@@ -50,6 +51,7 @@ static inline bool sim_rng_pm(sim_rng_t *r, unsigned pm)
 #define SIM_LOCK_WAIT_MS 15000 /* innodb_lock_wait_timeout: a row lock wait ends in 1205 */
 #define SIM_WORKERS 4          /* most workers drawn for the queue */
 #define SIM_HEARTBEAT_S 4      /* broker.heartbeat: a batch starts handlers for at most 2 s */
+#define SIM_DRAIN_MS 5000      /* worker.c WORKER_DRAIN_MS: a retiring worker drains this long */
 #define SIM_KEYS 4             /* most order keys of an ordered queue's run */
 #define SIM_ORDER_SNAPS 128    /* key-table versions one open transaction may write */
 
@@ -99,6 +101,9 @@ typedef struct sim_opts {
     bool dedup_none; /* dedup = "none": no record table, at least once (invariant 1 relaxed) */
     bool ordered;    /* order_key = "header:k" (one worker, a classic queue, dedup table) */
     int n_keys;      /* ordered: keys k0..k<n_keys-1> */
+    /* workers = "auto" (workers then counts the slots: as_max + 1, room for one draining) */
+    bool autoscale;
+    int as_min, as_max; /* workers_min, workers_max */
 } sim_opts_t;
 
 /* Test-only switches that put an old behaviour back (sim --bug NAME). */
@@ -114,6 +119,8 @@ typedef struct sim_bugs {
                           * commit */
     bool stale_free;     /* order_batch_test_stale_free: a later message of a key an earlier one of
                           * the batch blocked trusts the pass's first read and runs past it */
+    bool retire_kill;    /* the autoscaler retires a worker with SIGKILL, not SIGTERM and its
+                          * drain: it dies wherever it is, between a COMMIT and its acks */
 } sim_bugs_t;
 
 /* What the catalogue knows about each message id (the ground truth). */
@@ -157,6 +164,14 @@ typedef struct sim {
     int deaths, crashes_seen;
     int overshoots;  /* crashes past max_attempts that only other workers' uncounted ones explain */
     int dup_effects; /* dedup = "none": effects applied more than once (allowed, counted) */
+    /* workers = "auto": the real controller (autoscale.c) and the slots it starts and retires.
+     * off: no process (never started, or retired); retiring: draining (step_drain). */
+    autoscale_t as;
+    uint64_t as_at_ms;
+    bool off[SIM_WORKERS], retiring[SIM_WORKERS];
+    int kill_in[SIM_WORKERS]; /* --bug retire_kill: the SIGKILL lands at its Nth statement */
+    uint64_t busy_ms[SIM_WORKERS], idle_ms[SIM_WORKERS], seen_done[SIM_WORKERS];
+    int scale_ups, retirements;
     long steps;
     bool failed;
     char why[512];
@@ -275,7 +290,8 @@ typedef struct sim_mq {
     uint64_t pub_seq;
     sim_copy_t sent[SIM_ROUND]; /* this round's copies, in publishing order */
     int n_sent;
-    int dropped; /* messages the broker deleted (4.x delivery limit, no dead-lettering) */
+    int dropped;    /* messages the broker deleted (4.x delivery limit, no dead-lettering) */
+    bool cancelled; /* the consumer was cancelled (basic.cancel): nothing more is delivered */
 } sim_mq_t;
 
 extern sim_mq_t sim_mq;
@@ -359,8 +375,16 @@ void sim_life_end(void);
 /* The worker sim.cur died: give up its deliveries (the broker requeues them); a new worker
  * next. */
 void sim_life_die(void);
-/* One turn of worker sim.cur's loop: step_run, the sweeper when idle; false when idle. */
+/* One turn of worker sim.cur's loop: step_run, the sweeper when idle; false when idle. A
+ * retiring worker drains first (step_drain) and, done, exits (sim_retired). */
 bool sim_life_step(void);
+/* Worker sim.cur retired: it drained and exits (sim.c); and the same for the modules. */
+void sim_retired(void);
+void sim_life_exit(void);
+/* Messages worker k finished (acked, dead-lettered, retried: the slot's counters). */
+uint64_t sim_life_done(int k);
+/* Ids worker sim.cur committed and has not settled yet (*ids up to max); how many. */
+int sim_life_unsettled(int *ids, int max);
 /* The ids in worker sim.cur's batch now (for the deaths' bookkeeping); returns how many. */
 int sim_life_batch_ids(int *ids, int max);
 /* Sizes for invariant 5 and the drain, of worker k. */

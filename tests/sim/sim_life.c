@@ -23,7 +23,10 @@ typedef struct sim_worker {
     settle_t st;
     guard_t guard;
     step_t step;
-    order_batch_t ord; /* an ordered queue's batch keys (order_batch.c), as worker_t's */
+    order_batch_t ord;        /* an ordered queue's batch keys (order_batch.c), as worker_t's */
+    metrics_counters_t c;     /* the slot's counters (the autoscaler reads them) */
+    int unsettled[SIM_BATCH]; /* committed by its last transaction, not settled yet */
+    int n_unsettled;
     const char *ids[SIM_BATCH + 1];
     size_t id_lens[SIM_BATCH + 1];
 } sim_worker_t;
@@ -31,7 +34,6 @@ typedef struct sim_worker {
 static sim_worker_t workers[SIM_WORKERS];
 conf_queue_t sim_q; /* the queue's settings, the same for every worker */
 relay_keys_t sim_keys;
-static metrics_counters_t counters;
 static int delays[1] = {1000};
 
 static const port_consume_t consume = {&sim_consume_ops, NULL};
@@ -101,9 +103,20 @@ static void h_noted(void *ctx)
 
 static void h_transacted(void *ctx, const txn_t *t, txn_status_t st)
 {
+    sim_worker_t *x = &workers[sim.cur];
     (void)ctx;
-    if (st == TXN_DONE)
-        sim_after_txn(t->m, t->n);
+    if (st != TXN_DONE)
+        return;
+    sim_after_txn(t->m, t->n);
+    for (int i = 0; i < t->n && x->n_unsettled < SIM_BATCH; i++)
+        if (t->m[i].state == TXN_COMMITTED)
+            x->unsettled[x->n_unsettled++] = sim_id_of(&t->m[i]);
+}
+
+static void h_settled(void *ctx)
+{
+    (void)ctx;
+    workers[sim.cur].n_unsettled = 0;
 }
 
 /* An ordered queue: the batch's keys and running order, as worker_order_keys finds them. */
@@ -118,6 +131,7 @@ static const step_hooks_t hooks = {
     .note = h_note,
     .noted = h_noted,
     .transacted = h_transacted,
+    .settled = h_settled,
 };
 
 static const step_hooks_t hooks_ordered = {
@@ -125,6 +139,7 @@ static const step_hooks_t hooks_ordered = {
     .noted = h_noted,
     .order_keys = h_order_keys,
     .transacted = h_transacted,
+    .settled = h_settled,
 };
 
 order_batch_t *sim_life_order(void)
@@ -156,9 +171,10 @@ static void life_wire(int k)
                        .clock = clock_port,
                        .guard = &x->guard,
                        .key = sim_keys.k[0],
-                       .c = &counters,
+                       .c = &x->c,
                        .heartbeat = SIM_HEARTBEAT_S,
                        .life = &x->life};
+    x->n_unsettled = 0;
     x->step = (step_t){.life = &x->life,
                        .bt = &x->bt,
                        .st = &x->st,
@@ -232,6 +248,26 @@ void sim_life_die(void)
     life_wire(sim.cur);
 }
 
+void sim_life_exit(void)
+{
+    sim_life_die(); /* what it still holds goes back unacked, as at any exit */
+}
+
+uint64_t sim_life_done(int k)
+{
+    const metrics_counters_t *c = &workers[k].c;
+    return c->n_ok + c->n_duplicate + c->n_retry + c->n_reject;
+}
+
+int sim_life_unsettled(int *ids, int max)
+{
+    const sim_worker_t *x = &workers[sim.cur];
+    int n = 0;
+    for (int i = 0; i < x->n_unsettled && n < max; i++)
+        ids[n++] = x->unsettled[i];
+    return n;
+}
+
 int sim_life_batch_ids(int *ids, int max)
 {
     const life_t *l = &workers[sim.cur].life;
@@ -271,7 +307,19 @@ void sim_life_published(void)
 bool sim_life_step(void)
 {
     sim_worker_t *x = &workers[sim.cur];
+    /* Retiring (SIGTERM from the autoscaler): the daemon's drain, WORKER_DRAIN_MS at most. */
+    if (sim.retiring[sim.cur] && !sim.bug.retire_kill &&
+        !step_drain(&x->step, SIM_DRAIN_MS, NULL, NULL)) {
+        sim_retired();
+        return false;
+    }
     step_status_t st = step_run(&x->step);
+    /* --bug retire_kill: no drain; a SIGKILL that has not landed on a statement yet lands
+     * between steps. */
+    if (sim.retiring[sim.cur] && sim.bug.retire_kill && st == STEP_IDLE) {
+        sim.kill_in[sim.cur] = 1;
+        sim_maybe_die("between steps");
+    }
     if (st < 0)
         sim_die(0, x->step.why);
     if (st == STEP_IDLE) {

@@ -93,7 +93,7 @@ static void mq_return(sim_bmsg_t m)
 
 bool sim_mq_next(sim_delivery_t *d)
 {
-    if (sim_mq.n_unacked >= sim.o.prefetch || sim_mq.qn[SQ_MAIN] == 0)
+    if (sim_mq.n_unacked >= sim.o.prefetch || sim_mq.qn[SQ_MAIN] == 0 || sim_mq.cancelled)
         return false;
     d->m = sim_mq.q[SQ_MAIN][0];
     memmove(&sim_mq.q[SQ_MAIN][0], &sim_mq.q[SQ_MAIN][1],
@@ -194,6 +194,7 @@ void sim_mq_close_consumer(void)
         sim_log("broker: consumer closed: %d unacked requeued", sim_mq.n_unacked - n_forgot);
     sim_mq.n_unacked = 0;
     sim_mq.next_tag = 1;
+    sim_mq.cancelled = false; /* a new connection consumes again */
     /* What no_ack let go is acked for good: invariants 1 and 2 look at what is left. */
     for (int i = 0; i < n_forgot; i++) {
         sim_log("broker: m%d was consumed with no_ack: not requeued", forgot[i]);

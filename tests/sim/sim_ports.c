@@ -147,10 +147,14 @@ static int b_nack(void *ctx, uint64_t tag, bool requeue)
     return sim_mq_nack(tag, requeue);
 }
 
+/* basic.cancel: the broker delivers nothing more on this channel (what it sent stays unacked). */
 static int c_cancel(void *ctx)
 {
     (void)ctx;
-    return 0; /* the simulated worker does not drain: nothing calls it */
+    sim_maybe_die("basic.cancel");
+    sim_mq.cancelled = true;
+    sim_log("broker: consumer cancelled (%d unacked)", sim_mq.n_unacked);
+    return 0;
 }
 
 const port_consume_ops_t sim_consume_ops = {
