@@ -116,7 +116,7 @@ static sim_conns_t conns[SIM_WORKERS];
 
 static void conns_save(sim_conns_t *c)
 {
-    memcpy(c->unacked, sim_mq.unacked, sizeof(c->unacked));
+    memcpy(c->unacked, sim_mq.unacked, (size_t)sim_mq.n_unacked * sizeof(c->unacked[0]));
     c->n_unacked = sim_mq.n_unacked;
     c->next_tag = sim_mq.next_tag;
     c->pub_open = sim_mq.pub_open;
@@ -124,9 +124,9 @@ static void conns_save(sim_conns_t *c)
     c->cancelled = sim_mq.cancelled;
     _Static_assert(sizeof(c->tw) == sizeof(sim_db.w), "sim_db.w");
     _Static_assert(sizeof(c->sp) == sizeof(sim_db.sp), "sim_db.sp");
-    memcpy(c->tw, sim_db.w, sizeof(c->tw));
+    memcpy(c->tw, sim_db.w, (size_t)sim_db.nw * sizeof(c->tw[0])); /* only what is used */
     c->nw = sim_db.nw;
-    memcpy(c->sp, sim_db.sp, sizeof(c->sp));
+    memcpy(c->sp, sim_db.sp, (size_t)sim_db.nsp * sizeof(c->sp[0]));
     c->nsp = sim_db.nsp;
     c->dead = sim_db.dead;
     c->slot = sim_slot;
@@ -135,15 +135,15 @@ static void conns_save(sim_conns_t *c)
 
 static void conns_load(const sim_conns_t *c)
 {
-    memcpy(sim_mq.unacked, c->unacked, sizeof(c->unacked));
+    memcpy(sim_mq.unacked, c->unacked, (size_t)c->n_unacked * sizeof(c->unacked[0]));
     sim_mq.n_unacked = c->n_unacked;
     sim_mq.next_tag = c->next_tag;
     sim_mq.pub_open = c->pub_open;
     sim_mq.pub_seq = c->pub_seq;
     sim_mq.cancelled = c->cancelled;
-    memcpy(sim_db.w, c->tw, sizeof(c->tw));
+    memcpy(sim_db.w, c->tw, (size_t)c->nw * sizeof(c->tw[0]));
     sim_db.nw = c->nw;
-    memcpy(sim_db.sp, c->sp, sizeof(c->sp));
+    memcpy(sim_db.sp, c->sp, (size_t)c->nsp * sizeof(c->sp[0]));
     sim_db.nsp = c->nsp;
     sim_db.dead = c->dead;
     sim_slot = c->slot;
@@ -158,6 +158,42 @@ static void sim_switch(int k)
     conns_save(&conns[sim.cur]);
     conns_load(&conns[k]);
     sim.cur = k;
+}
+
+int sim_instance(int k)
+{
+    return sim.o.instances > 1 && k >= sim.o.workers / 2;
+}
+
+/*
+ * Two instances: instance i is killed as a whole (kill -9 of its
+ * supervisor, or the host gone), between the workers' turns, and systemd
+ * starts it again after a back-off. Its workers' deliveries go back to the
+ * queue, their connections close; its slots are new shared memory, so a
+ * crash note no successor counted yet is gone (the guard's starts rule
+ * still bounds that message: guard.c).
+ */
+static void instance_kill(int inst)
+{
+    sim.instance_deaths++;
+    for (int k = 0; k < sim.o.workers; k++) {
+        if (sim_instance(k) != inst)
+            continue;
+        sim_switch(k);
+        sim_log("instance %d killed: worker w%d gone", inst, k);
+        if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL &&
+            sim_slot.exit_signal != SIGTERM) {
+            sim.truth[sim_slot.crash_id].notes_gone++;
+            sim_log("crash note of m%d gone with the instance's slots", sim_slot.crash_id);
+        }
+        sim_life_die();
+        sim_mq_close_consumer();
+        sim_pub_close();
+        sim_db_disconnect();
+        memset(&sim_slot, 0, sizeof(sim_slot));
+        starting = false;
+        sim.down_until[k] = sim.steps + 1 + (long)sim_rng_below(&sim.sched, 8);
+    }
 }
 
 int sim_other_unacked(int id)
@@ -462,7 +498,7 @@ static unsigned handler_stmt(int id, int row)
 static void check_crash_limit(int id)
 {
     sim_truth_t *tr = &sim.truth[id];
-    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1);
+    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1) + tr->notes_gone;
     if (!sim_slot.in_handler) {
         if (++tr->batch_crashes > tr->arrivals)
             sim_violation("m%d: crashed handle_batch %d times, arrived fresh %d times", id,
@@ -473,10 +509,10 @@ static void check_crash_limit(int id)
         sim.overshoots++; /* a run on counts short by another worker's uncounted crash */
     if (tr->own_crashes > limit)
         sim_violation("m%d: its handler crashed its worker %d times, over the limit %d "
-                      "(max_attempts %d, %d workers, arrived fresh %d times, %d crash notes lost; "
-                      "%lld crashes counted)",
+                      "(max_attempts %d, %d workers, arrived fresh %d times, %d crash notes lost, "
+                      "%d gone with an instance; %lld crashes counted)",
                       id, tr->own_crashes, limit, sim.o.max_attempts, sim.o.workers, tr->arrivals,
-                      tr->notes_lost, sim_db.crashes[id]);
+                      tr->notes_lost, tr->notes_gone, sim_db.crashes[id]);
 }
 
 /* The test handler's verdict on one message (both handle and handle_batch use it). */
@@ -925,6 +961,16 @@ static void draw_options(void)
         o->as_max = o->as_min + (int)sim_rng_below(&arng, (unsigned)(SIM_WORKERS - o->as_min));
         o->workers = o->as_max + 1;
     }
+    /* Two instances (one seed in four of the rest) on a stream of their own: 1 or 2 workers
+     * each, and the rate at which a whole instance is killed. */
+    sim_rng_t irng = {sim.seed ^ 0x2157A2CE5EED0042ULL};
+    o->instances = 1;
+    if (!sim.model && !o->ordered && !o->autoscale && force_workers == 0 &&
+        sim_rng_below(&irng, 4) == 0) {
+        o->instances = 2;
+        o->workers = 2 * (1 + (int)sim_rng_below(&irng, 2));
+        o->pm_instance_death = sim_rng_below(&irng, 8);
+    }
     for (int id = 0; id < o->n_msgs; id++) {
         unsigned k = sim_rng_below(r, 100);
         sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
@@ -1070,18 +1116,18 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             sim.off[k] = k >= sim.as.target;
         sim.as_at_ms = sim.now_ms;
     }
-    sim_log(
-        "seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
-        "bulk %d, "
-        "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
-        "backoff %d ms), dedup %s, ordered %d (%d keys), workers auto %d (%d..%d); per mille: db "
-        "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
-        (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
-        o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
-        o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "", o->outbox,
-        o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table", o->ordered,
-        o->n_keys, o->autoscale, o->as_min, o->as_max, o->pm_db_fault, o->pm_commit_lost,
-        o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
+    sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
+            "bulk %d, "
+            "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
+            "backoff %d ms), dedup %s, ordered %d (%d keys), workers auto %d (%d..%d), instances "
+            "%d; per mille: db "
+            "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
+            (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
+            o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
+            o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
+            o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
+            o->ordered, o->n_keys, o->autoscale, o->as_min, o->as_max, o->instances, o->pm_db_fault,
+            o->pm_commit_lost, o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
     for (int id = 0; id < o->n_msgs; id++) {
         sim_bmsg_t m;
         memset(&m, 0, sizeof(m));
@@ -1122,6 +1168,8 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
         } else {
             /* Each worker takes a turn, in an order the seed picks; a dead one's successor
              * waits out its restart back-off. */
+            if (o->instances > 1 && !sim.calm && sim_rng_pm(&sim.sched, o->pm_instance_death))
+                instance_kill((int)sim_rng_below(&sim.sched, 2));
             int first_k = o->workers > 1 ? (int)sim_rng_below(&sim.sched, (unsigned)o->workers) : 0;
             for (int j = 0; j < o->workers && !sim.failed; j++) {
                 int k = (first_k + j) % o->workers;
@@ -1209,7 +1257,8 @@ static void usage(void)
            "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
            "  --seed S    run one seed; --trace prints every step\n"
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              carry_ack, lost_note, auto_ack, stale_free, retire_kill\n"
+           "              carry_ack, lost_note, auto_ack, stale_free, retire_kill,\n"
+           "              guard_per_instance\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of the daemon's step.c\n"
@@ -1268,6 +1317,8 @@ int main(int argc, char **argv)
                 bugs.stale_free = true;
             else if (strcmp(b, "retire_kill") == 0)
                 bugs.retire_kill = true;
+            else if (strcmp(b, "guard_per_instance") == 0)
+                bugs.guard_per_instance = true;
             else {
                 usage();
                 return 64;
@@ -1283,16 +1334,18 @@ int main(int argc, char **argv)
         return 64;
     }
     bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack ||
-                   bugs.lost_note || bugs.auto_ack || bugs.stale_free || bugs.retire_kill;
-    char bugarg[200] = "";
+                   bugs.lost_note || bugs.auto_ack || bugs.stale_free || bugs.retire_kill ||
+                   bugs.guard_per_instance;
+    char bugarg[240] = "";
     if (any_bug)
-        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s%s%s%s",
+        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s%s%s%s%s",
                  bugs.no_fallback ? " --bug no_fallback" : "",
                  bugs.match_by_key ? " --bug match_by_key" : "",
                  bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
                  bugs.carry_ack ? " --bug carry_ack" : "", bugs.lost_note ? " --bug lost_note" : "",
                  bugs.auto_ack ? " --bug auto_ack" : "", bugs.stale_free ? " --bug stale_free" : "",
-                 bugs.retire_kill ? " --bug retire_kill" : "");
+                 bugs.retire_kill ? " --bug retire_kill" : "",
+                 bugs.guard_per_instance ? " --bug guard_per_instance" : "");
 
     if (have_one) {
         bool ok = sim_run(one, &bugs, trace, model);
@@ -1305,7 +1358,7 @@ int main(int argc, char **argv)
 
     double t0 = now_s();
     long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0,
-         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0;
+         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0, two_seeds = 0, inst_deaths = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
         if (!sim_run(s, &bugs, false, model)) {
@@ -1324,16 +1377,18 @@ int main(int argc, char **argv)
         auto_seeds += sim.o.autoscale;
         ups += sim.scale_ups;
         retires += sim.retirements;
+        two_seeds += sim.o.instances > 1;
+        inst_deaths += sim.instance_deaths;
     }
     double dt = now_s() - t0;
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
            "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
            "applied again there, %ld ordered, %ld with workers auto (%ld workers added, %ld "
-           "retired), %.0f seeds/s)",
+           "retired), %ld with two instances (%ld instance deaths), %.0f seeds/s)",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
            bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds, auto_seeds, ups,
-           retires, dt > 0 ? (double)seeds / dt : 0.0);
+           retires, two_seeds, inst_deaths, dt > 0 ? (double)seeds / dt : 0.0);
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {
@@ -1382,6 +1437,12 @@ int main(int argc, char **argv)
              "retire_kill (workers = \"auto\": the autoscaler retires a worker with SIGKILL, "
              "not SIGTERM and its drain, so it exits without settling what it committed)",
              {.retire_kill = true},
+             true},
+            {false,
+             "guard_per_instance",
+             "guard_per_instance (two instances: the crash guard's rows kept per instance, so "
+             "each counts only its own workers' crashes)",
+             {.guard_per_instance = true},
              true},
         };
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

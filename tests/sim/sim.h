@@ -104,6 +104,11 @@ typedef struct sim_opts {
     /* workers = "auto" (workers then counts the slots: as_max + 1, room for one draining) */
     bool autoscale;
     int as_min, as_max; /* workers_min, workers_max */
+    /* Two idemd instances on the queue (workers 2 or 4: the first half is instance 0's, the
+     * rest instance 1's), each with its own supervisor and slots; same broker and database. */
+    int instances;
+    unsigned pm_instance_death; /* per step: a whole instance is killed (kill -9 of its
+                                 * supervisor and workers), then restarted */
 } sim_opts_t;
 
 /* Test-only switches that put an old behaviour back (sim --bug NAME). */
@@ -121,6 +126,8 @@ typedef struct sim_bugs {
                           * the batch blocked trusts the pass's first read and runs past it */
     bool retire_kill;    /* the autoscaler retires a worker with SIGKILL, not SIGTERM and its
                           * drain: it dies wherever it is, between a COMMIT and its acks */
+    bool guard_per_instance; /* two instances: the crash guard's rows (idemd_attempt) kept per
+                              * instance, so each counts only its own workers' crashes */
 } sim_bugs_t;
 
 /* What the catalogue knows about each message id (the ground truth). */
@@ -135,6 +142,7 @@ typedef struct sim_truth {
     int own_crashes;              /* runs of handle() on it that killed the worker (SIGSEGV) */
     int batch_crashes;            /* handle_batch calls holding it that killed the worker */
     int notes_lost;               /* its crash notes lost: the successor was killed first */
+    int notes_gone;               /* its crash notes gone with a killed instance's slots */
     char dl_reason[160];          /* why idemd dead-lettered it (route DLQ or BROKER), or "" */
     bool row_committed[SIM_ROWS]; /* its outbox row was committed (with its effects) */
     int row_sends[SIM_ROWS];
@@ -172,6 +180,7 @@ typedef struct sim {
     int kill_in[SIM_WORKERS]; /* --bug retire_kill: the SIGKILL lands at its Nth statement */
     uint64_t busy_ms[SIM_WORKERS], idle_ms[SIM_WORKERS], seen_done[SIM_WORKERS];
     int scale_ups, retirements;
+    int instance_deaths;
     long steps;
     bool failed;
     char why[512];
@@ -199,6 +208,8 @@ typedef struct sim_db {
     /* Committed. */
     int rec[SIM_MSGS], eff[SIM_MSGS];
     long long starts[SIM_MSGS], crashes[SIM_MSGS];
+    /* --bug guard_per_instance: instance 1's own starts and crashes. */
+    long long starts1[SIM_MSGS], crashes1[SIM_MSGS];
     bool row[SIM_MSGS][SIM_ROWS]; /* outbox rows waiting for the relay */
     /* Their idemd_outbox columns: attempts, next_at, failed_at, last_error. */
     unsigned row_attempts[SIM_MSGS][SIM_ROWS];
@@ -397,6 +408,8 @@ void sim_life_trace(void);
 
 /* How many live instances of id the broker holds (queues, delay tier, unacked). */
 int sim_mq_count(int id);
+/* The instance worker k belongs to (0, or 1 with two instances). */
+int sim_instance(int k);
 /* Deliveries of id unacked on the channels of the workers other than sim.cur (sim.c). */
 int sim_other_unacked(int id);
 

@@ -302,13 +302,27 @@ unsigned sim_db_find(int id, bool *found)
     return 0;
 }
 
+/* The guard's rows of id as worker sim.cur's instance sees them: shared by every instance of
+ * the consumer, or (--bug guard_per_instance) instance 1's own. */
+static long long *db_starts(int id)
+{
+    return sim.bug.guard_per_instance && sim_instance(sim.cur) == 1 ? &sim_db.starts1[id]
+                                                                    : &sim_db.starts[id];
+}
+
+static long long *db_crashes(int id)
+{
+    return sim.bug.guard_per_instance && sim_instance(sim.cur) == 1 ? &sim_db.crashes1[id]
+                                                                    : &sim_db.crashes[id];
+}
+
 long long sim_db_bump(int id, long long *crashes)
 {
     if (db_fault("guard attempts bump", F_CONN) != 0)
         return -1;
-    *crashes = sim_db.crashes[id];
-    sim_log("db: guard: m%d start %lld, %lld crashes counted", id, sim_db.starts[id] + 1, *crashes);
-    return ++sim_db.starts[id];
+    *crashes = *db_crashes(id);
+    sim_log("db: guard: m%d start %lld, %lld crashes counted", id, *db_starts(id) + 1, *crashes);
+    return ++*db_starts(id);
 }
 
 long long sim_db_crash(int id, bool add_start)
@@ -316,9 +330,9 @@ long long sim_db_crash(int id, bool add_start)
     if (db_fault("guard crash count", F_CONN) != 0)
         return -1;
     if (add_start)
-        sim_db.starts[id]++;
-    sim_log("db: guard: m%d crash %lld counted", id, sim_db.crashes[id] + 1);
-    return ++sim_db.crashes[id];
+        ++*db_starts(id);
+    sim_log("db: guard: m%d crash %lld counted", id, *db_crashes(id) + 1);
+    return ++*db_crashes(id);
 }
 
 unsigned sim_db_unstart(int id)
@@ -326,8 +340,8 @@ unsigned sim_db_unstart(int id)
     unsigned e;
     if ((e = db_fault("guard attempts unstart", F_CONN)) != 0)
         return e;
-    if (sim_db.starts[id] > 0)
-        sim_db.starts[id]--;
+    if (*db_starts(id) > 0)
+        --*db_starts(id);
     return 0;
 }
 

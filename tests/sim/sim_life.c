@@ -155,7 +155,7 @@ static void life_wire(int k)
                          .ctx = NULL,
                          .max_attempts = sim_q.max_attempts,
                          .dedup_table = !sim.o.dedup_none,
-                         .workers = sim.o.workers};
+                         .workers = sim.o.workers / sim.o.instances}; /* its instance's */
     memset(&x->bt, 0, sizeof(x->bt));
     x->bt.q = &sim_q;
     x->bt.consume = consume;
