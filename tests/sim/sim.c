@@ -259,6 +259,13 @@ void sim_die(int sig, const char *where)
     /* A retiring worker's death ends its retirement: the supervisor releases its slot (and a
      * crash note in it: sup_reap), no successor. */
     bool retired = sim.retiring[sim.cur];
+    if (retired && sim_slot.in_handler && sig != SIGKILL) {
+        /* sup_reap releases a retiring worker's slot: its crash note goes with it. */
+        sim.retire_notes++;
+        sim.truth[sim_slot.crash_id].notes_gone++;
+        sim_log("crash note of m%d released with the retiring worker's slot: not counted",
+                sim_slot.crash_id);
+    }
     if (retired)
         retire_check(sim.kill_in[sim.cur] < 0 ? "killed by the autoscaler" : NULL);
     sim.kill_in[sim.cur] = 0;
@@ -1358,7 +1365,8 @@ int main(int argc, char **argv)
 
     double t0 = now_s();
     long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0,
-         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0, two_seeds = 0, inst_deaths = 0;
+         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0, two_seeds = 0, inst_deaths = 0,
+         retire_notes = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
         if (!sim_run(s, &bugs, false, model)) {
@@ -1379,16 +1387,18 @@ int main(int argc, char **argv)
         retires += sim.retirements;
         two_seeds += sim.o.instances > 1;
         inst_deaths += sim.instance_deaths;
+        retire_notes += sim.retire_notes;
     }
     double dt = now_s() - t0;
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
            "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
            "applied again there, %ld ordered, %ld with workers auto (%ld workers added, %ld "
-           "retired), %ld with two instances (%ld instance deaths), %.0f seeds/s)",
+           "retired, %ld crash notes released with a retiring worker), %ld with two instances "
+           "(%ld instance deaths), %.0f seeds/s)",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
            bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds, auto_seeds, ups,
-           retires, two_seeds, inst_deaths, dt > 0 ? (double)seeds / dt : 0.0);
+           retires, retire_notes, two_seeds, inst_deaths, dt > 0 ? (double)seeds / dt : 0.0);
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {

@@ -181,6 +181,7 @@ typedef struct sim {
     uint64_t busy_ms[SIM_WORKERS], idle_ms[SIM_WORKERS], seen_done[SIM_WORKERS];
     int scale_ups, retirements;
     int instance_deaths;
+    int retire_notes; /* crash notes released with a retiring worker's slot: never counted */
     long steps;
     bool failed;
     char why[512];
