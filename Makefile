@@ -67,7 +67,7 @@ CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_r
 CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround copies version
 # try runs a queue's handler the way a worker does: the worker's transaction files and what they
 # stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).
-CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order worker_ops worker_conn \
+CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order order_batch worker_ops worker_conn \
 	worker_sweep step txn txn_result txn_state batch life settle guard outbox outbox_io plugin \
 	trace metrics stall chores
 # conf is one module in several files: the table (conf.c) and the code that walks it.
@@ -198,7 +198,7 @@ $(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tes
 SIM_SEEDS ?= 2000
 SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c \
 	src/life.c src/batch.c src/guard.c src/settle.c src/step.c src/outbox.c src/copies.c src/delivery.c \
-	src/trace.c src/log.c
+	src/trace.c src/log.c src/order.c src/order_batch.c src/autoscale.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
 

@@ -168,3 +168,22 @@ txn_status_t step_try(step_t *s, bool record, void (*peek)(void *ctx), txn_t *t)
     t->dry_peek = peek;
     return txn_run(t);
 }
+
+bool step_drain(step_t *s, uint64_t drain_ms, bool (*pending)(void *ctx), void *ctx)
+{
+    uint64_t now = s->clock.ops->now_ms(s->clock.ctx);
+    if (!s->draining) {
+        s->draining = true;
+        s->drain_until_ms = now + drain_ms;
+        s->bt->no_wait = true;
+        if (s->bt->consume.ops->cancel(s->bt->consume.ctx) != 0)
+            return false;
+        log_debug("stopping: consumer cancelled, running the deliveries already received");
+    }
+    bool on_hand = s->life->batch.n > 0 || s->bt->has_carry || (pending && pending(ctx));
+    if (on_hand && now >= s->drain_until_ms) {
+        log_info("stopping: deliveries not run within the drain time go back to the queue");
+        return false;
+    }
+    return on_hand;
+}

@@ -77,6 +77,8 @@ typedef struct step {
     void *hooks_ctx;
     /* Kept from step to step. */
     uint64_t bulk_off_until_ms; /* no set-based pass before this (handlers were too slow) */
+    bool draining;              /* stopping: consumer cancelled, running what already came */
+    uint64_t drain_until_ms;    /* ... until then at most (step_drain) */
     const char *why;            /* what a STEP_LOST_* lost, for the log */
 } step_t;
 
@@ -104,5 +106,19 @@ step_status_t step_run(step_t *s) __attribute__((warn_unused_result));
  */
 txn_status_t step_try(step_t *s, bool record, void (*peek)(void *ctx), txn_t *t)
     __attribute__((warn_unused_result));
+
+/*
+ * Whether a stopping worker (SIGTERM: shutdown, reload, the autoscaler
+ * retiring it) runs one more step. It does not hand back the deliveries the
+ * broker already sent it: those would come back redelivered, and a
+ * redelivered message runs alone, one transaction each. The first call
+ * cancels its consumer (nothing new comes after cancel-ok) and starts a
+ * drain of drain_ms; then it goes on while it holds deliveries (its batch,
+ * the carried one, or pending: received, not collected yet) and the drain
+ * time lasts. false: stop; what is left goes back unacked (life_release).
+ * pending (NULL: none) is asked after the cancel, whose round trip may read
+ * more deliveries in.
+ */
+bool step_drain(step_t *s, uint64_t drain_ms, bool (*pending)(void *ctx), void *ctx);
 
 #endif

@@ -96,7 +96,7 @@ static int sup_auto_free_index(const supervisor_t *s, const conf_queue_t *q)
 /*
  * Retire the current worker of queue q with the highest number, as a
  * reload does: SIGTERM, it finishes and settles its batch, cancels its
- * consumer and runs what it already received (worker_go_on), and it is not
+ * consumer and runs what it already received (worker_go_on, step_drain), and it is not
  * restarted.
  */
 static void sup_auto_retire(supervisor_t *s, const conf_queue_t *q)

@@ -145,8 +145,7 @@ static int worker_h_batch(void *ctx)
 
 static const int *worker_h_order_keys(void *ctx)
 {
-    worker_order_keys(ctx);
-    return worker_order_seq(ctx);
+    return worker_order_keys(ctx);
 }
 
 /* The transaction ran: its counters. */
@@ -231,39 +230,27 @@ static void worker_wire_step(worker_t *w)
 }
 
 /*
- * Whether the consume loop goes on. Once stopping (SIGTERM: shutdown,
- * reload, the autoscaler retiring the worker), the worker does not hand back
- * the deliveries the broker already sent it: those would come back
- * redelivered, and a redelivered message runs alone (it may be what killed a
- * worker), one transaction each. It cancels its consumer (basic.cancel:
- * nothing new comes after cancel-ok) and runs what it has, for at most
- * WORKER_DRAIN_MS and half of shutdown_timeout; what is left then goes back
- * unacked as before. A second SIGTERM, or no consumer to cancel (the broker
+ * Whether the consume loop goes on. Once stopping (SIGTERM), the worker
+ * drains (step_drain) for at most WORKER_DRAIN_MS and half of
+ * shutdown_timeout. A second SIGTERM, or no consumer to cancel (the broker
  * connection is being re-made), stops it at once.
  */
+/* Deliveries received and not collected yet (step_drain's pending). */
+static bool worker_pending(void *mq)
+{
+    return mq_pending(mq);
+}
+
 static bool worker_go_on(worker_t *w)
 {
     if (!worker_stop)
         return true;
     if (worker_stop > 1)
         return false;
-    if (!w->draining) {
-        uint64_t ms = WORKER_DRAIN_MS;
-        if ((uint64_t)w->conf->shutdown_timeout * 500 < ms)
-            ms = (uint64_t)w->conf->shutdown_timeout * 500;
-        w->draining = true;
-        w->drain_until_ms = worker_now_ms() + ms;
-        w->bt.no_wait = true;
-        if (w->consume.ops->cancel(w->consume.ctx) != 0)
-            return false;
-        log_debug("stopping: consumer cancelled, running the deliveries already received");
-    }
-    bool on_hand = w->life.batch.n > 0 || w->bt.has_carry || mq_pending(w->mq);
-    if (on_hand && worker_now_ms() >= w->drain_until_ms) {
-        log_info("stopping: deliveries not run within the drain time go back to the queue");
-        return false;
-    }
-    return on_hand;
+    uint64_t ms = WORKER_DRAIN_MS;
+    if ((uint64_t)w->conf->shutdown_timeout * 500 < ms)
+        ms = (uint64_t)w->conf->shutdown_timeout * 500;
+    return step_drain(&w->step, ms, worker_pending, w->mq);
 }
 
 /* The consume loop. Returns an exit code. */
@@ -281,7 +268,7 @@ static int worker_loop(worker_t *w)
         int db_rc = worker_check_db(w);
         if (db_rc == 0)
             worker_reread_keys(w);
-        if (db_rc != 0 || (!w->draining && chores_tick(&w->chores) != 0)) {
+        if (db_rc != 0 || (!w->step.draining && chores_tick(&w->chores) != 0)) {
             worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
@@ -317,12 +304,12 @@ static void worker_alloc(worker_t *w)
         if (!w->hx.bmsg || !w->hx.bptr || !w->hx.bscratch || !w->hx.berr || !w->hx.bidx)
             w->ids = NULL; /* reported just below */
     }
-    if (w->q->order_key && w->q->order_key[0] &&
-        ((w->ord.keys = calloc((size_t)w->q->batch_size, sizeof(*w->ord.keys))) == NULL ||
-         (w->ord.bidx = calloc((size_t)w->q->batch_size, sizeof(*w->ord.bidx))) == NULL ||
-         (w->ord.blocked = calloc((size_t)w->q->batch_size, sizeof(*w->ord.blocked))) == NULL ||
-         (w->ord.seq = calloc((size_t)w->q->batch_size, sizeof(*w->ord.seq))) == NULL))
-        w->ids = NULL; /* reported just below */
+    if (w->q->order_key && w->q->order_key[0]) {
+        w->ord =
+            (order_batch_t){.ops = &worker_order_db_ops, .ctx = w, .q = w->q, .life = &w->life};
+        if (order_batch_init(&w->ord, w->q->batch_size) != 0)
+            w->ids = NULL; /* reported just below */
+    }
     if (!mem || w->ids == NULL || w->id_lens == NULL) {
         log_error("out of memory");
         _exit(WORKER_EXIT_TEMPFAIL);
@@ -412,10 +399,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     free(w.hx.one.trace_text);
     for (int i = 0; w.hx.bmsg && i < q->batch_size; i++)
         free(w.hx.bmsg[i].trace_text);
-    free(w.ord.keys);
-    free(w.ord.bidx);
-    free(w.ord.blocked);
-    free(w.ord.seq);
+    order_batch_free(&w.ord);
     free(w.hx.bmsg);
     free(w.hx.bptr);
     free(w.hx.bidx);

@@ -17,6 +17,7 @@
 #include "life.h"
 #include "mq.h"
 #include "order.h"
+#include "order_batch.h"
 #include "outbox.h"
 #include "plugin.h"
 #include "copies.h"
@@ -40,15 +41,6 @@ typedef struct worker_hmsg {
 } worker_hmsg_t;
 
 /* One worker process's context, on worker_main's stack for the process's life. */
-/* An ordered queue's batch entry: its key (order_key), found afresh for every batch. */
-typedef struct worker_okey {
-    bool has;     /* it has a key and an id: its key's rows follow it */
-    bool free;    /* this pass's check found its key free: its commit has no row to move */
-    bool blocked; /* blocked at the pass's start, or written since: look before it runs */
-    size_t len;
-    char key[ORDER_KEY_MAX + 1];
-} worker_okey_t;
-
 typedef struct worker {
     /* The process (worker.c). */
     const conf_t *conf;
@@ -59,10 +51,8 @@ typedef struct worker {
     char name[160]; /* "<queue>#<index>": log context, and in connection names */
     void *state;    /* the handler's, from its init */
     bool state_live;
-    bool draining;           /* stopping: consumer cancelled, running what already came */
-    uint64_t drain_until_ms; /* ... until then at most (worker_go_on) */
-    bool noted;              /* the predecessor's crash note was counted (worker_h_note) */
-    chores_t chores;         /* retention, reconcile and the sweeper, between batches */
+    bool noted;      /* the predecessor's crash note was counted (worker_h_note) */
+    chores_t chores; /* retention, reconcile and the sweeper, between batches */
     /* Connections (worker_conn.c) and the ports on them (worker_ops.c). */
     db_t *db;
     mq_t *mq;
@@ -97,15 +87,9 @@ typedef struct worker {
         int *bidx; /* the batch index of each handle_batch message */
         char *bscratch, *berr;
     } hx;
-    stall_t *stall;  /* handler_timeout's watchdog (NULL: plain alarm()) */
-    trace_rng_t rng; /* span ids: seeded from getrandom at start */
-    /* An ordered queue's keys (worker_order.c; keys NULL: unordered queue). */
-    struct {
-        worker_okey_t *keys; /* each batch entry's key (order_key) */
-        int *bidx;           /* order_blocked's scratch: batch index of each key asked about */
-        bool *blocked;       /* ... and its answer */
-        int *seq;            /* the order a batch's messages run in: by key (worker_order_seq) */
-    } ord;
+    stall_t *stall;    /* handler_timeout's watchdog (NULL: plain alarm()) */
+    trace_rng_t rng;   /* span ids: seeded from getrandom at start */
+    order_batch_t ord; /* an ordered queue's batch keys (order_batch.c; keys NULL: unordered) */
 #ifdef IDEMD_TESTING
     int crash_before_relay; /* IDEMD_TEST_CRASH_BEFORE_RELAY=N: die before the Nth relay, twice
                              * per worker slot (test builds) */
@@ -151,9 +135,10 @@ int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
 int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd_publish_t *p,
                    char *err, size_t errlen);
 
-/* worker_order.c: an ordered queue's keys (step_hooks_t.order_keys) and rows (txn_ops_t.order). */
-void worker_order_keys(worker_t *w);
-const int *worker_order_seq(worker_t *w);
+/* worker_order.c: an ordered queue's key rows (txn_ops_t.order over order_batch.c and order.c)
+ * and its batch's keys and running order (step_hooks_t.order_keys). */
+extern const order_db_ops_t worker_order_db_ops;
+const int *worker_order_keys(worker_t *w);
 unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t step, bool *wait);
 
 /* worker_sweep.c: the outbox sweeper, a chore. */

@@ -122,8 +122,7 @@ out:
 /* step_hooks_t.order_keys for an ordered queue: as the worker finds them. */
 static const int *worker_try_order_keys(void *ctx)
 {
-    worker_order_keys(ctx);
-    return worker_order_seq(ctx);
+    return worker_order_keys(ctx);
 }
 
 static const step_hooks_t worker_try_hooks = {0};
@@ -145,12 +144,12 @@ static int worker_try_alloc(worker_t *w)
         (w->ids = calloc(1, sizeof(*w->ids))) == NULL ||
         (w->id_lens = calloc(1, sizeof(*w->id_lens))) == NULL)
         return -1;
-    if (w->q->order_key && w->q->order_key[0] &&
-        ((w->ord.keys = calloc(1, sizeof(*w->ord.keys))) == NULL ||
-         (w->ord.bidx = calloc(1, sizeof(*w->ord.bidx))) == NULL ||
-         (w->ord.blocked = calloc(1, sizeof(*w->ord.blocked))) == NULL ||
-         (w->ord.seq = calloc(1, sizeof(*w->ord.seq))) == NULL))
-        return -1;
+    if (w->q->order_key && w->q->order_key[0]) {
+        w->ord =
+            (order_batch_t){.ops = &worker_order_db_ops, .ctx = w, .q = w->q, .life = &w->life};
+        if (order_batch_init(&w->ord, 1) != 0)
+            return -1;
+    }
     w->slot->log_level = worker_try_level();
     return 0;
 }
@@ -357,10 +356,7 @@ out:
     free(w->ids);
     free(w->id_lens);
     free(w->hx.one.trace_text);
-    free(w->ord.keys);
-    free(w->ord.bidx);
-    free(w->ord.blocked);
-    free(w->ord.seq);
+    order_batch_free(&w->ord);
     free(w->slot);
     explicit_bzero(&w->copies_keys, sizeof(w->copies_keys));
     free(w);

@@ -96,7 +96,7 @@ typedef struct sim_conns {
     sim_delivery_t unacked[SIM_PREFETCH];
     int n_unacked;
     uint64_t next_tag;
-    bool pub_open;
+    bool pub_open, cancelled;
     uint64_t pub_seq;
     struct {
         int kind, id, row;
@@ -116,16 +116,17 @@ static sim_conns_t conns[SIM_WORKERS];
 
 static void conns_save(sim_conns_t *c)
 {
-    memcpy(c->unacked, sim_mq.unacked, sizeof(c->unacked));
+    memcpy(c->unacked, sim_mq.unacked, (size_t)sim_mq.n_unacked * sizeof(c->unacked[0]));
     c->n_unacked = sim_mq.n_unacked;
     c->next_tag = sim_mq.next_tag;
     c->pub_open = sim_mq.pub_open;
     c->pub_seq = sim_mq.pub_seq;
+    c->cancelled = sim_mq.cancelled;
     _Static_assert(sizeof(c->tw) == sizeof(sim_db.w), "sim_db.w");
     _Static_assert(sizeof(c->sp) == sizeof(sim_db.sp), "sim_db.sp");
-    memcpy(c->tw, sim_db.w, sizeof(c->tw));
+    memcpy(c->tw, sim_db.w, (size_t)sim_db.nw * sizeof(c->tw[0])); /* only what is used */
     c->nw = sim_db.nw;
-    memcpy(c->sp, sim_db.sp, sizeof(c->sp));
+    memcpy(c->sp, sim_db.sp, (size_t)sim_db.nsp * sizeof(c->sp[0]));
     c->nsp = sim_db.nsp;
     c->dead = sim_db.dead;
     c->slot = sim_slot;
@@ -134,14 +135,15 @@ static void conns_save(sim_conns_t *c)
 
 static void conns_load(const sim_conns_t *c)
 {
-    memcpy(sim_mq.unacked, c->unacked, sizeof(c->unacked));
+    memcpy(sim_mq.unacked, c->unacked, (size_t)c->n_unacked * sizeof(c->unacked[0]));
     sim_mq.n_unacked = c->n_unacked;
     sim_mq.next_tag = c->next_tag;
     sim_mq.pub_open = c->pub_open;
     sim_mq.pub_seq = c->pub_seq;
-    memcpy(sim_db.w, c->tw, sizeof(c->tw));
+    sim_mq.cancelled = c->cancelled;
+    memcpy(sim_db.w, c->tw, (size_t)c->nw * sizeof(c->tw[0]));
     sim_db.nw = c->nw;
-    memcpy(sim_db.sp, c->sp, sizeof(c->sp));
+    memcpy(sim_db.sp, c->sp, (size_t)c->nsp * sizeof(c->sp[0]));
     sim_db.nsp = c->nsp;
     sim_db.dead = c->dead;
     sim_slot = c->slot;
@@ -156,6 +158,42 @@ static void sim_switch(int k)
     conns_save(&conns[sim.cur]);
     conns_load(&conns[k]);
     sim.cur = k;
+}
+
+int sim_instance(int k)
+{
+    return sim.o.instances > 1 && k >= sim.o.workers / 2;
+}
+
+/*
+ * Two instances: instance i is killed as a whole (kill -9 of its
+ * supervisor, or the host gone), between the workers' turns, and systemd
+ * starts it again after a back-off. Its workers' deliveries go back to the
+ * queue, their connections close; its slots are new shared memory, so a
+ * crash note no successor counted yet is gone (the guard's starts rule
+ * still bounds that message: guard.c).
+ */
+static void instance_kill(int inst)
+{
+    sim.instance_deaths++;
+    for (int k = 0; k < sim.o.workers; k++) {
+        if (sim_instance(k) != inst)
+            continue;
+        sim_switch(k);
+        sim_log("instance %d killed: worker w%d gone", inst, k);
+        if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL &&
+            sim_slot.exit_signal != SIGTERM) {
+            sim.truth[sim_slot.crash_id].notes_gone++;
+            sim_log("crash note of m%d gone with the instance's slots", sim_slot.crash_id);
+        }
+        sim_life_die();
+        sim_mq_close_consumer();
+        sim_pub_close();
+        sim_db_disconnect();
+        memset(&sim_slot, 0, sizeof(sim_slot));
+        starting = false;
+        sim.down_until[k] = sim.steps + 1 + (long)sim_rng_below(&sim.sched, 8);
+    }
 }
 
 int sim_other_unacked(int id)
@@ -185,6 +223,8 @@ void sim_slot_started(void)
 {
     starting = false;
 }
+
+static void retire_check(const char *how);
 
 void sim_die(int sig, const char *where)
 {
@@ -216,8 +256,21 @@ void sim_die(int sig, const char *where)
     }
     if (!(starting && sim_slot.in_handler) || sim.bug.lost_note)
         sim_slot.exit_signal = sig;
+    /* A retiring worker's death ends its retirement: the supervisor releases its slot (and a
+     * crash note in it: sup_reap), no successor. */
+    bool retired = sim.retiring[sim.cur];
+    if (retired && sim_slot.in_handler && sig != SIGKILL) {
+        /* sup_reap releases a retiring worker's slot: its crash note goes with it. */
+        sim.retire_notes++;
+        sim.truth[sim_slot.crash_id].notes_gone++;
+        sim_log("crash note of m%d released with the retiring worker's slot: not counted",
+                sim_slot.crash_id);
+    }
+    if (retired)
+        retire_check(sim.kill_in[sim.cur] < 0 ? "killed by the autoscaler" : NULL);
+    sim.kill_in[sim.cur] = 0;
     /* The supervisor starts the successor after a back-off; other workers go on meanwhile. */
-    if (sim.o.workers > 1)
+    if (sim.o.workers > 1 && !retired)
         sim.down_until[sim.cur] = sim.steps + (long)sim_rng_below(&sim.sched, 4);
     /* The successor's view: the broker requeues what was unacked, the server rolls back. */
     if (!sim.model)
@@ -226,14 +279,55 @@ void sim_die(int sig, const char *where)
     sim_pub_close();
     sim_db_disconnect();
     memset(&w, 0, sizeof(w));
-    starting = true;
+    starting = !retired;
+    if (retired) {
+        sim.retiring[sim.cur] = false;
+        sim.off[sim.cur] = true;
+        memset(&sim_slot, 0, sizeof(sim_slot));
+    }
     longjmp(sim.death, 1);
 }
 
 void sim_maybe_die(const char *where)
 {
+    /* --bug retire_kill: the autoscaler's SIGKILL lands here. */
+    if (sim.retiring[sim.cur] && sim.kill_in[sim.cur] > 0 && --sim.kill_in[sim.cur] == 0) {
+        sim.kill_in[sim.cur] = -1;
+        sim_die(SIGKILL, "retired by the autoscaler with SIGKILL");
+    }
     if (sim_fault(sim.o.pm_death))
         sim_die(SIGKILL, where);
+}
+
+void sim_retired(void)
+{
+    sim_log("retired: drained, exits");
+    retire_check("drained");
+    sim_life_exit();
+    sim_mq_close_consumer();
+    sim_pub_close();
+    sim_db_disconnect();
+    sim.retiring[sim.cur] = false;
+    sim.off[sim.cur] = true;
+    memset(&sim_slot, 0, sizeof(sim_slot));
+    starting = false;
+}
+
+/*
+ * A retirement hands back nothing it committed: a worker the autoscaler
+ * retires finishes its batch and settles it before it exits (step_drain
+ * runs whole steps), so no message it committed comes back to run again
+ * (a duplicate, or with dedup = "none" its effects twice). how: the exit
+ * (NULL: a death of its own while draining, not the retirement's doing).
+ */
+static void retire_check(const char *how)
+{
+    int ids[SIM_BATCH];
+    int n = how ? sim_life_unsettled(ids, SIM_BATCH) : 0;
+    for (int i = 0; i < n; i++)
+        sim_violation("retired worker w%d (%s) exits with m%d committed and not settled: it "
+                      "comes back and runs again",
+                      sim.cur, how, ids[i]);
 }
 
 /* The worker lost its database (or the broker): it exits, the supervisor starts another. */
@@ -364,7 +458,10 @@ static void worker_guard(int i)
 /* The handler's own code: a few milliseconds. */
 static void handler_time(void)
 {
-    sim.now_ms += 1 + sim_rng_below(&sim.rng, 40);
+    /* workers = "auto": a slow handler (50 to 250 ms), the load the autoscaler is for: the
+     * backlog lasts long enough for it to add workers, judge them and take them back. */
+    sim.now_ms +=
+        sim.o.autoscale ? 50 + sim_rng_below(&sim.rng, 200) : 1 + sim_rng_below(&sim.rng, 40);
 }
 
 /*
@@ -408,7 +505,7 @@ static unsigned handler_stmt(int id, int row)
 static void check_crash_limit(int id)
 {
     sim_truth_t *tr = &sim.truth[id];
-    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1);
+    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1) + tr->notes_gone;
     if (!sim_slot.in_handler) {
         if (++tr->batch_crashes > tr->arrivals)
             sim_violation("m%d: crashed handle_batch %d times, arrived fresh %d times", id,
@@ -419,10 +516,10 @@ static void check_crash_limit(int id)
         sim.overshoots++; /* a run on counts short by another worker's uncounted crash */
     if (tr->own_crashes > limit)
         sim_violation("m%d: its handler crashed its worker %d times, over the limit %d "
-                      "(max_attempts %d, %d workers, arrived fresh %d times, %d crash notes lost; "
-                      "%lld crashes counted)",
+                      "(max_attempts %d, %d workers, arrived fresh %d times, %d crash notes lost, "
+                      "%d gone with an instance; %lld crashes counted)",
                       id, tr->own_crashes, limit, sim.o.max_attempts, sim.o.workers, tr->arrivals,
-                      tr->notes_lost, sim_db.crashes[id]);
+                      tr->notes_lost, tr->notes_gone, sim_db.crashes[id]);
 }
 
 /* The test handler's verdict on one message (both handle and handle_batch use it). */
@@ -494,6 +591,19 @@ static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
     return 0;
 }
 
+/* txn_ops_t.order: the key rows of worker sim.cur's batch (order_batch.c over sim_db's key
+ * tables), as worker_op_order. */
+static unsigned op_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, bool *wait)
+{
+    (void)ctx;
+    return order_batch_op(sim_life_order(), i, m, step, wait);
+}
+
+const txn_ops_t sim_txn_ops_ordered = {
+    sim_db_exec,         sim_db_record,  sim_db_clear, op_handle, sim_db_record_many,
+    sim_db_find_records, op_handle_many, op_order,     NULL,
+};
+
 const txn_ops_t sim_txn_ops = {
     sim_db_exec,    sim_db_record, sim_db_clear, op_handle, sim_db_record_many, sim_db_find_records,
     op_handle_many, NULL, /* order: ordered queues are not simulated
@@ -551,8 +661,10 @@ void sim_after_txn(const txn_msg_t *tm, int n)
                 sim_violation("m%d dead-lettered as crashed with %lld crashes counted (limit %d)",
                               sim_id_of(m), sim_db.crashes[sim_id_of(m)], sim.o.max_attempts);
         }
-        /* Invariant 1 as the transaction ends: committed means committed once. */
-        if (m->state == TXN_COMMITTED && sim_db.eff[sim_id_of(m)] != 1)
+        /* Invariant 1 as the transaction ends: committed means committed once (dedup = "none":
+         * at least once). */
+        if (m->state == TXN_COMMITTED &&
+            (sim.o.dedup_none ? sim_db.eff[sim_id_of(m)] < 1 : sim_db.eff[sim_id_of(m)] != 1))
             sim_violation("m%d committed with %d effects in the database", sim_id_of(m),
                           sim_db.eff[sim_id_of(m)]);
     }
@@ -719,7 +831,7 @@ static bool worker_step(void)
 /* Invariant 1 and 5, after every step. */
 static void check_step(void)
 {
-    for (int id = 0; id < sim.o.n_msgs; id++)
+    for (int id = 0; id < sim.o.n_msgs && !sim.o.dedup_none; id++)
         if (sim_db.eff[id] > 1)
             sim_violation("m%d: effects committed %d times", id, sim_db.eff[id]);
     int held = sim.model ? w.n_held : sim_life_held(sim.cur),
@@ -774,7 +886,11 @@ static void check_end(void)
         }
     for (int id = 0; id < sim.o.n_msgs; id++) {
         const sim_truth_t *tr = &sim.truth[id];
-        if (sim_db.eff[id] != 1 && !dl[id] && sim_mq_count(id) == 0)
+        /* dedup = "none" is at least once: a second effect is allowed and counted. */
+        if (sim.o.dedup_none && sim_db.eff[id] > 1)
+            sim.dup_effects += sim_db.eff[id] - 1;
+        if ((sim.o.dedup_none ? sim_db.eff[id] == 0 : sim_db.eff[id] != 1) && !dl[id] &&
+            sim_mq_count(id) == 0)
             sim_violation("m%d dropped: not committed, not dead-lettered, not queued", id);
         if ((tr->kind == SIM_POISON || tr->kind == SIM_CRASH) && sim_db.eff[id])
             sim_violation("m%d (poisoned) has committed effects", id);
@@ -828,10 +944,45 @@ static void draw_options(void)
     sim_rng_t orng = {sim.seed ^ 0x0B7B0C5EED5EEDULL};
     o->ob_max_attempts = 1 + (int)sim_rng_below(&orng, 4);
     o->ob_backoff_ms = 50 << sim_rng_below(&orng, 6);
+    /* dedup = "none" (one seed in four) on a stream of its own; the model keeps the table. */
+    sim_rng_t drng = {sim.seed ^ 0xDED0C0DE5EED0001ULL};
+    o->dedup_none = !sim.model && sim_rng_below(&drng, 4) == 0;
+    /* An ordered queue (one seed in four of the others) on a stream of its own: as the config
+     * check demands, one worker and dedup = "table"; and a classic queue, which puts a
+     * redelivery back at the head (a quorum queue puts it at the tail, behind later messages
+     * of its key: the order idemd keeps is the order of delivery, docs/ordering.md). */
+    sim_rng_t krng = {sim.seed ^ 0x0DE5EEDC0FFEE123ULL};
+    o->ordered = !sim.model && !o->dedup_none && sim_rng_below(&krng, 4) == 0;
+    if (o->ordered) {
+        o->workers = 1;
+        o->quorum = false;
+        o->n_keys = 1 + (int)sim_rng_below(&krng, SIM_KEYS);
+    }
+    /* workers = "auto" (one seed in four of the rest: not ordered, which is one worker) on a
+     * stream of its own: workers_min 1 or 2, workers_max up to SIM_WORKERS - 1 (a slot stays
+     * free for a worker still draining while another starts, as sup_auto_free_index). */
+    sim_rng_t arng = {sim.seed ^ 0xA0705CA1E5EED777ULL};
+    o->autoscale = !sim.model && !o->ordered && force_workers == 0 && sim_rng_below(&arng, 4) == 0;
+    if (o->autoscale) {
+        o->as_min = 1 + (int)sim_rng_below(&arng, 2);
+        o->as_max = o->as_min + (int)sim_rng_below(&arng, (unsigned)(SIM_WORKERS - o->as_min));
+        o->workers = o->as_max + 1;
+    }
+    /* Two instances (one seed in four of the rest) on a stream of their own: 1 or 2 workers
+     * each, and the rate at which a whole instance is killed. */
+    sim_rng_t irng = {sim.seed ^ 0x2157A2CE5EED0042ULL};
+    o->instances = 1;
+    if (!sim.model && !o->ordered && !o->autoscale && force_workers == 0 &&
+        sim_rng_below(&irng, 4) == 0) {
+        o->instances = 2;
+        o->workers = 2 * (1 + (int)sim_rng_below(&irng, 2));
+        o->pm_instance_death = sim_rng_below(&irng, 8);
+    }
     for (int id = 0; id < o->n_msgs; id++) {
         unsigned k = sim_rng_below(r, 100);
         sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
         sim.truth[id].rows = o->outbox ? (int)sim_rng_below(r, 3) : 0;
+        sim.truth[id].key = o->ordered ? (int)sim_rng_below(&krng, (unsigned)o->n_keys) : 0;
     }
 }
 
@@ -860,7 +1011,87 @@ static bool drained(void)
         for (int r = 0; r < SIM_ROWS; r++)
             if (sim_db.row[id][r])
                 return false;
+    /* workers = "auto": an idle queue shrinks to workers_min; the run waits for that (each
+     * retirement drained and gone). */
+    for (int k = 0, live = 0; sim.o.autoscale && k < sim.o.workers; k++) {
+        if (sim.retiring[k])
+            return false;
+        if (!sim.off[k] && ++live > sim.o.as_min)
+            return false;
+    }
     return true;
+}
+
+/* A worker number k of the queue starts (the supervisor's sup_add_worker): its slot was off. */
+static void autoscale_start(int k)
+{
+    sim.off[k] = false;
+    sim.down_until[k] = 0;
+    sim.seen_done[k] = sim_life_done(k);
+    sim.busy_ms[k] = sim.idle_ms[k] = 0;
+    sim.scale_ups++;
+}
+
+/*
+ * workers = "auto": every AUTOSCALE_INTERVAL_MS the supervisor feeds the
+ * queue's controller one sample of its consuming workers (sup_auto_tick)
+ * and starts or retires one. The controller is the real autoscale_feed; the
+ * sample is the slots' counters (settle.c counts what each finished) and
+ * each worker's busy and idle time on the simulated clock.
+ */
+static void autoscale_tick(void)
+{
+    const sim_opts_t *o = &sim.o;
+    if (!o->autoscale || sim.now_ms < sim.as_at_ms + AUTOSCALE_INTERVAL_MS)
+        return;
+    autoscale_sample_t smp = {.now_ms = sim.now_ms, .dt_ms = sim.now_ms - sim.as_at_ms};
+    int live = 0, k;
+    sim.as_at_ms = sim.now_ms;
+    for (k = 0; k < o->workers; k++) {
+        if (sim.off[k] || sim.retiring[k])
+            continue;
+        live++;
+        uint64_t done = sim_life_done(k), busy = sim.busy_ms[k], idle = sim.idle_ms[k];
+        uint64_t d = done - sim.seen_done[k];
+        sim.seen_done[k] = done;
+        sim.busy_ms[k] = sim.idle_ms[k] = 0;
+        if (sim.down_until[k] > sim.steps)
+            continue; /* restarting: not consuming */
+        smp.consuming++;
+        smp.done += d;
+        smp.busy_us += busy * 1000;
+        smp.idle_us += idle * 1000;
+    }
+    sim.as.target = live; /* the controller's count is the one running (sup_auto_tick) */
+    autoscale_set_max(&sim.as, o->as_max);
+    switch (autoscale_feed(&sim.as, &smp)) {
+    case AUTOSCALE_UP:
+        for (k = 0; k < o->workers && !sim.off[k]; k++)
+            ;
+        sim_log("autoscaler: %s: %s", sim.as.why,
+                k < o->workers ? "a worker starts" : "no free slot (all draining)");
+        if (k < o->workers)
+            autoscale_start(k);
+        break;
+    case AUTOSCALE_DOWN:
+        for (k = o->workers - 1; k >= 0 && (sim.off[k] || sim.retiring[k]); k--)
+            ;
+        if (k < 0)
+            break;
+        sim_log("autoscaler: %s: worker w%d retires", sim.as.why, k);
+        sim.retiring[k] = true; /* SIGTERM: it drains (step_drain), not restarted */
+        sim.retirements++;
+        if (sim.bug.retire_kill)
+            sim.kill_in[k] = 1 + (int)sim_rng_below(&sim.sched, 12);
+        break;
+    case AUTOSCALE_KEEP:
+        break;
+    }
+    for (live = 0, k = 0; k < o->workers; k++)
+        live += !sim.off[k] && !sim.retiring[k];
+    if (live < o->as_min || live > o->as_max)
+        sim_violation("workers = \"auto\": %d workers running, outside %d..%d", live, o->as_min,
+                      o->as_max);
 }
 
 /* Run one seed; true when every invariant held. */
@@ -881,20 +1112,29 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     if (&txn_test_no_fallback)
         txn_test_no_fallback = bugs->no_fallback;
     pubround_test_match_by_key = bugs->match_by_key;
+    order_batch_test_stale_free = bugs->stale_free;
     sim_db_reset();
     sim_mq_reset();
     draw_options();
     const sim_opts_t *o = &sim.o;
+    if (o->autoscale) {
+        autoscale_init(&sim.as, o->as_min, o->as_max);
+        for (int k = 0; k < o->workers; k++)
+            sim.off[k] = k >= sim.as.target;
+        sim.as_at_ms = sim.now_ms;
+    }
     sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
             "bulk %d, "
             "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
-            "backoff %d ms); per mille: db "
+            "backoff %d ms), dedup %s, ordered %d (%d keys), workers auto %d (%d..%d), instances "
+            "%d; per mille: db "
             "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
             (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
             o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
             o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
-            o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->pm_db_fault, o->pm_commit_lost,
-            o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
+            o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
+            o->ordered, o->n_keys, o->autoscale, o->as_min, o->as_max, o->instances, o->pm_db_fault,
+            o->pm_commit_lost, o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
     for (int id = 0; id < o->n_msgs; id++) {
         sim_bmsg_t m;
         memset(&m, 0, sizeof(m));
@@ -925,7 +1165,8 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             break;
         }
         maybe_lock();
-        sim.now_ms += 1 + sim_rng_below(&sim.rng, 20);
+        uint64_t tick = 1 + sim_rng_below(&sim.rng, 20);
+        sim.now_ms += tick;
         uint64_t next = sim_mq_tick();
         bool busy = false;
         if (model) {
@@ -934,17 +1175,26 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
         } else {
             /* Each worker takes a turn, in an order the seed picks; a dead one's successor
              * waits out its restart back-off. */
+            if (o->instances > 1 && !sim.calm && sim_rng_pm(&sim.sched, o->pm_instance_death))
+                instance_kill((int)sim_rng_below(&sim.sched, 2));
             int first_k = o->workers > 1 ? (int)sim_rng_below(&sim.sched, (unsigned)o->workers) : 0;
             for (int j = 0; j < o->workers && !sim.failed; j++) {
                 int k = (first_k + j) % o->workers;
+                if (sim.off[k])
+                    continue;
                 if (sim.down_until[k] > sim.steps) {
                     busy = true;
                     continue;
                 }
                 sim_switch(k);
-                busy |= sim_life_step();
+                uint64_t t0 = sim.now_ms;
+                bool ran = sim_life_step();
+                busy |= ran;
+                if (o->autoscale)
+                    *(ran ? &sim.busy_ms[k] : &sim.idle_ms[k]) += tick + sim.now_ms - t0;
                 check_step();
             }
+            autoscale_tick();
         }
         if (!busy && sim.calm && drained())
             break;
@@ -958,6 +1208,9 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
                 if (h && (t == 0 || h < t))
                     t = h;
             }
+            for (int k = 0; o->autoscale && t > sim.now_ms && k < o->workers; k++)
+                if (!sim.off[k])
+                    sim.idle_ms[k] += t - sim.now_ms;
             if (t > sim.now_ms)
                 sim.now_ms = t;
         }
@@ -1011,7 +1264,8 @@ static void usage(void)
            "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
            "  --seed S    run one seed; --trace prints every step\n"
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              carry_ack, lost_note\n"
+           "              carry_ack, lost_note, auto_ack, stale_free, retire_kill,\n"
+           "              guard_per_instance\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
            "  --model     drive the worker's model (sim.c) instead of the daemon's step.c\n"
@@ -1027,7 +1281,7 @@ int main(int argc, char **argv)
     long seeds = 2000, bug_budget = 8000, show = 5;
     uint64_t first = 1, one = 0;
     bool have_one = false, trace = false, check_bugs = true, model = false;
-    sim_bugs_t bugs = {false, false, false, false, false};
+    sim_bugs_t bugs = {0};
     const char *argv0 = argv[0];
 
     for (int i = 1; i < argc; i++) {
@@ -1064,6 +1318,14 @@ int main(int argc, char **argv)
                 bugs.carry_ack = true;
             else if (strcmp(b, "lost_note") == 0)
                 bugs.lost_note = true;
+            else if (strcmp(b, "auto_ack") == 0)
+                bugs.auto_ack = true;
+            else if (strcmp(b, "stale_free") == 0)
+                bugs.stale_free = true;
+            else if (strcmp(b, "retire_kill") == 0)
+                bugs.retire_kill = true;
+            else if (strcmp(b, "guard_per_instance") == 0)
+                bugs.guard_per_instance = true;
             else {
                 usage();
                 return 64;
@@ -1079,14 +1341,18 @@ int main(int argc, char **argv)
         return 64;
     }
     bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack ||
-                   bugs.lost_note;
-    char bugarg[120] = "";
+                   bugs.lost_note || bugs.auto_ack || bugs.stale_free || bugs.retire_kill ||
+                   bugs.guard_per_instance;
+    char bugarg[240] = "";
     if (any_bug)
-        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s", bugs.no_fallback ? " --bug no_fallback" : "",
+        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s%s%s%s%s",
+                 bugs.no_fallback ? " --bug no_fallback" : "",
                  bugs.match_by_key ? " --bug match_by_key" : "",
                  bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
-                 bugs.carry_ack ? " --bug carry_ack" : "",
-                 bugs.lost_note ? " --bug lost_note" : "");
+                 bugs.carry_ack ? " --bug carry_ack" : "", bugs.lost_note ? " --bug lost_note" : "",
+                 bugs.auto_ack ? " --bug auto_ack" : "", bugs.stale_free ? " --bug stale_free" : "",
+                 bugs.retire_kill ? " --bug retire_kill" : "",
+                 bugs.guard_per_instance ? " --bug guard_per_instance" : "");
 
     if (have_one) {
         bool ok = sim_run(one, &bugs, trace, model);
@@ -1098,7 +1364,9 @@ int main(int argc, char **argv)
     }
 
     double t0 = now_s();
-    long steps = 0, deaths = 0, bad = 0, overshoots = 0;
+    long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0,
+         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0, two_seeds = 0, inst_deaths = 0,
+         retire_notes = 0;
     for (long k = 0; k < seeds; k++) {
         uint64_t s = first + (uint64_t)k;
         if (!sim_run(s, &bugs, false, model)) {
@@ -1111,43 +1379,80 @@ int main(int argc, char **argv)
         steps += sim.steps;
         deaths += sim.deaths;
         overshoots += sim.overshoots;
+        dups += sim.dup_effects;
+        none_seeds += sim.o.dedup_none;
+        ordered_seeds += sim.o.ordered;
+        auto_seeds += sim.o.autoscale;
+        ups += sim.scale_ups;
+        retires += sim.retirements;
+        two_seeds += sim.o.instances > 1;
+        inst_deaths += sim.instance_deaths;
+        retire_notes += sim.retire_notes;
     }
     double dt = now_s() - t0;
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
-           "%ld crashes past the one-worker limit, %.0f seeds/s)",
+           "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
+           "applied again there, %ld ordered, %ld with workers auto (%ld workers added, %ld "
+           "retired, %ld crash notes released with a retiring worker), %ld with two instances "
+           "(%ld instance deaths), %.0f seeds/s)",
            (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
-           bad, steps, deaths, overshoots, dt > 0 ? (double)seeds / dt : 0.0);
+           bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds, auto_seeds, ups,
+           retires, retire_notes, two_seeds, inst_deaths, dt > 0 ? (double)seeds / dt : 0.0);
 
     if (check_bugs && !any_bug) {
         bug_case_t cases[] = {
             {false,
              "no_fallback",
              "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
-             {true, false, false, false, false},
+             {.no_fallback = true},
              &txn_test_no_fallback != NULL},
             {false,
              "match_by_key",
              "match_by_key (a return marks every pending copy with its routing key)",
-             {false, true, false, false, false},
+             {.match_by_key = true},
              true},
             {false,
              "alarm_as_crash",
              "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
-             {false, false, true, false, false},
+             {.alarm_as_crash = true},
              true},
             {true,
              "carry_ack",
              "carry_ack (before 2026-12: a batch filled after a cut-short one acks "
              "the carried "
              "delivery)",
-             {false, false, false, true, false},
+             {.carry_ack = true},
              true},
             {false,
              "lost_note",
              "lost_note (before 2026-12: a successor killed before counting its predecessor's "
              "crash made that crash pass for a kill from outside)",
-             {false, false, false, false, true},
+             {.lost_note = true},
+             true},
+            {false,
+             "auto_ack",
+             "auto_ack (a deliberately broken consumer under dedup = \"none\": no_ack, so a "
+             "delivery is acked before its commit)",
+             {.auto_ack = true},
+             true},
+            {false,
+             "stale_free",
+             "stale_free (order_batch_test_stale_free: an ordered queue's batch trusts its first "
+             "read of a key after an earlier message of it blocked the key)",
+             {.stale_free = true},
+             true},
+            {false,
+             "retire_kill",
+             "retire_kill (workers = \"auto\": the autoscaler retires a worker with SIGKILL, "
+             "not SIGTERM and its drain, so it exits without settling what it committed)",
+             {.retire_kill = true},
+             true},
+            {false,
+             "guard_per_instance",
+             "guard_per_instance (two instances: the crash guard's rows kept per instance, so "
+             "each counts only its own workers' crashes)",
+             {.guard_per_instance = true},
              true},
         };
         for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

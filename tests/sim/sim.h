@@ -9,7 +9,9 @@
 #include <stdint.h>
 
 #include "amqp_compat.h"
+#include "autoscale.h"
 #include "conf.h"
+#include "order_batch.h"
 #include "port.h"
 #include "copies.h"
 #include "txn.h"
@@ -49,6 +51,9 @@ static inline bool sim_rng_pm(sim_rng_t *r, unsigned pm)
 #define SIM_LOCK_WAIT_MS 15000 /* innodb_lock_wait_timeout: a row lock wait ends in 1205 */
 #define SIM_WORKERS 4          /* most workers drawn for the queue */
 #define SIM_HEARTBEAT_S 4      /* broker.heartbeat: a batch starts handlers for at most 2 s */
+#define SIM_DRAIN_MS 5000      /* worker.c WORKER_DRAIN_MS: a retiring worker drains this long */
+#define SIM_KEYS 4             /* most order keys of an ordered queue's run */
+#define SIM_ORDER_SNAPS 128    /* key-table versions one open transaction may write */
 
 /* How a message's handler behaves. */
 typedef enum sim_kind {
@@ -93,6 +98,17 @@ typedef struct sim_opts {
     bool bulk, batch_handler, rollback_on_timeout, has_dlq, quorum, rmq4, outbox;
     unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
     int ob_max_attempts, ob_backoff_ms; /* daemon.outbox_max_attempts, outbox_backoff_ms */
+    bool dedup_none; /* dedup = "none": no record table, at least once (invariant 1 relaxed) */
+    bool ordered;    /* order_key = "header:k" (one worker, a classic queue, dedup table) */
+    int n_keys;      /* ordered: keys k0..k<n_keys-1> */
+    /* workers = "auto" (workers then counts the slots: as_max + 1, room for one draining) */
+    bool autoscale;
+    int as_min, as_max; /* workers_min, workers_max */
+    /* Two idemd instances on the queue (workers 2 or 4: the first half is instance 0's, the
+     * rest instance 1's), each with its own supervisor and slots; same broker and database. */
+    int instances;
+    unsigned pm_instance_death; /* per step: a whole instance is killed (kill -9 of its
+                                 * supervisor and workers), then restarted */
 } sim_opts_t;
 
 /* Test-only switches that put an old behaviour back (sim --bug NAME). */
@@ -103,6 +119,15 @@ typedef struct sim_bugs {
     bool carry_ack;      /* worker.c on main: a carried delivery is covered by a multiple ack */
     bool lost_note;      /* sup_reap before 2026-12: a successor's kill overwrites a crash note's
                           * signal, so the crash is not counted */
+    bool auto_ack;       /* a deliberately broken consumer (dedup = "none" seeds): consuming with
+                          * no_ack, the broker forgets a delivery as it sends it, before its
+                          * commit */
+    bool stale_free;     /* order_batch_test_stale_free: a later message of a key an earlier one of
+                          * the batch blocked trusts the pass's first read and runs past it */
+    bool retire_kill;    /* the autoscaler retires a worker with SIGKILL, not SIGTERM and its
+                          * drain: it dies wherever it is, between a COMMIT and its acks */
+    bool guard_per_instance; /* two instances: the crash guard's rows (idemd_attempt) kept per
+                              * instance, so each counts only its own workers' crashes */
 } sim_bugs_t;
 
 /* What the catalogue knows about each message id (the ground truth). */
@@ -117,6 +142,7 @@ typedef struct sim_truth {
     int own_crashes;              /* runs of handle() on it that killed the worker (SIGSEGV) */
     int batch_crashes;            /* handle_batch calls holding it that killed the worker */
     int notes_lost;               /* its crash notes lost: the successor was killed first */
+    int notes_gone;               /* its crash notes gone with a killed instance's slots */
     char dl_reason[160];          /* why idemd dead-lettered it (route DLQ or BROKER), or "" */
     bool row_committed[SIM_ROWS]; /* its outbox row was committed (with its effects) */
     int row_sends[SIM_ROWS];
@@ -125,6 +151,7 @@ typedef struct sim_truth {
     int row_resends[SIM_ROWS];     /* sends after a confirm */
     bool row_delivered[SIM_ROWS];  /* some send of the row was confirmed */
     int row_dead[SIM_ROWS];        /* its dead letters the broker confirmed */
+    int key;                       /* ordered: its order key (k<key>) */
 } sim_truth_t;
 
 typedef struct sim {
@@ -143,7 +170,18 @@ typedef struct sim {
     sim_truth_t truth[SIM_MSGS];
     jmp_buf death; /* sim_die() jumps here: the worker process is gone */
     int deaths, crashes_seen;
-    int overshoots; /* crashes past max_attempts that only other workers' uncounted ones explain */
+    int overshoots;  /* crashes past max_attempts that only other workers' uncounted ones explain */
+    int dup_effects; /* dedup = "none": effects applied more than once (allowed, counted) */
+    /* workers = "auto": the real controller (autoscale.c) and the slots it starts and retires.
+     * off: no process (never started, or retired); retiring: draining (step_drain). */
+    autoscale_t as;
+    uint64_t as_at_ms;
+    bool off[SIM_WORKERS], retiring[SIM_WORKERS];
+    int kill_in[SIM_WORKERS]; /* --bug retire_kill: the SIGKILL lands at its Nth statement */
+    uint64_t busy_ms[SIM_WORKERS], idle_ms[SIM_WORKERS], seen_done[SIM_WORKERS];
+    int scale_ups, retirements;
+    int instance_deaths;
+    int retire_notes; /* crash notes released with a retiring worker's slot: never counted */
     long steps;
     bool failed;
     char why[512];
@@ -171,6 +209,8 @@ typedef struct sim_db {
     /* Committed. */
     int rec[SIM_MSGS], eff[SIM_MSGS];
     long long starts[SIM_MSGS], crashes[SIM_MSGS];
+    /* --bug guard_per_instance: instance 1's own starts and crashes. */
+    long long starts1[SIM_MSGS], crashes1[SIM_MSGS];
     bool row[SIM_MSGS][SIM_ROWS]; /* outbox rows waiting for the relay */
     /* Their idemd_outbox columns: attempts, next_at, failed_at, last_error. */
     unsigned row_attempts[SIM_MSGS][SIM_ROWS];
@@ -189,6 +229,15 @@ typedef struct sim_db {
     int nsp;
     bool dead;              /* the connection is gone: every call fails with 2006 */
     uint64_t lock_until_ms; /* another session locks the business table until then */
+    /* An ordered queue's key tables (idemd_order_block, idemd_order_waiter): committed, and the
+     * versions the open transaction wrote (a W_ORDER write names its version; a rollback to a
+     * savepoint drops the later ones). */
+    struct sim_order_tab {
+        int head[SIM_KEYS]; /* the key's head message id; -1: the key is not blocked */
+        bool held[SIM_KEYS];
+        int wseq[SIM_MSGS]; /* a waiter's place behind its key's head; 0: not waiting */
+        int next_seq;
+    } order, osnap[SIM_ORDER_SNAPS];
     bool lock_is_row; /* an InnoDB row lock (1205 after SIM_LOCK_WAIT_MS), else a table lock */
 } sim_db_t;
 
@@ -220,6 +269,8 @@ unsigned sim_db_row_delete(int id, int row);
 /* Before one of the outbox relay's statements: a death, a lost connection, or (deadlock) a
  * 1213 that rolls the relay's transaction back. 0 or the error number. */
 unsigned sim_db_outbox_fault(const char *what, bool deadlock);
+/* An ordered queue's key tables (order_db_ops_t over the tables above). */
+extern const order_db_ops_t sim_order_db_ops;
 /* A message id of the catalogue from a txn message ("m<N>"). */
 int sim_id_of(const txn_msg_t *m);
 
@@ -227,6 +278,7 @@ int sim_id_of(const txn_msg_t *m);
 typedef struct sim_delivery {
     uint64_t tag;
     sim_bmsg_t m;
+    bool auto_acked; /* --bug auto_ack: the broker forgot it as it sent it */
 } sim_delivery_t;
 
 typedef struct sim_copy {
@@ -250,7 +302,8 @@ typedef struct sim_mq {
     uint64_t pub_seq;
     sim_copy_t sent[SIM_ROUND]; /* this round's copies, in publishing order */
     int n_sent;
-    int dropped; /* messages the broker deleted (4.x delivery limit, no dead-lettering) */
+    int dropped;    /* messages the broker deleted (4.x delivery limit, no dead-lettering) */
+    bool cancelled; /* the consumer was cancelled (basic.cancel): nothing more is delivered */
 } sim_mq_t;
 
 extern sim_mq_t sim_mq;
@@ -299,8 +352,10 @@ void sim_props_original(sim_bmsg_t *m);
 /* The queue's settings and the relay key, the same for every worker. */
 extern conf_queue_t sim_q;
 extern copies_keys_t sim_keys;
-/* What sim.c shares with them: the txn ops (handler, database) and the crash note. */
-extern const txn_ops_t sim_txn_ops;
+/* What sim.c shares with them: the txn ops (handler, database; an ordered queue's with the key
+ * rows of worker sim.cur's batch) and the crash note. */
+extern const txn_ops_t sim_txn_ops, sim_txn_ops_ordered;
+order_batch_t *sim_life_order(void);
 typedef struct sim_slot {
     bool in_handler, crash_counted;
     int crash_id;
@@ -332,8 +387,16 @@ void sim_life_end(void);
 /* The worker sim.cur died: give up its deliveries (the broker requeues them); a new worker
  * next. */
 void sim_life_die(void);
-/* One turn of worker sim.cur's loop: step_run, the sweeper when idle; false when idle. */
+/* One turn of worker sim.cur's loop: step_run, the sweeper when idle; false when idle. A
+ * retiring worker drains first (step_drain) and, done, exits (sim_retired). */
 bool sim_life_step(void);
+/* Worker sim.cur retired: it drained and exits (sim.c); and the same for the modules. */
+void sim_retired(void);
+void sim_life_exit(void);
+/* Messages worker k finished (acked, dead-lettered, retried: the slot's counters). */
+uint64_t sim_life_done(int k);
+/* Ids worker sim.cur committed and has not settled yet (*ids up to max); how many. */
+int sim_life_unsettled(int *ids, int max);
 /* The ids in worker sim.cur's batch now (for the deaths' bookkeeping); returns how many. */
 int sim_life_batch_ids(int *ids, int max);
 /* Sizes for invariant 5 and the drain, of worker k. */
@@ -346,6 +409,8 @@ void sim_life_trace(void);
 
 /* How many live instances of id the broker holds (queues, delay tier, unacked). */
 int sim_mq_count(int id);
+/* The instance worker k belongs to (0, or 1 with two instances). */
+int sim_instance(int k);
 /* Deliveries of id unacked on the channels of the workers other than sim.cur (sim.c). */
 int sim_other_unacked(int id);
 

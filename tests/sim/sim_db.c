@@ -10,7 +10,7 @@
 sim_db_t sim_db;
 
 /* Kinds of write in the open transaction. */
-enum { W_RECORD, W_EFFECT, W_CLEAR, W_ROW };
+enum { W_RECORD, W_EFFECT, W_CLEAR, W_ROW, W_ORDER };
 
 /* What a statement may fail with. */
 enum { F_CONN = 1, F_DEADLOCK = 2, F_LOCKWAIT = 4 };
@@ -24,6 +24,8 @@ static void db_reset_tx(void)
 void sim_db_reset(void)
 {
     memset(&sim_db, 0, sizeof(sim_db));
+    for (int k = 0; k < SIM_KEYS; k++)
+        sim_db.order.head[k] = -1;
 }
 
 void sim_db_disconnect(void)
@@ -81,7 +83,7 @@ static int db_sp_find(const char *name)
     return -1;
 }
 
-static void db_commit(void)
+static void db_apply(void)
 {
     for (int i = 0; i < sim_db.nw; i++) {
         int id = sim_db.w[i].id;
@@ -91,11 +93,25 @@ static void db_commit(void)
             break;
         case W_EFFECT:
             sim_db.eff[id]++;
+            /* The ordering invariant at the moment effects commit: no later message of the key
+             * has committed before (one given up and dead-lettered first is out of the order). */
+            for (int j = id + 1; sim.o.ordered && j < sim.o.n_msgs; j++)
+                if (sim.truth[j].key == sim.truth[id].key && sim_db.eff[j] > 0 &&
+                    !sim.truth[id].dl_reason[0])
+                    sim_violation("m%d of key k%d committed after m%d, published after it", id,
+                                  sim.truth[id].key, j);
+            break;
+        case W_ORDER:
+            sim_db.order = sim_db.osnap[sim_db.w[i].row];
             break;
         case W_CLEAR:
             sim_db.starts[id] = sim_db.crashes[id] = 0;
             break;
         case W_ROW:
+            /* dedup = "none": a second run of the message writes its row again, so one more
+             * send of it is expected (the simulated table keeps one row per message and row). */
+            if (sim.o.dedup_none && sim.truth[id].row_committed[sim_db.w[i].row])
+                sim.truth[id].row_may_resend[sim_db.w[i].row] = true;
             sim_db.row[id][sim_db.w[i].row] = true;
             sim_db.row_attempts[id][sim_db.w[i].row] = 0;
             sim_db.row_next_ms[id][sim_db.w[i].row] = 0;
@@ -167,12 +183,12 @@ unsigned sim_db_exec(void *ctx, const char *sql)
             bool applied = sim_rng_below(&sim.rng, 2);
             sim_log("db: COMMIT reply lost (%s)", applied ? "applied" : "not applied");
             if (applied)
-                db_commit();
+                db_apply();
             db_reset_tx();
             sim_db.dead = true;
             return 2013;
         }
-        db_commit();
+        db_apply();
         return 0;
     }
     if (strcmp(sql, "ROLLBACK") == 0) {
@@ -286,13 +302,27 @@ unsigned sim_db_find(int id, bool *found)
     return 0;
 }
 
+/* The guard's rows of id as worker sim.cur's instance sees them: shared by every instance of
+ * the consumer, or (--bug guard_per_instance) instance 1's own. */
+static long long *db_starts(int id)
+{
+    return sim.bug.guard_per_instance && sim_instance(sim.cur) == 1 ? &sim_db.starts1[id]
+                                                                    : &sim_db.starts[id];
+}
+
+static long long *db_crashes(int id)
+{
+    return sim.bug.guard_per_instance && sim_instance(sim.cur) == 1 ? &sim_db.crashes1[id]
+                                                                    : &sim_db.crashes[id];
+}
+
 long long sim_db_bump(int id, long long *crashes)
 {
     if (db_fault("guard attempts bump", F_CONN) != 0)
         return -1;
-    *crashes = sim_db.crashes[id];
-    sim_log("db: guard: m%d start %lld, %lld crashes counted", id, sim_db.starts[id] + 1, *crashes);
-    return ++sim_db.starts[id];
+    *crashes = *db_crashes(id);
+    sim_log("db: guard: m%d start %lld, %lld crashes counted", id, *db_starts(id) + 1, *crashes);
+    return ++*db_starts(id);
 }
 
 long long sim_db_crash(int id, bool add_start)
@@ -300,9 +330,9 @@ long long sim_db_crash(int id, bool add_start)
     if (db_fault("guard crash count", F_CONN) != 0)
         return -1;
     if (add_start)
-        sim_db.starts[id]++;
-    sim_log("db: guard: m%d crash %lld counted", id, sim_db.crashes[id] + 1);
-    return ++sim_db.crashes[id];
+        ++*db_starts(id);
+    sim_log("db: guard: m%d crash %lld counted", id, *db_crashes(id) + 1);
+    return ++*db_crashes(id);
 }
 
 unsigned sim_db_unstart(int id)
@@ -310,8 +340,8 @@ unsigned sim_db_unstart(int id)
     unsigned e;
     if ((e = db_fault("guard attempts unstart", F_CONN)) != 0)
         return e;
-    if (sim_db.starts[id] > 0)
-        sim_db.starts[id]--;
+    if (*db_starts(id) > 0)
+        --*db_starts(id);
     return 0;
 }
 
@@ -328,3 +358,171 @@ unsigned sim_db_outbox_fault(const char *what, bool deadlock)
 {
     return db_fault(what, F_CONN | (deadlock ? F_DEADLOCK : 0));
 }
+
+/* ---------- an ordered queue's key tables (order.c's statements, on the tables above) ----------
+ */
+
+/* "db_hex_literal" and "db_commit": db.c's calls in order.c (linked for order_key_of), never
+ * reached here: the key rows go through sim_order_db_ops. */
+char *db_hex_literal(char *s, const void *b, size_t len)
+{
+    (void)b;
+    (void)len;
+    return s;
+}
+
+db_status_t db_commit(db_t *db)
+{
+    (void)db;
+    return DB_OK;
+}
+
+/* The key tables as the open transaction sees them: its last version, or the committed one. */
+static struct sim_order_tab *order_view(int *last)
+{
+    *last = -1;
+    for (int i = sim_db.nw - 1; i >= 0; i--)
+        if (sim_db.w[i].kind == W_ORDER) {
+            *last = sim_db.w[i].row;
+            return &sim_db.osnap[*last];
+        }
+    return &sim_db.order;
+}
+
+/* A new version of the key tables for the open transaction, to write into; NULL when full. */
+static struct sim_order_tab *order_write(void)
+{
+    int last;
+    struct sim_order_tab *cur = order_view(&last);
+    if (last + 1 >= SIM_ORDER_SNAPS) {
+        sim_violation("memory: the open transaction wrote the key tables %d times", last + 1);
+        return NULL;
+    }
+    sim_db.osnap[last + 1] = *cur;
+    db_write(W_ORDER, 0, last + 1);
+    return &sim_db.osnap[last + 1];
+}
+
+/* Every key statement locks the key's block row first: it may die, lose the connection or be
+ * chosen as a deadlock victim. */
+static unsigned order_fault(const char *what)
+{
+    return db_fault(what, F_CONN | F_DEADLOCK);
+}
+
+static int order_key_index(const char *key, size_t klen)
+{
+    (void)klen;
+    return atoi(key + 1); /* keys are "k<N>" */
+}
+
+static unsigned o_blocked(void *ctx, const char *const *keys, const size_t *lens, int n,
+                          bool *blocked)
+{
+    int last;
+    unsigned e;
+    (void)ctx;
+    if ((e = order_fault("order SELECT blocked keys FOR UPDATE")) != 0)
+        return e;
+    const struct sim_order_tab *t = order_view(&last);
+    for (int j = 0; j < n; j++)
+        blocked[j] = t->head[order_key_index(keys[j], lens[j])] >= 0;
+    return 0;
+}
+
+static unsigned o_check(void *ctx, const char *key, size_t klen, const char *id, size_t idlen,
+                        order_place_t *place)
+{
+    int last;
+    unsigned e;
+    (void)ctx;
+    (void)idlen;
+    if ((e = order_fault("order SELECT head FOR UPDATE")) != 0)
+        return e;
+    const struct sim_order_tab *t = order_view(&last);
+    int head = t->head[order_key_index(key, klen)];
+    *place = head < 0 ? ORDER_FREE : head == atoi(id + 1) ? ORDER_HEAD : ORDER_WAIT;
+    return 0;
+}
+
+/* INSERT IGNORE of the waiter: a message keeps its first place. */
+static void order_tab_wait(struct sim_order_tab *t, int id)
+{
+    if (t->wseq[id] == 0)
+        t->wseq[id] = ++t->next_seq;
+}
+
+static unsigned o_wait(void *ctx, const char *key, size_t klen, const char *id, size_t idlen)
+{
+    unsigned e;
+    struct sim_order_tab *t;
+    (void)ctx;
+    (void)key;
+    (void)klen;
+    (void)idlen;
+    if ((e = order_fault("order INSERT waiter")) != 0 || (t = order_write()) == NULL)
+        return e ? e : 2013;
+    order_tab_wait(t, atoi(id + 1));
+    sim_log("db: order: %.*s waits behind k%d's head m%d", (int)idlen, id, atoi(key + 1),
+            t->head[order_key_index(key, klen)]);
+    return 0;
+}
+
+static unsigned o_block(void *ctx, const char *key, size_t klen, const char *id, size_t idlen)
+{
+    unsigned e;
+    struct sim_order_tab *t;
+    int k = order_key_index(key, klen), m = atoi(id + 1);
+    (void)ctx;
+    (void)idlen;
+    if ((e = order_fault("order block key")) != 0 || (t = order_write()) == NULL)
+        return e ? e : 2013;
+    if (t->head[k] < 0 || t->head[k] == m) {
+        t->head[k] = m;
+        t->held[k] = false;
+        sim_log("db: order: k%d blocked on m%d", k, m);
+    } else {
+        order_tab_wait(t, m);
+    }
+    return 0;
+}
+
+static unsigned o_done(void *ctx, const char *key, size_t klen, const char *id, size_t idlen,
+                       bool hold)
+{
+    unsigned e;
+    struct sim_order_tab *t;
+    int k = order_key_index(key, klen), m = atoi(id + 1);
+    (void)ctx;
+    (void)idlen;
+    if ((e = order_fault("order done")) != 0 || (t = order_write()) == NULL)
+        return e ? e : 2013;
+    bool found = t->head[k] >= 0, is_head = t->head[k] == m;
+    if (hold && (!found || is_head)) {
+        t->head[k] = m;
+        t->held[k] = true;
+    } else if (is_head) {
+        /* The first waiter of the key becomes its head; none left: the key is free. */
+        int next = -1;
+        for (int j = 0; j < sim.o.n_msgs; j++)
+            if (t->wseq[j] > 0 && sim.truth[j].key == k && (next < 0 || t->wseq[j] < t->wseq[next]))
+                next = j;
+        t->head[k] = next;
+        t->held[k] = false;
+        if (next >= 0)
+            t->wseq[next] = 0;
+        sim_log("db: order: m%d done: k%d %s m%d", m, k, next >= 0 ? "moves on to" : "is free",
+                next);
+    } else if (found) {
+        t->wseq[m] = 0;
+    }
+    return 0;
+}
+
+const order_db_ops_t sim_order_db_ops = {
+    .blocked = o_blocked,
+    .check = o_check,
+    .wait = o_wait,
+    .block = o_block,
+    .done = o_done,
+};

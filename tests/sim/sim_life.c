@@ -23,6 +23,10 @@ typedef struct sim_worker {
     settle_t st;
     guard_t guard;
     step_t step;
+    order_batch_t ord;        /* an ordered queue's batch keys (order_batch.c), as worker_t's */
+    metrics_counters_t c;     /* the slot's counters (the autoscaler reads them) */
+    int unsettled[SIM_BATCH]; /* committed by its last transaction, not settled yet */
+    int n_unsettled;
     const char *ids[SIM_BATCH + 1];
     size_t id_lens[SIM_BATCH + 1];
 } sim_worker_t;
@@ -30,7 +34,6 @@ typedef struct sim_worker {
 static sim_worker_t workers[SIM_WORKERS];
 conf_queue_t sim_q; /* the queue's settings, the same for every worker */
 copies_keys_t sim_keys;
-static metrics_counters_t counters;
 static int delays[1] = {1000};
 
 static const port_consume_t consume = {&sim_consume_ops, NULL};
@@ -100,16 +103,49 @@ static void h_noted(void *ctx)
 
 static void h_transacted(void *ctx, const txn_t *t, txn_status_t st)
 {
+    sim_worker_t *x = &workers[sim.cur];
     (void)ctx;
-    if (st == TXN_DONE)
-        sim_after_txn(t->m, t->n);
+    if (st != TXN_DONE)
+        return;
+    sim_after_txn(t->m, t->n);
+    for (int i = 0; i < t->n && x->n_unsettled < SIM_BATCH; i++)
+        if (t->m[i].state == TXN_COMMITTED)
+            x->unsettled[x->n_unsettled++] = sim_id_of(&t->m[i]);
+}
+
+static void h_settled(void *ctx)
+{
+    (void)ctx;
+    workers[sim.cur].n_unsettled = 0;
+}
+
+/* An ordered queue: the batch's keys and running order, as worker_order_keys finds them. */
+static const int *h_order_keys(void *ctx)
+{
+    (void)ctx;
+    order_batch_keys(&workers[sim.cur].ord);
+    return order_batch_seq(&workers[sim.cur].ord);
 }
 
 static const step_hooks_t hooks = {
     .note = h_note,
     .noted = h_noted,
     .transacted = h_transacted,
+    .settled = h_settled,
 };
+
+static const step_hooks_t hooks_ordered = {
+    .note = h_note,
+    .noted = h_noted,
+    .order_keys = h_order_keys,
+    .transacted = h_transacted,
+    .settled = h_settled,
+};
+
+order_batch_t *sim_life_order(void)
+{
+    return &workers[sim.cur].ord;
+}
 
 /* Wire the modules for a new process of worker k (worker_wire). */
 static void life_wire(int k)
@@ -118,8 +154,8 @@ static void life_wire(int k)
     x->guard = (guard_t){.ops = &sim_guard_ops,
                          .ctx = NULL,
                          .max_attempts = sim_q.max_attempts,
-                         .dedup_table = true,
-                         .workers = sim.o.workers};
+                         .dedup_table = !sim.o.dedup_none,
+                         .workers = sim.o.workers / sim.o.instances}; /* its instance's */
     memset(&x->bt, 0, sizeof(x->bt));
     x->bt.q = &sim_q;
     x->bt.consume = consume;
@@ -135,25 +171,26 @@ static void life_wire(int k)
                        .clock = clock_port,
                        .guard = &x->guard,
                        .key = sim_keys.k[0],
-                       .c = &counters,
+                       .c = &x->c,
                        .heartbeat = SIM_HEARTBEAT_S,
                        .life = &x->life};
+    x->n_unsettled = 0;
     x->step = (step_t){.life = &x->life,
                        .bt = &x->bt,
                        .st = &x->st,
                        .guard = &x->guard,
-                       .txn_ops = &sim_txn_ops,
+                       .txn_ops = sim.o.ordered ? &sim_txn_ops_ordered : &sim_txn_ops,
                        .txn_ctx = NULL,
-                       .record = true,
-                       .bulk = sim.o.bulk,
-                       .batch = sim.o.batch_handler,
+                       .record = !sim.o.dedup_none,
+                       .bulk = sim.o.bulk && !sim.o.ordered, /* as worker_wire_step */
+                       .batch = sim.o.batch_handler && !sim.o.ordered,
                        .limit_ms = step_limit_ms(SIM_HEARTBEAT_S),
                        .outbox = sim_outbox(),
                        .pub = pub,
                        .clock = clock_port,
                        .ids = x->ids,
                        .id_lens = x->id_lens,
-                       .hooks = &hooks,
+                       .hooks = sim.o.ordered ? &hooks_ordered : &hooks,
                        .hooks_ctx = NULL};
 }
 
@@ -164,7 +201,7 @@ void sim_life_begin(void)
     sim_q.consumer = "orders";
     sim_q.prefetch = sim.o.prefetch;
     sim_q.workers = sim.o.workers;
-    sim_q.dedup = CONF_DEDUP_TABLE;
+    sim_q.dedup = sim.o.dedup_none ? CONF_DEDUP_NONE : CONF_DEDUP_TABLE;
     sim_q.batch_size = sim.o.batch_size;
     sim_q.batch_handler = sim.o.batch_handler;
     sim_q.max_body_bytes = 1 << 20;
@@ -175,12 +212,17 @@ void sim_life_begin(void)
     sim_q.handler_timeout = sim.o.handler_timeout_ms / 1000;
     sim_q.quorum = sim.o.quorum;
     sim_q.dead_letter_queue = sim.o.has_dlq ? "orders.dlq" : NULL;
+    sim_q.order_key = sim.o.ordered ? "header:k" : NULL;
+    sim_q.order_dead_letter = CONF_ORDER_DL_RELEASE;
     memset(&sim_keys, 0, sizeof(sim_keys));
     sim_keys.n = 1;
     for (int i = 0; i < COPIES_KEY_LEN; i++)
         sim_keys.k[0][i] = (unsigned char)sim_rng_next(&sim.rng);
     for (int k = 0; k < sim.o.workers; k++) {
-        if (life_init(&workers[k].life, sim.o.batch_size, sim.o.max_held) != 0) {
+        workers[k].ord = (order_batch_t){
+            .ops = &sim_order_db_ops, .ctx = NULL, .q = &sim_q, .life = &workers[k].life};
+        if (life_init(&workers[k].life, sim.o.batch_size, sim.o.max_held) != 0 ||
+            (sim.o.ordered && order_batch_init(&workers[k].ord, sim.o.batch_size) != 0)) {
             fprintf(stderr, "sim: out of memory\n");
             abort();
         }
@@ -196,6 +238,7 @@ void sim_life_end(void)
     for (int k = 0; k < sim.o.workers; k++) {
         life_release(&workers[k].life);
         life_free(&workers[k].life);
+        order_batch_free(&workers[k].ord);
     }
 }
 
@@ -203,6 +246,26 @@ void sim_life_die(void)
 {
     life_release(&workers[sim.cur].life);
     life_wire(sim.cur);
+}
+
+void sim_life_exit(void)
+{
+    sim_life_die(); /* what it still holds goes back unacked, as at any exit */
+}
+
+uint64_t sim_life_done(int k)
+{
+    const metrics_counters_t *c = &workers[k].c;
+    return c->n_ok + c->n_duplicate + c->n_retry + c->n_reject;
+}
+
+int sim_life_unsettled(int *ids, int max)
+{
+    const sim_worker_t *x = &workers[sim.cur];
+    int n = 0;
+    for (int i = 0; i < x->n_unsettled && n < max; i++)
+        ids[n++] = x->unsettled[i];
+    return n;
 }
 
 int sim_life_batch_ids(int *ids, int max)
@@ -244,7 +307,19 @@ void sim_life_published(void)
 bool sim_life_step(void)
 {
     sim_worker_t *x = &workers[sim.cur];
+    /* Retiring (SIGTERM from the autoscaler): the daemon's drain, WORKER_DRAIN_MS at most. */
+    if (sim.retiring[sim.cur] && !sim.bug.retire_kill &&
+        !step_drain(&x->step, SIM_DRAIN_MS, NULL, NULL)) {
+        sim_retired();
+        return false;
+    }
     step_status_t st = step_run(&x->step);
+    /* --bug retire_kill: no drain; a SIGKILL that has not landed on a statement yet lands
+     * between steps. */
+    if (sim.retiring[sim.cur] && sim.bug.retire_kill && st == STEP_IDLE) {
+        sim.kill_in[sim.cur] = 1;
+        sim_maybe_die("between steps");
+    }
     if (st < 0)
         sim_die(0, x->step.why);
     if (st == STEP_IDLE) {

@@ -93,12 +93,15 @@ static void mq_return(sim_bmsg_t m)
 
 bool sim_mq_next(sim_delivery_t *d)
 {
-    if (sim_mq.n_unacked >= sim.o.prefetch || sim_mq.qn[SQ_MAIN] == 0)
+    if (sim_mq.n_unacked >= sim.o.prefetch || sim_mq.qn[SQ_MAIN] == 0 || sim_mq.cancelled)
         return false;
     d->m = sim_mq.q[SQ_MAIN][0];
     memmove(&sim_mq.q[SQ_MAIN][0], &sim_mq.q[SQ_MAIN][1],
             (size_t)--sim_mq.qn[SQ_MAIN] * sizeof(sim_bmsg_t));
     d->tag = sim_mq.next_tag++;
+    /* --bug auto_ack: a consumer with no_ack; the broker keeps the tag (settling it is harmless)
+     * but will not give the message back. */
+    d->auto_acked = sim.bug.auto_ack && sim.o.dedup_none;
     sim_mq.unacked[sim_mq.n_unacked++] = *d;
     sim_log("broker: deliver m%d tag=%llu%s dcount=%d attempts=%u", d->m.id,
             (unsigned long long)d->tag, d->m.redelivered ? " redelivered" : "", d->m.dcount,
@@ -176,14 +179,27 @@ int sim_mq_nack(uint64_t tag, bool requeue)
 
 void sim_mq_close_consumer(void)
 {
+    int forgot[SIM_PREFETCH], n_forgot = 0;
     /* Requeued in tag order; a classic queue puts them back at the head in that order. */
     for (int i = sim.o.quorum ? 0 : sim_mq.n_unacked - 1;
-         sim.o.quorum ? i < sim_mq.n_unacked : i >= 0; i += sim.o.quorum ? 1 : -1)
-        mq_return(sim_mq.unacked[i].m);
+         sim.o.quorum ? i < sim_mq.n_unacked : i >= 0; i += sim.o.quorum ? 1 : -1) {
+        if (!sim_mq.unacked[i].auto_acked) {
+            mq_return(sim_mq.unacked[i].m);
+            continue;
+        }
+        forgot[n_forgot++] = sim_mq.unacked[i].m.id;
+        sim_bmsg_free(&sim_mq.unacked[i].m);
+    }
     if (sim_mq.n_unacked)
-        sim_log("broker: consumer closed: %d unacked requeued", sim_mq.n_unacked);
+        sim_log("broker: consumer closed: %d unacked requeued", sim_mq.n_unacked - n_forgot);
     sim_mq.n_unacked = 0;
     sim_mq.next_tag = 1;
+    sim_mq.cancelled = false; /* a new connection consumes again */
+    /* What no_ack let go is acked for good: invariants 1 and 2 look at what is left. */
+    for (int i = 0; i < n_forgot; i++) {
+        sim_log("broker: m%d was consumed with no_ack: not requeued", forgot[i]);
+        sim_on_ack(forgot[i]);
+    }
 }
 
 uint64_t sim_mq_tick(void)

@@ -70,6 +70,18 @@ void sim_props_original(sim_bmsg_t *m)
     p._flags = AMQP_BASIC_MESSAGE_ID_FLAG | AMQP_BASIC_DELIVERY_MODE_FLAG;
     p.message_id = amqp_cstring_bytes(id);
     p.delivery_mode = 2;
+    /* An ordered queue's key (order_key = "header:k"). */
+    char key[16];
+    amqp_table_entry_t e;
+    if (sim.o.ordered) {
+        snprintf(key, sizeof(key), "k%d", sim.truth[m->id].key);
+        e.key = amqp_cstring_bytes("k");
+        e.value.kind = AMQP_FIELD_KIND_UTF8;
+        e.value.value.bytes = amqp_cstring_bytes(key);
+        p.headers.entries = &e;
+        p.headers.num_entries = 1;
+        p._flags |= AMQP_BASIC_HEADERS_FLAG;
+    }
     m->pool = pool_new();
     props_clone(&p, &m->props, m->pool);
 }
@@ -135,10 +147,14 @@ static int b_nack(void *ctx, uint64_t tag, bool requeue)
     return sim_mq_nack(tag, requeue);
 }
 
+/* basic.cancel: the broker delivers nothing more on this channel (what it sent stays unacked). */
 static int c_cancel(void *ctx)
 {
     (void)ctx;
-    return 0; /* the simulated worker does not drain: nothing calls it */
+    sim_maybe_die("basic.cancel");
+    sim_mq.cancelled = true;
+    sim_log("broker: consumer cancelled (%d unacked)", sim_mq.n_unacked);
+    return 0;
 }
 
 const port_consume_ops_t sim_consume_ops = {
