@@ -276,6 +276,7 @@ FUZZ_SRC_conf := $(CONF_SRCS) $(CONF_DEPS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
 FUZZ_SRC_trace := src/trace.c
+FUZZ_SRC_sqlh_param := src/sqlh_param.c
 FUZZ_SRC_order_pay :=
 
 .SECONDEXPANSION:
