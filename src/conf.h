@@ -48,8 +48,8 @@ typedef enum conf_sql_verdict {
 
 /* One statement of sql = ( ... ). */
 typedef struct conf_sql_stmt {
-    char *statement;  /* SQL with ? placeholders */
-    char **params;    /* one source per placeholder (sqlh_param.h) */
+    char *statement; /* SQL with ? placeholders */
+    char **params;   /* one source per placeholder (sqlh_param.h) */
     int n_params;
     char *expect;     /* affected-row rule "N", "A..B", ">=N"; NULL: any */
     int on_mismatch;  /* conf_sql_verdict_t when expect does not hold */
@@ -59,10 +59,10 @@ typedef struct conf_sql_stmt {
 
 /* One onward message of publish = ( ... ). */
 typedef struct conf_sql_pub {
-    char *exchange;    /* "" = the default exchange */
-    char *routing_key; /* as written */
-    char *body;        /* "body" or "json:PATH" */
-    char *content_type; /* NULL: none */
+    char *exchange;      /* "" = the default exchange */
+    char *routing_key;   /* as written */
+    char *body;          /* "body" or "json:PATH" */
+    char *content_type;  /* NULL: none */
     conf_arg_t *headers; /* name = "source" each */
     int n_headers;
     int line;

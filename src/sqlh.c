@@ -183,8 +183,8 @@ static int sqlh_prepare_pub(sqlh_state_t *st, int k, char *err, size_t errlen)
 }
 
 /* Parse and prepare everything of queue q on db into a new state. 0, or -1 with err. */
-static int sqlh_open(const idemd_host_t *host, const conf_queue_t *q, MYSQL *db,
-                     sqlh_state_t **out, char *err, size_t errlen)
+static int sqlh_open(const idemd_host_t *host, const conf_queue_t *q, MYSQL *db, sqlh_state_t **out,
+                     char *err, size_t errlen)
 {
     sqlh_state_t *st = calloc(1, sizeof(*st));
 
@@ -264,20 +264,20 @@ static void sqlh_bind(MYSQL_BIND *b, const sqlh_val_t *v, long long *ival, unsig
 static bool sqlh_data_error(unsigned e)
 {
     switch (e) {
-    case ER_BAD_NULL_ERROR:             /* 1048: NULL into NOT NULL */
-    case ER_WARN_DATA_OUT_OF_RANGE:     /* 1264 */
-    case WARN_DATA_TRUNCATED:           /* 1265 */
-    case ER_TRUNCATED_WRONG_VALUE:      /* 1292 */
+    case ER_BAD_NULL_ERROR:                  /* 1048: NULL into NOT NULL */
+    case ER_WARN_DATA_OUT_OF_RANGE:          /* 1264 */
+    case WARN_DATA_TRUNCATED:                /* 1265 */
+    case ER_TRUNCATED_WRONG_VALUE:           /* 1292 */
     case ER_TRUNCATED_WRONG_VALUE_FOR_FIELD: /* 1366: incorrect value */
-    case ER_DATA_TOO_LONG:              /* 1406 */
-    case ER_DATA_OUT_OF_RANGE:          /* 1690 */
-    case ER_DIVISION_BY_ZERO:           /* 1365 */
-    case ER_WRONG_VALUE_FOR_TYPE:       /* 1411 */
-    case ER_ROW_IS_REFERENCED:          /* 1217 */
-    case ER_NO_REFERENCED_ROW:          /* 1216 */
-    case ER_ROW_IS_REFERENCED_2:        /* 1451 */
-    case ER_NO_REFERENCED_ROW_2:        /* 1452 */
-    case ER_WARN_NULL_TO_NOTNULL:       /* 1263 */
+    case ER_DATA_TOO_LONG:                   /* 1406 */
+    case ER_DATA_OUT_OF_RANGE:               /* 1690 */
+    case ER_DIVISION_BY_ZERO:                /* 1365 */
+    case ER_WRONG_VALUE_FOR_TYPE:            /* 1411 */
+    case ER_ROW_IS_REFERENCED:               /* 1217 */
+    case ER_NO_REFERENCED_ROW:               /* 1216 */
+    case ER_ROW_IS_REFERENCED_2:             /* 1451 */
+    case ER_NO_REFERENCED_ROW_2:             /* 1452 */
+    case ER_WARN_NULL_TO_NOTNULL:            /* 1263 */
     case SQLH_ER_CHECK_MYSQL:
     case SQLH_ER_CHECK_MARIADB:
     case SQLH_ER_JSON_TEXT:
@@ -305,13 +305,13 @@ static idemd_result_t sqlh_failed(const sqlh_stmt_t *s, int k, bool *dup_ok, cha
             *dup_ok = true;
             return IDEMD_RESULT_OK;
         }
-        snprintf(err, errlen, "statement %d: duplicate key, not retried: mysql error %u: %s",
-                 k + 1, e, text);
+        snprintf(err, errlen, "statement %d: duplicate key, not retried: mysql error %u: %s", k + 1,
+                 e, text);
         return IDEMD_RESULT_REJECT;
     case DB_ERR_DEADLOCK:
     case DB_ERR_LOCK_TIMEOUT:
-        snprintf(err, errlen, "statement %d: lock conflict, retried: mysql error %u: %s", k + 1,
-                 e, text);
+        snprintf(err, errlen, "statement %d: lock conflict, retried: mysql error %u: %s", k + 1, e,
+                 text);
         return IDEMD_RESULT_RETRY;
     case DB_ERR_CONNECTION:
         /* The worker sees the connection's error and reconnects; nothing is dead-lettered. */
@@ -321,13 +321,13 @@ static idemd_result_t sqlh_failed(const sqlh_stmt_t *s, int k, bool *dup_ok, cha
         break;
     }
     if (e == SQLH_ER_NOWAIT) {
-        snprintf(err, errlen, "statement %d: lock conflict, retried: mysql error %u: %s", k + 1,
-                 e, text);
+        snprintf(err, errlen, "statement %d: lock conflict, retried: mysql error %u: %s", k + 1, e,
+                 text);
         return IDEMD_RESULT_RETRY;
     }
     if (sqlh_data_error(e)) {
-        snprintf(err, errlen, "statement %d: data error, not retried: mysql error %u: %s", k + 1,
-                 e, text);
+        snprintf(err, errlen, "statement %d: data error, not retried: mysql error %u: %s", k + 1, e,
+                 text);
         return IDEMD_RESULT_REJECT;
     }
     snprintf(err, errlen, "statement %d: mysql error %u: %s", k + 1, e, text);

@@ -193,8 +193,8 @@ static int sqlh_js_bad(sqlh_js_t *j, const char *what)
 
 static void sqlh_js_ws(sqlh_js_t *j)
 {
-    while (j->pos < j->n && (j->b[j->pos] == ' ' || j->b[j->pos] == '\t' ||
-                             j->b[j->pos] == '\n' || j->b[j->pos] == '\r'))
+    while (j->pos < j->n && (j->b[j->pos] == ' ' || j->b[j->pos] == '\t' || j->b[j->pos] == '\n' ||
+                             j->b[j->pos] == '\r'))
         j->pos++;
 }
 
@@ -393,8 +393,7 @@ static int sqlh_js_value(sqlh_js_t *j, int depth, int matched)
     if (depth > SQLH_JSON_DEPTH_MAX)
         return sqlh_js_bad(j, "nested too deep");
     start = j->pos;
-    const sqlh_seg_t *g =
-        matched >= 0 && matched < j->src->n_segs ? &j->src->segs[matched] : NULL;
+    const sqlh_seg_t *g = matched >= 0 && matched < j->src->n_segs ? &j->src->segs[matched] : NULL;
     char c = j->b[j->pos];
     if (c == '{') {
         sqlh_buf_t tmp = {0};
@@ -556,9 +555,8 @@ int sqlh_json_at(const sqlh_src_t *src, const char *body, size_t len, sqlh_buf_t
         return sqlh_js_bad(&j, "text after the value");
     if (!j.found)
         return 0;
-    return sqlh_json_convert(src, body + j.start, j.end - j.start, buf, out, err, errlen) == 0
-               ? 1
-               : -1;
+    return sqlh_json_convert(src, body + j.start, j.end - j.start, buf, out, err, errlen) == 0 ? 1
+                                                                                               : -1;
 }
 
 /* The header name of msg, or NULL. */
@@ -577,8 +575,8 @@ static void sqlh_text(sqlh_val_t *out, const char *s, size_t len)
     out->len = len;
 }
 
-int sqlh_value(const sqlh_src_t *src, const idemd_message_t *msg, sqlh_buf_t *buf,
-               sqlh_val_t *out, char *err, size_t errlen)
+int sqlh_value(const sqlh_src_t *src, const idemd_message_t *msg, sqlh_buf_t *buf, sqlh_val_t *out,
+               char *err, size_t errlen)
 {
     const char *what = NULL; /* set when the value is absent */
     const idemd_header_t *h;
@@ -657,10 +655,10 @@ int sqlh_value(const sqlh_src_t *src, const idemd_message_t *msg, sqlh_buf_t *bu
              src->kind == SQLH_SRC_JSON     ? "json:"
              : src->kind == SQLH_SRC_HEADER ? "header:"
                                             : "msg:",
-             src->arg                              ? src->arg
-             : src->kind == SQLH_SRC_MSG_ID        ? "id"
-             : src->kind == SQLH_SRC_TIMESTAMP     ? "timestamp"
-                                                   : "content_type",
+             src->arg                          ? src->arg
+             : src->kind == SQLH_SRC_MSG_ID    ? "id"
+             : src->kind == SQLH_SRC_TIMESTAMP ? "timestamp"
+                                               : "content_type",
              what);
     return -1;
 }

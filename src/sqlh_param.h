@@ -1,4 +1,5 @@
-/* sqlh_param.h: the SQL handler's parameter sources and the exact value each gives for a message. */
+/* sqlh_param.h: the SQL handler's parameter sources and the exact value each gives for a message.
+ */
 #ifndef IDEMD_SQLH_PARAM_H
 #define IDEMD_SQLH_PARAM_H
 
@@ -29,7 +30,7 @@ typedef enum sqlh_src_kind {
 typedef struct sqlh_seg {
     const char *name; /* into sqlh_src_t.arg; not NUL-terminated */
     size_t len;
-    long index; /* the segment read as an array index, or -1 */
+    long index;   /* the segment read as an array index, or -1 */
     bool bracket; /* written [N]: an index only, never a name */
 } sqlh_seg_t;
 
@@ -81,8 +82,8 @@ void sqlh_src_free(sqlh_src_t *s);
  * absent or the body is not JSON (the message is then rejected). An optional absent value is
  * SQLH_VAL_NULL. Pure.
  */
-int sqlh_value(const sqlh_src_t *src, const idemd_message_t *msg, sqlh_buf_t *buf,
-               sqlh_val_t *out, char *err, size_t errlen) __attribute__((warn_unused_result));
+int sqlh_value(const sqlh_src_t *src, const idemd_message_t *msg, sqlh_buf_t *buf, sqlh_val_t *out,
+               char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /*
  * The JSON value at src's path in body (len bytes, not NUL-terminated): 1 and *out, 0 when the

@@ -44,8 +44,8 @@ int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
             if (rc != 0)
                 log_warn("queue '%s': %s", q->name, err);
             else
-                log_info("queue '%s': handler 'sql' with %d statement%s checked", q->name,
-                         q->n_sql, q->n_sql == 1 ? "" : "s");
+                log_info("queue '%s': handler 'sql' with %d statement%s checked", q->name, q->n_sql,
+                         q->n_sql == 1 ? "" : "s");
             continue;
         }
         if (plugin_check(q->handler, name, sizeof(name), err, sizeof(err)) != 0) {

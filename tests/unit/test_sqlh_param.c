@@ -15,7 +15,7 @@ static sqlh_src_t src; /* the last source: a value may point into it (const:) */
 static int value_of(const char *text, const char *body, sqlh_val_t *v, sqlh_buf_t *buf)
 {
     static idemd_header_t h[2] = {{"X-Id", IDEMD_HEADER_STRING, "abc", 3, 0},
-                           {"X-N", IDEMD_HEADER_INT, NULL, 0, 7}};
+                                  {"X-N", IDEMD_HEADER_INT, NULL, 0, 7}};
     idemd_message_t m;
     memset(&m, 0, sizeof(m));
     m.msg_id = "m-1";
@@ -118,8 +118,8 @@ int main(void)
        "a repeated key: the last wins");
 
     /* Absent, optional, bad JSON. */
-    ok(value_of("json:account", "{\"amount\": 1}", &v, &buf) == -1 &&
-           strstr(err, "json:account") && strstr(err, "missing"),
+    ok(value_of("json:account", "{\"amount\": 1}", &v, &buf) == -1 && strstr(err, "json:account") &&
+           strstr(err, "missing"),
        "a missing required field names its path: %s", err);
     ok(value_of("json:note?", "{\"amount\": 1}", &v, &buf) == 0 && v.kind == SQLH_VAL_NULL,
        "a missing optional field is NULL");
@@ -144,8 +144,7 @@ int main(void)
        "msg:routing_key");
     ok(value_of("msg:exchange", "x", &v, &buf) == 0 && is_text(&v, SQLH_VAL_TEXT, ""),
        "msg:exchange is \"\" for the default exchange");
-    ok(value_of("msg:timestamp", "x", &v, &buf) == 0 && v.kind == SQLH_VAL_INT &&
-           v.i == 1700000000,
+    ok(value_of("msg:timestamp", "x", &v, &buf) == 0 && v.kind == SQLH_VAL_INT && v.i == 1700000000,
        "msg:timestamp is an integer");
     ok(value_of("msg:content_type", "x", &v, &buf) == -1 && strstr(err, "content_type"),
        "a message without content_type: %s", err);
