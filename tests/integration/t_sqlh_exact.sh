@@ -8,7 +8,7 @@ c_fresh_queues "$q" "$q.dlq" "$out"
 h_sql "CREATE TABLE ledger (entry_id VARCHAR(64) PRIMARY KEY, account VARCHAR(32) NOT NULL,
          amount DECIMAL(30,2) NOT NULL, big BIGINT NULL, note VARCHAR(64) NULL, flag TINYINT NULL)"
 h_sql "CREATE TABLE balance (account VARCHAR(32) PRIMARY KEY, amount DECIMAL(30,2) NOT NULL)"
-h_sql "INSERT INTO balance VALUES ('cents', 0), ('huge', 0), ('misc', 0)"
+h_sql "INSERT INTO balance VALUES ('cents', 0), ('huge', 0), ('misc', 0), ('precise', 0), ('wide', 0)"
 h_mq declare "$out" >/dev/null || h_fail "declaring $out"
 {
     h_conf_common "$db"
@@ -32,20 +32,24 @@ h_daemon_start idemd.conf idemd.log
     for i in $(seq 1 5); do printf 'h%d\t{"account": "huge", "amount": 1234567890123456789}\n' "$i"; done
     printf 'b1\t{"account": "misc", "amount": 5, "big": 9007199254740993, "note": "caf\\u00e9 \\"q\\"", "flag": true}\n'
     printf 'b2\t{"account": "misc", "amount": 1e-2, "big": 9223372036854775807}\n'
+    # 19 significant digits with a fraction, and an integer past 64 bits: a double keeps 15-17.
+    printf 'b3\t{"account": "precise", "amount": 12345678901234567.89}\n'
+    printf 'b4\t{"account": "wide", "amount": 123456789012345678901}\n'
 } >pub.txt
-h_assert_eq "$(h_mq publish -r "$q" <pub.txt)" "published 1007 confirmed 1007" "publisher"
-h_wait_sql "SELECT COUNT(*) FROM ledger" 1007 90
-h_wait_depth "$out" 1007 30
+h_assert_eq "$(h_mq publish -r "$q" <pub.txt)" "published 1009 confirmed 1009" "publisher"
+h_wait_sql "SELECT COUNT(*) FROM ledger" 1009 90
+h_wait_depth "$out" 1009 30
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 h_assert_eq "$(h_sql "SELECT account, amount FROM balance ORDER BY account")" \
-    $'cents\t100.00\nhuge\t6172839450617283945.00\nmisc\t5.01' "balances (0.10 x 1000, 1234567890123456789 x 5, 5 + 0.01)"
+    $'cents\t100.00\nhuge\t6172839450617283945.00\nmisc\t5.01\nprecise\t12345678901234567.89\nwide\t123456789012345678901.00' \
+    "balances (0.10 x 1000, 1234567890123456789 x 5, 5 + 0.01, 19 digits with cents, 21 digits)"
 h_assert_eq "$(h_sql "SELECT SUM(amount) FROM ledger WHERE account = 'huge'")" "6172839450617283945.00" "19-digit sum"
 h_assert_eq "$(h_sql "SELECT big, note, flag FROM ledger WHERE entry_id = 'b1'")" \
     $'9007199254740993\tcafé "q"\t1' "2^53+1, decoded string, true"
 h_assert_eq "$(h_sql "SELECT big, note IS NULL, flag IS NULL FROM ledger WHERE entry_id = 'b2'")" \
     $'9223372036854775807\t1\t1' "INT64_MAX, absent optional fields NULL"
 h_assert_eq "$(h_depth "$q.dlq")" 0 "dead letters"
-h_mq get "$out" -n 1007 >onward.txt
+h_mq get "$out" -n 1009 >onward.txt
 h_assert_eq "$(grep -c $'^[^\t]*\tcents\t' onward.txt)" 1000 "onward messages of cents (body = the account)"
 h_assert_eq "$(grep -c 'entry=h3' onward.txt)" 1 "the onward message of h3 carries its entry header"
 h_assert_eq "$(grep -c 'note=' onward.txt)" 1 "only b1 has a note header"
