@@ -69,11 +69,13 @@ CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubrou
 # stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).
 CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order order_batch worker_ops worker_conn \
 	worker_sweep step txn txn_result txn_state batch life settle guard outbox outbox_io plugin \
-	trace metrics stall chores
+	trace metrics stall chores sqlh
 # conf is one module in several files: the table (conf.c) and the code that walks it.
-CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
-# conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin.
-CONF_DEPS := src/trust.c
+CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c \
+	src/conf_sqlh.c
+# conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin;
+# it checks the SQL handler's sources with sqlh_param.c.
+CONF_DEPS := src/trust.c src/sqlh_param.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
@@ -279,6 +281,7 @@ FUZZ_SRC_conf := $(CONF_SRCS) $(CONF_DEPS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
 FUZZ_SRC_trace := src/trace.c
+FUZZ_SRC_sqlh_param := src/sqlh_param.c
 FUZZ_SRC_order_pay :=
 
 .SECONDEXPANSION:

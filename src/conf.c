@@ -46,6 +46,19 @@ static const conf_enum_t conf_dedups[] = {
     {NULL, 0},
 };
 
+static const conf_enum_t conf_sql_verdicts[] = {
+    {"reject", CONF_SQL_REJECT},
+    {"retry", CONF_SQL_RETRY},
+    {"ok", CONF_SQL_OK},
+    {NULL, 0},
+};
+
+static const conf_enum_t conf_sql_dups[] = {
+    {"reject", CONF_SQL_REJECT},
+    {"ok", CONF_SQL_OK},
+    {NULL, 0},
+};
+
 static const conf_enum_t conf_order_dls[] = {
     {"release", CONF_ORDER_DL_RELEASE},
     {"hold", CONF_ORDER_DL_HOLD},
@@ -272,7 +285,9 @@ const conf_def_t conf_defs[] = {
                 "queue to consume; unique in the file"),
     CONF_STRING("queue", "handler", conf_queue_t, handler, NR | RQ, NULL, 1, PATH_MAX - 1, NULL,
                 "path of the handler plugin (.so); a relative path is taken from the directory "
-                "of the config file that holds it"),
+                "of the config file that holds it; `\"sql\"`: the built-in SQL handler, which "
+                "runs the queue's `sql` statements (docs/sql-handler.md; a plugin file named "
+                "sql is written `\"./sql\"`)"),
     CONF_STRING("queue", "consumer", conf_queue_t, consumer, NR, NULL, 1, 128, "the queue name",
                 "dedup namespace: the `consumer` column of the record table"),
     CONF_INT("queue", "prefetch", conf_queue_t, prefetch, 0, "1000", 1, 65535,
@@ -338,6 +353,13 @@ const conf_def_t conf_defs[] = {
     CONF_GROUP("queue", "declare", 0, "declare", "what to declare at startup"),
     CONF_RAW("queue", "settings", conf_queue_t, settings, 0,
              "group handed to the handler as is; idemd does not check it"),
+    CONF_LIST("queue", "sql", conf_queue_t, sql, n_sql, conf_sql_stmt_t, "sql", NR, 0, "none",
+              "with `handler = \"sql\"` (and only then, at least one): the statements run for "
+              "each message, in order, in its transaction (docs/sql-handler.md)"),
+    CONF_LIST("queue", "publish", conf_queue_t, publish, n_publish, conf_sql_pub_t, "sql_publish",
+              NR, 0, "none",
+              "with `handler = \"sql\"`: onward messages written to the outbox in the "
+              "message's transaction after its statements succeed (docs/sql-handler.md)"),
 
     CONF_BOOL("declare", "enabled", conf_queue_t, declare, NR, "true",
               "declare the queue, its dead letter queue and bindings at startup; false: they "
@@ -376,6 +398,34 @@ const conf_def_t conf_defs[] = {
                 "exchange to bind the queue to (it must exist)"),
     CONF_STRING("binding", "routing_key", conf_binding_t, routing_key, NR, "", 0, 255, NULL,
                 "binding key"),
+
+    CONF_STRING("sql", "statement", conf_sql_stmt_t, statement, NR | RQ, NULL, 1, 65535, NULL,
+                "one SQL statement with `?` placeholders, prepared once per connection; checked "
+                "against the database by `--check-config`, at start and on reload"),
+    CONF_STR_ARRAY("sql", "params", conf_sql_stmt_t, params, n_params, NR, 1, 262, "`[ ]`",
+                   "one source per placeholder, in order: `json:PATH`, `header:NAME`, `msg:id`, "
+                   "`msg:routing_key`, `msg:exchange`, `msg:timestamp`, `msg:content_type`, "
+                   "`body`, `const:TEXT`; a final `?` makes it optional (absent: NULL)"),
+    CONF_STRING("sql", "expect", conf_sql_stmt_t, expect, NR, NULL, 1, 64, "none (any count)",
+                "affected rows the statement must report: `\"N\"`, `\"A..B\"` or `\">=N\"`"),
+    CONF_ENUM("sql", "on_mismatch", conf_sql_stmt_t, on_mismatch, NR, "reject", conf_sql_verdicts,
+              "when `expect` does not hold: `reject` (dead-letter), `retry` or `ok` (carry on)"),
+    CONF_ENUM("sql", "on_duplicate", conf_sql_stmt_t, on_duplicate, NR, "reject", conf_sql_dups,
+              "a duplicate key error: `reject` (dead-letter with the server's message) or `ok` "
+              "(the statement counts as 0 rows and the next one runs)"),
+
+    CONF_STRING("sql_publish", "exchange", conf_sql_pub_t, exchange, NR, "", 0, 255, NULL,
+                "exchange of the onward message; `\"\"`: the default exchange"),
+    CONF_STRING("sql_publish", "routing_key", conf_sql_pub_t, routing_key, NR | RQ, NULL, 0, 255,
+                NULL, "routing key, as written"),
+    CONF_STRING("sql_publish", "body", conf_sql_pub_t, body, NR, "body", 1, 262, NULL,
+                "`\"body\"` (the message's own) or `\"json:PATH\"` (that value of its JSON body: "
+                "a string's text, else the JSON text)"),
+    CONF_STRING("sql_publish", "content_type", conf_sql_pub_t, content_type, NR, NULL, 1, 255,
+                "none", "content_type property of the onward message"),
+    CONF_ARGS("sql_publish", "headers", conf_sql_pub_t, headers, n_headers, NR,
+              "headers `{ NAME = \"SOURCE\"; }`, each a parameter source as in `params` (an "
+              "optional one that is absent is left out)"),
     {.name = NULL},
 };
 
@@ -397,6 +447,11 @@ const conf_section_t conf_sections[] = {
     {"queue", "queues.[N]", "One group per queue; queue names must be unique.", conf_check_queue},
     {"declare", "queues.[N].declare", "Optional.", conf_check_declare},
     {"binding", "queues.[N].declare.bindings.[N]", "One group per binding.", NULL},
+    {"sql", "queues.[N].sql.[N]",
+     "One group per statement of a queue with `handler = \"sql\"` (docs/sql-handler.md).",
+     conf_check_sql},
+    {"sql_publish", "queues.[N].publish.[N]",
+     "One group per onward message of a queue with `handler = \"sql\"`.", conf_check_sql_publish},
     {NULL, NULL, NULL, NULL},
 };
 

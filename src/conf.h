@@ -39,6 +39,35 @@ typedef struct conf_arg {
     char *sval;
 } conf_arg_t;
 
+/* The SQL handler (handler = "sql", docs/sql-handler.md): what a statement's failure becomes. */
+typedef enum conf_sql_verdict {
+    CONF_SQL_REJECT = 0, /* dead-letter the message */
+    CONF_SQL_RETRY,      /* retry it later */
+    CONF_SQL_OK,         /* carry on as if it had matched */
+} conf_sql_verdict_t;
+
+/* One statement of sql = ( ... ). */
+typedef struct conf_sql_stmt {
+    char *statement; /* SQL with ? placeholders */
+    char **params;   /* one source per placeholder (sqlh_param.h) */
+    int n_params;
+    char *expect;     /* affected-row rule "N", "A..B", ">=N"; NULL: any */
+    int on_mismatch;  /* conf_sql_verdict_t when expect does not hold */
+    int on_duplicate; /* CONF_SQL_REJECT or CONF_SQL_OK on a duplicate key */
+    int line;         /* of its group in the file */
+} conf_sql_stmt_t;
+
+/* One onward message of publish = ( ... ). */
+typedef struct conf_sql_pub {
+    char *exchange;      /* "" = the default exchange */
+    char *routing_key;   /* as written */
+    char *body;          /* "body" or "json:PATH" */
+    char *content_type;  /* NULL: none */
+    conf_arg_t *headers; /* name = "source" each */
+    int n_headers;
+    int line;
+} conf_sql_pub_t;
+
 typedef struct conf_queue {
     char *name;           /* the queue to consume */
     char *handler;        /* absolute path of the handler .so */
@@ -72,7 +101,11 @@ typedef struct conf_queue {
     conf_binding_t *bindings; /* declare.bindings */
     int n_bindings;
     const config_setting_t *settings; /* handler's "settings" group or NULL; owned by conf */
-    int line;                         /* line of the queue's group in the file */
+    conf_sql_stmt_t *sql;             /* handler = "sql": its statements, in order */
+    int n_sql;
+    conf_sql_pub_t *publish; /* handler = "sql": its onward messages */
+    int n_publish;
+    int line; /* line of the queue's group in the file */
 } conf_queue_t;
 
 /* broker.tls: AMQP over TLS (rabbitmq-c's OpenSSL socket, TLS 1.2 or newer). */

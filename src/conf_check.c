@@ -337,7 +337,9 @@ int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, c
                           "letters of onward messages (their signatures name \"onward:QUEUE\"): "
                           "choose another name",
                           q->name);
-    if (conf_absolute_handler(ctx, grp, path, q) != 0)
+    if (conf_check_queue_sql(ctx, grp, q, path) != 0)
+        return -1;
+    if (strcmp(q->handler, "sql") != 0 && conf_absolute_handler(ctx, grp, path, q) != 0)
         return -1;
     /* RabbitMQ refuses longer queue names: a worker would fail to declare the tier for ever. */
     for (int i = 0; i < q->n_retry_delays; i++) {

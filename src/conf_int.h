@@ -117,4 +117,12 @@ int conf_check_metrics(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
 int conf_check_queue(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path);
 int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path);
 
+/* conf_sqlh.c: the SQL handler's settings (handler = "sql"): each statement, each onward message,
+ * and the queue's rules (conf_check_queue calls conf_check_queue_sql). */
+int conf_check_sql(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path);
+int conf_check_sql_publish(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
+                           const char *path);
+int conf_check_queue_sql(conf_ctx_t *ctx, const config_setting_t *grp, conf_queue_t *q,
+                         const char *path);
+
 #endif

@@ -11,6 +11,7 @@
 #include "conf.h"
 #include "log.h"
 #include "plugin.h"
+#include "sqlh.h"
 #include "supervisor.h"
 
 #define IDEMD_VERSION "0.1.0"
@@ -27,13 +28,20 @@ static void main_usage(FILE *out)
 }
 
 /* --check-config: the file parsed already; also load every handler, each in a child, to check
- * its ABI. */
+ * its ABI, and prepare every SQL handler's statements on the configured database. */
 static int main_check(conf_t *conf, bool print)
 {
-    char err[512];
+    char err[1024];
     int rc = 0;
     for (int i = 0; i < conf->n_queues; i++) {
         char name[256];
+        if (sqlh_is(&conf->queues[i])) {
+            if (sqlh_check(conf, i, err, sizeof(err)) != 0) {
+                fprintf(stderr, "%s\n", err);
+                rc = 1;
+            }
+            continue;
+        }
         if (plugin_check(conf->queues[i].handler, name, sizeof(name), err, sizeof(err)) != 0) {
             fprintf(stderr, "%s:%d: queues.[%d].handler: %s\n", conf->path, conf->queues[i].line, i,
                     err);

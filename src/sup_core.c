@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "plugin.h"
+#include "sqlh.h"
 #include "sup.h"
 
 uint64_t sup_now_ms(void)
@@ -25,7 +26,7 @@ uint64_t sup_now_ms(void)
  */
 int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
 {
-    char err[512];
+    char err[1024];
     struct stat st;
     *ids = calloc((size_t)conf->n_queues, sizeof(**ids));
     if (*ids == NULL)
@@ -33,6 +34,20 @@ int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
     for (int i = 0; i < conf->n_queues; i++) {
         const conf_queue_t *q = &conf->queues[i];
         char name[256];
+        if (sqlh_is(q)) {
+            /* The statements against the database; unreachable, the workers find out. */
+            int rc = sqlh_check(conf, i, err, sizeof(err));
+            if (rc == -1) {
+                log_error("queue '%s': %s", q->name, err);
+                goto fail;
+            }
+            if (rc != 0)
+                log_warn("queue '%s': %s", q->name, err);
+            else
+                log_info("queue '%s': handler 'sql' with %d statement%s checked", q->name, q->n_sql,
+                         q->n_sql == 1 ? "" : "s");
+            continue;
+        }
         if (plugin_check(q->handler, name, sizeof(name), err, sizeof(err)) != 0) {
             log_error("queue '%s': %s", q->name, err);
             goto fail;

@@ -2,6 +2,7 @@
  * step_run (step.c), which runs each batch of messages in one transaction and settles it.
  */
 #include "worker_int.h"
+#include "sqlh.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -333,11 +334,14 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     snprintf(w.name, sizeof(w.name), "%s#%d", q->name, index);
     log_set_context(w.name);
     log_set_sink(&slot->last_error);
-    if (plugin_load(q->handler, &plugin, err, sizeof(err)) != 0) {
+    if (sqlh_is(q)) {
+        w.h = sqlh_handler(); /* built in: no file to load */
+    } else if (plugin_load(q->handler, &plugin, err, sizeof(err)) != 0) {
         log_error("queue '%s': %s", q->name, err);
         exit(WORKER_EXIT_CONFIG);
+    } else {
+        w.h = plugin->handler;
     }
-    w.h = plugin->handler;
     plugin_set_publisher(worker_publish, &w);
     w.keys_reread_ms = COPIES_KEY_REREAD_MS;
 #ifdef IDEMD_TESTING

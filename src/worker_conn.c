@@ -2,6 +2,7 @@
  * the republishing broker connections, the idle checks between batches, an undecodable delivery.
  */
 #include "worker_int.h"
+#include "sqlh.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -85,8 +86,8 @@ int worker_connect_db(worker_t *w)
                  "idemd_order_waiter (apply sql/012_idemd_order.sql)");
         return WORKER_EXIT_CONFIG;
     }
-    if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
-                                 &w->state, err, sizeof(err)) != 0) {
+    if (w->h->init && w->h->init(plugin_host(), sqlh_settings(w->q), w->db->my, &w->state, err,
+                                 sizeof(err)) != 0) {
         char qe[800];
         log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
                   err[0] ? log_quote_str(err, qe, sizeof(qe)) : "(no reason given)");

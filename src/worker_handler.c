@@ -107,6 +107,8 @@ static void worker_fill_msg(worker_t *w, int i, const txn_msg_t *t, worker_hmsg_
     msg->traceparent = m->trace.traceparent;
     msg->trace_id = m->trace.trace_id;
     msg->span_id = m->trace.span_id;
+    msg->has_timestamp = (p->_flags & AMQP_BASIC_TIMESTAMP_FLAG) != 0;
+    msg->timestamp = msg->has_timestamp ? (int64_t)p->timestamp : 0;
     worker_trace_text(hm, &m->trace);
 }
 

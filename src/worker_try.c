@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "sqlh.h"
 #include "worker_int.h"
 
 /* The run under way: where the log tap and the outbox read-back write. */
@@ -184,8 +185,8 @@ static int worker_try_open(worker_t *w, char *err, size_t errlen)
                  w->q->name);
         return WORKER_TRY_CONFIG;
     }
-    if (w->h->init && w->h->init(plugin_host(), (const idemd_settings_t *)w->q->settings, w->db->my,
-                                 &w->state, why, sizeof(why)) != 0) {
+    if (w->h->init && w->h->init(plugin_host(), sqlh_settings(w->q), w->db->my, &w->state, why,
+                                 sizeof(why)) != 0) {
         snprintf(err, errlen, "handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
                  why[0] ? why : "(no reason given)");
         return WORKER_TRY_CONFIG;
@@ -324,11 +325,14 @@ int worker_try(const conf_t *conf, const conf_queue_t *q, const amqp_envelope_t 
     w->conf = conf;
     w->q = q;
     snprintf(w->name, sizeof(w->name), "%s#try", q->name);
-    if (plugin_load(q->handler, &plugin, why, sizeof(why)) != 0) {
+    if (sqlh_is(q)) {
+        w->h = sqlh_handler(); /* built in: no file to load */
+    } else if (plugin_load(q->handler, &plugin, why, sizeof(why)) != 0) {
         snprintf(err, errlen, "queue '%s': %s", q->name, why);
         goto out;
+    } else {
+        w->h = plugin->handler;
     }
-    w->h = plugin->handler;
     snprintf(out->handler, sizeof(out->handler), "%s", w->h->name);
     plugin_set_publisher(worker_publish, w);
     if (worker_try_alloc(w) != 0) {

@@ -40,10 +40,11 @@ extern "C" {
  * idemd_host_t (the transactional outbox; check host->abi_minor >= 3);
  * 1.4 appended the W3C trace context (traceparent, tracestate, baggage,
  * trace_id, span_id) to idemd_message_t (read them only when
- * host->abi_minor >= 4).
+ * host->abi_minor >= 4); 1.5 appended timestamp and has_timestamp (the
+ * AMQP timestamp property) to idemd_message_t (host->abi_minor >= 5).
  */
 #define IDEMD_HANDLER_ABI_MAJOR 1
-#define IDEMD_HANDLER_ABI_MINOR 4
+#define IDEMD_HANDLER_ABI_MINOR 5
 #define IDEMD_HANDLER_SYMBOL "idemd_handler"
 
 /*
@@ -131,6 +132,10 @@ typedef struct idemd_message {
     const char *baggage;
     const char *trace_id;
     const char *span_id;
+    /* ABI 1.5 (read only when host->abi_minor >= 5): the AMQP timestamp
+     * property in seconds since the epoch, when has_timestamp is 1. */
+    int64_t timestamp;
+    int has_timestamp;
 } idemd_message_t;
 
 /* The handler's settings group from the queue's "settings" in the config. */

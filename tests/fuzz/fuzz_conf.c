@@ -49,8 +49,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     conf_dump(a, fuzz_null);
     for (int i = 0; i < a->n_queues; i++) {
-        if (a->queues[i].name == NULL || a->queues[i].handler == NULL ||
-            a->queues[i].handler[0] != '/')
+        /* A plugin's path is absolute; "sql" is the built-in SQL handler, with statements. */
+        const conf_queue_t *q = &a->queues[i];
+        bool sql = q->handler != NULL && strcmp(q->handler, "sql") == 0;
+        if (q->name == NULL || q->handler == NULL || (q->handler[0] != '/' && !sql) ||
+            (sql && q->n_sql < 1) || (!sql && (q->n_sql > 0 || q->n_publish > 0)))
             abort();
         (void)conf_queue_risk(a, i, note, sizeof(note));
     }

@@ -1417,6 +1417,99 @@ static void test_dump(void)
     conf_free(c);
 }
 
+/* handler = "sql": its statements and onward messages load, dump and reload; where they may be. */
+static void test_sql(void)
+{
+    const char *good = DB
+        "queues = (\n  { name = \"q1\"; handler = \"sql\";\n"
+        "    sql = ( { statement = \"INSERT INTO t (a, b) VALUES (?, ?)\";\n"
+        "              params = [ \"json:a.b[0]\", \"msg:id\" ]; expect = \">=1\"; on_mismatch = "
+        "\"retry\"; },\n"
+        "            { statement = \"DO 1\"; on_duplicate = \"ok\"; } );\n"
+        "    publish = ( { routing_key = \"k\"; body = \"json:x\";\n"
+        "                  headers = { h = \"header:x?\"; }; } ); }\n);\n";
+    conf_t *c = must_load("a SQL handler queue", good);
+    if (!c)
+        return;
+    const conf_queue_t *q = &c->queues[0];
+    ok(strcmp(q->handler, "sql") == 0, "handler = \"sql\" is not taken as a file (got %s)",
+       q->handler);
+    ok(q->n_sql == 2 && q->sql[0].n_params == 2 &&
+           strcmp(q->sql[0].params[0], "json:a.b[0]") == 0 &&
+           strcmp(q->sql[0].expect, ">=1") == 0 && q->sql[0].on_mismatch == CONF_SQL_RETRY &&
+           q->sql[0].on_duplicate == CONF_SQL_REJECT && q->sql[1].n_params == 0 &&
+           q->sql[1].expect == NULL && q->sql[1].on_duplicate == CONF_SQL_OK,
+       "statements, params, expect and the verdicts load");
+    ok(q->sql[0].line == line_of(good, "{ statement = \"INSERT") &&
+           q->sql[1].line == line_of(good, "{ statement = \"DO 1"),
+       "each statement knows its line (%d, %d)", q->sql[0].line, q->sql[1].line);
+    ok(q->n_publish == 1 && strcmp(q->publish[0].exchange, "") == 0 &&
+           strcmp(q->publish[0].body, "json:x") == 0 && q->publish[0].n_headers == 1 &&
+           strcmp(q->publish[0].headers[0].sval, "header:x?") == 0,
+       "onward messages load, exchange \"\" by default");
+    char *d1 = dump_to_string(c), err[1024];
+    conf_t *c2 = NULL;
+    int rc = conf_load(write_file("sqldump.conf", d1), &c2, err, sizeof(err));
+    ok(rc == 0, "the dump of a SQL handler queue loads again%s%s", rc ? ": " : "", rc ? err : "");
+    if (rc == 0) {
+        char *d2 = dump_to_string(c2);
+        ok(strcmp(strchr(d1, '\n'), strchr(d2, '\n')) == 0, "its dump of the dump is identical");
+        free(d2);
+        conf_free(c2);
+    }
+    free(d1);
+    conf_free(c);
+
+#define SQLQ(extra) DB "queues = (\n  { name = \"q1\"; handler = \"sql\";\n" extra "  }\n);\n"
+    expect_error("handler = \"sql\" without statements", SQLQ(""), "handler = \"sql\"",
+                 "queues.[0].sql: handler = \"sql\" needs a list of statements: sql = ( { "
+                 "statement = \"...\"; params = [ ... ]; } )");
+    expect_error("statements on a plugin queue",
+                 DB Q1("    sql = ( { statement = \"DO 1\"; } );\n"), "sql = (",
+                 "queues.[0].sql: only a queue with handler = \"sql\" runs statements and onward "
+                 "messages from the config (this one's handler is h.so)");
+    expect_error("an unknown source",
+                 SQLQ("    sql = ( { statement = \"DO ?\";\n"
+                      "              params = [ \"jsn:a\" ]; } );\n"),
+                 "\"jsn:a\"",
+                 "queues.[0].sql.[0].params.[0]: unknown source \"jsn:a\" (expected json:PATH, "
+                 "header:NAME, msg:id, msg:routing_key, msg:exchange, msg:timestamp, "
+                 "msg:content_type, body or const:TEXT, with ? at the end for optional)");
+    expect_error(
+        "a malformed expect",
+        SQLQ("    sql = ( { statement = \"DO 1\";\n              expect = \"1..x\"; } );\n"),
+        "expect =",
+        "queues.[0].sql.[0].expect: \"1..x\" is not an affected-row rule (expected "
+        "\"N\", \"A..B\" with A <= B, or \">=N\")");
+    expect_error("an unknown on_mismatch",
+                 SQLQ("    sql = ( { statement = \"DO 1\"; on_mismatch = \"skip\"; } );\n"),
+                 "on_mismatch",
+                 "queues.[0].sql.[0].on_mismatch: must be one of reject, retry, ok (got \"skip\")");
+    expect_error("a statement without its text",
+                 SQLQ("    sql = ( { params = [ \"msg:id\" ]; } );\n"), "{ params",
+                 "queues.[0].sql.[0].statement: required setting is missing");
+    expect_error("an onward body that is not a body source",
+                 SQLQ("    sql = ( { statement = \"DO 1\"; } );\n"
+                      "    publish = ( { routing_key = \"k\"; body = \"msg:id\"; } );\n"),
+                 "body = ",
+                 "queues.[0].publish.[0].body: must be \"body\" or \"json:PATH\" (got "
+                 "\"msg:id\")");
+    expect_error("an integer header",
+                 SQLQ("    sql = ( { statement = \"DO 1\"; } );\n"
+                      "    publish = ( { routing_key = \"k\";\n"
+                      "                  headers = { n = 5; }; } );\n"),
+                 "n = 5",
+                 "queues.[0].publish.[0].headers.n: must be a source string such as "
+                 "\"json:PATH\" or \"const:TEXT\" (an integer constant is written "
+                 "\"const:5\")");
+    expect_error("settings on a SQL handler queue",
+                 SQLQ("    sql = ( { statement = \"DO 1\"; } );\n    settings = { a = 1; };\n"),
+                 "settings",
+                 "queues.[0].settings: the SQL handler takes no settings group: its "
+                 "statements are in sql = ( ... )");
+#undef SQLQ
+}
+
 static void root_path(char *buf, size_t len, const char *rel)
 {
     snprintf(buf, len, "%s/%s", t_root, rel);
@@ -1654,6 +1747,7 @@ int main(int argc, char **argv)
     test_password_permissions();
     test_file_errors();
     test_dump();
+    test_sql();
     test_samples();
 
     remove_dir();

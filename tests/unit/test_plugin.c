@@ -112,8 +112,13 @@ static void test_loader(void)
            NULL, "ABI 1.1: user_id and app_id are appended after the 1.0 fields");
     ok_got(IDEMD_HANDLER_ABI_MINOR >= 4 &&
                offsetof(idemd_message_t, traceparent) > offsetof(idemd_message_t, app_id) &&
-               offsetof(idemd_message_t, span_id) + sizeof(const char *) == sizeof(idemd_message_t),
+               offsetof(idemd_message_t, span_id) < offsetof(idemd_message_t, timestamp),
            NULL, "ABI 1.4: the trace context is appended after the 1.1 fields");
+    ok_got(IDEMD_HANDLER_ABI_MINOR >= 5 &&
+               offsetof(idemd_message_t, has_timestamp) + sizeof(int) <= sizeof(idemd_message_t) &&
+               offsetof(idemd_message_t, has_timestamp) + sizeof(int) + sizeof(void *) >
+                   sizeof(idemd_message_t),
+           NULL, "ABI 1.5: timestamp and has_timestamp are appended after the trace context");
 
     snprintf(ours, sizeof(ours), "(idemd speaks %d.%d)", IDEMD_HANDLER_ABI_MAJOR,
              IDEMD_HANDLER_ABI_MINOR);
