@@ -1,9 +1,8 @@
-/* db.c: the worker's MySQL/MariaDB connection: connect, dedup record insert, transaction control.
+/* db.c: the MySQL/MariaDB connection: connect (TLS, failover), session checks, transactions.
  */
 #include "db.h"
 
 #include <errmsg.h>
-#include <errno.h>
 #include <mysqld_error.h>
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
@@ -11,12 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/random.h>
 
 #include "db_int.h"
 #include "delivery.h"
 #include "log.h"
-#include "relay.h"
 #include "version.h"
 
 /*
