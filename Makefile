@@ -63,7 +63,7 @@ LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its own files (main, one per command family) and the modules it
 # shares with the daemon.
-CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status
+CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_letter ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status
 CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround relay version
 # conf is one module in several files: the table (conf.c) and the code that walks it.
 CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
