@@ -331,27 +331,276 @@ static void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long 
  * rest, so the pass always takes the whole queue. Dead letters that arrive
  * during a pass then end up ahead of the returned ones.
  */
-int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
-{
-    static const char *verbs[] = {"listed", "matched", "replayed", "purged"};
-    mq_t *rd = NULL, *pub = NULL;
-    db_t *db = NULL;
-    json_object *arr = NULL;
-    unsigned depth = 0, consumers = 0;
-    uint64_t *kept = NULL; /* tags not acked, ascending */
-    long n_kept = 0;
-    long scanned = 0, matched = 0, done = 0, undecodable = 0, refused = 0;
-    long long returns = 0; /* the highest x-delivery-count seen */
-    int rc = CTL_EXIT_OK;
-    char why[400];
-    bool records_ok = true, trail = false;
-    ctl_sent_set_t sent = {0};
+/* One pass of a dlq command over a queue: its connections, the tags it keeps, what it counted. */
+typedef struct ctl_pass {
+    const char *queue; /* borrowed */
+    ctl_mode_t mode;
+    mq_t *rd, *pub; /* the queue's reader; the replay's publisher (NULL otherwise) */
+    db_t *db;       /* NULL when not needed, or a listing goes on without it */
+    json_object *arr;
+    unsigned depth; /* the messages the queue held at the start: the pass takes as many */
+    uint64_t *kept; /* tags not acked, ascending */
+    long n_kept;
+    long scanned, matched, done, undecodable, refused;
+    long long returns; /* the highest x-delivery-count seen */
+    bool records_ok, trail;
+    ctl_sent_set_t sent;
+} ctl_pass_t;
 
-    if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
+/*
+ * dlq list (and a selection by signature): open the database for the
+ * signatures and the dedup records into p->db. A listing goes on without
+ * it (said on stderr), a selection by signature does not. Returns
+ * CTL_EXIT_OK or the exit status (said why).
+ */
+static int ctl_dlq_open_list(ctl_t *ctl, ctl_pass_t *p)
+{
+    int rc = ctl_db_open(ctl, &p->db);
+    if (rc != 0 && ctl->verified_only)
+        return rc;
+    if (rc != 0)
+        ctl_fprintf(stderr, "idemctl: WARNING: listing without the database: signatures show as "
+                            "unchecked, applied as unknown\n");
+    else if (db_relay_keys(p->db, false, &ctl->keys) != 0 && ctl->verified_only) {
+        ctl_fprintf(stderr,
+                    "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
+                    " (see above), so no dead letter's %s can be checked\n",
+                    RELAY_H_SIG);
+        return CTL_EXIT_CONNECT;
+    }
+    return CTL_EXIT_OK;
+}
+
+/*
+ * dlq replay: open the publisher (not for --dry-run) into p->pub and the
+ * database into p->db, find whether a trail can be written (p->trail) and
+ * read the relay keys. Refuses, unless --force / --unverified say
+ * otherwise, a replay without a trail or without keys. Returns
+ * CTL_EXIT_OK or the exit status (said why).
+ */
+static int ctl_dlq_open_replay(ctl_t *ctl, ctl_pass_t *p)
+{
+    int rc;
+
+    if (!ctl->dry_run &&
+        mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &p->pub) != 0) {
         ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
-    int st = ctl_queue_peek(rd, queue, &depth, &consumers);
+    if ((rc = ctl_db_open(ctl, &p->db)) != 0)
+        return rc;
+    int ready = ctl_trail_ready(p->db);
+    p->trail = ready > 0;
+    if (ready <= 0 && !ctl->force) {
+        ctl_fprintf(stderr,
+                    "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
+                    "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
+                    "trail\n",
+                    ready == 0 ? "there is no" : "cannot read (see above)",
+                    ctl->dry_run ? "a replay without --dry-run would be refused"
+                                 : "nothing was replayed");
+        if (!ctl->dry_run)
+            return CTL_EXIT_CONNECT;
+    } else if (ready <= 0) {
+        ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
+                            "idemd_replay (apply sql/013_idemd_replay.sql)\n");
+    }
+    if (db_relay_keys(p->db, false, &ctl->keys) != 0) {
+        if (!ctl->unverified) {
+            ctl_fprintf(stderr,
+                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
+                        " (see above), so no dead letter's %s can be checked; nothing was "
+                        "replayed. --unverified replays without checking\n",
+                        RELAY_H_SIG);
+            return CTL_EXIT_CONNECT;
+        }
+        ctl_fprintf(stderr, "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
+                            ": every letter is replayed unverified (--unverified)\n");
+    }
+    return CTL_EXIT_OK;
+}
+
+/*
+ * Take the next message of p->queue with basic.get, without acking, into
+ * l (l->tag, l->msg: the caller destroys the message), and count it
+ * (p->scanned, p->returns). Returns 1 when a letter was taken, 0 when the
+ * queue is empty, or -1 when it cannot be read (logged or said on stderr;
+ * the pass stops).
+ */
+static int ctl_dlq_take(ctl_pass_t *p, ctl_letter_t *l)
+{
+    mq_t *rd = p->rd;
+    char why[400];
+
+    amqp_rpc_reply_t r = amqp_basic_get(rd->conn, MQ_CHANNEL, amqp_cstring_bytes(p->queue), 0);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        log_error("broker %s: basic.get %s: %s", rd->where, p->queue,
+                  mq_reply_text(r, why, sizeof(why)));
+        return -1;
+    }
+    if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+        return 0;
+    l->tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
+    r = amqp_read_message(rd->conn, MQ_CHANNEL, &l->msg, 0);
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+        r.library_error == AMQP_STATUS_BAD_AMQP_DATA) {
+        /* rabbitmq-c 0.14+ refuses headers nested deeper than 100 levels, and its input
+         * stays stuck on that frame: nothing more can be read on this connection. The
+         * letter is not acked, so it returns to the queue when the connection closes. */
+        rd->deaf = true;
+        p->undecodable++;
+        ctl_fprintf(stderr,
+                    "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
+                    "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
+                    "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
+                    "were not read. A client that decodes it (librabbitmq 0.11, or another "
+                    "library) can move it\n",
+                    p->scanned + 1, p->depth, p->queue, amqp_version(),
+                    (long)p->depth - p->scanned - 1);
+        return -1;
+    }
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        log_error("broker %s: reading a message of %s: %s", rd->where, p->queue,
+                  mq_reply_text(r, why, sizeof(why)));
+        return -1;
+    }
+    p->scanned++;
+    long long dc = delivery_header_int(&l->msg.properties, "x-delivery-count");
+    if (dc > p->returns)
+        p->returns = dc;
+    return 1;
+}
+
+/*
+ * Do the command's work on the letter l the pass took (read, verified and
+ * placed): print it, count it, ack it (purge) or replay it. Returns true
+ * when l was acked; sets *stop when the pass must stop there.
+ */
+static bool ctl_dlq_act(ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l, bool *stop)
+{
+    bool acked = false;
+
+    *stop = false;
+    /* Past --limit the pass still takes every message: a quorum queue puts returned
+     * messages behind the ones never taken, so only a whole pass keeps the order. */
+    bool wanted = !(p->mode == CTL_LIST && ctl->limit > 0 && p->matched >= ctl->limit);
+    if (!wanted || !ctl_selected(ctl, l))
+        return false;
+    p->matched++;
+    switch (p->mode) {
+    case CTL_LIST:
+        ctl_letter_applied(ctl, p->db, &p->records_ok, NULL, l);
+        ctl_letter_print(ctl, l, p->arr);
+        break;
+    case CTL_COUNT:
+        break;
+    case CTL_PURGE:
+        acked = mq_ack(p->rd, l->tag, false) == 0;
+        *stop = !acked;
+        break;
+    case CTL_REPLAY: {
+        ctl_letter_applied(ctl, p->db, &p->records_ok, &p->sent, l);
+        int r1 = ctl_replay_one(ctl, p->rd, p->pub, p->db, p->trail, p->queue, l, p->arr);
+        acked = r1 == 0 && !ctl->dry_run;
+        p->done += r1 == 0 && ctl->dry_run;
+        p->refused += r1 == 1;
+        /* Out of memory for the ids sent: stop before one could go twice. */
+        *stop = r1 < 0 || (r1 == 0 && ctl_sent_add(&p->sent, l) != 0);
+        break;
+    }
+    }
+    p->done += acked;
+    return acked;
+}
+
+/*
+ * The end of a pass: warn about letters returned often, then say what the
+ * pass did (a line of text, or the --json document into ctl->out). Takes
+ * the pass's exit status so far; returns the command's.
+ */
+static int ctl_dlq_report(ctl_t *ctl, ctl_pass_t *p, int rc)
+{
+    static const char *verbs[] = {"listed", "matched", "replayed", "purged"};
+    ctl_mode_t mode = p->mode;
+
+    /*
+     * idemd declares its quorum queues without a delivery limit; one from an
+     * older idemd keeps RabbitMQ 4's. The warning reads the broker's own count,
+     * the one a limit compares, not how often idemctl took a letter: up to 4.2
+     * each pass adds one for every letter, from 4.3 none (ctl_requeue), and
+     * there only lost connections and rejects by other clients raise it.
+     */
+    if (p->returns >= CTL_RETURNS_WARN)
+        log_warn("queue %s: a letter was returned %lld times (x-delivery-count, which a "
+                 "delivery limit compares; up to RabbitMQ 4.2 each idemctl pass adds one, from "
+                 "4.3 only lost connections and rejects do): harmless where the queue has no "
+                 "delivery limit (as idemd declares it), but one from an older idemd keeps "
+                 "RabbitMQ 4's limit of 20, which deletes it: apply a policy with "
+                 "\"delivery-limit\": -1 (docs/rabbitmq.md, \"Delivery limits\")",
+                 p->queue, p->returns);
+    if (rc == CTL_EXIT_OK && p->matched == 0)
+        rc = CTL_EXIT_NOMATCH;
+    if (rc == CTL_EXIT_OK && p->refused > 0 && !ctl->dry_run)
+        rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
+    if (ctl->json) {
+        ctl->out = json_object_new_object();
+        json_object_object_add(ctl->out, "queue", json_object_new_string(p->queue));
+        json_object_object_add(ctl->out, "scanned", json_object_new_int64(p->scanned));
+        json_object_object_add(ctl->out, "matched", json_object_new_int64(p->matched));
+        json_object_object_add(ctl->out, "undecodable", json_object_new_int64(p->undecodable));
+        if ((mode == CTL_REPLAY && !ctl->dry_run) || mode == CTL_PURGE)
+            json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(p->done));
+        if (mode == CTL_REPLAY && ctl->dry_run)
+            json_object_object_add(ctl->out, "would_replay", json_object_new_int64(p->done));
+        if (mode == CTL_REPLAY)
+            json_object_object_add(ctl->out, "refused", json_object_new_int64(p->refused));
+        json_object_object_add(ctl->out, "complete",
+                               json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
+        if (p->arr)
+            json_object_object_add(ctl->out, "letters", p->arr);
+        p->arr = NULL;
+    } else if (mode == CTL_REPLAY && ctl->dry_run) {
+        ctl_printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
+                   "skipped); nothing was replayed (--dry-run)\n",
+                   p->done, p->scanned, p->queue, p->matched, p->refused);
+    } else if (mode == CTL_REPLAY && p->refused > 0) {
+        ctl_printf(
+            "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
+            verbs[mode], p->done, p->scanned, p->queue, p->matched, p->refused);
+    } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
+        ctl_printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], p->done,
+                   p->scanned, p->queue, p->matched);
+    } else if (mode == CTL_COUNT) {
+        ctl_printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
+                   p->matched, p->scanned, p->queue);
+    }
+    if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
+        rc = CTL_EXIT_USAGE;
+    return rc;
+}
+
+/*
+ * dlq list / replay / purge (and the count that purge without --yes
+ * prints): take the queue's messages one by one with basic.get, without
+ * acking, as many as it held at the start. Selected ones are printed
+ * (list, kept), replayed or purged (acked); every message not acked is
+ * requeued at the end in its order (ctl_requeue). A classic queue puts
+ * them back at their positions, and so does a quorum queue from RabbitMQ
+ * 4.3; before, a quorum queue (3.10) appends returned messages behind the
+ * rest, so the pass always takes the whole queue. Dead letters that arrive
+ * during a pass then end up ahead of the returned ones.
+ */
+int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
+{
+    ctl_pass_t p = {.queue = queue, .mode = mode, .records_ok = true};
+    unsigned consumers = 0;
+    int rc = CTL_EXIT_OK;
+
+    if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &p.rd) != 0) {
+        ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        return CTL_EXIT_CONNECT;
+    }
+    int st = ctl_queue_peek(p.rd, queue, &p.depth, &consumers);
     if (st != 0) {
         if (st > 0)
             ctl_fprintf(stderr, "idemctl: no queue %s\n", queue);
@@ -362,221 +611,49 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         log_warn("queue %s has %u consumer(s): they may take messages during this pass, and the "
                  "order seen here is not the queue's",
                  queue, consumers);
-    if (mode == CTL_LIST || (ctl->verified_only && mode != CTL_REPLAY)) {
-        /* The signatures and the dedup records are in the database; a listing goes on
-         * without them, a selection by signature does not. */
-        if ((rc = ctl_db_open(ctl, &db)) != 0 && ctl->verified_only)
-            goto out;
-        if (rc != 0)
-            ctl_fprintf(stderr,
-                        "idemctl: WARNING: listing without the database: signatures show as "
-                        "unchecked, applied as unknown\n");
-        else if (db_relay_keys(db, false, &ctl->keys) != 0 && ctl->verified_only) {
-            ctl_fprintf(
-                stderr,
-                "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
-                " (see above), so no dead letter's %s can be checked\n",
-                RELAY_H_SIG);
-            rc = CTL_EXIT_CONNECT;
-            goto out;
-        }
-        rc = CTL_EXIT_OK;
-    }
-    if (mode == CTL_REPLAY) {
-        if (!ctl->dry_run &&
-            mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
-            ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
-            rc = CTL_EXIT_CONNECT;
-            goto out;
-        }
-        if ((rc = ctl_db_open(ctl, &db)) != 0)
-            goto out;
-        int ready = ctl_trail_ready(db);
-        trail = ready > 0;
-        if (ready <= 0 && !ctl->force) {
-            ctl_fprintf(stderr,
-                        "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
-                        "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
-                        "trail\n",
-                        ready == 0 ? "there is no" : "cannot read (see above)",
-                        ctl->dry_run ? "a replay without --dry-run would be refused"
-                                     : "nothing was replayed");
-            if (!ctl->dry_run) {
-                rc = CTL_EXIT_CONNECT;
-                goto out;
-            }
-        } else if (ready <= 0) {
-            ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
-                                "idemd_replay (apply sql/013_idemd_replay.sql)\n");
-        }
-        if (db_relay_keys(db, false, &ctl->keys) != 0) {
-            if (!ctl->unverified) {
-                ctl_fprintf(
-                    stderr,
-                    "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
-                    " (see above), so no dead letter's %s can be checked; nothing was "
-                    "replayed. --unverified replays without checking\n",
-                    RELAY_H_SIG);
-                rc = CTL_EXIT_CONNECT;
-                goto out;
-            }
-            ctl_fprintf(stderr,
-                        "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
-                        ": every letter is replayed unverified (--unverified)\n");
-        }
-    }
+    if ((mode == CTL_LIST || (ctl->verified_only && mode != CTL_REPLAY)) &&
+        (rc = ctl_dlq_open_list(ctl, &p)) != CTL_EXIT_OK)
+        goto out;
+    if (mode == CTL_REPLAY && (rc = ctl_dlq_open_replay(ctl, &p)) != CTL_EXIT_OK)
+        goto out;
     if (ctl->json && (mode == CTL_LIST || (mode == CTL_REPLAY && ctl->dry_run)))
-        arr = json_object_new_array();
-    if ((kept = calloc((size_t)depth + 1, sizeof(*kept))) == NULL) {
-        log_error("out of memory for %u delivery tags", depth);
+        p.arr = json_object_new_array();
+    if ((p.kept = calloc((size_t)p.depth + 1, sizeof(*p.kept))) == NULL) {
+        log_error("out of memory for %u delivery tags", p.depth);
         rc = CTL_EXIT_PARTIAL;
         goto out;
     }
-    while (scanned < (long)depth) {
+    while (p.scanned < (long)p.depth) {
         ctl_letter_t l;
-        amqp_rpc_reply_t r = amqp_basic_get(rd->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), 0);
-        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-            log_error("broker %s: basic.get %s: %s", rd->where, queue,
-                      mq_reply_text(r, why, sizeof(why)));
-            rc = CTL_EXIT_PARTIAL;
+        bool stop;
+        int took = ctl_dlq_take(&p, &l);
+        if (took <= 0) {
+            rc = took < 0 ? CTL_EXIT_PARTIAL : rc;
             break;
         }
-        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
-            break;
-        l.tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
-        r = amqp_read_message(rd->conn, MQ_CHANNEL, &l.msg, 0);
-        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-            r.library_error == AMQP_STATUS_BAD_AMQP_DATA) {
-            /* rabbitmq-c 0.14+ refuses headers nested deeper than 100 levels, and its input
-             * stays stuck on that frame: nothing more can be read on this connection. The
-             * letter is not acked, so it returns to the queue when the connection closes. */
-            rd->deaf = true;
-            undecodable++;
-            ctl_fprintf(stderr,
-                        "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
-                        "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
-                        "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
-                        "were not read. A client that decodes it (librabbitmq 0.11, or another "
-                        "library) can move it\n",
-                        scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
-            rc = CTL_EXIT_PARTIAL;
-            break;
-        }
-        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-            log_error("broker %s: reading a message of %s: %s", rd->where, queue,
-                      mq_reply_text(r, why, sizeof(why)));
-            rc = CTL_EXIT_PARTIAL;
-            break;
-        }
-        scanned++;
-        long long dc = delivery_header_int(&l.msg.properties, "x-delivery-count");
-        if (dc > returns)
-            returns = dc;
         ctl_letter_fields(ctl, &l);
         ctl_letter_verify(ctl, &l);
         ctl_letter_place(ctl, queue, &l);
-        bool acked = false, stop = false;
-        /* Past --limit the pass still takes every message: a quorum queue puts returned
-         * messages behind the ones never taken, so only a whole pass keeps the order. */
-        bool wanted = !(mode == CTL_LIST && ctl->limit > 0 && matched >= ctl->limit);
-        if (wanted && ctl_selected(ctl, &l)) {
-            matched++;
-            switch (mode) {
-            case CTL_LIST:
-                ctl_letter_applied(ctl, db, &records_ok, NULL, &l);
-                ctl_letter_print(ctl, &l, arr);
-                break;
-            case CTL_COUNT:
-                break;
-            case CTL_PURGE:
-                acked = mq_ack(rd, l.tag, false) == 0;
-                stop = !acked;
-                break;
-            case CTL_REPLAY: {
-                ctl_letter_applied(ctl, db, &records_ok, &sent, &l);
-                int r1 = ctl_replay_one(ctl, rd, pub, db, trail, queue, &l, arr);
-                acked = r1 == 0 && !ctl->dry_run;
-                done += r1 == 0 && ctl->dry_run;
-                refused += r1 == 1;
-                /* Out of memory for the ids sent: stop before one could go twice. */
-                stop = r1 < 0 || (r1 == 0 && ctl_sent_add(&sent, &l) != 0);
-                break;
-            }
-            }
-            done += acked;
-        }
-        if (!acked)
-            kept[n_kept++] = l.tag;
+        if (!ctl_dlq_act(ctl, &p, &l, &stop))
+            p.kept[p.n_kept++] = l.tag;
         amqp_destroy_message(&l.msg);
-        amqp_maybe_release_buffers(rd->conn);
+        amqp_maybe_release_buffers(p.rd->conn);
         if (stop) {
             rc = CTL_EXIT_PARTIAL;
             break;
         }
     }
-    if (n_kept > 0 && rd->channel_open && !rd->deaf)
-        ctl_requeue(rd, queue, kept, n_kept);
-    /*
-     * idemd declares its quorum queues without a delivery limit; one from an
-     * older idemd keeps RabbitMQ 4's. The warning reads the broker's own count,
-     * the one a limit compares, not how often idemctl took a letter: up to 4.2
-     * each pass adds one for every letter, from 4.3 none (ctl_requeue), and
-     * there only lost connections and rejects by other clients raise it.
-     */
-    if (returns >= CTL_RETURNS_WARN)
-        log_warn("queue %s: a letter was returned %lld times (x-delivery-count, which a "
-                 "delivery limit compares; up to RabbitMQ 4.2 each idemctl pass adds one, from "
-                 "4.3 only lost connections and rejects do): harmless where the queue has no "
-                 "delivery limit (as idemd declares it), but one from an older idemd keeps "
-                 "RabbitMQ 4's limit of 20, which deletes it: apply a policy with "
-                 "\"delivery-limit\": -1 (docs/rabbitmq.md, \"Delivery limits\")",
-                 queue, returns);
-    if (rc == CTL_EXIT_OK && matched == 0)
-        rc = CTL_EXIT_NOMATCH;
-    if (rc == CTL_EXIT_OK && refused > 0 && !ctl->dry_run)
-        rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
-    if (ctl->json) {
-        ctl->out = json_object_new_object();
-        json_object_object_add(ctl->out, "queue", json_object_new_string(queue));
-        json_object_object_add(ctl->out, "scanned", json_object_new_int64(scanned));
-        json_object_object_add(ctl->out, "matched", json_object_new_int64(matched));
-        json_object_object_add(ctl->out, "undecodable", json_object_new_int64(undecodable));
-        if ((mode == CTL_REPLAY && !ctl->dry_run) || mode == CTL_PURGE)
-            json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(done));
-        if (mode == CTL_REPLAY && ctl->dry_run)
-            json_object_object_add(ctl->out, "would_replay", json_object_new_int64(done));
-        if (mode == CTL_REPLAY)
-            json_object_object_add(ctl->out, "refused", json_object_new_int64(refused));
-        json_object_object_add(ctl->out, "complete",
-                               json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
-        if (arr)
-            json_object_object_add(ctl->out, "letters", arr);
-        arr = NULL;
-    } else if (mode == CTL_REPLAY && ctl->dry_run) {
-        ctl_printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
-                   "skipped); nothing was replayed (--dry-run)\n",
-                   done, scanned, queue, matched, refused);
-    } else if (mode == CTL_REPLAY && refused > 0) {
-        ctl_printf(
-            "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
-            verbs[mode], done, scanned, queue, matched, refused);
-    } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
-        ctl_printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
-                   queue, matched);
-    } else if (mode == CTL_COUNT) {
-        ctl_printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
-                   matched, scanned, queue);
-    }
-    if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
-        rc = CTL_EXIT_USAGE;
+    if (p.n_kept > 0 && p.rd->channel_open && !p.rd->deaf)
+        ctl_requeue(p.rd, queue, p.kept, p.n_kept);
+    rc = ctl_dlq_report(ctl, &p, rc);
 out:
-    free(kept);
-    free(sent.v);
-    json_object_put(arr);
+    free(p.kept);
+    free(p.sent.v);
+    json_object_put(p.arr);
     ctl_json_flush(ctl);
-    db_close(db);
-    mq_close(pub);
-    mq_close(rd);
+    db_close(p.db);
+    mq_close(p.pub);
+    mq_close(p.rd);
     explicit_bzero(&ctl->keys, sizeof(ctl->keys));
     return rc;
 }
