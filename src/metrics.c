@@ -209,13 +209,11 @@ void metrics_render_openmetrics(FILE *out, const metrics_queue_t *qs, int n, con
     metrics_om = false;
 }
 
-static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, const char *version)
+/* The build, message, copy and transaction counters of qs[0..n-1] (borrowed). */
+static void metrics_render_counters(FILE *out, const metrics_queue_t *qs, int n,
+                                    const char *version)
 {
-    static const uint64_t batch_b[] = METRICS_BATCH_BOUNDS, handler_b[] = METRICS_HANDLER_BOUNDS,
-                          latency_b[] = METRICS_LATENCY_BOUNDS;
     static const char *const copy_outcomes[METRICS_COPY_OUTCOMES] = {"published", "refused"};
-    static const char *const exits[METRICS_EXIT_KINDS] = {"crash", "timeout", "broker", "database",
-                                                          "config"};
 
     metrics_head(out, "idemd_build_info", "gauge", "idemd's version and plugin ABI; always 1.");
     fputs("idemd_build_info{version=\"", out);
@@ -258,6 +256,13 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
     metrics_counter(out, qs, n, "idemd_redelivered_total", METRICS_C(n_redelivered),
                     "Deliveries that came redelivered (or with an x-delivery-count): each ran "
                     "alone, in case it was what stopped a worker.");
+}
+
+/* The histograms of qs[0..n-1] (borrowed): batch size, handler duration, publish to commit. */
+static void metrics_render_histograms(FILE *out, const metrics_queue_t *qs, int n)
+{
+    static const uint64_t batch_b[] = METRICS_BATCH_BOUNDS, handler_b[] = METRICS_HANDLER_BOUNDS,
+                          latency_b[] = METRICS_LATENCY_BOUNDS;
 
     metrics_head(out, "idemd_batch_size", "histogram", "Messages per batch transaction.");
     for (int i = 0; i < n; i++)
@@ -276,6 +281,13 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
     for (int i = 0; i < n; i++)
         metrics_histogram(out, "idemd_publish_to_commit_seconds", qs[i].name, qs[i].c.latency,
                           latency_b, METRICS_LATENCY_N, qs[i].c.latency_sum_us, 1e6, NULL);
+}
+
+/* The workers of qs[0..n-1] (borrowed): restarts, counts by state, progress, reconnects, chores. */
+static void metrics_render_workers(FILE *out, const metrics_queue_t *qs, int n)
+{
+    static const char *const exits[METRICS_EXIT_KINDS] = {"crash", "timeout", "broker", "database",
+                                                          "config"};
 
     metrics_head(out, "idemd_worker_restarts_total", "counter",
                  "Worker processes restarted, by how the previous run ended: crash (signal or "
@@ -322,6 +334,11 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
     metrics_counter(out, qs, n, "idemd_reconcile_failures_total", METRICS_C(n_reconcile_failures),
                     "Runs of reconcile() that failed, lost their lease or ran past "
                     "reconcile_timeout.");
+}
+
+/* The outbox gauges of qs[0..n-1] (borrowed), when a queue's handler can publish. */
+static void metrics_render_outbox(FILE *out, const metrics_queue_t *qs, int n)
+{
     /* Only queues whose handler can publish (ABI 1.3) have an outbox sweeper. */
     int known = 0;
     for (int i = 0; i < n; i++)
@@ -363,6 +380,15 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
         metrics_label(out, qs[i].name);
         fprintf(out, "\"} %.3f\n", qs[i].outbox_oldest_s);
     }
+}
+
+/* The exposition of qs[0..n-1] (borrowed), without the OpenMetrics # EOF. */
+static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, const char *version)
+{
+    metrics_render_counters(out, qs, n, version);
+    metrics_render_histograms(out, qs, n);
+    metrics_render_workers(out, qs, n);
+    metrics_render_outbox(out, qs, n);
 }
 
 /* ---------------------------------------------------------------------- */
