@@ -66,7 +66,7 @@ SRCS := $(wildcard src/*.c)
 CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_letter ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status
 CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround relay version
 # conf is one module in several files: the table (conf.c) and the code that walks it.
-CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c
+CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c src/conf_reload.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin.
 CONF_DEPS := src/trust.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
