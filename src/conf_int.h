@@ -105,7 +105,8 @@ int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const char *sp,
 int conf_load_section(conf_ctx_t *ctx, const char *section, const config_setting_t *grp,
                       const config_setting_t *anchor, void *base, const char *path);
 
-/* conf_check.c: the rules across the settings of a section (conf_section_t.check). */
+/* conf_check.c and conf_check_conn.c (broker and database): the rules across the settings of a
+ * section (conf_section_t.check). */
 int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path);
 int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path);
 int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
