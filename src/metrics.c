@@ -90,6 +90,42 @@ void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from
 }
 
 /* ---------------------------------------------------------------------- */
+/* The fine latency histogram of the exit summary */
+
+/* 4 latency buckets per power of two: 2^(k/4) for k = 0..3. */
+static const double metrics_lat_step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
+
+int metrics_lat_bucket(uint64_t us)
+{
+    if (us == 0)
+        return 0;
+    int e = 63 - __builtin_clzll(us);
+    double frac = (double)us / (double)(1ULL << e);
+    int q = 0;
+    while (q < 3 && frac >= metrics_lat_step[q + 1])
+        q++;
+    int b = e * 4 + q;
+    return b < METRICS_LAT_BUCKETS ? b : METRICS_LAT_BUCKETS - 1;
+}
+
+uint64_t metrics_lat_bucket_floor(int bucket)
+{
+    return (uint64_t)((double)(1ULL << (bucket / 4)) * metrics_lat_step[bucket % 4]);
+}
+
+/* Value below which a fraction q of the merged latency samples fall, in microseconds. */
+uint64_t metrics_lat_quantile(const uint64_t *hist, uint64_t total, double q)
+{
+    uint64_t want = (uint64_t)((double)total * q), seen = 0;
+    for (int b = 0; b < METRICS_LAT_BUCKETS; b++) {
+        seen += hist[b];
+        if (seen > want)
+            return metrics_lat_bucket_floor(b + 1);
+    }
+    return metrics_lat_bucket_floor(METRICS_LAT_BUCKETS - 1);
+}
+
+/* ---------------------------------------------------------------------- */
 /* The text exposition (format 0.0.4) */
 
 /* A label value with \, " and newline escaped. */

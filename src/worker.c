@@ -23,27 +23,6 @@ static void worker_on_signal(int sig)
     worker_stop = worker_stop ? 2 : 1;
 }
 
-/* 4 latency buckets per power of two: 2^(k/4) for k = 0..3. */
-static const double worker_lat_step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
-
-int worker_lat_bucket(uint64_t us)
-{
-    if (us == 0)
-        return 0;
-    int e = 63 - __builtin_clzll(us);
-    double frac = (double)us / (double)(1ULL << e);
-    int q = 0;
-    while (q < 3 && frac >= worker_lat_step[q + 1])
-        q++;
-    int b = e * 4 + q;
-    return b < WORKER_LAT_BUCKETS ? b : WORKER_LAT_BUCKETS - 1;
-}
-
-uint64_t worker_lat_bucket_floor(int bucket)
-{
-    return (uint64_t)((double)(1ULL << (bucket / 4)) * worker_lat_step[bucket % 4]);
-}
-
 /* Record publish-to-commit latency of a committed message that carries idemd-pub-us. */
 static void worker_latency(worker_t *w, const life_msg_t *m, uint64_t now_us)
 {
@@ -51,7 +30,7 @@ static void worker_latency(worker_t *w, const life_msg_t *m, uint64_t now_us)
     static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
     if (pub <= 0 || (uint64_t)pub > now_us)
         return;
-    __atomic_add_fetch(&w->slot->lat[worker_lat_bucket(now_us - (uint64_t)pub)], 1,
+    __atomic_add_fetch(&w->slot->lat[metrics_lat_bucket(now_us - (uint64_t)pub)], 1,
                        __ATOMIC_RELAXED);
     metrics_observe(w->slot->c.latency, &w->slot->c.latency_sum_us, bounds, METRICS_LATENCY_N,
                     now_us - (uint64_t)pub);
