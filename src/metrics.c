@@ -89,6 +89,24 @@ void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from
     }
 }
 
+void metrics_observe_batch(metrics_counters_t *c, uint64_t messages)
+{
+    static const uint64_t bounds[] = METRICS_BATCH_BOUNDS;
+    metrics_observe(c->batch, &c->batch_sum, bounds, METRICS_BATCH_N, messages);
+}
+
+int metrics_observe_handler(metrics_counters_t *c, uint64_t us)
+{
+    static const uint64_t bounds[] = METRICS_HANDLER_BOUNDS;
+    return metrics_observe(c->handler, &c->handler_sum_us, bounds, METRICS_HANDLER_N, us);
+}
+
+void metrics_observe_latency(metrics_counters_t *c, uint64_t us)
+{
+    static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
+    metrics_observe(c->latency, &c->latency_sum_us, bounds, METRICS_LATENCY_N, us);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The fine latency histogram of the exit summary */
 

@@ -101,6 +101,12 @@ static inline int metrics_observe(uint64_t *buckets, uint64_t *sum, const uint64
     return b;
 }
 
+/* One observation in c's histogram of messages per batch, of handler call durations (its
+ * bucket, for the exemplar), or of publish-to-commit latency. Relaxed atomic adds. */
+void metrics_observe_batch(metrics_counters_t *c, uint64_t messages);
+int metrics_observe_handler(metrics_counters_t *c, uint64_t us);
+void metrics_observe_latency(metrics_counters_t *c, uint64_t us);
+
 /*
  * Note an observation of value_us at when_ms (CLOCK_REALTIME) of the trace
  * trace_id (32 hex digits) and span span_id (16) as ex's exemplar. The only

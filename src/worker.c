@@ -27,13 +27,11 @@ static void worker_on_signal(int sig)
 static void worker_latency(worker_t *w, const life_msg_t *m, uint64_t now_us)
 {
     long long pub = delivery_header_int(&m->env.message.properties, "idemd-pub-us");
-    static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
     if (pub <= 0 || (uint64_t)pub > now_us)
         return;
     __atomic_add_fetch(&w->slot->lat[metrics_lat_bucket(now_us - (uint64_t)pub)], 1,
                        __ATOMIC_RELAXED);
-    metrics_observe(w->slot->c.latency, &w->slot->c.latency_sum_us, bounds, METRICS_LATENCY_N,
-                    now_us - (uint64_t)pub);
+    metrics_observe_latency(&w->slot->c, now_us - (uint64_t)pub);
 }
 
 /*
@@ -78,8 +76,6 @@ static void worker_latencies(worker_t *w)
             worker_latency(w, &w->life.batch.m[i], now_us);
 }
 
-static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
-
 /*
  * Time for workers = "auto": a span that starts (on) or ends (off) now. The
  * supervisor reads *since while a span runs, so a long one counts before it ends.
@@ -117,8 +113,7 @@ static int worker_h_batch(void *ctx)
     worker_count(&w->slot->c.n_batches);
     if (w->life.batch.m[0].suspect) /* a suspect runs alone (batch_collect) */
         worker_count(&w->slot->c.n_redelivered);
-    metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds, METRICS_BATCH_N,
-                    (uint64_t)w->life.batch.n);
+    metrics_observe_batch(&w->slot->c, (uint64_t)w->life.batch.n);
     return worker_check_db(w);
 }
 
