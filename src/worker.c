@@ -1,6 +1,8 @@
 /* worker.c: one worker process: signals, its slot, connections and the drain around a loop of
  * step_run (step.c), which runs each batch of messages in one transaction and settles it.
  */
+#include "worker.h"
+
 #include "worker_int.h"
 
 #include <errno.h>

@@ -21,10 +21,10 @@
 #include "plugin.h"
 #include "relay.h"
 #include "settle.h"
+#include "slot.h"
 #include "stall.h"
 #include "step.h"
 #include "txn.h"
-#include "worker.h"
 
 #define WORKER_MAX_HEADERS 64
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
