@@ -1,5 +1,6 @@
 /* conf.c: idemd's settings table: every setting, its type, default, bounds and check (conf_file.c
  * loads a file by walking it). */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <errno.h>

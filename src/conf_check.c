@@ -1,4 +1,5 @@
 /* conf_check.c: the rules across settings that the table alone cannot state. */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <arpa/inet.h>

@@ -1,5 +1,6 @@
 /* conf_check_conn.c: the rules on the broker and database groups: hosts, TLS, passwords, key files.
  */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <arpa/inet.h>

@@ -2,9 +2,12 @@
 #ifndef IDEMD_CONF_INT_H
 #define IDEMD_CONF_INT_H
 
+#include <libconfig.h>
 #include <stddef.h>
 
-#include "conf.h"
+/* conf.h's configuration, which the table's machinery only points at (C11 allows the typedef
+ * twice): this header needs nothing of conf.c, so conf.c's table can include it. */
+typedef struct conf conf_t;
 
 typedef enum conf_type {
     CONF_T_STRING,    /* char *; min..max is the length in bytes (max 0: no limit) */
