@@ -119,10 +119,15 @@ static int worker_h_batch(void *ctx)
     return worker_check_db(w);
 }
 
+/* An ordered queue: each entry's key, and the order the batch runs in; NULL (delivery order)
+ * for any other queue. */
 static const int *worker_h_order_keys(void *ctx)
 {
-    worker_order_keys(ctx);
-    return worker_order_seq(ctx);
+    worker_t *w = ctx;
+    if (w->ord.keys == NULL)
+        return NULL;
+    worker_order_keys(w);
+    return worker_order_seq(w);
 }
 
 /* The transaction ran: its counters. */
@@ -166,18 +171,6 @@ static const step_hooks_t worker_hooks = {
     .collecting = worker_h_collecting,
     .collected = worker_h_collected,
     .batch = worker_h_batch,
-    .order_keys = NULL, /* set per queue: see worker_wire_step */
-    .transacted = worker_h_transacted,
-    .before_relay = WORKER_BEFORE_RELAY,
-    .settled = worker_h_settled,
-};
-
-static const step_hooks_t worker_hooks_ordered = {
-    .note = worker_h_note,
-    .noted = worker_h_noted,
-    .collecting = worker_h_collecting,
-    .collected = worker_h_collected,
-    .batch = worker_h_batch,
     .order_keys = worker_h_order_keys,
     .transacted = worker_h_transacted,
     .before_relay = WORKER_BEFORE_RELAY,
@@ -188,11 +181,16 @@ static const step_hooks_t worker_hooks_ordered = {
 static void worker_wire_step(worker_t *w)
 {
     bool ordered = w->ord.keys != NULL;
+    /* One table of ops: whether the queue is ordered is data (w->ord.keys), and txn.c reads no
+     * order op as an unordered queue. */
+    w->txn_ops = worker_txn_ops;
+    if (!ordered)
+        w->txn_ops.order = NULL;
     w->step = (step_t){.life = &w->life,
                        .bt = &w->bt,
                        .st = &w->st,
                        .guard = &w->guard,
-                       .txn_ops = ordered ? &worker_txn_ops_ordered : &worker_txn_ops,
+                       .txn_ops = &w->txn_ops,
                        .txn_ctx = w,
                        .record = w->q->dedup == CONF_DEDUP_TABLE,
                        .bulk = !ordered,
@@ -202,7 +200,7 @@ static void worker_wire_step(worker_t *w)
                        .clock = w->clock,
                        .ids = w->ids,
                        .id_lens = w->id_lens,
-                       .hooks = ordered ? &worker_hooks_ordered : &worker_hooks,
+                       .hooks = &worker_hooks,
                        .hooks_ctx = w};
 }
 
