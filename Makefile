@@ -63,7 +63,7 @@ LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its own files (main, one per command family) and the modules it
 # shares with the daemon.
-CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status ctl_try
+CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_letter ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status ctl_try
 CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround copies version
 # try runs a queue's handler the way a worker does: the worker's transaction files and what they
 # stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).
@@ -71,12 +71,14 @@ CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order ord
 	worker_sweep step txn txn_result txn_state batch life settle guard outbox outbox_io plugin \
 	trace metrics stall chores sqlh
 # conf is one module in several files: the table (conf.c) and the code that walks it.
-CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_show.c src/conf_reload.c \
-	src/conf_sqlh.c
+CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c \
+	src/conf_reload.c src/conf_sqlh.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin;
 # it checks the SQL handler's sources with sqlh_param.c.
 CONF_DEPS := src/trust.c src/sqlh_param.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
+# db is one module in two files: the connection (db.c) and the SQL on idemd's tables (db_sql.c).
+CTL_MODULES += db_sql
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 # The test build: the same sources with -DIDEMD_TESTING, which compiles in the switches that put

@@ -1,5 +1,6 @@
 /* conf.c: idemd's settings table: every setting, its type, default, bounds and check (conf_file.c
  * loads a file by walking it). */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <errno.h>
@@ -20,8 +21,8 @@
  * docs/configuration.md (conf_reference), the sample conf/idemd.conf
  * (conf_sample, with the examples in conf_examples) and the reload rules
  * (CONF_F_NO_RELOAD). The code that walks it: conf_load.c (loading),
- * conf_check.c (rules across settings, the section checks named below),
- * conf_show.c (dump, reference, sample), conf_reload.c (what a reload
+ * conf_check.c and conf_check_conn.c (rules across settings, the section
+ * checks named below), conf_show.c (dump, reference, sample), conf_reload.c (what a reload
  * changes), conf_file.c (a file loaded and freed); conf_int.h is what they
  * share.
  */

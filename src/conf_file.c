@@ -1,5 +1,6 @@
 /* conf_file.c: a configuration file loaded (trusted, includes checked, walked by conf_load.c) and
  * freed. */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <errno.h>

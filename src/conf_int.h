@@ -2,9 +2,13 @@
 #ifndef IDEMD_CONF_INT_H
 #define IDEMD_CONF_INT_H
 
+#include <libconfig.h>
 #include <stddef.h>
 
-#include "conf.h"
+/* conf.h's configuration, which the table's machinery only points at (C11 allows the typedef
+ * twice): this header needs nothing of conf.c, so conf.c's table can include it. */
+typedef struct conf conf_t;
+typedef struct conf_queue conf_queue_t; /* conf.h: one queue's settings (opaque here too) */
 
 typedef enum conf_type {
     CONF_T_STRING,    /* char *; min..max is the length in bytes (max 0: no limit) */
@@ -105,7 +109,8 @@ int conf_read_secret(conf_ctx_t *ctx, const config_setting_t *s, const char *sp,
 int conf_load_section(conf_ctx_t *ctx, const char *section, const config_setting_t *grp,
                       const config_setting_t *anchor, void *base, const char *path);
 
-/* conf_check.c: the rules across the settings of a section (conf_section_t.check). */
+/* conf_check.c and conf_check_conn.c (broker and database): the rules across the settings of a
+ * section (conf_section_t.check). */
 int conf_check_root(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path);
 int conf_check_broker(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path);
 int conf_check_broker_tls(conf_ctx_t *ctx, const config_setting_t *grp, void *base,

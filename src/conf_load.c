@@ -1,4 +1,5 @@
 /* conf_load.c: the table-driven loader; its errors name the file, the line and the setting. */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <errno.h>

@@ -1,4 +1,5 @@
 /* conf_reload.c: what differs between two loaded configurations, for a reload. */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <string.h>

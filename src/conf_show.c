@@ -1,4 +1,5 @@
 /* conf_show.c: what the table prints: the effective configuration, the reference, the sample. */
+#include "conf.h"
 #include "conf_int.h"
 
 #include <limits.h>

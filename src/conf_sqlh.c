@@ -4,6 +4,7 @@
 
 #include <string.h>
 
+#include "conf.h"
 #include "sqlh_param.h"
 
 /* Whether text is a source; else the error at at (setting sp). 0 or -1. */

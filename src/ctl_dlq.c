@@ -9,6 +9,7 @@
 #include <time.h>
 
 #include "ctl.h"
+#include "ctl_letter.h"
 #include "delivery.h"
 #include "log.h"
 
@@ -17,383 +18,7 @@
 /* A letter returned this often (x-delivery-count) is near RabbitMQ 4's default delivery limit. */
 #define CTL_RETURNS_WARN 10
 
-/* What a letter's idemd-sig says (ctl_letter_verify; idemctl(8), "Signatures"). */
-typedef enum ctl_sig {
-    CTL_SIG_VERIFIED,  /* idemd-sig verifies: idemd dead-lettered it, its headers are idemd's */
-    CTL_SIG_UNSIGNED,  /* no idemd-sig and none of idemd's headers: not dead-lettered by idemd */
-    CTL_SIG_FORGED,    /* an idemd-sig that does not verify, or idemd's headers without one */
-    CTL_SIG_UNCHECKED, /* an idemd-sig, but the keys could not be read */
-} ctl_sig_t;
-static const char *const ctl_sig_names[] = {"verified", "unsigned", "forged", "unchecked"};
-
-/* What idemctl reads off one dead letter; borrows nothing after ctl_letter_read. */
-typedef struct ctl_letter {
-    uint64_t tag;
-    amqp_message_t msg;
-    const conf_queue_t *q; /* the configured queue named by idemd-queue, or NULL */
-    bool has_id;
-    char id[DELIVERY_ID_MAX + 1];
-    size_t id_len;
-    long long attempts;
-    bool has_exchange, has_routing_key;
-    bool onward;          /* idemd-onward = 1: an onward message idemd could not deliver */
-    bool body_dropped;    /* idemd-body-dropped: the body was not kept */
-    bool verified;        /* idemd-sig verifies (ctl_letter_verify) */
-    ctl_sig_t sig;        /* and what it says when not */
-    char unverified[300]; /* why not, when not */
-    /* The work queue the dead letter queue belongs to (ctl_dlq_home), or NULL. An unverified
-     * letter is taken as one of its messages: l->q is set to it, the id read as it reads it. */
-    const conf_queue_t *home;
-    const char *consumer; /* whose dedup records say whether it was applied; NULL: unknown */
-    int applied;          /* its id is recorded for consumer: 1, 0, -1 unknown */
-    char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
-} ctl_letter_t;
-
-/* The ids one replay pass sent back, per consumer: a later letter of the same id is applied. */
-typedef struct ctl_sent {
-    const char *consumer; /* borrowed from ctl */
-    size_t id_len;
-    char id[DELIVERY_ID_MAX];
-} ctl_sent_t;
-typedef struct ctl_sent_set {
-    ctl_sent_t *v;
-    long n, cap;
-} ctl_sent_set_t;
-
 /* ---------- dead letters ---------- */
-
-/* A header of props as text (strings as they are, integers in decimal); false if absent. */
-static bool ctl_header(const amqp_basic_properties_t *p, const char *name, char *buf, size_t len)
-{
-    size_t n = strlen(name);
-    if (!(p->_flags & AMQP_BASIC_HEADERS_FLAG))
-        return false;
-    for (int i = 0; i < p->headers.num_entries; i++) {
-        const amqp_table_entry_t *e = &p->headers.entries[i];
-        if (e->key.len != n || memcmp(e->key.bytes, name, n) != 0)
-            continue;
-        const amqp_field_value_t *v = &e->value;
-        switch (v->kind) {
-        case AMQP_FIELD_KIND_UTF8:
-        case AMQP_FIELD_KIND_BYTES:
-            snprintf(buf, len, "%.*s", (int)v->value.bytes.len, (const char *)v->value.bytes.bytes);
-            return true;
-        case AMQP_FIELD_KIND_I64:
-            snprintf(buf, len, "%lld", (long long)v->value.i64);
-            return true;
-        case AMQP_FIELD_KIND_I32:
-            snprintf(buf, len, "%d", (int)v->value.i32);
-            return true;
-        case AMQP_FIELD_KIND_U32:
-            snprintf(buf, len, "%u", (unsigned)v->value.u32);
-            return true;
-        default:
-            snprintf(buf, len, "?");
-            return true;
-        }
-    }
-    return false;
-}
-
-/* Fill l's fields from its message (l->msg read already). */
-static void ctl_letter_fields(const ctl_t *ctl, ctl_letter_t *l)
-{
-    const amqp_basic_properties_t *p = &l->msg.properties;
-    char num[32], err[128];
-
-    l->q = NULL;
-    l->queue[0] = '\0';
-    if (ctl_header(p, COPIES_H_QUEUE, l->queue, sizeof(l->queue)))
-        for (int i = 0; i < ctl->conf->n_queues && !l->q; i++)
-            if (strcmp(ctl->conf->queues[i].name, l->queue) == 0)
-                l->q = &ctl->conf->queues[i];
-    /* A dead onward message's id is its message_id property, whatever its source queue uses. */
-    l->onward = delivery_header_int(p, COPIES_H_ONWARD) == 1;
-    l->id_len = 0;
-    l->has_id = delivery_id(p, l->q && !l->onward ? l->q->id_header : NULL, l->id, &l->id_len, err,
-                            sizeof(err)) == 0;
-    if (!ctl_header(p, COPIES_H_ERROR, l->reason, sizeof(l->reason)))
-        l->reason[0] = '\0';
-    if (!ctl_header(p, COPIES_H_FIRST_FAILURE, l->first, sizeof(l->first)))
-        l->first[0] = '\0';
-    if (!ctl_header(p, COPIES_H_LAST_FAILURE, l->last, sizeof(l->last)))
-        l->last[0] = '\0';
-    l->attempts = ctl_header(p, COPIES_H_ATTEMPTS, num, sizeof(num)) ? atoll(num) : 0;
-    l->has_exchange = ctl_header(p, COPIES_H_EXCHANGE, l->exchange, sizeof(l->exchange));
-    if (!l->has_exchange)
-        l->exchange[0] = '\0';
-    l->has_routing_key =
-        ctl_header(p, COPIES_H_ROUTING_KEY, l->routing_key, sizeof(l->routing_key));
-    if (!l->has_routing_key)
-        l->routing_key[0] = '\0';
-    l->body_dropped = ctl_header(p, COPIES_H_BODY_DROPPED, num, sizeof(num));
-    l->verified = false;
-    l->sig = CTL_SIG_UNCHECKED;
-    l->unverified[0] = '\0';
-    l->home = NULL;
-    l->consumer = NULL;
-    l->applied = -1;
-}
-
-/*
- * Whether p carries one of the headers idemd writes on a letter it
- * dead-letters (its name into which). idemd writes them only together with
- * idemd-sig: a letter without a signature that carries one did not get it
- * from idemd.
- */
-static bool ctl_claims_idemd(const amqp_basic_properties_t *p, char *which, size_t len)
-{
-    static const char *const names[] = {
-        COPIES_H_QUEUE,         COPIES_H_ATTEMPTS,      COPIES_H_ERROR,
-        COPIES_H_FIRST_FAILURE, COPIES_H_LAST_FAILURE,  COPIES_H_EXCHANGE,
-        COPIES_H_ROUTING_KEY,   COPIES_H_ONWARD,        COPIES_H_ONWARD_SOURCE,
-        COPIES_H_BODY_DROPPED,  "idemd-headers-dropped"};
-    char v[8];
-    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-        if (ctl_header(p, names[i], v, sizeof(v))) {
-            snprintf(which, len, "%s", names[i]);
-            return true;
-        }
-    return false;
-}
-
-/*
- * Whether l's idemd headers (queue, id, attempts, first failure, original
- * route) were signed by idemd under one of ctl->keys: sets l->sig,
- * l->verified, and l->unverified to why not. A letter of a queue idemd
- * dead-lettered is bound to that queue (idemd-queue) and its id (the
- * queue's id_header, or the message_id property when the queue is not
- * configured here); a dead onward message (idemd-onward) to "onward:" and
- * its source queue, and the message_id property. Without an idemd-sig a
- * letter is unsigned, or forged when it carries idemd's headers all the
- * same (ctl_claims_idemd); with one that cannot be checked (no keys),
- * unchecked.
- */
-static void ctl_letter_verify(const ctl_t *ctl, ctl_letter_t *l)
-{
-    const amqp_basic_properties_t *p = &l->msg.properties;
-    char oq[300], sig[COPIES_SIG_HEX + 8], claim[64];
-    const char *bound = l->onward ? copies_onward_queue(l->queue, oq, sizeof(oq)) : l->queue;
-    unsigned attempts;
-
-    l->sig = CTL_SIG_FORGED;
-    if (!ctl_header(p, COPIES_H_SIG, sig, sizeof(sig))) {
-        if (ctl_claims_idemd(p, claim, sizeof(claim))) {
-            snprintf(l->unverified, sizeof(l->unverified),
-                     "it has no %s but carries idemd's headers (%s): idemd did not write them "
-                     "(forged, or published into the queue)",
-                     COPIES_H_SIG, claim);
-        } else {
-            l->sig = CTL_SIG_UNSIGNED;
-            snprintf(l->unverified, sizeof(l->unverified),
-                     "it has no %s: idemd did not dead-letter it (the broker did, or it was "
-                     "published into the queue)",
-                     COPIES_H_SIG);
-        }
-    } else if (ctl->keys.n == 0) {
-        l->sig = CTL_SIG_UNCHECKED;
-        snprintf(l->unverified, sizeof(l->unverified), "the relay keys could not be read");
-    } else if (!l->queue[0]) {
-        snprintf(l->unverified, sizeof(l->unverified), "it has no %s header", COPIES_H_QUEUE);
-    } else if (!l->has_id || bound == NULL) {
-        snprintf(l->unverified, sizeof(l->unverified), "it has no message id to check %s against",
-                 COPIES_H_SIG);
-    } else if (!copies_trusted(p, &ctl->keys, bound, l->id, l->id_len, &attempts)) {
-        snprintf(l->unverified, sizeof(l->unverified),
-                 "%s does not verify under the %d key(s) in table " DB_KEY_TABLE
-                 " for queue '%.100s'%s: forged or changed headers, or a retired key",
-                 COPIES_H_SIG, ctl->keys.n, l->queue,
-                 l->onward || l->q ? "" : " (not in this configuration: id taken from message_id)");
-    } else {
-        l->sig = CTL_SIG_VERIFIED;
-        l->verified = true;
-    }
-}
-
-/*
- * The configured work queue whose dead letter queue dlq is: the only one,
- * or, when several share it, the one claimed names; NULL when none (or
- * none of several) fits. Borrows from ctl.
- */
-static const conf_queue_t *ctl_dlq_home(const ctl_t *ctl, const char *dlq, const char *claimed)
-{
-    const conf_queue_t *home = NULL;
-    int n = 0;
-    for (int i = 0; i < ctl->conf->n_queues; i++) {
-        const conf_queue_t *q = &ctl->conf->queues[i];
-        if (q->dead_letter_queue == NULL || strcmp(q->dead_letter_queue, dlq) != 0)
-            continue;
-        n++;
-        if (n == 1 || strcmp(q->name, claimed) == 0)
-            home = q;
-    }
-    return n > 1 && strcmp(home->name, claimed) != 0 ? NULL : home;
-}
-
-/*
- * After ctl_letter_verify: what l is taken for. A verified letter is what
- * its headers say; any other is a message of the work queue the dead letter
- * queue belongs to (l->home), its id read as that queue reads it, and its
- * onward claim ignored. Sets l->consumer: --consumer, else the consumer of
- * the queue a replay sends it to (--to QUEUE when configured here), NULL
- * (applied unknown) for an onward message, a queue not configured here or
- * one with dedup = "none".
- */
-static void ctl_letter_place(const ctl_t *ctl, const char *dlq, ctl_letter_t *l)
-{
-    const amqp_basic_properties_t *p = &l->msg.properties;
-    const conf_queue_t *q;
-    char err[128];
-
-    l->home = ctl_dlq_home(ctl, dlq, l->queue);
-    if (!l->verified && l->home) {
-        l->q = l->home;
-        l->onward = false;
-        l->id_len = 0;
-        l->has_id = delivery_id(p, l->q->id_header, l->id, &l->id_len, err, sizeof(err)) == 0;
-    }
-    q = l->onward ? NULL : l->q;
-    for (int i = 0; ctl->to_queue && i < ctl->conf->n_queues; i++)
-        if (strcmp(ctl->conf->queues[i].name, ctl->to_queue) == 0)
-            q = &ctl->conf->queues[i];
-    l->consumer = ctl->consumer                       ? ctl->consumer
-                  : q && q->dedup == CONF_DEDUP_TABLE ? q->consumer
-                                                      : NULL;
-    l->applied = -1;
-}
-
-/*
- * Whether l's id is recorded for l->consumer (l->applied); once the record
- * table cannot be read (*records_ok false after logging it), every later
- * letter stays unknown.
- */
-static void ctl_letter_applied(const ctl_t *ctl, db_t *db, bool *records_ok,
-                               const ctl_sent_set_t *sent, ctl_letter_t *l)
-{
-    l->applied = -1;
-    if (l->consumer == NULL || !l->has_id)
-        return;
-    for (long i = 0; sent && i < sent->n; i++)
-        if (sent->v[i].id_len == l->id_len && memcmp(sent->v[i].id, l->id, l->id_len) == 0 &&
-            strcmp(sent->v[i].consumer, l->consumer) == 0) {
-            l->applied = 2; /* replayed earlier in this pass: that copy records it */
-            return;
-        }
-    if (db == NULL || !*records_ok)
-        return;
-    l->applied = ctl_applied(db, ctl->conf->database.record_table, l->consumer, l->id, l->id_len);
-    if (l->applied < 0) {
-        *records_ok = false;
-        ctl_fprintf(stderr,
-                    "idemctl: WARNING: cannot read table %s (see above): whether a letter "
-                    "was applied is unknown\n",
-                    ctl->conf->database.record_table);
-    }
-}
-
-/* Remember that this pass replayed l (its consumer known). 0, or -1 when out of memory. */
-static int ctl_sent_add(ctl_sent_set_t *sent, const ctl_letter_t *l)
-{
-    if (l->consumer == NULL || !l->has_id || l->id_len > DELIVERY_ID_MAX)
-        return 0;
-    if (sent->n == sent->cap) {
-        long cap = sent->cap ? sent->cap * 2 : 64;
-        ctl_sent_t *v = realloc(sent->v, (size_t)cap * sizeof(*v));
-        if (v == NULL) {
-            log_error("out of memory for the ids of %ld replayed letters", cap);
-            return -1;
-        }
-        sent->v = v;
-        sent->cap = cap;
-    }
-    ctl_sent_t *e = &sent->v[sent->n++];
-    e->consumer = l->consumer;
-    e->id_len = l->id_len;
-    memcpy(e->id, l->id, l->id_len);
-    return 0;
-}
-
-/* "applied", "not-applied" or "unknown". */
-static const char *ctl_applied_name(int applied)
-{
-    return applied > 0 ? "applied" : applied == 0 ? "not-applied" : "unknown";
-}
-
-/* Whether the command's selection (--reason, --id, --verified-only) takes l. */
-static bool ctl_selected(const ctl_t *ctl, const ctl_letter_t *l)
-{
-    if (ctl->verified_only && !l->verified)
-        return false;
-    if (ctl->has_reason && regexec(&ctl->reason, l->reason, 0, NULL, 0) != 0)
-        return false;
-    if (ctl->n_ids > 0) {
-        bool hit = false;
-        for (int i = 0; i < ctl->n_ids && !hit; i++)
-            hit = l->has_id && strlen(ctl->ids[i]) == l->id_len &&
-                  memcmp(ctl->ids[i], l->id, l->id_len) == 0;
-        return hit;
-    }
-    return true;
-}
-
-/* A letter's id into a --json object (null without one). */
-static void ctl_letter_json_id(json_object *o, const ctl_letter_t *l)
-{
-    if (l->has_id)
-        ctl_json_str(o, "id", l->id, l->id_len);
-    else
-        json_object_object_add(o, "id", NULL);
-}
-
-/* A letter's signature, consumer and applied into a --json object. */
-static void ctl_letter_json_checks(json_object *o, const ctl_letter_t *l)
-{
-    json_object_object_add(o, "signature", json_object_new_string(ctl_sig_names[l->sig]));
-    json_object_object_add(o, "consumer", l->consumer ? json_object_new_string(l->consumer) : NULL);
-    json_object_object_add(o, "applied",
-                           l->applied < 0 ? NULL : json_object_new_boolean(l->applied));
-}
-
-/* A letter's id as the first field of a text line ("-" without one). */
-static void ctl_letter_put_id(const ctl_letter_t *l)
-{
-    if (l->has_id)
-        ctl_put(stdout, l->id, l->id_len);
-    else
-        ctl_printf("-");
-}
-
-/* One dead letter for dlq list: a line of text, or an object of the --json document. */
-static void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr)
-{
-    if (ctl->json) {
-        json_object *o = json_object_new_object();
-        ctl_letter_json_id(o, l);
-        ctl_json_str(o, "reason", l->reason, strlen(l->reason));
-        json_object_object_add(o, "attempts", json_object_new_int64(l->attempts));
-        json_object_object_add(o, "first_failure", json_object_new_string(l->first));
-        json_object_object_add(o, "last_failure", json_object_new_string(l->last));
-        json_object_object_add(o, "original_exchange",
-                               l->has_exchange ? json_object_new_string(l->exchange) : NULL);
-        json_object_object_add(o, "original_routing_key",
-                               l->has_routing_key ? json_object_new_string(l->routing_key) : NULL);
-        json_object_object_add(o, "queue", json_object_new_string(l->queue));
-        ctl_letter_json_checks(o, l);
-        json_object_array_add(arr, o);
-        return;
-    }
-    ctl_letter_put_id(l);
-    ctl_printf("\t%lld\t%s\t%s\t", l->attempts, l->first[0] ? l->first : "-",
-               l->last[0] ? l->last : "-");
-    ctl_puts(stdout, l->has_exchange ? l->exchange : "-");
-    ctl_printf("\t");
-    ctl_puts(stdout, l->has_routing_key ? l->routing_key : "-");
-    ctl_printf("\t");
-    ctl_puts(stdout, l->queue[0] ? l->queue : "-");
-    ctl_printf("\t");
-    ctl_puts(stdout, l->reason);
-    ctl_printf("\t%s\t%s\n", ctl_sig_names[l->sig], ctl_applied_name(l->applied));
-}
 
 /*
  * Headers a replayed copy must not carry: idemd's failure headers and the
@@ -706,27 +331,276 @@ void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
  * rest, so the pass always takes the whole queue. Dead letters that arrive
  * during a pass then end up ahead of the returned ones.
  */
-int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
-{
-    static const char *verbs[] = {"listed", "matched", "replayed", "purged"};
-    mq_t *rd = NULL, *pub = NULL;
-    db_t *db = NULL;
-    json_object *arr = NULL;
-    unsigned depth = 0, consumers = 0;
-    uint64_t *kept = NULL; /* tags not acked, ascending */
-    long n_kept = 0;
-    long scanned = 0, matched = 0, done = 0, undecodable = 0, refused = 0;
-    long long returns = 0; /* the highest x-delivery-count seen */
-    int rc = CTL_EXIT_OK;
-    char why[400];
-    bool records_ok = true, trail = false;
-    ctl_sent_set_t sent = {0};
+/* One pass of a dlq command over a queue: its connections, the tags it keeps, what it counted. */
+typedef struct ctl_pass {
+    const char *queue; /* borrowed */
+    ctl_mode_t mode;
+    mq_t *rd, *pub; /* the queue's reader; the replay's publisher (NULL otherwise) */
+    db_t *db;       /* NULL when not needed, or a listing goes on without it */
+    json_object *arr;
+    unsigned depth; /* the messages the queue held at the start: the pass takes as many */
+    uint64_t *kept; /* tags not acked, ascending */
+    long n_kept;
+    long scanned, matched, done, undecodable, refused;
+    long long returns; /* the highest x-delivery-count seen */
+    bool records_ok, trail;
+    ctl_sent_set_t sent;
+} ctl_pass_t;
 
-    if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &rd) != 0) {
+/*
+ * dlq list (and a selection by signature): open the database for the
+ * signatures and the dedup records into p->db. A listing goes on without
+ * it (said on stderr), a selection by signature does not. Returns
+ * CTL_EXIT_OK or the exit status (said why).
+ */
+static int ctl_dlq_open_list(ctl_t *ctl, ctl_pass_t *p)
+{
+    int rc = ctl_db_open(ctl, &p->db);
+    if (rc != 0 && ctl->verified_only)
+        return rc;
+    if (rc != 0)
+        ctl_fprintf(stderr, "idemctl: WARNING: listing without the database: signatures show as "
+                            "unchecked, applied as unknown\n");
+    else if (db_copies_keys(p->db, false, &ctl->keys) != 0 && ctl->verified_only) {
+        ctl_fprintf(stderr,
+                    "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
+                    " (see above), so no dead letter's %s can be checked\n",
+                    COPIES_H_SIG);
+        return CTL_EXIT_CONNECT;
+    }
+    return CTL_EXIT_OK;
+}
+
+/*
+ * dlq replay: open the publisher (not for --dry-run) into p->pub and the
+ * database into p->db, find whether a trail can be written (p->trail) and
+ * read the relay keys. Refuses, unless --force / --unverified say
+ * otherwise, a replay without a trail or without keys. Returns
+ * CTL_EXIT_OK or the exit status (said why).
+ */
+static int ctl_dlq_open_replay(ctl_t *ctl, ctl_pass_t *p)
+{
+    int rc;
+
+    if (!ctl->dry_run &&
+        mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &p->pub) != 0) {
         ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
         return CTL_EXIT_CONNECT;
     }
-    int st = ctl_queue_peek(rd, queue, &depth, &consumers);
+    if ((rc = ctl_db_open(ctl, &p->db)) != 0)
+        return rc;
+    int ready = ctl_trail_ready(p->db);
+    p->trail = ready > 0;
+    if (ready <= 0 && !ctl->force) {
+        ctl_fprintf(stderr,
+                    "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
+                    "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
+                    "trail\n",
+                    ready == 0 ? "there is no" : "cannot read (see above)",
+                    ctl->dry_run ? "a replay without --dry-run would be refused"
+                                 : "nothing was replayed");
+        if (!ctl->dry_run)
+            return CTL_EXIT_CONNECT;
+    } else if (ready <= 0) {
+        ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
+                            "idemd_replay (apply sql/013_idemd_replay.sql)\n");
+    }
+    if (db_copies_keys(p->db, false, &ctl->keys) != 0) {
+        if (!ctl->unverified) {
+            ctl_fprintf(stderr,
+                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
+                        " (see above), so no dead letter's %s can be checked; nothing was "
+                        "replayed. --unverified replays without checking\n",
+                        COPIES_H_SIG);
+            return CTL_EXIT_CONNECT;
+        }
+        ctl_fprintf(stderr, "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
+                            ": every letter is replayed unverified (--unverified)\n");
+    }
+    return CTL_EXIT_OK;
+}
+
+/*
+ * Take the next message of p->queue with basic.get, without acking, into
+ * l (l->tag, l->msg: the caller destroys the message), and count it
+ * (p->scanned, p->returns). Returns 1 when a letter was taken, 0 when the
+ * queue is empty, or -1 when it cannot be read (logged or said on stderr;
+ * the pass stops).
+ */
+static int ctl_dlq_take(ctl_pass_t *p, ctl_letter_t *l)
+{
+    mq_t *rd = p->rd;
+    char why[400];
+
+    amqp_rpc_reply_t r = amqp_basic_get(rd->conn, MQ_CHANNEL, amqp_cstring_bytes(p->queue), 0);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        log_error("broker %s: basic.get %s: %s", rd->where, p->queue,
+                  mq_reply_text(r, why, sizeof(why)));
+        return -1;
+    }
+    if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
+        return 0;
+    l->tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
+    r = amqp_read_message(rd->conn, MQ_CHANNEL, &l->msg, 0);
+    if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
+        r.library_error == AMQP_STATUS_BAD_AMQP_DATA) {
+        /* rabbitmq-c 0.14+ refuses headers nested deeper than 100 levels, and its input
+         * stays stuck on that frame: nothing more can be read on this connection. The
+         * letter is not acked, so it returns to the queue when the connection closes. */
+        rd->deaf = true;
+        p->undecodable++;
+        ctl_fprintf(stderr,
+                    "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
+                    "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
+                    "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
+                    "were not read. A client that decodes it (librabbitmq 0.11, or another "
+                    "library) can move it\n",
+                    p->scanned + 1, p->depth, p->queue, amqp_version(),
+                    (long)p->depth - p->scanned - 1);
+        return -1;
+    }
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        log_error("broker %s: reading a message of %s: %s", rd->where, p->queue,
+                  mq_reply_text(r, why, sizeof(why)));
+        return -1;
+    }
+    p->scanned++;
+    long long dc = delivery_header_int(&l->msg.properties, "x-delivery-count");
+    if (dc > p->returns)
+        p->returns = dc;
+    return 1;
+}
+
+/*
+ * Do the command's work on the letter l the pass took (read, verified and
+ * placed): print it, count it, ack it (purge) or replay it. Returns true
+ * when l was acked; sets *stop when the pass must stop there.
+ */
+static bool ctl_dlq_act(ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l, bool *stop)
+{
+    bool acked = false;
+
+    *stop = false;
+    /* Past --limit the pass still takes every message: a quorum queue puts returned
+     * messages behind the ones never taken, so only a whole pass keeps the order. */
+    bool wanted = !(p->mode == CTL_LIST && ctl->limit > 0 && p->matched >= ctl->limit);
+    if (!wanted || !ctl_selected(ctl, l))
+        return false;
+    p->matched++;
+    switch (p->mode) {
+    case CTL_LIST:
+        ctl_letter_applied(ctl, p->db, &p->records_ok, NULL, l);
+        ctl_letter_print(ctl, l, p->arr);
+        break;
+    case CTL_COUNT:
+        break;
+    case CTL_PURGE:
+        acked = mq_ack(p->rd, l->tag, false) == 0;
+        *stop = !acked;
+        break;
+    case CTL_REPLAY: {
+        ctl_letter_applied(ctl, p->db, &p->records_ok, &p->sent, l);
+        int r1 = ctl_replay_one(ctl, p->rd, p->pub, p->db, p->trail, p->queue, l, p->arr);
+        acked = r1 == 0 && !ctl->dry_run;
+        p->done += r1 == 0 && ctl->dry_run;
+        p->refused += r1 == 1;
+        /* Out of memory for the ids sent: stop before one could go twice. */
+        *stop = r1 < 0 || (r1 == 0 && ctl_sent_add(&p->sent, l) != 0);
+        break;
+    }
+    }
+    p->done += acked;
+    return acked;
+}
+
+/*
+ * The end of a pass: warn about letters returned often, then say what the
+ * pass did (a line of text, or the --json document into ctl->out). Takes
+ * the pass's exit status so far; returns the command's.
+ */
+static int ctl_dlq_report(ctl_t *ctl, ctl_pass_t *p, int rc)
+{
+    static const char *verbs[] = {"listed", "matched", "replayed", "purged"};
+    ctl_mode_t mode = p->mode;
+
+    /*
+     * idemd declares its quorum queues without a delivery limit; one from an
+     * older idemd keeps RabbitMQ 4's. The warning reads the broker's own count,
+     * the one a limit compares, not how often idemctl took a letter: up to 4.2
+     * each pass adds one for every letter, from 4.3 none (ctl_requeue), and
+     * there only lost connections and rejects by other clients raise it.
+     */
+    if (p->returns >= CTL_RETURNS_WARN)
+        log_warn("queue %s: a letter was returned %lld times (x-delivery-count, which a "
+                 "delivery limit compares; up to RabbitMQ 4.2 each idemctl pass adds one, from "
+                 "4.3 only lost connections and rejects do): harmless where the queue has no "
+                 "delivery limit (as idemd declares it), but one from an older idemd keeps "
+                 "RabbitMQ 4's limit of 20, which deletes it: apply a policy with "
+                 "\"delivery-limit\": -1 (docs/rabbitmq.md, \"Delivery limits\")",
+                 p->queue, p->returns);
+    if (rc == CTL_EXIT_OK && p->matched == 0)
+        rc = CTL_EXIT_NOMATCH;
+    if (rc == CTL_EXIT_OK && p->refused > 0 && !ctl->dry_run)
+        rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
+    if (ctl->json) {
+        ctl->out = json_object_new_object();
+        json_object_object_add(ctl->out, "queue", json_object_new_string(p->queue));
+        json_object_object_add(ctl->out, "scanned", json_object_new_int64(p->scanned));
+        json_object_object_add(ctl->out, "matched", json_object_new_int64(p->matched));
+        json_object_object_add(ctl->out, "undecodable", json_object_new_int64(p->undecodable));
+        if ((mode == CTL_REPLAY && !ctl->dry_run) || mode == CTL_PURGE)
+            json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(p->done));
+        if (mode == CTL_REPLAY && ctl->dry_run)
+            json_object_object_add(ctl->out, "would_replay", json_object_new_int64(p->done));
+        if (mode == CTL_REPLAY)
+            json_object_object_add(ctl->out, "refused", json_object_new_int64(p->refused));
+        json_object_object_add(ctl->out, "complete",
+                               json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
+        if (p->arr)
+            json_object_object_add(ctl->out, "letters", p->arr);
+        p->arr = NULL;
+    } else if (mode == CTL_REPLAY && ctl->dry_run) {
+        ctl_printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
+                   "skipped); nothing was replayed (--dry-run)\n",
+                   p->done, p->scanned, p->queue, p->matched, p->refused);
+    } else if (mode == CTL_REPLAY && p->refused > 0) {
+        ctl_printf(
+            "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
+            verbs[mode], p->done, p->scanned, p->queue, p->matched, p->refused);
+    } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
+        ctl_printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], p->done,
+                   p->scanned, p->queue, p->matched);
+    } else if (mode == CTL_COUNT) {
+        ctl_printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
+                   p->matched, p->scanned, p->queue);
+    }
+    if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
+        rc = CTL_EXIT_USAGE;
+    return rc;
+}
+
+/*
+ * dlq list / replay / purge (and the count that purge without --yes
+ * prints): take the queue's messages one by one with basic.get, without
+ * acking, as many as it held at the start. Selected ones are printed
+ * (list, kept), replayed or purged (acked); every message not acked is
+ * requeued at the end in its order (ctl_requeue). A classic queue puts
+ * them back at their positions, and so does a quorum queue from RabbitMQ
+ * 4.3; before, a quorum queue (3.10) appends returned messages behind the
+ * rest, so the pass always takes the whole queue. Dead letters that arrive
+ * during a pass then end up ahead of the returned ones.
+ */
+int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
+{
+    ctl_pass_t p = {.queue = queue, .mode = mode, .records_ok = true};
+    unsigned consumers = 0;
+    int rc = CTL_EXIT_OK;
+
+    if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &p.rd) != 0) {
+        ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
+        return CTL_EXIT_CONNECT;
+    }
+    int st = ctl_queue_peek(p.rd, queue, &p.depth, &consumers);
     if (st != 0) {
         if (st > 0)
             ctl_fprintf(stderr, "idemctl: no queue %s\n", queue);
@@ -737,221 +611,49 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         log_warn("queue %s has %u consumer(s): they may take messages during this pass, and the "
                  "order seen here is not the queue's",
                  queue, consumers);
-    if (mode == CTL_LIST || (ctl->verified_only && mode != CTL_REPLAY)) {
-        /* The signatures and the dedup records are in the database; a listing goes on
-         * without them, a selection by signature does not. */
-        if ((rc = ctl_db_open(ctl, &db)) != 0 && ctl->verified_only)
-            goto out;
-        if (rc != 0)
-            ctl_fprintf(stderr,
-                        "idemctl: WARNING: listing without the database: signatures show as "
-                        "unchecked, applied as unknown\n");
-        else if (db_copies_keys(db, false, &ctl->keys) != 0 && ctl->verified_only) {
-            ctl_fprintf(
-                stderr,
-                "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
-                " (see above), so no dead letter's %s can be checked\n",
-                COPIES_H_SIG);
-            rc = CTL_EXIT_CONNECT;
-            goto out;
-        }
-        rc = CTL_EXIT_OK;
-    }
-    if (mode == CTL_REPLAY) {
-        if (!ctl->dry_run &&
-            mq_open_publisher(&ctl->conf->broker, "idemctl", 0, NULL, NULL, &pub) != 0) {
-            ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");
-            rc = CTL_EXIT_CONNECT;
-            goto out;
-        }
-        if ((rc = ctl_db_open(ctl, &db)) != 0)
-            goto out;
-        int ready = ctl_trail_ready(db);
-        trail = ready > 0;
-        if (ready <= 0 && !ctl->force) {
-            ctl_fprintf(stderr,
-                        "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
-                        "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
-                        "trail\n",
-                        ready == 0 ? "there is no" : "cannot read (see above)",
-                        ctl->dry_run ? "a replay without --dry-run would be refused"
-                                     : "nothing was replayed");
-            if (!ctl->dry_run) {
-                rc = CTL_EXIT_CONNECT;
-                goto out;
-            }
-        } else if (ready <= 0) {
-            ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
-                                "idemd_replay (apply sql/013_idemd_replay.sql)\n");
-        }
-        if (db_copies_keys(db, false, &ctl->keys) != 0) {
-            if (!ctl->unverified) {
-                ctl_fprintf(
-                    stderr,
-                    "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
-                    " (see above), so no dead letter's %s can be checked; nothing was "
-                    "replayed. --unverified replays without checking\n",
-                    COPIES_H_SIG);
-                rc = CTL_EXIT_CONNECT;
-                goto out;
-            }
-            ctl_fprintf(stderr,
-                        "idemctl: WARNING: cannot read the relay keys from table " DB_KEY_TABLE
-                        ": every letter is replayed unverified (--unverified)\n");
-        }
-    }
+    if ((mode == CTL_LIST || (ctl->verified_only && mode != CTL_REPLAY)) &&
+        (rc = ctl_dlq_open_list(ctl, &p)) != CTL_EXIT_OK)
+        goto out;
+    if (mode == CTL_REPLAY && (rc = ctl_dlq_open_replay(ctl, &p)) != CTL_EXIT_OK)
+        goto out;
     if (ctl->json && (mode == CTL_LIST || (mode == CTL_REPLAY && ctl->dry_run)))
-        arr = json_object_new_array();
-    if ((kept = calloc((size_t)depth + 1, sizeof(*kept))) == NULL) {
-        log_error("out of memory for %u delivery tags", depth);
+        p.arr = json_object_new_array();
+    if ((p.kept = calloc((size_t)p.depth + 1, sizeof(*p.kept))) == NULL) {
+        log_error("out of memory for %u delivery tags", p.depth);
         rc = CTL_EXIT_PARTIAL;
         goto out;
     }
-    while (scanned < (long)depth) {
+    while (p.scanned < (long)p.depth) {
         ctl_letter_t l;
-        amqp_rpc_reply_t r = amqp_basic_get(rd->conn, MQ_CHANNEL, amqp_cstring_bytes(queue), 0);
-        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-            log_error("broker %s: basic.get %s: %s", rd->where, queue,
-                      mq_reply_text(r, why, sizeof(why)));
-            rc = CTL_EXIT_PARTIAL;
+        bool stop;
+        int took = ctl_dlq_take(&p, &l);
+        if (took <= 0) {
+            rc = took < 0 ? CTL_EXIT_PARTIAL : rc;
             break;
         }
-        if (r.reply.id == AMQP_BASIC_GET_EMPTY_METHOD)
-            break;
-        l.tag = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
-        r = amqp_read_message(rd->conn, MQ_CHANNEL, &l.msg, 0);
-        if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
-            r.library_error == AMQP_STATUS_BAD_AMQP_DATA) {
-            /* rabbitmq-c 0.14+ refuses headers nested deeper than 100 levels, and its input
-             * stays stuck on that frame: nothing more can be read on this connection. The
-             * letter is not acked, so it returns to the queue when the connection closes. */
-            rd->deaf = true;
-            undecodable++;
-            ctl_fprintf(stderr,
-                        "idemctl: dead letter %ld of %u in %s cannot be decoded by this "
-                        "librabbitmq (%s): its headers nest deeper than it reads (100 levels). It "
-                        "stays in the queue; the pass stops here, and the %ld letter(s) behind it "
-                        "were not read. A client that decodes it (librabbitmq 0.11, or another "
-                        "library) can move it\n",
-                        scanned + 1, depth, queue, amqp_version(), (long)depth - scanned - 1);
-            rc = CTL_EXIT_PARTIAL;
-            break;
-        }
-        if (r.reply_type != AMQP_RESPONSE_NORMAL) {
-            log_error("broker %s: reading a message of %s: %s", rd->where, queue,
-                      mq_reply_text(r, why, sizeof(why)));
-            rc = CTL_EXIT_PARTIAL;
-            break;
-        }
-        scanned++;
-        long long dc = delivery_header_int(&l.msg.properties, "x-delivery-count");
-        if (dc > returns)
-            returns = dc;
         ctl_letter_fields(ctl, &l);
         ctl_letter_verify(ctl, &l);
         ctl_letter_place(ctl, queue, &l);
-        bool acked = false, stop = false;
-        /* Past --limit the pass still takes every message: a quorum queue puts returned
-         * messages behind the ones never taken, so only a whole pass keeps the order. */
-        bool wanted = !(mode == CTL_LIST && ctl->limit > 0 && matched >= ctl->limit);
-        if (wanted && ctl_selected(ctl, &l)) {
-            matched++;
-            switch (mode) {
-            case CTL_LIST:
-                ctl_letter_applied(ctl, db, &records_ok, NULL, &l);
-                ctl_letter_print(ctl, &l, arr);
-                break;
-            case CTL_COUNT:
-                break;
-            case CTL_PURGE:
-                acked = mq_ack(rd, l.tag, false) == 0;
-                stop = !acked;
-                break;
-            case CTL_REPLAY: {
-                ctl_letter_applied(ctl, db, &records_ok, &sent, &l);
-                int r1 = ctl_replay_one(ctl, rd, pub, db, trail, queue, &l, arr);
-                acked = r1 == 0 && !ctl->dry_run;
-                done += r1 == 0 && ctl->dry_run;
-                refused += r1 == 1;
-                /* Out of memory for the ids sent: stop before one could go twice. */
-                stop = r1 < 0 || (r1 == 0 && ctl_sent_add(&sent, &l) != 0);
-                break;
-            }
-            }
-            done += acked;
-        }
-        if (!acked)
-            kept[n_kept++] = l.tag;
+        if (!ctl_dlq_act(ctl, &p, &l, &stop))
+            p.kept[p.n_kept++] = l.tag;
         amqp_destroy_message(&l.msg);
-        amqp_maybe_release_buffers(rd->conn);
+        amqp_maybe_release_buffers(p.rd->conn);
         if (stop) {
             rc = CTL_EXIT_PARTIAL;
             break;
         }
     }
-    if (n_kept > 0 && rd->channel_open && !rd->deaf)
-        ctl_requeue(rd, queue, kept, n_kept);
-    /*
-     * idemd declares its quorum queues without a delivery limit; one from an
-     * older idemd keeps RabbitMQ 4's. The warning reads the broker's own count,
-     * the one a limit compares, not how often idemctl took a letter: up to 4.2
-     * each pass adds one for every letter, from 4.3 none (ctl_requeue), and
-     * there only lost connections and rejects by other clients raise it.
-     */
-    if (returns >= CTL_RETURNS_WARN)
-        log_warn("queue %s: a letter was returned %lld times (x-delivery-count, which a "
-                 "delivery limit compares; up to RabbitMQ 4.2 each idemctl pass adds one, from "
-                 "4.3 only lost connections and rejects do): harmless where the queue has no "
-                 "delivery limit (as idemd declares it), but one from an older idemd keeps "
-                 "RabbitMQ 4's limit of 20, which deletes it: apply a policy with "
-                 "\"delivery-limit\": -1 (docs/rabbitmq.md, \"Delivery limits\")",
-                 queue, returns);
-    if (rc == CTL_EXIT_OK && matched == 0)
-        rc = CTL_EXIT_NOMATCH;
-    if (rc == CTL_EXIT_OK && refused > 0 && !ctl->dry_run)
-        rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
-    if (ctl->json) {
-        ctl->out = json_object_new_object();
-        json_object_object_add(ctl->out, "queue", json_object_new_string(queue));
-        json_object_object_add(ctl->out, "scanned", json_object_new_int64(scanned));
-        json_object_object_add(ctl->out, "matched", json_object_new_int64(matched));
-        json_object_object_add(ctl->out, "undecodable", json_object_new_int64(undecodable));
-        if ((mode == CTL_REPLAY && !ctl->dry_run) || mode == CTL_PURGE)
-            json_object_object_add(ctl->out, verbs[mode], json_object_new_int64(done));
-        if (mode == CTL_REPLAY && ctl->dry_run)
-            json_object_object_add(ctl->out, "would_replay", json_object_new_int64(done));
-        if (mode == CTL_REPLAY)
-            json_object_object_add(ctl->out, "refused", json_object_new_int64(refused));
-        json_object_object_add(ctl->out, "complete",
-                               json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
-        if (arr)
-            json_object_object_add(ctl->out, "letters", arr);
-        arr = NULL;
-    } else if (mode == CTL_REPLAY && ctl->dry_run) {
-        ctl_printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
-                   "skipped); nothing was replayed (--dry-run)\n",
-                   done, scanned, queue, matched, refused);
-    } else if (mode == CTL_REPLAY && refused > 0) {
-        ctl_printf(
-            "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
-            verbs[mode], done, scanned, queue, matched, refused);
-    } else if (mode == CTL_REPLAY || mode == CTL_PURGE) {
-        ctl_printf("%s %ld of %ld dead letters in %s (%ld matched)\n", verbs[mode], done, scanned,
-                   queue, matched);
-    } else if (mode == CTL_COUNT) {
-        ctl_printf("would purge %ld of %ld dead letters in %s; nothing was purged: add --yes\n",
-                   matched, scanned, queue);
-    }
-    if (mode == CTL_COUNT && rc != CTL_EXIT_PARTIAL && rc != CTL_EXIT_CONNECT)
-        rc = CTL_EXIT_USAGE;
+    if (p.n_kept > 0 && p.rd->channel_open && !p.rd->deaf)
+        ctl_requeue(p.rd, queue, p.kept, p.n_kept);
+    rc = ctl_dlq_report(ctl, &p, rc);
 out:
-    free(kept);
-    free(sent.v);
-    json_object_put(arr);
+    free(p.kept);
+    free(p.sent.v);
+    json_object_put(p.arr);
     ctl_json_flush(ctl);
-    db_close(db);
-    mq_close(pub);
-    mq_close(rd);
+    db_close(p.db);
+    mq_close(p.pub);
+    mq_close(p.rd);
     explicit_bzero(&ctl->keys, sizeof(ctl->keys));
     return rc;
 }

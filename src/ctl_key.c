@@ -163,6 +163,143 @@ static long long ctl_key_retire_floor(const ctl_t *ctl, const char **longest, in
     return CTL_KEY_SETTLE_S + (*max_ms + 999) / 1000 + CTL_KEY_RETIRE_MARGIN_S;
 }
 
+/* key status: each row of the key table, a line of text or an object of the --json document.
+ * Returns CTL_EXIT_OK, or CTL_EXIT_NOMATCH without a signing key (said). */
+static int ctl_key_status(ctl_t *ctl, const ctl_key_row_t *rows)
+{
+    static const char *roles[] = {"", "signing", "staged", "previous"};
+    json_object *arr = ctl->json ? json_object_new_array() : NULL;
+    char fp[16];
+
+    for (int id = 1; id <= 3; id++) {
+        if (!rows[id].present)
+            continue;
+        ctl_key_fingerprint(&rows[id], fp, sizeof(fp));
+        const char *bad = rows[id].len < COPIES_KEY_LEN ? "too short: refused" : "ok";
+        if (arr) {
+            json_object *o = json_object_new_object();
+            json_object_object_add(o, "id", json_object_new_int(id));
+            json_object_object_add(o, "role", json_object_new_string(roles[id]));
+            json_object_object_add(o, "bytes", json_object_new_int64((int64_t)rows[id].len));
+            json_object_object_add(o, "since", json_object_new_string(rows[id].since));
+            json_object_object_add(o, "age_s", json_object_new_int64(rows[id].age_s));
+            json_object_object_add(o, "fingerprint", json_object_new_string(fp));
+            json_object_object_add(o, "usable", json_object_new_boolean(*bad == 'o'));
+            json_object_array_add(arr, o);
+        } else {
+            ctl_printf("%d\t%s\t%lu bytes\t%s\t%s\t%s\n", id, roles[id], rows[id].len,
+                       rows[id].since, fp, bad);
+        }
+    }
+    if (arr) {
+        ctl->out = json_object_new_object();
+        json_object_object_add(ctl->out, "keys", arr);
+    }
+    if (!rows[1].present)
+        ctl_fprintf(stderr, "idemctl: no signing key (row 1): idemd makes it when it first "
+                            "connects\n");
+    return rows[1].present ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
+}
+
+/* key stage: add row 2, accepted but not signing, and commit. Returns CTL_EXIT_OK, or the exit
+ * status (said or logged; the caller rolls back). */
+static int ctl_key_stage(db_t *db, const ctl_key_row_t *rows)
+{
+    char wait[64];
+
+    if (rows[2].present || rows[3].present) {
+        ctl_fprintf(stderr, "idemctl: key stage: %s; nothing was changed\n",
+                    rows[2].present ? "a key is staged already (row 2): key promote it, or "
+                                      "delete row 2 to abandon it"
+                                    : "the key a promotion replaced (row 3) is still accepted: "
+                                      "key retire it first");
+        return CTL_EXIT_USAGE;
+    }
+    if (ctl_key_stage_row(db) != 0 || db_commit(db) != DB_OK)
+        return CTL_EXIT_PARTIAL;
+    ctl_format_duration(CTL_KEY_SETTLE_S, wait, sizeof(wait));
+    ctl_printf("staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
+               "every %d s: run idemctl key promote in %s or later\n",
+               COPIES_KEY_REREAD_MS / 1000, wait);
+    return CTL_EXIT_OK;
+}
+
+/* key promote: once every worker has read the staged key, make it row 1 and keep the old one
+ * as row 3, and commit. Returns CTL_EXIT_OK, or the exit status (said or logged; the caller
+ * rolls back). */
+static int ctl_key_promote(ctl_t *ctl, db_t *db, const ctl_key_row_t *rows)
+{
+    const char *longest;
+    int max_ms;
+    char wait[64];
+
+    if (!rows[2].present || rows[3].present) {
+        ctl_fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
+                    rows[3].present ? "the key a promotion replaced (row 3) is still accepted: "
+                                      "key retire it first"
+                                    : "no key is staged (row 2): key stage first");
+        return rows[3].present ? CTL_EXIT_USAGE : CTL_EXIT_NOMATCH;
+    }
+    if (rows[2].len < COPIES_KEY_LEN) {
+        ctl_fprintf(stderr,
+                    "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
+                    "%d; delete it and key stage again\n",
+                    rows[2].len, COPIES_KEY_LEN);
+        return CTL_EXIT_USAGE;
+    }
+    if (rows[2].age_s < CTL_KEY_SETTLE_S) {
+        ctl_format_duration(CTL_KEY_SETTLE_S - rows[2].age_s, wait, sizeof(wait));
+        ctl_fprintf(stderr,
+                    "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
+                    "every worker (they read the keys every %d s) accepts it before any signs "
+                    "with it; nothing was changed\n",
+                    rows[2].age_s, wait, COPIES_KEY_REREAD_MS / 1000);
+        return CTL_EXIT_USAGE;
+    }
+    /* The rows change ids; the keys' bytes never travel in a statement. */
+    if (ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 3, since = NOW() WHERE id = 1",
+                     "keeping the old key as row 3") != 0 ||
+        ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 1, since = NOW() WHERE id = 2",
+                     "promoting the staged key") != 0 ||
+        db_commit(db) != DB_OK)
+        return CTL_EXIT_PARTIAL;
+    ctl_format_duration(ctl_key_retire_floor(ctl, &longest, &max_ms), wait, sizeof(wait));
+    ctl_printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
+               "(row 3). Run idemctl key retire in %s or later\n",
+               wait);
+    return CTL_EXIT_OK;
+}
+
+/* key retire: delete row 3 once no copy it signed can still be in a delay queue, and commit.
+ * Returns CTL_EXIT_OK, or the exit status (said or logged; the caller rolls back). */
+static int ctl_key_retire(ctl_t *ctl, db_t *db, const ctl_key_row_t *rows)
+{
+    const char *longest;
+    int max_ms;
+    char wait[64];
+
+    if (!rows[3].present) {
+        ctl_fprintf(stderr, "idemctl: key retire: no replaced key (row 3) to retire\n");
+        return CTL_EXIT_NOMATCH;
+    }
+    long long floor_s = ctl_key_retire_floor(ctl, &longest, &max_ms);
+    if (rows[3].age_s < floor_s) {
+        ctl_format_duration(floor_s - rows[3].age_s, wait, sizeof(wait));
+        ctl_fprintf(stderr,
+                    "idemctl: key retire: the key was replaced %lld s ago; wait %s more: copies "
+                    "it signed may still sit in a delay queue (longest retry delay %d ms%s%s) and "
+                    "would count their attempts from 1 again; nothing was changed\n",
+                    rows[3].age_s, wait, max_ms, longest ? ", queue " : "", longest ? longest : "");
+        return CTL_EXIT_USAGE;
+    }
+    if (ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 3", "retiring row 3") != 0 ||
+        db_commit(db) != DB_OK)
+        return CTL_EXIT_PARTIAL;
+    ctl_printf("retired the replaced key (row 3). Dead letters it signed no longer verify: dlq "
+               "replay refuses them unless --unverified\n");
+    return CTL_EXIT_OK;
+}
+
 /*
  * key status / stage / promote / retire: change the relay key so that
  * every copy in flight keeps verifying (docs/security.md). Row 1 signs;
@@ -175,7 +312,6 @@ int ctl_key(ctl_t *ctl, const char *sub)
 {
     ctl_key_row_t rows[4];
     db_t *db = NULL;
-    char fp[16], wait[64];
     int rc;
 
     if (ctl->consumer && (!strcmp(sub, "promote") || !strcmp(sub, "retire")))
@@ -191,131 +327,20 @@ int ctl_key(ctl_t *ctl, const char *sub)
     if (ctl_key_read(db, strcmp(sub, "status") != 0, rows) != 0)
         goto out;
     if (!strcmp(sub, "status")) {
-        json_object *arr = ctl->json ? json_object_new_array() : NULL;
-        static const char *roles[] = {"", "signing", "staged", "previous"};
-        for (int id = 1; id <= 3; id++) {
-            if (!rows[id].present)
-                continue;
-            ctl_key_fingerprint(&rows[id], fp, sizeof(fp));
-            const char *bad = rows[id].len < COPIES_KEY_LEN ? "too short: refused" : "ok";
-            if (arr) {
-                json_object *o = json_object_new_object();
-                json_object_object_add(o, "id", json_object_new_int(id));
-                json_object_object_add(o, "role", json_object_new_string(roles[id]));
-                json_object_object_add(o, "bytes", json_object_new_int64((int64_t)rows[id].len));
-                json_object_object_add(o, "since", json_object_new_string(rows[id].since));
-                json_object_object_add(o, "age_s", json_object_new_int64(rows[id].age_s));
-                json_object_object_add(o, "fingerprint", json_object_new_string(fp));
-                json_object_object_add(o, "usable", json_object_new_boolean(*bad == 'o'));
-                json_object_array_add(arr, o);
-            } else {
-                ctl_printf("%d\t%s\t%lu bytes\t%s\t%s\t%s\n", id, roles[id], rows[id].len,
-                           rows[id].since, fp, bad);
-            }
-        }
-        if (arr) {
-            ctl->out = json_object_new_object();
-            json_object_object_add(ctl->out, "keys", arr);
-        }
-        rc = rows[1].present ? CTL_EXIT_OK : CTL_EXIT_NOMATCH;
-        if (!rows[1].present)
-            ctl_fprintf(stderr, "idemctl: no signing key (row 1): idemd makes it when it first "
-                                "connects\n");
-        goto out;
-    }
-    if (!rows[1].present) {
+        rc = ctl_key_status(ctl, rows);
+    } else if (!rows[1].present) {
         ctl_fprintf(stderr,
                     "idemctl: key %s: no signing key (row 1) yet: start idemd once, it makes "
                     "one\n",
                     sub);
         rc = CTL_EXIT_USAGE;
-        goto out;
-    }
-    if (!strcmp(sub, "stage")) {
-        if (rows[2].present || rows[3].present) {
-            ctl_fprintf(stderr, "idemctl: key stage: %s; nothing was changed\n",
-                        rows[2].present ? "a key is staged already (row 2): key promote it, or "
-                                          "delete row 2 to abandon it"
-                                        : "the key a promotion replaced (row 3) is still accepted: "
-                                          "key retire it first");
-            rc = CTL_EXIT_USAGE;
-            goto out;
-        }
-        if (ctl_key_stage_row(db) != 0 || db_commit(db) != DB_OK)
-            goto out;
-        ctl_format_duration(CTL_KEY_SETTLE_S, wait, sizeof(wait));
-        ctl_printf(
-            "staged a new relay key (row 2): accepted, not signing yet. Workers read the keys "
-            "every %d s: run idemctl key promote in %s or later\n",
-            COPIES_KEY_REREAD_MS / 1000, wait);
+    } else if (!strcmp(sub, "stage")) {
+        rc = ctl_key_stage(db, rows);
     } else if (!strcmp(sub, "promote")) {
-        if (!rows[2].present || rows[3].present) {
-            ctl_fprintf(stderr, "idemctl: key promote: %s; nothing was changed\n",
-                        rows[3].present ? "the key a promotion replaced (row 3) is still accepted: "
-                                          "key retire it first"
-                                        : "no key is staged (row 2): key stage first");
-            rc = rows[3].present ? CTL_EXIT_USAGE : CTL_EXIT_NOMATCH;
-            goto out;
-        }
-        if (rows[2].len < COPIES_KEY_LEN) {
-            ctl_fprintf(stderr,
-                        "idemctl: key promote: the staged key (row 2) has %lu bytes, under "
-                        "%d; delete it and key stage again\n",
-                        rows[2].len, COPIES_KEY_LEN);
-            rc = CTL_EXIT_USAGE;
-            goto out;
-        }
-        if (rows[2].age_s < CTL_KEY_SETTLE_S) {
-            ctl_format_duration(CTL_KEY_SETTLE_S - rows[2].age_s, wait, sizeof(wait));
-            ctl_fprintf(
-                stderr,
-                "idemctl: key promote: the key was staged %lld s ago; wait %s more, so that "
-                "every worker (they read the keys every %d s) accepts it before any signs "
-                "with it; nothing was changed\n",
-                rows[2].age_s, wait, COPIES_KEY_REREAD_MS / 1000);
-            rc = CTL_EXIT_USAGE;
-            goto out;
-        }
-        /* The rows change ids; the keys' bytes never travel in a statement. */
-        if (ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 3, since = NOW() WHERE id = 1",
-                         "keeping the old key as row 3") != 0 ||
-            ctl_key_exec(db, "UPDATE " DB_KEY_TABLE " SET id = 1, since = NOW() WHERE id = 2",
-                         "promoting the staged key") != 0 ||
-            db_commit(db) != DB_OK)
-            goto out;
-        const char *longest;
-        int max_ms;
-        ctl_format_duration(ctl_key_retire_floor(ctl, &longest, &max_ms), wait, sizeof(wait));
-        ctl_printf("promoted the staged key: it signs now (row 1); the replaced key stays accepted "
-                   "(row 3). Run idemctl key retire in %s or later\n",
-                   wait);
+        rc = ctl_key_promote(ctl, db, rows);
     } else {
-        if (!rows[3].present) {
-            ctl_fprintf(stderr, "idemctl: key retire: no replaced key (row 3) to retire\n");
-            rc = CTL_EXIT_NOMATCH;
-            goto out;
-        }
-        const char *longest;
-        int max_ms;
-        long long floor_s = ctl_key_retire_floor(ctl, &longest, &max_ms);
-        if (rows[3].age_s < floor_s) {
-            ctl_format_duration(floor_s - rows[3].age_s, wait, sizeof(wait));
-            ctl_fprintf(
-                stderr,
-                "idemctl: key retire: the key was replaced %lld s ago; wait %s more: copies "
-                "it signed may still sit in a delay queue (longest retry delay %d ms%s%s) and "
-                "would count their attempts from 1 again; nothing was changed\n",
-                rows[3].age_s, wait, max_ms, longest ? ", queue " : "", longest ? longest : "");
-            rc = CTL_EXIT_USAGE;
-            goto out;
-        }
-        if (ctl_key_exec(db, "DELETE FROM " DB_KEY_TABLE " WHERE id = 3", "retiring row 3") != 0 ||
-            db_commit(db) != DB_OK)
-            goto out;
-        ctl_printf("retired the replaced key (row 3). Dead letters it signed no longer verify: dlq "
-                   "replay refuses them unless --unverified\n");
+        rc = ctl_key_retire(ctl, db, rows);
     }
-    rc = CTL_EXIT_OK;
 out:
     if (rc != CTL_EXIT_OK)
         (void)db_rollback(db);

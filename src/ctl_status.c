@@ -154,6 +154,182 @@ static long long ctl_json_ll(json_object *o, const char *key)
     return o && json_object_object_get_ex(o, key, &v) ? json_object_get_int64(v) : -1;
 }
 
+/* What status shows of one configured queue, gathered from the broker, the database and the
+ * daemon. The json pointers are borrowed from the daemon's /status document. */
+typedef struct ctl_qstat {
+    const conf_queue_t *q;
+    bool present; /* the queue exists on the broker */
+    unsigned ready, consumers, dl, delayed;
+    long long recent, attempts; /* records of the last minute; attempts rows */
+    int obs;                    /* ctl_outbox_counts: 0 when ob holds its counts */
+    long long ob[3];            /* outbox rows, retrying, exhausted */
+    json_object *derror, *dr;   /* the daemon's last_error and restarts of the queue, or NULL */
+    long long up, nw, nmax;     /* workers consuming, running, at most (-1: not known) */
+    bool autos;                 /* workers = "auto" in the file */
+    char wbuf[24];              /* the count of workers the queue runs, as text */
+} ctl_qstat_t;
+
+/*
+ * s's broker fields: ready messages and consumers of q (s->present when
+ * it exists), its dead letters and the messages in its delay queues.
+ * 0, or -1 when the broker cannot be asked (logged).
+ */
+static int ctl_status_broker(mq_t *mq, const conf_queue_t *q, ctl_qstat_t *s)
+{
+    char name[512];
+    unsigned m, c;
+
+    int st = ctl_queue_peek(mq, q->name, &s->ready, &s->consumers);
+    if (st < 0)
+        return -1;
+    s->present = st == 0;
+    if (q->dead_letter_queue && ctl_queue_peek(mq, q->dead_letter_queue, &s->dl, &c) < 0)
+        return -1;
+    for (int t = 0; t < q->n_retry_delays; t++) {
+        snprintf(name, sizeof(name), "%s.retry.%d", q->name, q->retry_delays_ms[t]);
+        st = ctl_queue_peek(mq, name, &m, &c);
+        if (st < 0)
+            return -1;
+        s->delayed += st == 0 ? m : 0;
+    }
+    return 0;
+}
+
+/*
+ * s's database fields: records committed for q's consumer in the last
+ * minute, its attempts rows and its outbox counts. 0, or -1 when a query
+ * failed (logged).
+ */
+static int ctl_status_db(ctl_t *ctl, db_t *db, const conf_queue_t *q, ctl_qstat_t *s)
+{
+    char sql[1200], vals[2][64];
+    char *hc = ctl_hex(q->consumer, strlen(q->consumer));
+
+    if (hc == NULL)
+        return -1;
+    snprintf(sql, sizeof(sql),
+             "SELECT COUNT(*) FROM `%s` WHERE create_time >= NOW(3) - INTERVAL 60 SECOND AND "
+             "consumer = %s",
+             ctl->conf->database.record_table, hc);
+    int got = ctl_query_row(db, sql, vals, 1);
+    if (got == 1)
+        s->recent = atoll(vals[0]);
+    snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM " DB_ATTEMPT_TABLE " WHERE consumer = %s", hc);
+    free(hc);
+    if (got < 0 || (got = ctl_query_row(db, sql, vals, 1)) < 0)
+        return -1;
+    s->attempts = got == 1 ? atoll(vals[0]) : 0;
+    s->obs = ctl_outbox_counts(ctl, db, q->consumer, s->ob);
+    return s->obs < 0 ? -1 : 0;
+}
+
+/* s's daemon fields from the daemon's /status document (NULL: not read): the queue's workers,
+ * restarts and last error. */
+static void ctl_status_daemon(json_object *daemon, const conf_queue_t *q, ctl_qstat_t *s)
+{
+    json_object *dq = ctl_daemon_queue(daemon, q->name), *v;
+
+    s->derror = NULL;
+    s->dr = NULL;
+    if (dq && json_object_object_get_ex(dq, "last_error", &v) && v)
+        s->derror = v;
+    if (dq)
+        json_object_object_get_ex(dq, "restarts", &s->dr);
+    s->up = ctl_json_ll(dq, "consuming");
+    /* The count the queue runs: the daemon's (workers = "auto" chooses it), else the file's. */
+    s->nw = ctl_json_ll(dq, "workers");
+    s->nmax = ctl_json_ll(dq, "workers_max");
+    s->autos = q->workers == CONF_WORKERS_AUTO;
+    if (s->nw >= 0)
+        snprintf(s->wbuf, sizeof(s->wbuf), "%lld", s->nw);
+    else if (s->autos)
+        snprintf(s->wbuf, sizeof(s->wbuf), "auto");
+    else
+        snprintf(s->wbuf, sizeof(s->wbuf), "%d", q->workers);
+}
+
+/* One queue's status as an object of the --json array ctl->out; dstate says whether the daemon
+ * answered. */
+static void ctl_status_json(ctl_t *ctl, const ctl_qstat_t *s, const char *dstate)
+{
+    const conf_queue_t *q = s->q;
+    json_object *o = json_object_new_object();
+
+    json_object_object_add(o, "queue", json_object_new_string(q->name));
+    json_object_object_add(o, "consumer", json_object_new_string(q->consumer));
+    json_object_object_add(o, "present", json_object_new_boolean(s->present));
+    json_object_object_add(o, "workers_configured",
+                           s->autos ? json_object_new_string("auto")
+                                    : json_object_new_int(q->workers));
+    json_object_object_add(o, "workers", s->nw >= 0 ? json_object_new_int64(s->nw) : NULL);
+    json_object_object_add(o, "workers_max", s->nmax >= 0 ? json_object_new_int64(s->nmax) : NULL);
+    json_object_object_add(o, "consumers", json_object_new_int64(s->consumers));
+    json_object_object_add(o, "ready", json_object_new_int64(s->ready));
+    json_object_object_add(o, "dead_letter_queue",
+                           q->dead_letter_queue ? json_object_new_string(q->dead_letter_queue)
+                                                : NULL);
+    json_object_object_add(o, "dead_letters", json_object_new_int64(s->dl));
+    json_object_object_add(o, "delayed", json_object_new_int64(s->delayed));
+    json_object_object_add(o, "records_last_60s", json_object_new_int64(s->recent));
+    json_object_object_add(o, "rate_per_s", json_object_new_double(s->recent / 60.0));
+    json_object_object_add(o, "attempt_rows", json_object_new_int64(s->attempts));
+    if (s->obs == 0) {
+        json_object *oo = json_object_new_object();
+        json_object_object_add(oo, "rows", json_object_new_int64(s->ob[0]));
+        json_object_object_add(oo, "retrying", json_object_new_int64(s->ob[1]));
+        json_object_object_add(oo, "exhausted", json_object_new_int64(s->ob[2]));
+        json_object_object_add(o, "outbox", oo);
+    } else {
+        json_object_object_add(o, "outbox", NULL);
+    }
+    json_object_object_add(o, "daemon", json_object_new_string(dstate));
+    json_object_object_add(o, "workers_up", s->up >= 0 ? json_object_new_int64(s->up) : NULL);
+    json_object_object_add(o, "restarts", s->dr ? json_object_get(s->dr) : NULL);
+    json_object_object_add(o, "last_error", s->derror ? json_object_get(s->derror) : NULL);
+    json_object_array_add(ctl->out, o);
+}
+
+/* One queue's status as a line of text, its fields escaped (ctl_out.c). */
+static void ctl_status_text(const ctl_qstat_t *s)
+{
+    const conf_queue_t *q = s->q;
+    char upbuf[48] = "?", rsbuf[32] = "?", errbuf[600] = "none", obbuf[80] = "-";
+    json_object *t, *age;
+
+    if (s->obs == 0)
+        snprintf(obbuf, sizeof(obbuf), "%lld/%lld/%lld", s->ob[0], s->ob[1], s->ob[2]);
+    if (s->up >= 0)
+        snprintf(upbuf, sizeof(upbuf), "%lld/%s", s->up, s->wbuf);
+    if (s->dr) {
+        long long sum = 0;
+        json_object_object_foreach(s->dr, kind, count)
+        {
+            (void)kind;
+            sum += json_object_get_int64(count);
+        }
+        snprintf(rsbuf, sizeof(rsbuf), "%lld", sum);
+    }
+    if (s->derror && json_object_object_get_ex(s->derror, "text", &t) &&
+        json_object_object_get_ex(s->derror, "age_seconds", &age))
+        snprintf(errbuf, sizeof(errbuf), "%.0fs ago: %s", json_object_get_double(age),
+                 json_object_get_string(t));
+    /* The separator is ours, the field may hold anything: only %s arguments are
+     * escaped (ctl_out.c), so the tab stays in the format. */
+    char maxbuf[40] = "";
+    if (s->autos && s->nmax >= 0)
+        snprintf(maxbuf, sizeof(maxbuf), "workers=auto(max %lld)", s->nmax);
+    else if (s->autos)
+        snprintf(maxbuf, sizeof(maxbuf), "workers=auto");
+    ctl_printf("%s\t%s\tconsumers=%u/%s\tready=%u\tdead_letters=%u\tdelayed=%u\t"
+               "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\toutbox=%s\tworkers_up=%s\t"
+               "restarts=%s\tlast_error=%s",
+               q->name, s->present ? "present" : "absent", s->consumers, s->wbuf, s->ready, s->dl,
+               s->delayed, s->recent, s->recent / 60.0, s->attempts, obbuf, upbuf, rsbuf, errbuf);
+    if (s->autos)
+        ctl_printf("\t%s", maxbuf);
+    ctl_printf("\n");
+}
+
 /*
  * status: per configured queue, from the broker (passive declares) and the
  * database: consumers attached (one per running worker), ready messages,
@@ -168,7 +344,7 @@ int ctl_status(ctl_t *ctl)
     mq_t *mq = NULL;
     db_t *db = NULL;
     int rc = CTL_EXIT_OK;
-    char sql[1200], vals[2][64], name[512], derr[256] = "";
+    char derr[256] = "";
     json_object *daemon = NULL;
     const char *dstate = "not configured";
 
@@ -194,142 +370,16 @@ int ctl_status(ctl_t *ctl)
     if (ctl->json)
         ctl->out = json_object_new_array();
     for (int i = 0; i < ctl->conf->n_queues; i++) {
-        const conf_queue_t *q = &ctl->conf->queues[i];
-        unsigned ready = 0, consumers = 0, dl = 0, delayed = 0, m, c;
-        int st = ctl_queue_peek(mq, q->name, &ready, &consumers);
-        if (st < 0) {
+        ctl_qstat_t s = {.q = &ctl->conf->queues[i]};
+        if (ctl_status_broker(mq, s.q, &s) != 0 || ctl_status_db(ctl, db, s.q, &s) != 0) {
             rc = CTL_EXIT_PARTIAL;
             goto out;
         }
-        bool present = st == 0;
-        if (q->dead_letter_queue && ctl_queue_peek(mq, q->dead_letter_queue, &dl, &c) < 0) {
-            rc = CTL_EXIT_PARTIAL;
-            goto out;
-        }
-        for (int t = 0; t < q->n_retry_delays; t++) {
-            snprintf(name, sizeof(name), "%s.retry.%d", q->name, q->retry_delays_ms[t]);
-            st = ctl_queue_peek(mq, name, &m, &c);
-            if (st < 0) {
-                rc = CTL_EXIT_PARTIAL;
-                goto out;
-            }
-            delayed += st == 0 ? m : 0;
-        }
-        char *hc = ctl_hex(q->consumer, strlen(q->consumer));
-        long long recent = 0, attempts = 0;
-        if (hc == NULL) {
-            rc = CTL_EXIT_PARTIAL;
-            goto out;
-        }
-        snprintf(sql, sizeof(sql),
-                 "SELECT COUNT(*) FROM `%s` WHERE create_time >= NOW(3) - INTERVAL 60 SECOND AND "
-                 "consumer = %s",
-                 ctl->conf->database.record_table, hc);
-        int got = ctl_query_row(db, sql, vals, 1);
-        if (got == 1)
-            recent = atoll(vals[0]);
-        snprintf(sql, sizeof(sql), "SELECT COUNT(*) FROM " DB_ATTEMPT_TABLE " WHERE consumer = %s",
-                 hc);
-        free(hc);
-        if (got < 0 || (got = ctl_query_row(db, sql, vals, 1)) < 0) {
-            rc = CTL_EXIT_PARTIAL;
-            goto out;
-        }
-        attempts = got == 1 ? atoll(vals[0]) : 0;
-        long long ob[3];
-        int obs = ctl_outbox_counts(ctl, db, q->consumer, ob);
-        if (obs < 0) {
-            rc = CTL_EXIT_PARTIAL;
-            goto out;
-        }
-        json_object *dq = ctl_daemon_queue(daemon, q->name), *derror = NULL, *dr = NULL, *v;
-        if (dq && json_object_object_get_ex(dq, "last_error", &v) && v)
-            derror = v;
-        if (dq)
-            json_object_object_get_ex(dq, "restarts", &dr);
-        long long up = ctl_json_ll(dq, "consuming");
-        /* The count the queue runs: the daemon's (workers = "auto" chooses it), else the file's. */
-        long long nw = ctl_json_ll(dq, "workers"), nmax = ctl_json_ll(dq, "workers_max");
-        bool autos = q->workers == CONF_WORKERS_AUTO;
-        char wbuf[24];
-        if (nw >= 0)
-            snprintf(wbuf, sizeof(wbuf), "%lld", nw);
-        else if (autos)
-            snprintf(wbuf, sizeof(wbuf), "auto");
+        ctl_status_daemon(daemon, s.q, &s);
+        if (ctl->json)
+            ctl_status_json(ctl, &s, dstate);
         else
-            snprintf(wbuf, sizeof(wbuf), "%d", q->workers);
-        if (ctl->json) {
-            json_object *o = json_object_new_object();
-            json_object_object_add(o, "queue", json_object_new_string(q->name));
-            json_object_object_add(o, "consumer", json_object_new_string(q->consumer));
-            json_object_object_add(o, "present", json_object_new_boolean(present));
-            json_object_object_add(o, "workers_configured",
-                                   autos ? json_object_new_string("auto")
-                                         : json_object_new_int(q->workers));
-            json_object_object_add(o, "workers", nw >= 0 ? json_object_new_int64(nw) : NULL);
-            json_object_object_add(o, "workers_max",
-                                   nmax >= 0 ? json_object_new_int64(nmax) : NULL);
-            json_object_object_add(o, "consumers", json_object_new_int64(consumers));
-            json_object_object_add(o, "ready", json_object_new_int64(ready));
-            json_object_object_add(
-                o, "dead_letter_queue",
-                q->dead_letter_queue ? json_object_new_string(q->dead_letter_queue) : NULL);
-            json_object_object_add(o, "dead_letters", json_object_new_int64(dl));
-            json_object_object_add(o, "delayed", json_object_new_int64(delayed));
-            json_object_object_add(o, "records_last_60s", json_object_new_int64(recent));
-            json_object_object_add(o, "rate_per_s", json_object_new_double(recent / 60.0));
-            json_object_object_add(o, "attempt_rows", json_object_new_int64(attempts));
-            if (obs == 0) {
-                json_object *oo = json_object_new_object();
-                json_object_object_add(oo, "rows", json_object_new_int64(ob[0]));
-                json_object_object_add(oo, "retrying", json_object_new_int64(ob[1]));
-                json_object_object_add(oo, "exhausted", json_object_new_int64(ob[2]));
-                json_object_object_add(o, "outbox", oo);
-            } else {
-                json_object_object_add(o, "outbox", NULL);
-            }
-            json_object_object_add(o, "daemon", json_object_new_string(dstate));
-            json_object_object_add(o, "workers_up", up >= 0 ? json_object_new_int64(up) : NULL);
-            json_object_object_add(o, "restarts", dr ? json_object_get(dr) : NULL);
-            json_object_object_add(o, "last_error", derror ? json_object_get(derror) : NULL);
-            json_object_array_add(ctl->out, o);
-        } else {
-            char upbuf[48] = "?", rsbuf[32] = "?", errbuf[600] = "none", obbuf[80] = "-";
-            if (obs == 0)
-                snprintf(obbuf, sizeof(obbuf), "%lld/%lld/%lld", ob[0], ob[1], ob[2]);
-            json_object *t, *age;
-            if (up >= 0)
-                snprintf(upbuf, sizeof(upbuf), "%lld/%s", up, wbuf);
-            if (dr) {
-                long long sum = 0;
-                json_object_object_foreach(dr, kind, count)
-                {
-                    (void)kind;
-                    sum += json_object_get_int64(count);
-                }
-                snprintf(rsbuf, sizeof(rsbuf), "%lld", sum);
-            }
-            if (derror && json_object_object_get_ex(derror, "text", &t) &&
-                json_object_object_get_ex(derror, "age_seconds", &age))
-                snprintf(errbuf, sizeof(errbuf), "%.0fs ago: %s", json_object_get_double(age),
-                         json_object_get_string(t));
-            /* The separator is ours, the field may hold anything: only %s arguments are
-             * escaped (ctl_out.c), so the tab stays in the format. */
-            char maxbuf[40] = "";
-            if (autos && nmax >= 0)
-                snprintf(maxbuf, sizeof(maxbuf), "workers=auto(max %lld)", nmax);
-            else if (autos)
-                snprintf(maxbuf, sizeof(maxbuf), "workers=auto");
-            ctl_printf(
-                "%s\t%s\tconsumers=%u/%s\tready=%u\tdead_letters=%u\tdelayed=%u\t"
-                "records_60s=%lld\trate=%.2f/s\tattempt_rows=%lld\toutbox=%s\tworkers_up=%s\t"
-                "restarts=%s\tlast_error=%s",
-                q->name, present ? "present" : "absent", consumers, wbuf, ready, dl, delayed,
-                recent, recent / 60.0, attempts, obbuf, upbuf, rsbuf, errbuf);
-            if (autos)
-                ctl_printf("\t%s", maxbuf);
-            ctl_printf("\n");
-        }
+            ctl_status_text(&s);
     }
     if (ctl->conf->metrics.listen && daemon == NULL)
         rc = CTL_EXIT_PARTIAL;

@@ -101,8 +101,22 @@ static long ctl_number(const char *s)
     return (errno || end == s || *end || n < 0) ? -1 : n;
 }
 
-/* Parse the command line, load the configuration, run one command; exit codes CTL_EXIT_*. */
-int main(int argc, char **argv)
+/* What main keeps of the command line besides ctl's fields. */
+typedef struct ctl_cli {
+    const char *path;  /* the configuration file (-c) */
+    const char *older; /* --older-than as given, or NULL */
+    int verbose;       /* -v given this often */
+    bool have_id;      /* --id given */
+} ctl_cli_t;
+
+#define CTL_GO_ON (-1) /* not an exit status: the command line is fine, go on */
+
+/*
+ * Parse the options of argv into ctl and cli (both borrow from argv).
+ * Returns CTL_GO_ON; or an exit status when done (--help, --version) or
+ * refused (said, with the usage).
+ */
+static int ctl_options(int argc, char **argv, ctl_t *ctl, ctl_cli_t *cli)
 {
     static const struct option opts[] = {
         {"config", required_argument, NULL, 'c'},
@@ -128,90 +142,82 @@ int main(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
-    ctl_t ctl = {.batch = 1000, .older_s = -1};
-    const char *path = CTL_DEFAULT_CONF, *older = NULL;
     char err[1024];
-    int verbose = 0, o, rc = CTL_EXIT_USAGE;
-    bool have_id = false;
+    int o;
 
-    if (ctl_try_wanted(argc, argv))
-        return ctl_try_main(argc, argv); /* its own options */
-    ctl.ids = calloc((size_t)argc + 1, sizeof(*ctl.ids));
-    if (ctl.ids == NULL)
-        return CTL_EXIT_PARTIAL;
     while ((o = getopt_long(argc, argv, "c:vVh", opts, NULL)) != -1) {
         switch (o) {
         case 'c':
-            path = optarg;
+            cli->path = optarg;
             break;
         case 'j':
-            ctl.json = true;
+            ctl->json = true;
             break;
         case 'C':
-            ctl.consumer = optarg;
+            ctl->consumer = optarg;
             break;
         case 'r':
-            if (ctl.has_reason)
+            if (ctl->has_reason)
                 return ctl_bad("--reason given twice%s", "");
-            if ((o = regcomp(&ctl.reason, optarg, REG_EXTENDED | REG_NOSUB)) != 0) {
-                regerror(o, &ctl.reason, err, sizeof(err));
+            if ((o = regcomp(&ctl->reason, optarg, REG_EXTENDED | REG_NOSUB)) != 0) {
+                regerror(o, &ctl->reason, err, sizeof(err));
                 ctl_fprintf(stderr, "idemctl: --reason '%s': %s\n", optarg, err);
                 return CTL_EXIT_USAGE;
             }
-            ctl.has_reason = true;
-            ctl.reason_src = optarg;
+            ctl->has_reason = true;
+            ctl->reason_src = optarg;
             break;
         case 'n':
-            if ((ctl.limit = ctl_number(optarg)) < 0)
+            if ((ctl->limit = ctl_number(optarg)) < 0)
                 return ctl_bad("--limit '%s': expected a number", optarg);
             break;
         case 'i':
-            ctl.ids[ctl.n_ids++] = optarg;
-            have_id = true;
+            ctl->ids[ctl->n_ids++] = optarg;
+            cli->have_id = true;
             break;
         case 'a':
-            ctl.all = true;
+            ctl->all = true;
             break;
         case 'o':
-            ctl.to_original = true;
+            ctl->to_original = true;
             break;
         case 't':
-            ctl.to_queue = optarg;
+            ctl->to_queue = optarg;
             break;
         case 'y':
-            ctl.yes = true;
+            ctl->yes = true;
             break;
         case 'U':
-            ctl.unverified = true;
+            ctl->unverified = true;
             break;
         case 'E':
-            ctl.allow_empty_body = true;
+            ctl->allow_empty_body = true;
             break;
         case 'Y':
-            ctl.verified_only = true;
+            ctl->verified_only = true;
             break;
         case 'F':
-            ctl.force = true;
+            ctl->force = true;
             break;
         case 'D':
-            ctl.dry_run = true;
+            ctl->dry_run = true;
             break;
         case 'O':
-            older = optarg;
-            if ((ctl.older_s = ctl_duration(optarg)) < 0)
+            cli->older = optarg;
+            if ((ctl->older_s = ctl_duration(optarg)) < 0)
                 return ctl_bad("--older-than '%s': expected a duration like 30d, 12h, 1h30m, 90s",
                                optarg);
             break;
         case 'b':
-            if ((ctl.batch = ctl_number(optarg)) <= 0)
+            if ((ctl->batch = ctl_number(optarg)) <= 0)
                 return ctl_bad("--batch '%s': expected a number above 0", optarg);
             break;
         case 'S':
-            if ((ctl.slow_ms = ctl_number(optarg)) < 0)
+            if ((ctl->slow_ms = ctl_number(optarg)) < 0)
                 return ctl_bad("--slow-ms '%s': expected a number", optarg);
             break;
         case 'v':
-            verbose++;
+            cli->verbose++;
             break;
         case 'V':
             ctl_printf("idemctl %s\n", IDEMCTL_VERSION);
@@ -224,10 +230,16 @@ int main(int argc, char **argv)
             return CTL_EXIT_USAGE;
         }
     }
-    char **args = argv + optind;
-    int n_args = argc - optind;
-    if (n_args < 1)
-        return ctl_bad("no command%s", "");
+    return CTL_GO_ON;
+}
+
+/*
+ * Whether the command args[0..n_args-1] (n_args >= 1) takes the options
+ * given; --id's extra words after dlq replay QUEUE join ctl->ids. Returns
+ * CTL_GO_ON, or CTL_EXIT_USAGE (said, with the usage).
+ */
+static int ctl_check_command(ctl_t *ctl, const ctl_cli_t *cli, char **args, int n_args)
+{
     const char *cmd = args[0], *sub = n_args > 1 ? args[1] : "";
     bool is_dlq = strcmp(cmd, "dlq") == 0;
     if (strcmp(cmd, "status") == 0) {
@@ -239,24 +251,24 @@ int main(int argc, char **argv)
     } else if (is_dlq && (!strcmp(sub, "list") || !strcmp(sub, "purge"))) {
         if (n_args != 3)
             return ctl_bad("dlq %s: one QUEUE expected", sub);
-        if (ctl.all || ctl.to_queue || ctl.to_original || ctl.unverified || ctl.allow_empty_body ||
-            ctl.force || ctl.dry_run)
+        if (ctl->all || ctl->to_queue || ctl->to_original || ctl->unverified ||
+            ctl->allow_empty_body || ctl->force || ctl->dry_run)
             return ctl_bad("dlq %s takes --reason, --id and --verified-only only to select", sub);
     } else if (is_dlq && !strcmp(sub, "history")) {
         if (n_args > 3)
             return ctl_bad("dlq history: at most one QUEUE%s", "");
     } else if (is_dlq && !strcmp(sub, "replay")) {
-        if (n_args < 3 || (n_args > 3 && !have_id))
+        if (n_args < 3 || (n_args > 3 && !cli->have_id))
             return ctl_bad("dlq replay: one QUEUE expected%s", "");
         for (int i = 3; i < n_args; i++) /* --id a b c: the rest are ids too */
-            ctl.ids[ctl.n_ids++] = args[i];
-        if (ctl.all == (have_id || ctl.has_reason))
+            ctl->ids[ctl->n_ids++] = args[i];
+        if (ctl->all == (cli->have_id || ctl->has_reason))
             return ctl_bad("dlq replay: choose --id ID..., --reason REGEX, or --all%s", "");
-        if (ctl.to_queue && ctl.to_original)
+        if (ctl->to_queue && ctl->to_original)
             return ctl_bad("dlq replay: --to and --to-original exclude each other%s", "");
-        if (ctl.to_queue && strcmp(ctl.to_queue, args[2]) == 0)
-            return ctl_bad("dlq replay: --to %s is the dead letter queue itself", ctl.to_queue);
-        if (ctl.verified_only && ctl.unverified)
+        if (ctl->to_queue && strcmp(ctl->to_queue, args[2]) == 0)
+            return ctl_bad("dlq replay: --to %s is the dead letter queue itself", ctl->to_queue);
+        if (ctl->verified_only && ctl->unverified)
             return ctl_bad("dlq replay: --verified-only and --unverified exclude each other%s", "");
     } else if (!strcmp(cmd, "outbox") && !strcmp(sub, "list")) {
         if (n_args > 3)
@@ -271,41 +283,75 @@ int main(int argc, char **argv)
     } else if (!strcmp(cmd, "records") && !strcmp(sub, "purge")) {
         if (n_args != 2)
             return ctl_bad("records purge takes no arguments%s", "");
-        if (older == NULL)
+        if (cli->older == NULL)
             return ctl_bad("records purge: --older-than DURATION is required%s", "");
     } else {
         return ctl_bad("unknown command '%s'", cmd);
     }
 
+    return CTL_GO_ON;
+}
+
+/* Run the command args[0..n_args-1] (checked by ctl_check_command, ctl->conf loaded).
+ * Returns its exit status. */
+static int ctl_run(ctl_t *ctl, char **args, int n_args)
+{
+    const char *cmd = args[0], *sub = n_args > 1 ? args[1] : "";
+
+    if (!strcmp(cmd, "status"))
+        return ctl_status(ctl);
+    else if (!strcmp(cmd, "lookup"))
+        return ctl_lookup(ctl, args + 1, n_args - 1);
+    else if (!strcmp(cmd, "records"))
+        return ctl_records_purge(ctl);
+    else if (!strcmp(cmd, "outbox"))
+        return ctl_outbox_list(ctl, n_args > 2 ? args[2] : NULL);
+    else if (!strcmp(cmd, "key"))
+        return ctl_key(ctl, sub);
+    else if (!strcmp(cmd, "order"))
+        return ctl_order(ctl, sub, args + 2, n_args - 2);
+    else if (!strcmp(sub, "history"))
+        return ctl_dlq_history(ctl, n_args > 2 ? args[2] : NULL);
+    else if (!strcmp(sub, "list"))
+        return ctl_dlq(ctl, args[2], CTL_LIST);
+    else if (!strcmp(sub, "replay"))
+        return ctl_dlq(ctl, args[2], CTL_REPLAY);
+    else
+        return ctl_dlq(ctl, args[2], ctl->yes ? CTL_PURGE : CTL_COUNT);
+}
+
+/* Parse the command line, load the configuration, run one command; exit codes CTL_EXIT_*. */
+int main(int argc, char **argv)
+{
+    ctl_t ctl = {.batch = 1000, .older_s = -1};
+    ctl_cli_t cli = {.path = CTL_DEFAULT_CONF};
+    char err[1024];
+    int rc;
+
+    if (ctl_try_wanted(argc, argv))
+        return ctl_try_main(argc, argv); /* its own options */
+    ctl.ids = calloc((size_t)argc + 1, sizeof(*ctl.ids));
+    if (ctl.ids == NULL)
+        return CTL_EXIT_PARTIAL;
+    if ((rc = ctl_options(argc, argv, &ctl, &cli)) != CTL_GO_ON)
+        return rc;
+    char **args = argv + optind;
+    int n_args = argc - optind;
+    if (n_args < 1)
+        return ctl_bad("no command%s", "");
+    if (ctl_check_command(&ctl, &cli, args, n_args) != CTL_GO_ON)
+        return CTL_EXIT_USAGE;
+
     log_set_target(LOG_TARGET_STDERR);
     log_set_context("idemctl");
-    log_set_level(verbose >= 2   ? LOG_LEVEL_DEBUG
-                  : verbose == 1 ? LOG_LEVEL_INFO
-                                 : LOG_LEVEL_WARNING);
-    if (conf_load(path, &ctl.conf, err, sizeof(err)) != 0) {
+    log_set_level(cli.verbose >= 2   ? LOG_LEVEL_DEBUG
+                  : cli.verbose == 1 ? LOG_LEVEL_INFO
+                                     : LOG_LEVEL_WARNING);
+    if (conf_load(cli.path, &ctl.conf, err, sizeof(err)) != 0) {
         ctl_fprintf(stderr, "idemctl: %s\n", err);
         return CTL_EXIT_USAGE;
     }
-    if (!strcmp(cmd, "status"))
-        rc = ctl_status(&ctl);
-    else if (!strcmp(cmd, "lookup"))
-        rc = ctl_lookup(&ctl, args + 1, n_args - 1);
-    else if (!strcmp(cmd, "records"))
-        rc = ctl_records_purge(&ctl);
-    else if (!strcmp(cmd, "outbox"))
-        rc = ctl_outbox_list(&ctl, n_args > 2 ? args[2] : NULL);
-    else if (!strcmp(cmd, "key"))
-        rc = ctl_key(&ctl, sub);
-    else if (!strcmp(cmd, "order"))
-        rc = ctl_order(&ctl, sub, args + 2, n_args - 2);
-    else if (!strcmp(sub, "history"))
-        rc = ctl_dlq_history(&ctl, n_args > 2 ? args[2] : NULL);
-    else if (!strcmp(sub, "list"))
-        rc = ctl_dlq(&ctl, args[2], CTL_LIST);
-    else if (!strcmp(sub, "replay"))
-        rc = ctl_dlq(&ctl, args[2], CTL_REPLAY);
-    else
-        rc = ctl_dlq(&ctl, args[2], ctl.yes ? CTL_PURGE : CTL_COUNT);
+    rc = ctl_run(&ctl, args, n_args);
     conf_free(ctl.conf);
     if (ctl.has_reason)
         regfree(&ctl.reason);

@@ -89,6 +89,60 @@ void metrics_counters_add(metrics_counters_t *to, const metrics_counters_t *from
     }
 }
 
+void metrics_observe_batch(metrics_counters_t *c, uint64_t messages)
+{
+    static const uint64_t bounds[] = METRICS_BATCH_BOUNDS;
+    metrics_observe(c->batch, &c->batch_sum, bounds, METRICS_BATCH_N, messages);
+}
+
+int metrics_observe_handler(metrics_counters_t *c, uint64_t us)
+{
+    static const uint64_t bounds[] = METRICS_HANDLER_BOUNDS;
+    return metrics_observe(c->handler, &c->handler_sum_us, bounds, METRICS_HANDLER_N, us);
+}
+
+void metrics_observe_latency(metrics_counters_t *c, uint64_t us)
+{
+    static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
+    metrics_observe(c->latency, &c->latency_sum_us, bounds, METRICS_LATENCY_N, us);
+}
+
+/* ---------------------------------------------------------------------- */
+/* The fine latency histogram of the exit summary */
+
+/* 4 latency buckets per power of two: 2^(k/4) for k = 0..3. */
+static const double metrics_lat_step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
+
+int metrics_lat_bucket(uint64_t us)
+{
+    if (us == 0)
+        return 0;
+    int e = 63 - __builtin_clzll(us);
+    double frac = (double)us / (double)(1ULL << e);
+    int q = 0;
+    while (q < 3 && frac >= metrics_lat_step[q + 1])
+        q++;
+    int b = e * 4 + q;
+    return b < METRICS_LAT_BUCKETS ? b : METRICS_LAT_BUCKETS - 1;
+}
+
+uint64_t metrics_lat_bucket_floor(int bucket)
+{
+    return (uint64_t)((double)(1ULL << (bucket / 4)) * metrics_lat_step[bucket % 4]);
+}
+
+/* Value below which a fraction q of the merged latency samples fall, in microseconds. */
+uint64_t metrics_lat_quantile(const uint64_t *hist, uint64_t total, double q)
+{
+    uint64_t want = (uint64_t)((double)total * q), seen = 0;
+    for (int b = 0; b < METRICS_LAT_BUCKETS; b++) {
+        seen += hist[b];
+        if (seen > want)
+            return metrics_lat_bucket_floor(b + 1);
+    }
+    return metrics_lat_bucket_floor(METRICS_LAT_BUCKETS - 1);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The text exposition (format 0.0.4) */
 
@@ -209,13 +263,11 @@ void metrics_render_openmetrics(FILE *out, const metrics_queue_t *qs, int n, con
     metrics_om = false;
 }
 
-static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, const char *version)
+/* The build, message, copy and transaction counters of qs[0..n-1] (borrowed). */
+static void metrics_render_counters(FILE *out, const metrics_queue_t *qs, int n,
+                                    const char *version)
 {
-    static const uint64_t batch_b[] = METRICS_BATCH_BOUNDS, handler_b[] = METRICS_HANDLER_BOUNDS,
-                          latency_b[] = METRICS_LATENCY_BOUNDS;
     static const char *const copy_outcomes[METRICS_COPY_OUTCOMES] = {"published", "refused"};
-    static const char *const exits[METRICS_EXIT_KINDS] = {"crash", "timeout", "broker", "database",
-                                                          "config"};
 
     metrics_head(out, "idemd_build_info", "gauge", "idemd's version and plugin ABI; always 1.");
     fputs("idemd_build_info{version=\"", out);
@@ -258,6 +310,13 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
     metrics_counter(out, qs, n, "idemd_redelivered_total", METRICS_C(n_redelivered),
                     "Deliveries that came redelivered (or with an x-delivery-count): each ran "
                     "alone, in case it was what stopped a worker.");
+}
+
+/* The histograms of qs[0..n-1] (borrowed): batch size, handler duration, publish to commit. */
+static void metrics_render_histograms(FILE *out, const metrics_queue_t *qs, int n)
+{
+    static const uint64_t batch_b[] = METRICS_BATCH_BOUNDS, handler_b[] = METRICS_HANDLER_BOUNDS,
+                          latency_b[] = METRICS_LATENCY_BOUNDS;
 
     metrics_head(out, "idemd_batch_size", "histogram", "Messages per batch transaction.");
     for (int i = 0; i < n; i++)
@@ -276,6 +335,13 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
     for (int i = 0; i < n; i++)
         metrics_histogram(out, "idemd_publish_to_commit_seconds", qs[i].name, qs[i].c.latency,
                           latency_b, METRICS_LATENCY_N, qs[i].c.latency_sum_us, 1e6, NULL);
+}
+
+/* The workers of qs[0..n-1] (borrowed): restarts, counts by state, progress, reconnects, chores. */
+static void metrics_render_workers(FILE *out, const metrics_queue_t *qs, int n)
+{
+    static const char *const exits[METRICS_EXIT_KINDS] = {"crash", "timeout", "broker", "database",
+                                                          "config"};
 
     metrics_head(out, "idemd_worker_restarts_total", "counter",
                  "Worker processes restarted, by how the previous run ended: crash (signal or "
@@ -322,6 +388,11 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
     metrics_counter(out, qs, n, "idemd_reconcile_failures_total", METRICS_C(n_reconcile_failures),
                     "Runs of reconcile() that failed, lost their lease or ran past "
                     "reconcile_timeout.");
+}
+
+/* The outbox gauges of qs[0..n-1] (borrowed), when a queue's handler can publish. */
+static void metrics_render_outbox(FILE *out, const metrics_queue_t *qs, int n)
+{
     /* Only queues whose handler can publish (ABI 1.3) have an outbox sweeper. */
     int known = 0;
     for (int i = 0; i < n; i++)
@@ -363,6 +434,15 @@ static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, con
         metrics_label(out, qs[i].name);
         fprintf(out, "\"} %.3f\n", qs[i].outbox_oldest_s);
     }
+}
+
+/* The exposition of qs[0..n-1] (borrowed), without the OpenMetrics # EOF. */
+static void metrics_render_body(FILE *out, const metrics_queue_t *qs, int n, const char *version)
+{
+    metrics_render_counters(out, qs, n, version);
+    metrics_render_histograms(out, qs, n);
+    metrics_render_workers(out, qs, n);
+    metrics_render_outbox(out, qs, n);
 }
 
 /* ---------------------------------------------------------------------- */

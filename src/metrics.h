@@ -35,6 +35,18 @@
     }
 #define METRICS_LATENCY_N 16
 
+/* The fine histogram of publish-to-commit latency each worker keeps in its slot for the
+ * summary at exit: bucket b holds values in [2^(b/4), 2^((b+1)/4)) microseconds. */
+#define METRICS_LAT_BUCKETS 128
+
+/* Bucket index of a latency in microseconds. */
+int metrics_lat_bucket(uint64_t us);
+/* Lower bound in microseconds of a bucket. */
+uint64_t metrics_lat_bucket_floor(int bucket);
+/* Value below which a fraction q of the total samples of hist[METRICS_LAT_BUCKETS] fall, in
+ * microseconds. */
+uint64_t metrics_lat_quantile(const uint64_t *hist, uint64_t total, double q);
+
 /* Where a copy goes: the kinds of idemd_*_copies_total. */
 enum { METRICS_COPY_RETRY = 0, METRICS_COPY_DEAD_LETTER = 1, METRICS_COPY_KINDS };
 /* What became of it. */
@@ -88,6 +100,12 @@ static inline int metrics_observe(uint64_t *buckets, uint64_t *sum, const uint64
     __atomic_add_fetch(sum, v, __ATOMIC_RELAXED);
     return b;
 }
+
+/* One observation in c's histogram of messages per batch, of handler call durations (its
+ * bucket, for the exemplar), or of publish-to-commit latency. Relaxed atomic adds. */
+void metrics_observe_batch(metrics_counters_t *c, uint64_t messages);
+int metrics_observe_handler(metrics_counters_t *c, uint64_t us);
+void metrics_observe_latency(metrics_counters_t *c, uint64_t us);
 
 /*
  * Note an observation of value_us at when_ms (CLOCK_REALTIME) of the trace

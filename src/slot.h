@@ -25,8 +25,6 @@ typedef enum worker_state {
  * them without a restart. error is the worker's only non-atomic field: the
  * supervisor empties it before the fork and reads it after the exit.
  */
-/* Latency buckets: bucket b holds values in [2^(b/4), 2^((b+1)/4)) microseconds. */
-#define WORKER_LAT_BUCKETS 128
 #define WORKER_ERROR_MAX 400
 
 typedef struct worker_slot {
@@ -37,7 +35,7 @@ typedef struct worker_slot {
     int reconciling;      /* 1 while the handler's reconcile() runs (its SIGALRM is that limit) */
     /* Publish-to-commit latency of committed messages that carry the integer
      * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
-    uint64_t lat[WORKER_LAT_BUCKETS];
+    uint64_t lat[METRICS_LAT_BUCKETS]; /* metrics_lat_bucket */
     /* Crash note: while in_handler is 1 the worker is inside the handler on
      * the message crash_id (crash_counted: its start is counted already).
      * A worker that finds it set at start succeeds one that died there: when

@@ -178,29 +178,17 @@ int sup_poll_ms(const supervisor_t *s, uint64_t now)
     return ms;
 }
 
-/* Value below which a fraction q of the merged latency samples fall, in microseconds. */
-static uint64_t sup_lat_quantile(const uint64_t *hist, uint64_t total, double q)
-{
-    uint64_t want = (uint64_t)((double)total * q), seen = 0;
-    for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
-        seen += hist[b];
-        if (seen > want)
-            return worker_lat_bucket_floor(b + 1);
-    }
-    return worker_lat_bucket_floor(WORKER_LAT_BUCKETS - 1);
-}
-
 /* At exit: the counters of all workers, and publish-to-commit latency if measured. */
 void sup_log_totals(const supervisor_t *s)
 {
-    uint64_t hist[WORKER_LAT_BUCKETS] = {0}, n = 0;
+    uint64_t hist[METRICS_LAT_BUCKETS] = {0}, n = 0;
     metrics_counters_t all;
     sup_totals(s, &all);
     uint64_t ok = all.n_ok, dup = all.n_duplicate, retry = all.n_retry, rej = all.n_reject,
              com = all.n_commits;
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const worker_slot_t *sl = &s->slots[i];
-        for (int b = 0; b < WORKER_LAT_BUCKETS; b++) {
+        for (int b = 0; b < METRICS_LAT_BUCKETS; b++) {
             hist[b] += sl->lat[b];
             n += sl->lat[b];
         }
@@ -210,8 +198,8 @@ void sup_log_totals(const supervisor_t *s)
              (unsigned long long)rej, (unsigned long long)com);
     if (n)
         log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu", (unsigned long long)n,
-                 (unsigned long long)sup_lat_quantile(hist, n, 0.5),
-                 (unsigned long long)sup_lat_quantile(hist, n, 0.99));
+                 (unsigned long long)metrics_lat_quantile(hist, n, 0.5),
+                 (unsigned long long)metrics_lat_quantile(hist, n, 0.99));
 }
 
 /*

@@ -4,7 +4,7 @@
 #ifndef IDEMD_TXN_RESULT_H
 #define IDEMD_TXN_RESULT_H
 
-#include "txn.h"
+#include "txn_types.h"
 
 /* What one pass of the transaction ended with. */
 typedef enum txn_pass {

@@ -1,6 +1,8 @@
 /* worker.c: one worker process: signals, its slot, connections and the drain around a loop of
  * step_run (step.c), which runs each batch of messages in one transaction and settles it.
  */
+#include "worker.h"
+
 #include "worker_int.h"
 #include "sqlh.h"
 
@@ -24,38 +26,15 @@ static void worker_on_signal(int sig)
     worker_stop = worker_stop ? 2 : 1;
 }
 
-/* 4 latency buckets per power of two: 2^(k/4) for k = 0..3. */
-static const double worker_lat_step[4] = {1.0, 1.189207115, 1.414213562, 1.681792831};
-
-int worker_lat_bucket(uint64_t us)
-{
-    if (us == 0)
-        return 0;
-    int e = 63 - __builtin_clzll(us);
-    double frac = (double)us / (double)(1ULL << e);
-    int q = 0;
-    while (q < 3 && frac >= worker_lat_step[q + 1])
-        q++;
-    int b = e * 4 + q;
-    return b < WORKER_LAT_BUCKETS ? b : WORKER_LAT_BUCKETS - 1;
-}
-
-uint64_t worker_lat_bucket_floor(int bucket)
-{
-    return (uint64_t)((double)(1ULL << (bucket / 4)) * worker_lat_step[bucket % 4]);
-}
-
 /* Record publish-to-commit latency of a committed message that carries idemd-pub-us. */
 static void worker_latency(worker_t *w, const life_msg_t *m, uint64_t now_us)
 {
     long long pub = delivery_header_int(&m->env.message.properties, "idemd-pub-us");
-    static const uint64_t bounds[] = METRICS_LATENCY_BOUNDS;
     if (pub <= 0 || (uint64_t)pub > now_us)
         return;
-    __atomic_add_fetch(&w->slot->lat[worker_lat_bucket(now_us - (uint64_t)pub)], 1,
+    __atomic_add_fetch(&w->slot->lat[metrics_lat_bucket(now_us - (uint64_t)pub)], 1,
                        __ATOMIC_RELAXED);
-    metrics_observe(w->slot->c.latency, &w->slot->c.latency_sum_us, bounds, METRICS_LATENCY_N,
-                    now_us - (uint64_t)pub);
+    metrics_observe_latency(&w->slot->c, now_us - (uint64_t)pub);
 }
 
 /*
@@ -100,8 +79,6 @@ static void worker_latencies(worker_t *w)
             worker_latency(w, &w->life.batch.m[i], now_us);
 }
 
-static const uint64_t worker_batch_bounds[] = METRICS_BATCH_BOUNDS;
-
 /*
  * Time for workers = "auto": a span that starts (on) or ends (off) now. The
  * supervisor reads *since while a span runs, so a long one counts before it ends.
@@ -139,14 +116,18 @@ static int worker_h_batch(void *ctx)
     worker_count(&w->slot->c.n_batches);
     if (w->life.batch.m[0].suspect) /* a suspect runs alone (batch_collect) */
         worker_count(&w->slot->c.n_redelivered);
-    metrics_observe(w->slot->c.batch, &w->slot->c.batch_sum, worker_batch_bounds, METRICS_BATCH_N,
-                    (uint64_t)w->life.batch.n);
+    metrics_observe_batch(&w->slot->c, (uint64_t)w->life.batch.n);
     return worker_check_db(w);
 }
 
+/* An ordered queue: each entry's key, and the order the batch runs in; NULL (delivery order)
+ * for any other queue. */
 static const int *worker_h_order_keys(void *ctx)
 {
-    return worker_order_keys(ctx);
+    worker_t *w = ctx;
+    if (w->ord.keys == NULL)
+        return NULL;
+    return worker_order_keys(w);
 }
 
 /* The transaction ran: its counters. */
@@ -190,18 +171,6 @@ static const step_hooks_t worker_hooks = {
     .collecting = worker_h_collecting,
     .collected = worker_h_collected,
     .batch = worker_h_batch,
-    .order_keys = NULL, /* set per queue: see worker_wire_step */
-    .transacted = worker_h_transacted,
-    .before_relay = WORKER_BEFORE_RELAY,
-    .settled = worker_h_settled,
-};
-
-static const step_hooks_t worker_hooks_ordered = {
-    .note = worker_h_note,
-    .noted = worker_h_noted,
-    .collecting = worker_h_collecting,
-    .collected = worker_h_collected,
-    .batch = worker_h_batch,
     .order_keys = worker_h_order_keys,
     .transacted = worker_h_transacted,
     .before_relay = WORKER_BEFORE_RELAY,
@@ -212,11 +181,16 @@ static const step_hooks_t worker_hooks_ordered = {
 static void worker_wire_step(worker_t *w)
 {
     bool ordered = w->ord.keys != NULL;
+    /* One table of ops: whether the queue is ordered is data (w->ord.keys), and txn.c reads no
+     * order op as an unordered queue. */
+    w->txn_ops = worker_txn_ops;
+    if (!ordered)
+        w->txn_ops.order = NULL;
     w->step = (step_t){.life = &w->life,
                        .bt = &w->bt,
                        .st = &w->st,
                        .guard = &w->guard,
-                       .txn_ops = ordered ? &worker_txn_ops_ordered : &worker_txn_ops,
+                       .txn_ops = &w->txn_ops,
                        .txn_ctx = w,
                        .record = w->q->dedup == CONF_DEDUP_TABLE,
                        .bulk = !ordered,
@@ -226,8 +200,14 @@ static void worker_wire_step(worker_t *w)
                        .clock = w->clock,
                        .ids = w->ids,
                        .id_lens = w->id_lens,
-                       .hooks = ordered ? &worker_hooks_ordered : &worker_hooks,
+                       .hooks = &worker_hooks,
                        .hooks_ctx = w};
+}
+
+/* Deliveries received and not collected yet (step_drain's pending). */
+static bool worker_pending(void *mq)
+{
+    return mq_pending(mq);
 }
 
 /*
@@ -236,12 +216,6 @@ static void worker_wire_step(worker_t *w)
  * shutdown_timeout. A second SIGTERM, or no consumer to cancel (the broker
  * connection is being re-made), stops it at once.
  */
-/* Deliveries received and not collected yet (step_drain's pending). */
-static bool worker_pending(void *mq)
-{
-    return mq_pending(mq);
-}
-
 static bool worker_go_on(worker_t *w)
 {
     if (!worker_stop)

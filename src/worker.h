@@ -12,11 +12,6 @@
 #include "plugin.h"
 #include "slot.h"
 
-/* Bucket index of a latency in microseconds. */
-int worker_lat_bucket(uint64_t us);
-/* Lower bound in microseconds of a bucket. */
-uint64_t worker_lat_bucket_floor(int bucket);
-
 /*
  * The body of a worker process: loads q's handler, then never returns,
  * exits with one of the codes in slot.h. conf and q are inherited from the

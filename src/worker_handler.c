@@ -16,10 +16,8 @@
  * with tc's trace as its bucket's exemplar (tc NULL or without a trace: none). */
 static void worker_handler_time(worker_t *w, uint64_t t0, const trace_ctx_t *tc)
 {
-    static const uint64_t bounds[] = METRICS_HANDLER_BOUNDS;
     uint64_t v = worker_now_us() - t0;
-    int b = metrics_observe(w->slot->c.handler, &w->slot->c.handler_sum_us, bounds,
-                            METRICS_HANDLER_N, v);
+    int b = metrics_observe_handler(&w->slot->c, v);
     if (tc && tc->has) {
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);

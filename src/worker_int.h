@@ -22,10 +22,10 @@
 #include "plugin.h"
 #include "copies.h"
 #include "settle.h"
+#include "slot.h"
 #include "stall.h"
 #include "step.h"
 #include "txn.h"
-#include "worker.h"
 
 #define WORKER_MAX_HEADERS 64
 #define WORKER_BATCH_SCRATCH 2048 /* header strings of one message for handle_batch */
@@ -76,6 +76,8 @@ typedef struct worker {
     outbox_t *outbox; /* onward messages (host->publish) */
     const char **ids; /* scratch for the set-based record calls, order keys and the relay */
     size_t *id_lens;
+    /* The step's transaction ops: worker_txn_ops, order NULL unless the queue is ordered. */
+    txn_ops_t txn_ops;
     /* The handler calls (worker_handler.c). */
     struct {
         int cur;            /* the message handle() runs on */
@@ -126,8 +128,9 @@ int worker_check_db(worker_t *w); /* 0, or -1: the database cannot be reached */
 void worker_reread_keys(worker_t *w);
 int worker_undecodable(worker_t *w); /* 0, or an exit code */
 
-/* worker_txn.c: the transaction ops step.c runs (ordered: with worker_op_order). */
-extern const txn_ops_t worker_txn_ops, worker_txn_ops_ordered;
+/* worker_txn.c: the transaction ops step.c runs; their order op is for an ordered queue only
+ * (worker_wire_step leaves it out of w->txn_ops for the others). */
+extern const txn_ops_t worker_txn_ops;
 
 /* worker_handler.c: the handler calls behind txn_ops_t.handle / handle_many, and host->publish. */
 idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err);

@@ -272,11 +272,14 @@ static int worker_try_txn(worker_t *w, bool force, worker_try_out_t *out, char *
     }
     out->recorded_skip = found;
     bool ordered = w->ord.keys != NULL;
+    w->txn_ops = worker_txn_ops; /* as worker_wire_step: no order op for an unordered queue */
+    if (!ordered)
+        w->txn_ops.order = NULL;
     w->step = (step_t){.life = &w->life,
                        .bt = &w->bt,
                        .st = &w->st,
                        .guard = &w->guard,
-                       .txn_ops = ordered ? &worker_txn_ops_ordered : &worker_txn_ops,
+                       .txn_ops = &w->txn_ops,
                        .txn_ctx = w,
                        .record = record,
                        .bulk = !ordered,

@@ -62,13 +62,13 @@ static const char *worker_op_error_text(void *ctx)
 }
 
 const txn_ops_t worker_txn_ops = {
-    worker_op_exec,        worker_op_record,       worker_op_clear,       worker_op_handle,
-    worker_op_record_many, worker_op_find_records, worker_op_handle_many, NULL,
-    worker_op_error_text,
-};
-
-const txn_ops_t worker_txn_ops_ordered = {
-    worker_op_exec,        worker_op_record,      worker_op_clear,
-    worker_op_handle,      worker_op_record_many, worker_op_find_records,
-    worker_op_handle_many, worker_op_order,       worker_op_error_text,
+    .exec = worker_op_exec,
+    .record = worker_op_record,
+    .clear_attempts = worker_op_clear,
+    .handle = worker_op_handle,
+    .record_many = worker_op_record_many,
+    .find_records = worker_op_find_records,
+    .handle_many = worker_op_handle_many,
+    .order = worker_op_order, /* ordered queues only: see worker_wire_step */
+    .error_text = worker_op_error_text,
 };
