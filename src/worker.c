@@ -177,33 +177,6 @@ static const step_hooks_t worker_hooks = {
     .settled = worker_h_settled,
 };
 
-/* Put the step together on this worker's modules, ports and database (after worker_wire). */
-static void worker_wire_step(worker_t *w)
-{
-    bool ordered = w->ord.keys != NULL;
-    /* One table of ops: whether the queue is ordered is data (w->ord.keys), and txn.c reads no
-     * order op as an unordered queue. */
-    w->txn_ops = worker_txn_ops;
-    if (!ordered)
-        w->txn_ops.order = NULL;
-    w->step = (step_t){.life = &w->life,
-                       .bt = &w->bt,
-                       .st = &w->st,
-                       .guard = &w->guard,
-                       .txn_ops = &w->txn_ops,
-                       .txn_ctx = w,
-                       .record = w->q->dedup == CONF_DEDUP_TABLE,
-                       .bulk = !ordered,
-                       .batch = w->hx.bmsg != NULL && !ordered,
-                       .limit_ms = step_limit_ms(w->conf->broker.heartbeat),
-                       .pub = w->pub_port,
-                       .clock = w->clock,
-                       .ids = w->ids,
-                       .id_lens = w->id_lens,
-                       .hooks = &worker_hooks,
-                       .hooks_ctx = w};
-}
-
 /* Deliveries received and not collected yet (step_drain's pending). */
 static bool worker_pending(void *mq)
 {
@@ -351,7 +324,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     w.bt.rng = &w.rng;
     worker_alloc(&w);
     worker_wire(&w);
-    worker_wire_step(&w);
+    worker_txn_wire(&w, &worker_hooks);
     code = worker_connect_db(&w);
     if (code == 0) {
         w.step.outbox = w.outbox;

@@ -129,8 +129,9 @@ void worker_reread_keys(worker_t *w);
 int worker_undecodable(worker_t *w); /* 0, or an exit code */
 
 /* worker_txn.c: the transaction ops step.c runs; their order op is for an ordered queue only
- * (worker_wire_step leaves it out of w->txn_ops for the others). */
+ * (worker_txn_wire leaves it out of w->txn_ops for the others); the step put together on them. */
 extern const txn_ops_t worker_txn_ops;
+void worker_txn_wire(worker_t *w, const step_hooks_t *hooks);
 
 /* worker_handler.c: the handler calls behind txn_ops_t.handle / handle_many, and host->publish. */
 idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err);

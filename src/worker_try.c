@@ -120,14 +120,14 @@ out:
     free(sql);
 }
 
-/* step_hooks_t.order_keys for an ordered queue: as the worker finds them. */
+/* step_hooks_t.order_keys: an ordered queue's keys as the worker finds them (NULL: unordered). */
 static const int *worker_try_order_keys(void *ctx)
 {
-    return worker_order_keys(ctx);
+    worker_t *w = ctx;
+    return w->ord.keys ? worker_order_keys(w) : NULL;
 }
 
-static const step_hooks_t worker_try_hooks = {0};
-static const step_hooks_t worker_try_hooks_ordered = {.order_keys = worker_try_order_keys};
+static const step_hooks_t worker_try_hooks = {.order_keys = worker_try_order_keys};
 
 /* The log level in force, for the slot (worker_progress follows it). */
 static int worker_try_level(void)
@@ -271,27 +271,10 @@ static int worker_try_txn(worker_t *w, bool force, worker_try_out_t *out, char *
         return 0;
     }
     out->recorded_skip = found;
-    bool ordered = w->ord.keys != NULL;
-    w->txn_ops = worker_txn_ops; /* as worker_wire_step: no order op for an unordered queue */
-    if (!ordered)
-        w->txn_ops.order = NULL;
-    w->step = (step_t){.life = &w->life,
-                       .bt = &w->bt,
-                       .st = &w->st,
-                       .guard = &w->guard,
-                       .txn_ops = &w->txn_ops,
-                       .txn_ctx = w,
-                       .record = record,
-                       .bulk = !ordered,
-                       .batch = false,
-                       .limit_ms = 0, /* one message: never cut short */
-                       .outbox = w->outbox,
-                       .pub = w->pub_port,
-                       .clock = w->clock,
-                       .ids = w->ids,
-                       .id_lens = w->id_lens,
-                       .hooks = ordered ? &worker_try_hooks_ordered : &worker_try_hooks,
-                       .hooks_ctx = w};
+    worker_txn_wire(w, &worker_try_hooks);
+    w->step.record = record;
+    w->step.batch = false; /* one message, through handle() */
+    w->step.limit_ms = 0;  /* never cut short */
     worker_try_cur = out;
     log_set_tap(worker_try_tap, out);
     txn_status_t st = step_try(&w->step, record && !found, worker_try_peek, &tx);

@@ -69,6 +69,38 @@ const txn_ops_t worker_txn_ops = {
     .record_many = worker_op_record_many,
     .find_records = worker_op_find_records,
     .handle_many = worker_op_handle_many,
-    .order = worker_op_order, /* ordered queues only: see worker_wire_step */
+    .order = worker_op_order, /* ordered queues only: see worker_txn_wire */
     .error_text = worker_op_error_text,
 };
+
+/*
+ * Put the step together on w's modules, ports and database (after
+ * worker_wire), as worker.c runs it: one table of ops, and whether the queue
+ * is ordered is data (w->ord.keys): txn.c reads no order op as an unordered
+ * queue. hooks (borrowed, static) are the caller's; idemctl try changes what
+ * a dry run differs in (record, batch, limit) afterwards.
+ */
+void worker_txn_wire(worker_t *w, const step_hooks_t *hooks)
+{
+    bool ordered = w->ord.keys != NULL;
+    w->txn_ops = worker_txn_ops;
+    if (!ordered)
+        w->txn_ops.order = NULL;
+    w->step = (step_t){.life = &w->life,
+                       .bt = &w->bt,
+                       .st = &w->st,
+                       .guard = &w->guard,
+                       .txn_ops = &w->txn_ops,
+                       .txn_ctx = w,
+                       .record = w->q->dedup == CONF_DEDUP_TABLE,
+                       .bulk = !ordered,
+                       .batch = w->hx.bmsg != NULL && !ordered,
+                       .limit_ms = step_limit_ms(w->conf->broker.heartbeat),
+                       .outbox = w->outbox,
+                       .pub = w->pub_port,
+                       .clock = w->clock,
+                       .ids = w->ids,
+                       .id_lens = w->id_lens,
+                       .hooks = hooks,
+                       .hooks_ctx = w};
+}
