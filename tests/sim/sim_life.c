@@ -182,7 +182,7 @@ static void life_wire(int k)
                        .txn_ops = sim.o.ordered ? &sim_txn_ops_ordered : &sim_txn_ops,
                        .txn_ctx = NULL,
                        .record = !sim.o.dedup_none,
-                       .bulk = sim.o.bulk && !sim.o.ordered, /* as worker_wire_step */
+                       .bulk = sim.o.bulk && !sim.o.ordered, /* as worker_txn_wire */
                        .batch = sim.o.batch_handler && !sim.o.ordered,
                        .limit_ms = step_limit_ms(SIM_HEARTBEAT_S),
                        .outbox = sim_outbox(),
