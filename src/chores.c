@@ -68,6 +68,12 @@ void chores_init(chores_t *c, const conf_t *conf, const conf_queue_t *q, const c
     chores_lease_init(c, &c->reconcile, "reconcile", q->name);
 }
 
+void chores_rebind(chores_t *c, db_t *db, void *state)
+{
+    c->db = db;
+    c->state = state;
+}
+
 /* Rows the last UPDATE matched (not only those it changed), from mysql_info(). */
 static unsigned long long chores_matched(db_t *db)
 {

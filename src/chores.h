@@ -57,6 +57,15 @@ void chores_init(chores_t *c, const conf_t *conf, const conf_queue_t *q, const c
                  worker_slot_t *slot, db_t *db, const idemd_handler_t *h, void *state);
 
 /*
+ * The worker reconnected in place: go on with the same owner, leases and
+ * turns on the new connection db and the handler's new state (borrowed, as
+ * in chores_init). A lease held when the old connection died is still ours
+ * in the table: the next claim renews it instead of waiting for it to run
+ * out.
+ */
+void chores_rebind(chores_t *c, db_t *db, void *state);
+
+/*
  * Add the outbox sweeper: every few seconds, peek(arg) looks whether the
  * outbox holds any row (1), none (0), or the database connection was lost
  * (-1); only with rows does fn(arg), under the sweeper's own lease, send

@@ -216,7 +216,10 @@ static int worker_loop(worker_t *w)
         int db_rc = worker_check_db(w);
         if (db_rc == 0)
             worker_reread_keys(w);
-        if (db_rc != 0 || (!w->step.draining && chores_tick(&w->chores) != 0)) {
+        /* A chore that lost the connection left nothing uncertain: its work is redone. */
+        if (db_rc == 0 && !w->step.draining && chores_tick(&w->chores) != 0)
+            db_rc = worker_reconnect_db(w, "in a chore");
+        if (db_rc != 0) {
             worker_release(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }

@@ -224,6 +224,30 @@ void worker_service_pub(worker_t *w)
 }
 
 /*
+ * The database connection was found lost between batches (nothing of a
+ * batch in flight): open a new one in place, the plugin state made anew
+ * and the chores going on under the same owner. `when` says what found
+ * it, for the log. 0, or -1 when the database cannot be reached.
+ */
+int worker_reconnect_db(worker_t *w, const char *when)
+{
+    log_info("database connection lost %s (%s): reconnecting", when, mysql_error(w->db->my));
+    (void)worker_lose(w, WORKER_LOST_DATABASE); /* counted as a reconnect once it is back */
+    if (w->state_live && w->h->fini)
+        w->h->fini(w->state);
+    w->state_live = false;
+    w->state = NULL;
+    db_close(w->db);
+    w->db = NULL;
+    if (worker_connect_db(w) != 0)
+        return -1;
+    w->db_used_ms = worker_now_ms();
+    chores_rebind(&w->chores, w->db, w->state);
+    worker_set_state(w, WORKER_STATE_CONSUMING);
+    return 0;
+}
+
+/*
  * Before chores and before a batch, once the connection sat unused for a
  * second: a server that closed it (wait_timeout, KILL, restart) is found by
  * a ping, not by the batch failing with 2006 and coming back as
@@ -238,21 +262,7 @@ int worker_check_db(worker_t *w)
     w->db_used_ms = worker_now_ms();
     if (mysql_ping(w->db->my) == 0)
         return 0;
-    log_info("database connection lost while idle (%s): reconnecting", mysql_error(w->db->my));
-    (void)worker_lose(w, WORKER_LOST_DATABASE); /* counted as a reconnect once it is back */
-    if (w->state_live && w->h->fini)
-        w->h->fini(w->state);
-    w->state_live = false;
-    w->state = NULL;
-    db_close(w->db);
-    w->db = NULL;
-    if (worker_connect_db(w) != 0)
-        return -1;
-    chores_init(&w->chores, w->conf, w->q, w->name, w->slot, w->db, w->h, w->state);
-    if (w->h->abi_minor >= 3)
-        chores_set_sweep(&w->chores, worker_sweep_peek, worker_sweep, w);
-    worker_set_state(w, WORKER_STATE_CONSUMING);
-    return 0;
+    return worker_reconnect_db(w, "while idle");
 }
 
 /*

@@ -125,6 +125,7 @@ int worker_connect_mq(worker_t *w);     /* 0, or an exit code */
 int worker_open_publisher(worker_t *w); /* 0, or -1 (logged) */
 void worker_service_pub(worker_t *w);
 int worker_check_db(worker_t *w); /* 0, or -1: the database cannot be reached */
+int worker_reconnect_db(worker_t *w, const char *when); /* 0, or -1: likewise */
 void worker_reread_keys(worker_t *w);
 int worker_undecodable(worker_t *w); /* 0, or an exit code */
 
