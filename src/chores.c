@@ -241,6 +241,35 @@ static int chores_retention(chores_t *c, uint64_t now)
 }
 
 /*
+ * After the reconcile hook returned hr: its transaction must still be open
+ * and whole. A refused end fails the run (err says why); an end the server
+ * could not refuse (Galera) is logged as the error it is, and fails it too.
+ */
+static int chores_boundary(chores_t *c, int hr, char *err, size_t errlen)
+{
+    unsigned e = mysql_errno(c->db->my);
+    if (db_classify(e) == DB_ERR_CONNECTION)
+        return hr;
+    switch (db_boundary(c->db, e)) {
+    case DB_BOUNDARY_REFUSED:
+        snprintf(err, errlen,
+                 "the reconcile hook tried to end idemd's transaction: the server refused it "
+                 "(error %u: %.200s); nothing of the run was kept",
+                 e, mysql_error(c->db->my));
+        return -1;
+    case DB_BOUNDARY_ENDED:
+        log_error("handler %s: the reconcile hook ended idemd's transaction (COMMIT, ROLLBACK or "
+                  "DDL): what it did before is committed without the lease check. Fix the hook "
+                  "(docs/plugins.md)",
+                  c->h->name);
+        snprintf(err, errlen, "the reconcile hook ended idemd's transaction");
+        return -1;
+    default:
+        return hr;
+    }
+}
+
+/*
  * The handler's reconcile hook, when it is due and the lease is ours, in
  * its own transaction under reconcile_timeout (SIGALRM, whose default action
  * kills the worker; the supervisor names the cause from slot->reconciling).
@@ -270,9 +299,16 @@ static int chores_reconcile(chores_t *c, uint64_t now)
      * timeout (release: it reads the flag, then the time). */
     chores_progress(c);
     __atomic_store_n(&c->slot->reconciling, 1, __ATOMIC_RELEASE);
+    /* Its own transaction, kept as a batch's is: the server refuses what would end it. */
+    if ((st = db_begin(c->db)) != DB_OK) {
+        __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELEASE);
+        chores_failed(c);
+        return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;
+    }
     alarm((unsigned)c->conf->reconcile_timeout);
     int hr = c->h->reconcile(c->state, c->db->my, err, sizeof(err));
     alarm(0);
+    hr = chores_boundary(c, hr, err, sizeof(err));
     chores_progress(c);
     __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELEASE);
     __atomic_add_fetch(&c->slot->c.n_reconcile_runs, 1, __ATOMIC_RELAXED);

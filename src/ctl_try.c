@@ -289,6 +289,7 @@ static void ctl_try_json(ctl_t *ctl, const ctl_try_t *c, const worker_try_out_t 
     json_object_object_add(r, "reason", o->reason[0] ? json_object_new_string(o->reason) : NULL);
     json_object_object_add(r, "attempt", json_object_new_int64(o->attempt));
     json_object_object_add(r, "rolled_back", json_object_new_boolean(true));
+    json_object_object_add(r, "tried_to_end_transaction", json_object_new_boolean(o->tried_end));
     for (int i = 0; i < o->n_lines; i++) {
         json_object *l = json_object_new_object();
         json_object_object_add(l, "level",
@@ -343,6 +344,10 @@ static void ctl_try_text(const ctl_try_t *c, const worker_try_out_t *o)
     ctl_printf("verdict: %s\n", ctl_try_verdict(o));
     if (o->reason[0])
         ctl_printf("reason: %s\n", o->reason);
+    if (o->tried_end)
+        ctl_printf("transaction: the handler tried to end idemd's transaction; the server refused "
+                   "it and nothing was committed. A worker retries such a message, then "
+                   "dead-letters it: fix the handler\n");
     for (int i = 0; i < o->n_lines; i++)
         ctl_printf("log %s: %s\n", ctl_try_level(o->lines[i].level), o->lines[i].text);
     for (int i = 0; i < o->n_pubs; i++) {
@@ -435,6 +440,8 @@ static int ctl_try_args(int argc, char **argv, ctl_try_t *c, const char **path, 
 /* The exit status of a run that ended with out. */
 static int ctl_try_exit(const worker_try_out_t *o)
 {
+    if (o->tried_end)
+        return CTL_EXIT_BOUNDARY;
     return o->outcome == TXN_HANDLED || o->outcome == TXN_DUPLICATE ? CTL_EXIT_OK
                                                                     : CTL_EXIT_NOMATCH;
 }
@@ -484,7 +491,9 @@ int ctl_try_main(int argc, char **argv)
     int st = worker_try(ctl.conf, q, &env, c.force, &out, err, sizeof(err));
     if (st != 0) {
         ctl_fprintf(stderr, "idemctl try: %s\n", err);
-        rc = st == WORKER_TRY_CONFIG ? CTL_EXIT_USAGE : CTL_EXIT_CONNECT;
+        rc = st == WORKER_TRY_CONFIG  ? CTL_EXIT_USAGE
+             : st == WORKER_TRY_ENDED ? CTL_EXIT_BOUNDARY
+                                      : CTL_EXIT_CONNECT;
         goto out;
     }
     if (c.json)

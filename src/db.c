@@ -459,7 +459,7 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
         log_error("database: cannot turn autocommit off: %s", mysql_error(db->my));
         goto fail;
     }
-    if (db_session(db, cfg, where) != 0)
+    if (db_session(db, cfg, where) != 0 || db_txn_probe(db, where) != 0)
         goto fail;
     if (consumer != NULL) {
         size_t n = strlen(consumer);
@@ -600,10 +600,10 @@ db_status_t db_exec(db_t *db, const char *sql)
 
 db_status_t db_commit(db_t *db)
 {
-    return db_exec(db, "COMMIT");
+    return db->xa_open ? db_end(db, true) : db_exec(db, "COMMIT");
 }
 
 db_status_t db_rollback(db_t *db)
 {
-    return db_exec(db, "ROLLBACK");
+    return db->xa_open ? db_end(db, false) : db_exec(db, "ROLLBACK");
 }

@@ -26,6 +26,19 @@
 /* MySQL 8.0.1+'s NOWAIT refusal (ER_LOCK_NOWAIT; MariaDB reports NOWAIT as 1205): the
  * statement failed on a lock another transaction holds, like a lock wait timeout. */
 #define DB_ER_LOCK_NOWAIT 3572
+/* XA (both servers name them alike, MySQL's headers without ER_ for some): a statement that
+ * would end an open branch is refused (1399, XAER_RMFAIL); a branch cannot start inside a plain
+ * transaction (1400); an unknown branch (1397); the server rolled the branch back (1402, 1613,
+ * 1614: XA_RBROLLBACK, XA_RBTIMEOUT, XA_RBDEADLOCK). */
+#define DB_ER_XAER_NOTA 1397
+#define DB_ER_XAER_RMFAIL 1399
+#define DB_ER_XAER_OUTSIDE 1400
+#define DB_ER_XA_RBROLLBACK 1402
+#define DB_ER_XA_RBTIMEOUT 1613
+#define DB_ER_XA_RBDEADLOCK 1614
+/* Not the server's: idemd's word, after a handler call, for a transaction the server-status
+ * flags show ended (db_boundary). No server error has this number. */
+#define DB_ER_TXN_ENDED 60001
 
 /* Outcome of a statement, classified by what the server did (see NOTES). */
 typedef enum db_status {
@@ -39,6 +52,9 @@ typedef enum db_status {
     DB_ERR_HANDLER = -6,      /* the handler's SQL left the transaction so that idemd's own
                                * statement fails (1178: a table without savepoints): the
                                * connection is sound, the message at fault is the handler's */
+    DB_ERR_REFUSED = -7,      /* 1399/1400: a statement would have ended idemd's XA branch;
+                               * the server refused it, nothing was committed */
+    DB_ERR_ENDED = -8,        /* DB_ER_TXN_ENDED: a handler ended idemd's transaction */
 } db_status_t;
 
 #define DB_ATTEMPT_TABLE "idemd_attempt"
@@ -64,7 +80,20 @@ typedef struct db {
     size_t sql_size;
     char host[256]; /* the server this connection reached ("" over the unix socket) */
     unsigned port;
+    int boundary;             /* DB_BOUNDARY_XA or _CHECK: how idemd's transaction is kept */
+    bool xa_open;             /* an XA branch of db_begin's is open */
+    unsigned long long xa_seq; /* branches begun on this connection */
+    char xid[64];             /* the open branch's id, quoted */
 } db_t;
+
+/* How idemd's transaction is kept whole (db_t.boundary, db_boundary's answers). */
+typedef enum db_boundary {
+    DB_BOUNDARY_XA = 1,    /* an XA branch: the server refuses what would end it (1399) */
+    DB_BOUNDARY_CHECK = 2, /* START TRANSACTION: an end is seen after the fact (flags) */
+    DB_BOUNDARY_HELD = 0,  /* db_boundary: the transaction is open and whole */
+    DB_BOUNDARY_REFUSED = 3, /* db_boundary: the last statement tried to end it, refused */
+    DB_BOUNDARY_ENDED = 4,   /* db_boundary: it was ended (committed or rolled back) */
+} db_boundary_t;
 
 /*
  * Connect with the configured timeouts, autocommit off, READ COMMITTED,
@@ -113,12 +142,21 @@ static inline db_status_t db_classify(unsigned int err)
     case ER_DUP_ENTRY:
         return DB_DUPLICATE;
     case ER_LOCK_DEADLOCK:
+    case DB_ER_XA_RBDEADLOCK:
         return DB_ERR_DEADLOCK;
+    case DB_ER_XA_RBROLLBACK:
+    case DB_ER_XA_RBTIMEOUT:
+        return DB_ERR_TX_LOST; /* the server rolled the branch back */
     case ER_LOCK_WAIT_TIMEOUT:
     case DB_ER_LOCK_NOWAIT:
         return DB_ERR_LOCK_TIMEOUT;
     case ER_SP_DOES_NOT_EXIST:
         return DB_ERR_TX_LOST; /* 1305: SAVEPOINT does not exist */
+    case DB_ER_XAER_RMFAIL:
+    case DB_ER_XAER_OUTSIDE:
+        return DB_ERR_REFUSED;
+    case DB_ER_TXN_ENDED:
+        return DB_ERR_ENDED;
     case ER_CHECK_NOT_IMPLEMENTED:
         /* 1178 "The storage engine for the table doesn't support SAVEPOINT": a handler
          * wrote to a table whose engine takes part in the transaction but cannot roll
@@ -193,6 +231,35 @@ long long db_attempt_crash(db_t *db, const char *id, size_t len, bool add_start)
  * committed at once and on its own. 0, or -1 on error (logged).
  */
 int db_attempt_unstart(db_t *db, const char *id, size_t len);
+
+/* db_txn.c: idemd's transaction. */
+
+/* Set db->boundary at connect: XA where the server takes it (not on Galera). 0, or -1 when the
+ * connection was lost (logged). */
+int db_txn_probe(db_t *db, const char *where);
+
+/*
+ * Open idemd's transaction: XA START (DB_BOUNDARY_XA) or START TRANSACTION,
+ * after committing a read-only transaction a look-up left open. Errors
+ * classified, in db->last_errno.
+ */
+db_status_t db_begin(db_t *db);
+
+/*
+ * End the open transaction: commit or roll back (XA END, XA COMMIT ... ONE
+ * PHASE or XA ROLLBACK for a branch; COMMIT or ROLLBACK otherwise), and
+ * autocommit off again if a handler turned it on. A failed commit of a
+ * branch rolls it back. Errors classified, the first in db->last_errno.
+ */
+db_status_t db_end(db_t *db, bool commit);
+
+/*
+ * After a handler call or statement whose last error number was err: is
+ * idemd's transaction still open and whole? From the server-status flags
+ * of the last reply (no round trip). HELD, REFUSED (err: the server refused
+ * to end it) or ENDED.
+ */
+db_boundary_t db_boundary(const db_t *db, unsigned err);
 
 struct copies_keys; /* copies.h */
 

@@ -91,6 +91,8 @@ typedef struct worker_slot {
 typedef enum worker_error {
     WORKER_ERROR_DECLARE = 0, /* a declaration, or a table the worker needs */
     WORKER_ERROR_SERVER = 1,  /* the broker or database is older than idemd supports */
+    WORKER_ERROR_ENDED = 2,   /* a handler ended idemd's transaction where the server could not
+                               * refuse it: the queue is held until a reload */
 } worker_error_t;
 
 typedef enum worker_lost {

@@ -28,6 +28,8 @@ typedef struct sup_worker {
     int failures;           /* consecutive abnormal exits */
     bool retiring;          /* stopped by a reload: drained, never restarted */
     bool waiting;           /* started by a reload: waits for its queue's old workers */
+    bool held;              /* its queue is held (a handler ended idemd's transaction): not
+                             * started again until a reload */
     worker_slot_t *slot;
     char error[WORKER_ERROR_MAX]; /* its last failed declaration, until it consumes again */
     int error_kind;               /* worker_error_t of error */

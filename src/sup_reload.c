@@ -117,6 +117,11 @@ void sup_reload(supervisor_t *s)
         goto keep;
     s->old = old;
 
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        if (s->workers[i].used && s->workers[i].held)
+            log_info("reload: queue '%s' is no longer held", s->workers[i].q->name);
+        s->workers[i].held = false;
+    }
     bool all = conf_connections_differ(s->conf, next, what, sizeof(what));
     if (all)
         log_info("reload: %s changed: draining and restarting every worker", what);

@@ -31,8 +31,45 @@
 #define SUP_HOLD_FAILURES 16
 
 /* Fork worker w. The child never returns. */
+/* Whether a worker of queue name is held (sup_hold). */
+static bool sup_queue_held(const supervisor_t *s, const char *name)
+{
+    for (int i = 0; i < SUP_MAX_SLOTS; i++)
+        if (s->workers[i].used && s->workers[i].held && strcmp(s->workers[i].q->name, name) == 0)
+            return true;
+    return false;
+}
+
+/*
+ * Worker w exited because its handler ended idemd's transaction where the
+ * server could not refuse it (the reason in its slot): what came before is
+ * committed with its records, so a redelivery would pass for a duplicate.
+ * Hold its queue: stop its other workers and start none until a reload.
+ */
+static void sup_hold(supervisor_t *s, sup_worker_t *w)
+{
+    snprintf(w->error, sizeof(w->error), "%s", w->slot->error);
+    w->error_kind = WORKER_ERROR_ENDED;
+    log_error("queue '%s' held: %s. Its workers are stopped and the messages stay in the "
+              "queue; reconcile that message's effects, fix the handler, then reload (SIGHUP)",
+              w->q->name, w->error);
+    for (int i = 0; i < SUP_MAX_SLOTS; i++) {
+        sup_worker_t *o = &s->workers[i];
+        if (!o->used || strcmp(o->q->name, w->q->name) != 0)
+            continue;
+        o->held = true;
+        if (o->pid > 0)
+            kill(o->pid, SIGTERM);
+    }
+    s->next_status_ms = 0;
+}
+
 static void sup_spawn(supervisor_t *s, sup_worker_t *w)
 {
+    if (w->held || sup_queue_held(s, w->q->name)) {
+        w->held = true;
+        return;
+    }
     /* Counters survive restarts; only the liveness fields start over. */
     __atomic_store_n(&w->slot->state, WORKER_STATE_STARTING, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->progress_ms, 0, __ATOMIC_RELAXED);
@@ -221,6 +258,11 @@ static void sup_reap(supervisor_t *s)
                 w->failures = 1;
             bool refused =
                 WIFEXITED(status) && WEXITSTATUS(status) == WORKER_EXIT_CONFIG && w->slot->error[0];
+            if (refused && w->slot->error_kind == WORKER_ERROR_ENDED) {
+                sup_hold(s, w);
+                log_set_sink(NULL);
+                break;
+            }
             /* A server's version does not change in a second: hold the queue at the cap. */
             if (refused && w->slot->error_kind == WORKER_ERROR_SERVER)
                 w->failures = SUP_HOLD_FAILURES;
@@ -277,7 +319,7 @@ static void sup_tick(supervisor_t *s, uint64_t now)
 {
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         sup_worker_t *w = &s->workers[i];
-        if (!w->used || w->pid || w->retiring || now < w->restart_at_ms)
+        if (!w->used || w->pid || w->retiring || w->held || now < w->restart_at_ms)
             continue;
         if (w->waiting) {
             if (sup_draining(s, w->q->name))

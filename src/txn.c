@@ -12,6 +12,19 @@
 #include "txn_result.h"
 #include "txn_state.h"
 
+/* Open a pass's transaction (txn_ops_t.begin; without it the first statement opens it). */
+static unsigned txn_begin(txn_t *t)
+{
+    return t->ops->begin ? t->ops->begin(t->ctx) : 0;
+}
+
+/* Commit or roll back the open transaction. */
+static unsigned txn_end(txn_t *t, bool commit)
+{
+    return t->ops->end ? t->ops->end(t->ctx, commit)
+                       : t->ops->exec(t->ctx, commit ? "COMMIT" : "ROLLBACK");
+}
+
 /* Roll back to message i's savepoint after it failed. */
 static txn_pass_t txn_undo(txn_t *t, int i)
 {
@@ -114,7 +127,7 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
     unsigned err;
 
     if (!handled)
-        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
+        return txn_end(t, false) ? TXN_PASS_FATAL : TXN_PASS_DONE;
     /* One more savepoint: it fails (1178) if the last handler wrote to a table that cannot
      * roll back, as the next message's would have; then that message is to blame. */
     if (t->last_ran >= 0 && (err = t->ops->exec(t->ctx, "SAVEPOINT e")) != 0)
@@ -125,9 +138,9 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
     if (t->dry_run) { /* idemctl try: everything above ran as it would; nothing is kept */
         if (t->dry_peek)
             t->dry_peek(t->ctx);
-        return t->ops->exec(t->ctx, "ROLLBACK") ? TXN_PASS_FATAL : TXN_PASS_DONE;
+        return txn_end(t, false) ? TXN_PASS_FATAL : TXN_PASS_DONE;
     }
-    if ((err = t->ops->exec(t->ctx, "COMMIT")) != 0)
+    if ((err = txn_end(t, true)) != 0)
         /* Galera reports a certification conflict at COMMIT as 1213: nothing committed.
          * Anything else leaves the outcome unknown: redelivery and the record decide. */
         return db_classify(err) == DB_ERR_DEADLOCK ? txn_lost(t, err, "COMMIT") : TXN_PASS_FATAL;
@@ -159,6 +172,8 @@ static txn_pass_t txn_pass(txn_t *t)
     unsigned err;
 
     t->last_ran = -1;
+    if ((err = txn_begin(t)) != 0)
+        return txn_lost(t, err, "the transaction's start");
     if (t->ops->order && (err = t->ops->exec(t->ctx, "SAVEPOINT o")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
     if (t->ops->order) {
@@ -226,6 +241,8 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
         txn_move(&t->m[i], TXN_RECORDED); /* provisional until the INSERT succeeds */
         list[k++] = &t->m[i];
     }
+    if ((err = txn_begin(t)) != 0)
+        return txn_lost(t, err, "the transaction's start");
     if ((err = t->ops->exec(t->ctx, "SAVEPOINT b")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
     for (int tries = 0; k > 0 && t->record; tries++) {
@@ -286,7 +303,7 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
 /* Undo a pass: ROLLBACK, and every message the pass had not settled is NEW again. */
 static txn_pass_t txn_restart(txn_t *t)
 {
-    unsigned err = t->ops->exec(t->ctx, "ROLLBACK"); /* may report the 1213 again */
+    unsigned err = txn_end(t, false); /* may report the 1213 again */
     if (err && db_classify(err) == DB_ERR_CONNECTION)
         return TXN_PASS_FATAL;
     t->cut_short = false;
@@ -310,6 +327,10 @@ txn_status_t txn_run(txn_t *t)
     t->fell_back = false;
     t->too_slow = false;
     t->blamed = 0;
+    t->refused = 0;
+    t->ended = false;
+    t->ended_at = -1;
+    t->ended_why[0] = '\0';
     t->last_ran = -1;
     int fresh = 0;
     for (int i = 0; i < t->n; i++)

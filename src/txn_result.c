@@ -45,10 +45,66 @@ static txn_pass_t txn_blame_note(txn_t *t, unsigned err, const char *where)
     return TXN_PASS_BLAME;
 }
 
+/*
+ * A handler ended idemd's transaction (committed or rolled back what came
+ * before, the dedup records with it) where the server could not refuse it:
+ * nothing of the batch may be acked or redone, for a redelivery would find
+ * its record and pass for a duplicate. The run is FATAL and says so
+ * (t->ended): the worker holds the queue. m: the message whose handler did
+ * it (NULL: a batch handler).
+ */
+static txn_pass_t txn_ended(txn_t *t, const txn_msg_t *m, const char *what)
+{
+    char pid[96];
+    t->ended = true;
+    t->ended_at = m ? (int)(m - t->m) : -1;
+    if (m)
+        snprintf(t->ended_why, sizeof(t->ended_why),
+                 "the handler of id=%s ended idemd's transaction (%s)",
+                 delivery_id_printable(m->id, m->id_len, pid, sizeof(pid)), what);
+    else
+        snprintf(t->ended_why, sizeof(t->ended_why),
+                 "the batch handler ended idemd's transaction (%s)", what);
+    snprintf(t->lost_why, sizeof(t->lost_why), "a handler ended the transaction");
+    log_error("%s: what it did before is committed without its message's outcome, so this "
+              "batch is neither acked nor redone; the queue is held. Fix the handler (it must "
+              "not COMMIT, ROLLBACK, run DDL or any statement that ends a transaction: "
+              "docs/plugins.md), reconcile that message's effects by hand, then reload",
+              t->ended_why);
+    return TXN_PASS_FATAL;
+}
+
+/* Whether the transaction a savepoint vanished from was committed, not rolled back: a
+ * message it recorded has a committed record. Unknown (no record to look at) counts as
+ * committed: holding the queue is the safe reading. */
+static bool txn_was_committed(txn_t *t)
+{
+    if (!t->record || t->ops->find_records == NULL)
+        return true;
+    for (int i = 0; i < t->n; i++) {
+        txn_msg_t *m = &t->m[i];
+        bool found = false;
+        if (m->state != TXN_RECORDED && m->state != TXN_HANDLED)
+            continue;
+        if (t->ops->find_records(t->ctx, &m, 1, &found) != 0)
+            return true;
+        return found;
+    }
+    return true;
+}
+
 /* What an error number means for the open transaction. */
 txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
 {
-    switch (db_classify(err)) {
+    db_status_t st = db_classify(err);
+    /* Where the server cannot refuse an end, a savepoint gone under a handler may be a
+     * COMMIT of the handler's: the records tell. */
+    if (st == DB_ERR_TX_LOST && (t->last_ran >= 0 || t->batch_calls > 0) && t->ops->held &&
+        !t->ops->held(t->ctx) && txn_was_committed(t))
+        return txn_ended(t, t->last_ran >= 0 ? &t->m[t->last_ran] : NULL,
+                         "a savepoint was gone at idemd's next statement, and a record of the "
+                         "batch committed");
+    switch (st) {
     case DB_ERR_DEADLOCK:
     case DB_ERR_TX_LOST:
     case DB_ERR_LOCK_TIMEOUT: /* rolled back: at most the whole transaction, so redo it all */
@@ -73,6 +129,21 @@ txn_pass_t txn_result(txn_t *t, txn_msg_t *m, idemd_result_t r, unsigned err)
     db_status_t st = db_classify(err);
     if (st == DB_ERR_CONNECTION)
         return TXN_PASS_FATAL;
+    if (st == DB_ERR_ENDED)
+        return txn_ended(t, m, "the server-status flags show no open transaction after it");
+    if (st == DB_ERR_REFUSED) {
+        /* Nothing was committed: the message failed, its own reason kept when it gave one. */
+        const char *text = t->ops->error_text ? t->ops->error_text(t->ctx) : NULL;
+        t->refused++;
+        if (r != IDEMD_RESULT_REJECT || !m->reason[0])
+            txn_why(m,
+                    "the handler tried to end idemd's transaction (COMMIT, ROLLBACK, DDL or "
+                    "another statement that commits): the server refused it and nothing of this "
+                    "message was kept (error %u: %.120s)",
+                    err, text ? text : "no message");
+        txn_verdict(m, r == IDEMD_RESULT_REJECT ? r : IDEMD_RESULT_RETRY);
+        return TXN_PASS_FAILED;
+    }
     if (r == IDEMD_RESULT_OK) {
         txn_move(m, TXN_HANDLED);
         if (m->counted && (err = t->ops->clear_attempts(t->ctx, m)) != 0)
@@ -111,6 +182,11 @@ txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
     db_status_t st = db_classify(err);
     if (st == DB_ERR_CONNECTION)
         return TXN_PASS_FATAL;
+    if (st == DB_ERR_ENDED)
+        return txn_ended(t, NULL, "the server-status flags show no open transaction after it");
+    /* Refused: which message's call tried shows one by one. */
+    if (st == DB_ERR_REFUSED)
+        return TXN_PASS_FALLBACK;
     if (st == DB_ERR_DEADLOCK) {
         snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the batch handler", err);
         return TXN_PASS_REDO;

@@ -62,6 +62,16 @@ typedef struct txn_ops {
     /* The server's message for the statement that failed last (NULL: not known); borrowed
      * until the next call. For reasons and logs only. */
     const char *(*error_text)(void *ctx);
+    /*
+     * idemd's transaction (NULL: exec's SQL, the first statement opening it).
+     * begin opens a pass's transaction; end commits it or rolls it back; both
+     * 0 or the error number. held says whether the server refuses whatever
+     * would end it (an XA branch) or an end is only seen afterwards: a
+     * savepoint gone under a handler is then a transaction the handler ended.
+     */
+    unsigned (*begin)(void *ctx);
+    unsigned (*end)(void *ctx, bool commit);
+    bool (*held)(void *ctx);
 } txn_ops_t;
 
 typedef struct txn {
@@ -92,6 +102,11 @@ typedef struct txn {
     char lost_why[96]; /* what lost the transaction the last time */
     int blamed;        /* messages rejected because their handler left the transaction
                         * unable to take a savepoint (1178: a table that cannot roll back) */
+    int refused;       /* handler calls that tried to end the transaction, refused by the server */
+    bool ended;        /* a handler ended the transaction (not refused: TXN_FATAL); why in
+                        * ended_why, the message in ended_at */
+    int ended_at;
+    char ended_why[256];
     /* Inside a pass (txn.c only): the message whose handler ran last (-1: none yet), and
      * the one an error of the handler's making is blamed on. */
     int last_ran;

@@ -136,6 +136,10 @@ static void worker_h_transacted(void *ctx, const txn_t *t, txn_status_t st)
     worker_t *w = ctx;
     __atomic_add_fetch(&w->slot->c.n_redos, (uint64_t)t->redos, __ATOMIC_RELAXED);
     __atomic_add_fetch(&w->slot->c.n_lock_waits, (uint64_t)t->lock_waits, __ATOMIC_RELAXED);
+    if (t->ended) {
+        snprintf(w->slot->error, sizeof(w->slot->error), "%s", t->ended_why);
+        w->ended = true;
+    }
     if (st != TXN_DONE)
         return;
     w->db_used_ms = worker_now_ms();
@@ -224,6 +228,12 @@ static int worker_loop(worker_t *w)
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
         step_status_t st = step_run(&w->step);
+        if (st < 0 && w->ended) {
+            /* Nothing of the batch is acked: the supervisor holds the queue (sup_hold). */
+            w->slot->error_kind = WORKER_ERROR_ENDED;
+            worker_release(w);
+            return WORKER_EXIT_CONFIG;
+        }
         if (st < 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
             log_debug("%s", w->step.why);

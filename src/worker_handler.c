@@ -134,6 +134,15 @@ static void worker_timer_off(worker_t *w)
         alarm(0);
 }
 
+/* The error number a handler call ended with (err: the connection's last): DB_ER_TXN_ENDED
+ * when the server-status flags show idemd's transaction ended under it. */
+static unsigned worker_boundary(const worker_t *w, unsigned err)
+{
+    if (db_classify(err) == DB_ERR_CONNECTION)
+        return err;
+    return db_boundary(w->db, err) == DB_BOUNDARY_ENDED ? DB_ER_TXN_ENDED : err;
+}
+
 /* Run the handler on message i (txn_ops_t.handle): the crash note in the slot brackets the call. */
 idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
 {
@@ -158,7 +167,7 @@ idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
     worker_handler_time(w, t0, &w->life.batch.m[i].trace);
     worker_timer_off(w);
     __atomic_store_n(&sl->in_handler, 0, __ATOMIC_RELEASE);
-    *err = mysql_errno(w->db->my);
+    *err = worker_boundary(w, mysql_errno(w->db->my));
     worker_progress(w); /* per message: a long batch is not a wedged worker */
     return r;
 }
@@ -193,7 +202,7 @@ int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
             tc = &w->life.batch.m[w->hx.bidx[j]].trace;
     worker_handler_time(w, t0, tc);
     worker_timer_off(w);
-    *err = mysql_errno(w->db->my);
+    *err = worker_boundary(w, mysql_errno(w->db->my));
     for (int j = 0; j < k; j++) {
         memcpy(ms[j]->reason, w->hx.berr + (size_t)j * errlen, errlen);
         ms[j]->reason[errlen - 1] = '\0';

@@ -52,6 +52,7 @@ typedef struct worker {
     void *state;    /* the handler's, from its init */
     bool state_live;
     bool noted;      /* the predecessor's crash note was counted (worker_h_note) */
+    bool ended;      /* a handler ended idemd's transaction: hold the queue (worker_loop) */
     chores_t chores; /* retention, reconcile and the sweeper, between batches */
     /* Connections (worker_conn.c) and the ports on them (worker_ops.c). */
     db_t *db;

@@ -284,6 +284,14 @@ static int worker_try_txn(worker_t *w, bool force, worker_try_out_t *out, char *
     out->redos = tx.redos;
     out->outcome = t->state;
     snprintf(out->reason, sizeof(out->reason), "%s", t->reason);
+    out->tried_end = tx.refused > 0;
+    if (tx.ended) {
+        snprintf(err, errlen,
+                 "%s: this server could not refuse it (docs/failures.md), so what the handler "
+                 "did before it IS COMMITTED, with the message's record: reconcile it by hand",
+                 tx.ended_why);
+        return WORKER_TRY_ENDED;
+    }
     if (st != TXN_DONE) {
         snprintf(err, errlen,
                  "the database connection failed during the dry run (%s): nothing "

@@ -51,12 +51,15 @@ typedef struct worker_try_out {
     worker_try_pub_t *pubs;
     int n_pubs, cap_pubs;
     char peek_err[256]; /* the outbox could not be read back: why ("" when it was) */
+    bool tried_end;     /* the handler tried to end idemd's transaction; the server refused */
 } worker_try_out_t;
 
 /* What worker_try returns besides 0. */
 #define WORKER_TRY_CONFIG (-1)  /* the handler cannot be loaded or started, tables missing */
 #define WORKER_TRY_CONNECT (-2) /* the database cannot be reached */
 #define WORKER_TRY_LOST (-3)    /* the connection failed in the transaction: nothing committed */
+#define WORKER_TRY_ENDED (-4)   /* the handler ended the transaction where the server could not
+                                 * refuse it (Galera): what it did before is committed */
 
 /*
  * Run queue q's handler on the message env (borrowed; its delivery fields

@@ -61,6 +61,30 @@ static const char *worker_op_error_text(void *ctx)
     return mysql_error(w->db->my);
 }
 
+/* The error number of db's last failed call (never 0 after a failure). */
+static unsigned worker_op_errno(const worker_t *w)
+{
+    return w->db->last_errno ? w->db->last_errno : CR_UNKNOWN_ERROR;
+}
+
+static unsigned worker_op_begin(void *ctx)
+{
+    worker_t *w = ctx;
+    return db_begin(w->db) == DB_OK ? 0 : worker_op_errno(w);
+}
+
+static unsigned worker_op_end(void *ctx, bool commit)
+{
+    worker_t *w = ctx;
+    return db_end(w->db, commit) == DB_OK ? 0 : worker_op_errno(w);
+}
+
+static bool worker_op_held(void *ctx)
+{
+    worker_t *w = ctx;
+    return w->db->boundary == DB_BOUNDARY_XA;
+}
+
 const txn_ops_t worker_txn_ops = {
     .exec = worker_op_exec,
     .record = worker_op_record,
@@ -71,6 +95,9 @@ const txn_ops_t worker_txn_ops = {
     .handle_many = worker_op_handle_many,
     .order = worker_op_order, /* ordered queues only: see worker_txn_wire */
     .error_text = worker_op_error_text,
+    .begin = worker_op_begin,
+    .end = worker_op_end,
+    .held = worker_op_held,
 };
 
 /*

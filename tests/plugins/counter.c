@@ -23,11 +23,16 @@
  * REJECT with the error if it refused; "whoami" -> REJECT with "whoami user_id=U
  * app_id=A" (ABI 1.1 fields); "trace" -> OK after writing the message's
  * trace context (ABI 1.4 fields) into trace_seen (tests/schema.sql), "trace-retry"
- * -> the same, then RETRY every time (the row is rolled back). Anything else -> OK.
+ * -> the same, then RETRY every time (the row is rolled back). Ending idemd's transaction,
+ * after the effect: "commit-then-retry" -> COMMIT (its error ignored), then RETRY;
+ * "commit-then-ok" -> COMMIT (ignored), then OK; "commit" -> COMMIT, RETRY with the error if
+ * it fails; "ddl" -> CREATE TABLE ddl_made (ignored), then OK; "autocommit" ->
+ * mysql_autocommit(db, 1) (ignored), then OK. Anything else -> OK.
  *
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
- * reconcile_sleep_ms (default 0: how long each reconcile() takes).
+ * reconcile_sleep_ms (default 0: how long each reconcile() takes), reconcile_commit
+ * (default 0: 1 makes reconcile() end with a COMMIT, its error ignored).
  *
  * reconcile() records each run in reconcile_runs (tests/schema.sql): the
  * worker's pid, and the database's clock when it started and when it ended
@@ -52,6 +57,7 @@ typedef struct counter_state {
     MYSQL_STMT *insert;
     long long sleep_ms;
     long long reconcile_sleep_ms;
+    long long reconcile_commit;
 } counter_state_t;
 
 static int counter_valid_table(const char *t)
@@ -102,6 +108,7 @@ static int counter_init(const idemd_host_t *host, const idemd_settings_t *settin
         goto fail;
     }
     (void)host->setting_int(settings, "reconcile_sleep_ms", &st->reconcile_sleep_ms);
+    (void)host->setting_int(settings, "reconcile_commit", &st->reconcile_commit);
     if (st->reconcile_sleep_ms < 0) {
         snprintf(err, errlen, "settings.reconcile_sleep_ms is %lld (expected >= 0)",
                  st->reconcile_sleep_ms);
@@ -216,6 +223,28 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
         return IDEMD_RESULT_RETRY;
     }
 
+    if (counter_body_is(msg, "commit")) {
+        if (mysql_query(db, "COMMIT") != 0) {
+            snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
+            return IDEMD_RESULT_RETRY;
+        }
+        return IDEMD_RESULT_OK;
+    }
+    if (counter_body_is(msg, "commit-then-retry") || counter_body_is(msg, "commit-then-ok")) {
+        (void)mysql_query(db, "COMMIT");
+        if (counter_body_is(msg, "commit-then-ok"))
+            return IDEMD_RESULT_OK;
+        snprintf(err, errlen, "test commit-then-retry");
+        return IDEMD_RESULT_RETRY;
+    }
+    if (counter_body_is(msg, "ddl")) {
+        (void)mysql_query(db, "CREATE TABLE ddl_made (i INT)");
+        return IDEMD_RESULT_OK;
+    }
+    if (counter_body_is(msg, "autocommit")) {
+        (void)mysql_autocommit(db, 1);
+        return IDEMD_RESULT_OK;
+    }
     if (counter_body_is(msg, "whoami")) { /* ABI 1.1: who published, in the reason */
         snprintf(err, errlen, "whoami user_id=%s app_id=%s", msg->user_id, msg->app_id);
         return IDEMD_RESULT_REJECT;
@@ -290,6 +319,8 @@ static int counter_reconcile(void *state, MYSQL *db, char *err, size_t errlen)
     if (mysql_query(db,
                     "UPDATE reconcile_runs SET ended_at = NOW(6) WHERE id = LAST_INSERT_ID()") != 0)
         goto fail;
+    if (st->reconcile_commit)
+        (void)mysql_query(db, "COMMIT");
     return 0;
 fail:
     snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));

@@ -7,6 +7,7 @@
 
 #include "log.h"
 #include "txn.h"
+#include "db.h"
 #include "tap.h"
 
 /* ---------- a database in miniature ----------
@@ -332,7 +333,8 @@ static const char *f_error_text(void *ctx)
 }
 
 static const txn_ops_t f_ops = {f_exec,         f_record,      f_clear, f_handle,    f_record_many,
-                                f_find_records, f_handle_many, NULL,    f_error_text};
+                                f_find_records, f_handle_many, NULL,    f_error_text, NULL,
+                                NULL,           NULL};
 static const port_clock_ops_t f_clock = {.now_ms = f_now};
 
 /* Ordered queues: message i's key; the block a key has in the open transaction or committed. */
@@ -377,7 +379,8 @@ static unsigned f_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, b
 
 static const txn_ops_t f_ops_ordered = {f_exec,        f_record,      f_clear,
                                         f_handle,      f_record_many, f_find_records,
-                                        f_handle_many, f_order,       NULL};
+                                        f_handle_many, f_order,       NULL,
+                                        NULL,          NULL,          NULL};
 
 static fdb_t db;
 static txn_msg_t msgs[NIDS];
@@ -541,6 +544,31 @@ int main(void)
         ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 1 &&
                invariants(st, "ignored deadlock"),
            "handler ignoring 1213: batch redone, every effect once");
+    }
+
+    /* A handler whose COMMIT (or DDL, ...) the server refused inside idemd's XA branch
+     * (1399), then answered ok: that message fails and is rolled back; the rest commit. */
+    {
+        int beh[3] = {H_OK, H_OK_IGNORING, H_OK};
+        setup(3, beh);
+        fault(S_HANDLER, 2, 1399, 1);
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 2 && msgs[1].state == TXN_RETRY &&
+               strstr(msgs[1].reason, "tried to end idemd's transaction") != NULL &&
+               tx.refused == 1 && invariants(st, "refused end"),
+           "handler whose end of the transaction was refused (1399): it is retried, the rest "
+           "commit");
+    }
+    /* Where the server cannot refuse (Galera), the flags show the end after the call: the
+     * run is FATAL and says which message's handler did it; nothing is committed by idemd. */
+    {
+        int beh[3] = {H_OK, H_OK_IGNORING, H_OK};
+        setup(3, beh);
+        fault(S_HANDLER, 2, DB_ER_TXN_ENDED, 1);
+        st = txn_run(&tx);
+        ok(st == TXN_FATAL && tx.ended && tx.ended_at == 1 && !tx.committed &&
+               strstr(tx.ended_why, "ended idemd's transaction") != NULL,
+           "handler that ended the transaction (flags): FATAL, named, nothing committed by idemd");
     }
 
     /* Issue 8p: a handler that does no SQL (dedup = "none") is not a lost transaction. */
