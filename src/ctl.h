@@ -18,10 +18,10 @@
 
 /* Exit codes a script can rely on (idemctl(8), EXIT STATUS). */
 #define CTL_EXIT_OK 0
-#define CTL_EXIT_NOMATCH 1 /* an id was not found, or nothing matched */
-#define CTL_EXIT_USAGE 2   /* bad arguments or configuration; purge without --yes */
-#define CTL_EXIT_CONNECT 3 /* cannot reach the broker or the database */
-#define CTL_EXIT_PARTIAL 4 /* stopped part way: what was done is done, the rest is untouched */
+#define CTL_EXIT_NOMATCH 1  /* an id was not found, or nothing matched */
+#define CTL_EXIT_USAGE 2    /* bad arguments or configuration; purge without --yes */
+#define CTL_EXIT_CONNECT 3  /* cannot reach the broker or the database */
+#define CTL_EXIT_PARTIAL 4  /* stopped part way: what was done is done, the rest is untouched */
 #define CTL_EXIT_BOUNDARY 5 /* try: the handler tried to end idemd's transaction (or ended it) */
 
 typedef enum ctl_mode { CTL_LIST, CTL_COUNT, CTL_REPLAY, CTL_PURGE } ctl_mode_t;

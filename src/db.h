@@ -80,17 +80,17 @@ typedef struct db {
     size_t sql_size;
     char host[256]; /* the server this connection reached ("" over the unix socket) */
     unsigned port;
-    int boundary;             /* DB_BOUNDARY_XA or _CHECK: how idemd's transaction is kept */
-    bool xa_open;             /* an XA branch of db_begin's is open */
+    int boundary;              /* DB_BOUNDARY_XA or _CHECK: how idemd's transaction is kept */
+    bool xa_open;              /* an XA branch of db_begin's is open */
     unsigned long long xa_seq; /* branches begun on this connection */
-    char xid[64];             /* the open branch's id, quoted */
+    char xid[64];              /* the open branch's id, quoted */
 } db_t;
 
 /* How idemd's transaction is kept whole (db_t.boundary, db_boundary's answers). */
 typedef enum db_boundary {
-    DB_BOUNDARY_XA = 1,    /* an XA branch: the server refuses what would end it (1399) */
-    DB_BOUNDARY_CHECK = 2, /* START TRANSACTION: an end is seen after the fact (flags) */
-    DB_BOUNDARY_HELD = 0,  /* db_boundary: the transaction is open and whole */
+    DB_BOUNDARY_XA = 1,      /* an XA branch: the server refuses what would end it (1399) */
+    DB_BOUNDARY_CHECK = 2,   /* START TRANSACTION: an end is seen after the fact (flags) */
+    DB_BOUNDARY_HELD = 0,    /* db_boundary: the transaction is open and whole */
     DB_BOUNDARY_REFUSED = 3, /* db_boundary: the last statement tried to end it, refused */
     DB_BOUNDARY_ENDED = 4,   /* db_boundary: it was ended (committed or rolled back) */
 } db_boundary_t;

@@ -11,8 +11,7 @@
 /* XA START with an id no other open branch on the server has: the session's id and a count. */
 static db_status_t db_xa_start(db_t *db)
 {
-    snprintf(db->xid, sizeof(db->xid), "'idemd.%lu.%llu'", mysql_thread_id(db->my),
-             ++db->xa_seq);
+    snprintf(db->xid, sizeof(db->xid), "'idemd.%lu.%llu'", mysql_thread_id(db->my), ++db->xa_seq);
     char sql[96];
     snprintf(sql, sizeof(sql), "XA START %s", db->xid);
     if (mysql_real_query(db->my, sql, strlen(sql)) == 0) {

@@ -58,8 +58,9 @@ typedef struct worker_try_out {
 #define WORKER_TRY_CONFIG (-1)  /* the handler cannot be loaded or started, tables missing */
 #define WORKER_TRY_CONNECT (-2) /* the database cannot be reached */
 #define WORKER_TRY_LOST (-3)    /* the connection failed in the transaction: nothing committed */
-#define WORKER_TRY_ENDED (-4)   /* the handler ended the transaction where the server could not
-                                 * refuse it (Galera): what it did before is committed */
+#define WORKER_TRY_ENDED                                                                           \
+    (-4) /* the handler ended the transaction where the server could not                           \
+          * refuse it (Galera): what it did before is committed */
 
 /*
  * Run queue q's handler on the message env (borrowed; its delivery fields

@@ -600,8 +600,18 @@ static unsigned op_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, 
 }
 
 const txn_ops_t sim_txn_ops_ordered = {
-    sim_db_exec,         sim_db_record,  sim_db_clear, op_handle, sim_db_record_many,
-    sim_db_find_records, op_handle_many, op_order,     NULL, NULL, NULL, NULL,
+    sim_db_exec,
+    sim_db_record,
+    sim_db_clear,
+    op_handle,
+    sim_db_record_many,
+    sim_db_find_records,
+    op_handle_many,
+    op_order,
+    NULL,
+    NULL,
+    NULL,
+    NULL,
 };
 
 const txn_ops_t sim_txn_ops = {
@@ -610,8 +620,7 @@ const txn_ops_t sim_txn_ops = {
                              (docs/ordering.md) */
     NULL,                 /* error_text */
     NULL,                 /* begin, end: the simulated database's exec */
-    NULL,
-    NULL, /* held */
+    NULL,           NULL, /* held */
 };
 
 /* Whether a retry's reason is the database's doing (an injected error or lock wait), not the
