@@ -47,6 +47,12 @@ static const conf_enum_t conf_dedups[] = {
     {NULL, 0},
 };
 
+static const conf_enum_t conf_txns[] = {
+    {"xa", CONF_TXN_XA},
+    {"checked", CONF_TXN_CHECKED},
+    {NULL, 0},
+};
+
 static const conf_enum_t conf_sql_verdicts[] = {
     {"reject", CONF_SQL_REJECT},
     {"retry", CONF_SQL_RETRY},
@@ -235,6 +241,12 @@ const conf_def_t conf_defs[] = {
              "seconds to wait for a reply; a lost reply to COMMIT is resolved after reconnecting"),
     CONF_INT("database", "write_timeout", conf_database_t, write_timeout, NR, "30", 1, 3600,
              "seconds to wait for a write to the server"),
+    CONF_ENUM("database", "transaction", conf_database_t, transaction, NR, "xa", conf_txns,
+              "how idemd keeps its transaction whole: `xa` runs it as an XA branch, where the "
+              "server refuses COMMIT, DDL and anything else that would end it (a Galera node, "
+              "or a server that refuses XA START, is checked instead, said at connect); "
+              "`checked` never uses XA (e.g. behind a proxy that does not pass it): an end is "
+              "seen after the handler call and the queue is held (docs/failures.md)"),
     CONF_INT("database", "galera_max_batch", conf_database_t, galera_max_batch, NR, "100", 0, 1000,
              "on a Galera node (`wsrep_on`), at most this many messages per batch transaction "
              "whatever a queue's `batch_size` says; 0 = no cap (docs/scaling.md: larger batches "

@@ -139,6 +139,12 @@ typedef struct conf_broker {
     conf_broker_tls_t tls;
 } conf_broker_t;
 
+/* database.transaction: how idemd keeps its transaction whole (db_txn.c). */
+typedef enum conf_txn {
+    CONF_TXN_XA = 0,      /* an XA branch, where the server refuses what would end it */
+    CONF_TXN_CHECKED = 1, /* START TRANSACTION; an end is seen after the fact, the queue held */
+} conf_txn_t;
+
 typedef struct conf_database {
     char *host;   /* server host name or address; ignored when socket is set */
     int port;     /* TCP port (also of hosts entries that name none) */
@@ -153,6 +159,7 @@ typedef struct conf_database {
     int read_timeout;           /* seconds */
     int write_timeout;          /* seconds */
     int galera_max_batch;       /* Galera: messages per transaction at most; 0 = no cap */
+    conf_txn_t transaction;     /* how idemd's transaction is kept whole: XA or checked */
     bool get_server_public_key; /* libmysqlclient: ask a MySQL server for its RSA key */
     conf_database_tls_t tls;
 } conf_database_t;

@@ -459,7 +459,7 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
         log_error("database: cannot turn autocommit off: %s", mysql_error(db->my));
         goto fail;
     }
-    if (db_session(db, cfg, where) != 0 || db_txn_probe(db, where) != 0)
+    if (db_session(db, cfg, where) != 0 || db_txn_probe(db, cfg, where) != 0)
         goto fail;
     if (consumer != NULL) {
         size_t n = strlen(consumer);

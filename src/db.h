@@ -234,9 +234,9 @@ int db_attempt_unstart(db_t *db, const char *id, size_t len);
 
 /* db_txn.c: idemd's transaction. */
 
-/* Set db->boundary at connect: XA where the server takes it (not on Galera). 0, or -1 when the
- * connection was lost (logged). */
-int db_txn_probe(db_t *db, const char *where);
+/* Set db->boundary at connect: XA where cfg->transaction asks for it and the server takes it
+ * (not on Galera). 0, or -1 when the connection was lost (logged). */
+int db_txn_probe(db_t *db, const conf_database_t *cfg, const char *where);
 
 /*
  * Open idemd's transaction: XA START (DB_BOUNDARY_XA) or START TRANSACTION,

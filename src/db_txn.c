@@ -2,7 +2,6 @@
  * would end it, else a plain one whose end idemd sees in the server-status flags.
  */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "db.h"
@@ -29,18 +28,16 @@ static db_status_t db_xa_start(db_t *db)
  * what its certification is tested with). 0, or -1 when the connection
  * was lost (logged).
  */
-int db_txn_probe(db_t *db, const char *where)
+int db_txn_probe(db_t *db, const conf_database_t *cfg, const char *where)
 {
     db->boundary = DB_BOUNDARY_CHECK;
     db->xa_open = false;
-#ifdef IDEMD_TESTING
-    /* Galera's way on a single server: the flags and the hold (t_txn_boundary). */
-    if (getenv("IDEMD_TEST_NO_XA")) {
-        log_info("database %s: test: IDEMD_TEST_NO_XA: idemd's transaction is checked, not XA",
+    if (cfg->transaction == CONF_TXN_CHECKED) {
+        log_info("database %s: idemd's transaction is checked after each handler call "
+                 "(transaction = \"checked\")",
                  where);
         return 0;
     }
-#endif
     if (db->galera) {
         log_info("database %s: idemd's transaction is checked after each handler call (Galera: "
                  "no XA)",

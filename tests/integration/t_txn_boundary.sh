@@ -1,4 +1,4 @@
-# t_txn_boundary: the transaction is idemd's (issue 38). A C handler that COMMITs, runs DDL or turns autocommit on inside idemd's transaction is refused by the server (XA, 1399): the message is retried, then dead-lettered with a reason saying so, and nothing of it is committed (no effect, no record, no table made); the worker is never restarted and the well-behaved messages around it commit once. idemctl try with such a handler commits nothing and says so (text, --json, exit 5). A reconcile hook that COMMITs is rolled back. Where the server cannot refuse (Galera; here the test build's IDEMD_TEST_NO_XA on a single server), a handler that ended the transaction holds the queue instead of acking: its message stays in the queue, no worker of the queue starts again until a reload.
+# t_txn_boundary: the transaction is idemd's (issue 38). A C handler that COMMITs, runs DDL or turns autocommit on inside idemd's transaction is refused by the server (XA, 1399): the message is retried, then dead-lettered with a reason saying so, and nothing of it is committed (no effect, no record, no table made); the worker is never restarted and the well-behaved messages around it commit once. idemctl try with such a handler commits nothing and says so (text, --json, exit 5). A reconcile hook that COMMITs is rolled back. Where the server cannot refuse (Galera; here transaction = "checked" on a single server), a handler that ended the transaction holds the queue instead of acking: its message stays in the queue, no worker of the queue starts again until a reload.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_txn_boundary
 q=t_txn_boundary.q
@@ -85,9 +85,9 @@ h_assert_eq "$rc" 0 "try of a well-behaved message"
 
 # Where the server cannot refuse: the flags see the end, the queue is held, nothing acked.
 h_sql "DELETE FROM reconcile_runs"
-sed -i 's/ reconcile_interval = 1;//' idemd.conf
-IDEMD=$H_BUILD/idemd-test IDEMD_TEST_NO_XA=1 h_daemon_start idemd.conf idemd-check.log
-h_assert_eq "$(h_count_log idemd-check.log "IDEMD_TEST_NO_XA: idemd's transaction is checked")" 1 "check mode"
+sed -i -e 's/ reconcile_interval = 1;//' -e 's/record_table = "msg_id_record";/record_table = "msg_id_record"; transaction = "checked";/' idemd.conf
+h_daemon_start idemd.conf idemd-check.log
+h_assert_eq "$(h_count_log idemd-check.log "idemd's transaction is checked after each handler call \(transaction = \"checked\"\)")" 1 "checked mode"
 h_assert_eq "$(h_gen c 1 3 | h_mq publish -r "$q")" "published 3 confirmed 3" "publish c1..c3"
 h_wait_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id LIKE 'c%'" 3 30 || h_fail "c1..c3 not recorded"
 h_assert_eq "$(printf 'h1\tcommit-then-ok\n' | h_mq publish -r "$q")" "published 1 confirmed 1" "publish h1"
@@ -97,6 +97,13 @@ h_wait_depth "$q" 1 30 || h_fail "h1 is not back in $q (depth $(h_depth "$q"))"
 h_assert_eq "$(h_count_log idemd-check.log "started worker $q#0 as pid")" 1 "worker starts while held"
 h_assert_eq "$(h_count_log idemd-check.log "outcome=(ok|duplicate) queue=$q id=h1")" 0 "h1 acked"
 h_daemon_alive || h_fail "idemd died"
-h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 h_assert_eq "$(h_depth "$q")" 1 "h1 still in $q"
+# The operator reconciles, then reloads: the queue runs again. h1's effect and record were
+# committed by its handler's COMMIT, so it is now a duplicate, acked without a second effect.
+kill -HUP "$H_DAEMON_PID"
+h_wait_log idemd-check.log "reload: queue '$q' is no longer held" 1 30 || h_fail "the reload did not release the queue"
+h_wait_log idemd-check.log "outcome=duplicate queue=$q id=h1" 1 30 || h_fail "h1 not acked as a duplicate after the reload"
+h_wait_depth "$q" 0 30 || h_fail "$q not empty after the reload"
+h_assert_eq "$(h_sql "SELECT n FROM effects WHERE msg_id = 'h1'")" 1 "h1's effect"
+h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 echo "t_txn_boundary: ok"
