@@ -69,13 +69,13 @@ CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubrou
 # stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).
 CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order order_batch worker_ops worker_conn \
 	worker_sweep step txn txn_result txn_state batch life settle guard outbox outbox_io plugin \
-	trace metrics stall chores sqlh
+	trace metrics stall chores sqlh json_body
 # conf is one module in several files: the table (conf.c) and the code that walks it.
 CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c \
 	src/conf_reload.c src/conf_sqlh.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin;
-# it checks the SQL handler's sources with sqlh_param.c.
-CONF_DEPS := src/trust.c src/sqlh_param.c
+# it checks the SQL handler's sources with sqlh_param.c, which reads bodies with json_body.c.
+CONF_DEPS := src/trust.c src/sqlh_param.c src/json_body.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
 # db is one module in three files: the connection (db.c), the SQL on idemd's tables (db_sql.c) and
 # idemd's transaction (db_txn.c).
@@ -178,8 +178,12 @@ $(B)/tests/unit/test_guard: tests/unit/test_guard.c tests/unit/tap.h src/guard.c
 
 # test_order: the key of a delivery (order.c reads headers with delivery.c; the two db.c calls
 # of its SQL are stubs in the test: the key rows are tested against real servers, t_order_*).
-$(B)/tests/unit/test_order: tests/unit/test_order.c tests/unit/tap.h src/order.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/order.c src/delivery.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_order: tests/unit/test_order.c tests/unit/tap.h src/order.c src/delivery.c src/json_body.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/order.c src/delivery.c src/json_body.c src/log.c $(LDLIBS)
+
+# test_sqlh_param: the parameter sources read the body with json_body.c.
+$(B)/tests/unit/test_sqlh_param: tests/unit/test_sqlh_param.c tests/unit/tap.h src/sqlh_param.c src/json_body.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/sqlh_param.c src/json_body.c src/log.c $(LDLIBS)
 
 # test_framecount tests bench/framecount.h, the frame counter of bench/delayproxy.c (header-only).
 $(B)/tests/unit/test_framecount: tests/unit/test_framecount.c bench/framecount.h tests/unit/tap.h | $(B)/tests/unit
@@ -203,7 +207,7 @@ $(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tes
 SIM_SEEDS ?= 2000
 SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c \
 	src/life.c src/batch.c src/guard.c src/settle.c src/step.c src/outbox.c src/copies.c src/delivery.c \
-	src/trace.c src/log.c src/order.c src/order_batch.c src/autoscale.c
+	src/trace.c src/log.c src/order.c src/json_body.c src/order_batch.c src/autoscale.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
 
@@ -284,13 +288,17 @@ FUZZ_SRC_conf := $(CONF_SRCS) $(CONF_DEPS) src/log.c
 FUZZ_SRC_delivery := src/delivery.c src/log.c
 FUZZ_SRC_printable := src/delivery.c src/log.c
 FUZZ_SRC_trace := src/trace.c
-FUZZ_SRC_sqlh_param := src/sqlh_param.c
+FUZZ_SRC_sqlh_param := src/sqlh_param.c src/json_body.c
+# json_body's target checks the reader against jansson (libjansson-dev), an independent strict
+# parser; only this target needs it (deferred: the other builds never ask pkg-config for it).
+FUZZ_SRC_json_body := src/json_body.c
+FUZZ_LIBS_json_body = $(shell pkg-config --cflags --libs jansson)
 FUZZ_SRC_order_pay :=
 
 .SECONDEXPANSION:
 $(F)/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRC_$$*) $(wildcard src/*.h) $(wildcard src/plugins/*.c) \
 		include/idemd/handler.h | $(F)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC_$*) $(LDLIBS)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -o $@ $< $(FUZZ_SRC_$*) $(FUZZ_LIBS_$*) $(LDLIBS)
 
 $(F):
 	mkdir -p $@

@@ -3,91 +3,93 @@
  */
 #include "order.h"
 
-#include <json-c/json.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "delivery.h"
+#include "json_body.h"
 #include "log.h"
 
 #define ORDER_SQL_MAX 2048 /* a statement: consumer, key and id as hex literals, and the text */
 
-/* The key from the JSON body's field at path (dots between names). 0, or -1 with why. */
-static int order_json_key(const char *path, amqp_bytes_t body, char *key, size_t *len, char *why,
-                          size_t whylen)
+/* A json: key's path split at its dots into steps (names only, as json-c read it); n or -1. */
+static int order_path(const char *path, json_body_seg_t *segs, int max)
 {
-    json_tokener *tok = json_tokener_new();
-    json_object *root = NULL, *v;
-    int rc = -1;
-
-    if (tok == NULL) {
-        snprintf(why, whylen, "out of memory");
-        return -1;
-    }
-    if (body.len > 0 && body.len < INT_MAX)
-        root = json_tokener_parse_ex(tok, body.bytes, (int)body.len);
-    /* Only white space may follow the value (a trailing newline is common). */
-    size_t end = root ? json_tokener_get_parse_end(tok) : 0;
-    const char *b = body.bytes;
-    while (root && end < body.len &&
-           (b[end] == ' ' || b[end] == '\t' || b[end] == '\r' || b[end] == '\n'))
-        end++;
-    if (root == NULL || json_tokener_get_error(tok) != json_tokener_success || end != body.len) {
-        snprintf(why, whylen, "body is not JSON (%s)",
-                 body.len == 0 ? "empty"
-                 : root        ? "text after the value"
-                               : json_tokener_error_desc(json_tokener_get_error(tok)));
-        goto fail;
-    }
-    v = root;
-    for (const char *p = path; *p;) {
+    int n = 0;
+    for (const char *p = path;; n++) {
         const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-        char name[256];
-        if (n >= sizeof(name) || !json_object_is_type(v, json_type_object)) {
-            snprintf(why, whylen, "no field %s in the JSON body", path);
-            goto fail;
-        }
-        memcpy(name, p, n);
-        name[n] = '\0';
-        if (!json_object_object_get_ex(v, name, &v)) {
-            snprintf(why, whylen, "no field %s in the JSON body", path);
-            goto fail;
-        }
-        p += n + (dot ? 1 : 0);
+        if (n == max)
+            return -1;
+        segs[n] = (json_body_seg_t){p, dot ? (size_t)(dot - p) : strlen(p), -1, false};
+        if (dot == NULL)
+            return n + 1;
+        p = dot + 1;
     }
-    const char *s;
-    size_t n;
-    switch (json_object_get_type(v)) {
-    case json_type_string:
-        s = json_object_get_string(v);
-        n = (size_t)json_object_get_string_len(v);
+}
+
+/* The key from the value [s, s + n) of the body's field at path. 0, or -1 with why. */
+static int order_json_value(const char *path, const char *s, size_t n, json_body_buf_t *buf,
+                            char *key, size_t *len, char *why, size_t whylen)
+{
+    static const char *const kinds[] = {
+        [JSON_BODY_NULL] = "null", [JSON_BODY_OBJECT] = "object", [JSON_BODY_ARRAY] = "array"};
+    char err[200];
+    json_body_kind_t kind = json_body_kind(s);
+
+    switch (kind) {
+    case JSON_BODY_STRING:
+        if (json_body_string(s, n, buf, err, sizeof(err)) != 0) {
+            snprintf(why, whylen, "field %s of the JSON body: %s", path, err);
+            return -1;
+        }
+        s = buf->p ? buf->p : "";
+        n = buf->len;
         break;
-    case json_type_int:
-    case json_type_double:
-    case json_type_boolean:
-        s = json_object_to_json_string_ext(v, JSON_C_TO_STRING_PLAIN);
-        n = strlen(s);
+    case JSON_BODY_NUMBER: /* its text as written */
+    case JSON_BODY_TRUE:
+    case JSON_BODY_FALSE:
         break;
     default:
         snprintf(why, whylen, "field %s of the JSON body is %s, not a string, number or boolean",
-                 path, json_type_to_name(json_object_get_type(v)));
-        goto fail;
+                 path, kinds[kind]);
+        return -1;
     }
     if (n == 0 || n > ORDER_KEY_MAX) {
         snprintf(why, whylen, "field %s of the JSON body is %zu bytes (1..%d)", path, n,
                  ORDER_KEY_MAX);
-        goto fail;
+        return -1;
     }
     memcpy(key, s, n);
     key[n] = '\0';
     *len = n;
-    rc = 0;
+    return 0;
+}
+
+/* The key from the JSON body's field at path (dots between names), read by json_body.c. 0, or
+ * -1 with why. */
+static int order_json_key(const char *path, amqp_bytes_t body, char *key, size_t *len, char *why,
+                          size_t whylen)
+{
+    json_body_seg_t segs[ORDER_KEY_MAX / 2 + 1];
+    json_body_buf_t buf = {0};
+    size_t start, end;
+    int n = order_path(path, segs, (int)(sizeof(segs) / sizeof(segs[0]))), rc = -1;
+
+    if (n < 0) {
+        snprintf(why, whylen, "no field %s in the JSON body", path);
+        return -1;
+    }
+    int r = json_body_find(body.bytes, body.len, segs, n, &start, &end, why, whylen);
+    if (r == 0)
+        snprintf(why, whylen, "no field %s in the JSON body", path);
+    if (r <= 0)
+        goto fail;
+    rc = order_json_value(path, (const char *)body.bytes + start, end - start, &buf, key, len, why,
+                          whylen);
 fail:
-    json_object_put(root);
-    json_tokener_free(tok);
+    json_body_buf_free(&buf);
     return rc;
 }
 

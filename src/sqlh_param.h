@@ -7,9 +7,10 @@
 #include <stddef.h>
 
 #include "../include/idemd/handler.h"
+#include "json_body.h"
 
-/* Nesting of the JSON body the walker follows; a deeper body is refused as not JSON. */
-#define SQLH_JSON_DEPTH_MAX 64
+/* Nesting of the JSON body the reader follows (json_body.c); a deeper body is refused. */
+#define SQLH_JSON_DEPTH_MAX JSON_BODY_DEPTH_MAX
 /* Length of a json:PATH and of its segments' count. */
 #define SQLH_PATH_MAX 255
 #define SQLH_PATH_SEGS 32
@@ -27,12 +28,8 @@ typedef enum sqlh_src_kind {
     SQLH_SRC_CONST,        /* const:TEXT */
 } sqlh_src_kind_t;
 
-typedef struct sqlh_seg {
-    const char *name; /* into sqlh_src_t.arg; not NUL-terminated */
-    size_t len;
-    long index;   /* the segment read as an array index, or -1 */
-    bool bracket; /* written [N]: an index only, never a name */
-} sqlh_seg_t;
+/* A step of a json: path; its name points into sqlh_src_t.arg. */
+typedef json_body_seg_t sqlh_seg_t;
 
 /* A parsed source. Made by sqlh_src_parse, freed by sqlh_src_free. */
 typedef struct sqlh_src {
@@ -53,10 +50,7 @@ typedef enum sqlh_val_kind {
 } sqlh_val_kind_t;
 
 /* A growable buffer for decoded strings; zero it to start, sqlh_buf_free at the end. */
-typedef struct sqlh_buf {
-    char *p;
-    size_t len, cap;
-} sqlh_buf_t;
+typedef json_body_buf_t sqlh_buf_t;
 
 typedef struct sqlh_val {
     sqlh_val_kind_t kind;
@@ -79,15 +73,16 @@ void sqlh_src_free(sqlh_src_t *s);
 /*
  * The value of src for msg. 0 and *out (its bytes borrowed from msg, src or buf, valid until
  * either changes); -1 with the reason in err, naming the source, when a required value is
- * absent or the body is not JSON (the message is then rejected). An optional absent value is
- * SQLH_VAL_NULL. Pure.
+ * absent, the body is not I-JSON (json_body.h) or a string it takes holds U+0000 (the message
+ * is then rejected). An optional absent value is SQLH_VAL_NULL. Pure.
  */
 int sqlh_value(const sqlh_src_t *src, const idemd_message_t *msg, sqlh_buf_t *buf, sqlh_val_t *out,
                char *err, size_t errlen) __attribute__((warn_unused_result));
 
 /*
  * The JSON value at src's path in body (len bytes, not NUL-terminated): 1 and *out, 0 when the
- * path is absent, -1 with the reason in err when body is not JSON. Pure.
+ * path is absent, -1 with the reason in err when body is not I-JSON or the string found holds
+ * U+0000. Pure.
  */
 int sqlh_json_at(const sqlh_src_t *src, const char *body, size_t len, sqlh_buf_t *buf,
                  sqlh_val_t *out, char *err, size_t errlen) __attribute__((warn_unused_result));

@@ -96,5 +96,22 @@ int main(void)
     snprintf(big, sizeof(big), "{\"id\":\"%0300d\"}", 0);
     ok(key_of("json:id", big, NULL, NULL, 0, 0) == -1 && strstr(why, "300 bytes"),
        "json: a key over 255 bytes (%s)", why);
+    /* The body is read by json_body.c, as the SQL handler reads it (I-JSON). */
+    ok(key_of("json:a", "{\"a\":\"good\",\"a\\u0000x\":\"evil\"}", NULL, NULL, 0, 0) == -1 &&
+           strstr(why, "body is not I-JSON: a member name holds U+0000"),
+       "json: a member name with U+0000 rejects the body (%s)", why);
+    ok(key_of("json:a.b", "{\"a\":{\"b\":\"old\"},\"a\":{\"b\":\"new\"}}", NULL, NULL, 0, 0) ==
+               -1 &&
+           strstr(why, "duplicate member \"a\" at $"),
+       "json: a duplicate parent rejects the body (%s)", why);
+    ok(key_of("json:id", "{\"id\":\"k\\u0000\"}", NULL, NULL, 0, 0) == -1 && strstr(why, "U+0000"),
+       "json: a key holding U+0000 is refused (%s)", why);
+    ok(key_of("json:id", "{\"id\":\"\xc0\xaf\"}", NULL, NULL, 0, 0) == -1 &&
+           strstr(why, "invalid UTF-8"),
+       "json: invalid UTF-8 rejects the body (%s)", why);
+    ok(key_of("json:id", "{\"id\":\"k\\u00e9\"}", NULL, NULL, 0, 0) == 0 && has("k\xc3\xa9"),
+       "json: an escaped key is decoded");
+    ok(key_of("json:id", "{\"id\":1.50}", NULL, NULL, 0, 0) == 0 && has("1.50"),
+       "json: a number is its text as written");
     return done();
 }

@@ -114,8 +114,15 @@ int main(void)
     ok(value_of("json:ab", "{\"a\\u0062\": 5}", &v, &buf) == 0 && v.kind == SQLH_VAL_INT &&
            v.i == 5,
        "an escaped key matches its decoded name");
-    ok(value_of("json:a", "{\"a\": 1, \"a\": 2}", &v, &buf) == 0 && v.i == 2,
-       "a repeated key: the last wins");
+    ok(value_of("json:a", "{\"a\": 1, \"a\": 2}", &v, &buf) == -1 &&
+           strstr(err, "body is not I-JSON: duplicate member \"a\" at $"),
+       "a repeated key rejects the body (I-JSON): %s", err);
+    ok(value_of("json:a", "{\"a\": \"x\\u0000y\"}", &v, &buf) == -1 && strstr(err, "json:a") &&
+           strstr(err, "U+0000"),
+       "a string parameter holding U+0000 is refused: %s", err);
+    ok(value_of("json:a", "{\"a\": \"ok\", \"b\": \"\\u0000\"}", &v, &buf) == 0 &&
+           is_text(&v, SQLH_VAL_TEXT, "ok"),
+       "U+0000 in a string not taken is fine");
 
     /* Absent, optional, bad JSON. */
     ok(value_of("json:account", "{\"amount\": 1}", &v, &buf) == -1 && strstr(err, "json:account") &&
