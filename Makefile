@@ -74,8 +74,8 @@ CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order ord
 CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c \
 	src/conf_reload.c src/conf_sqlh.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin;
-# it checks the SQL handler's sources with sqlh_param.c.
-CONF_DEPS := src/trust.c src/sqlh_param.c
+# it checks the SQL handler's sources with sqlh_param.c and its statements' kinds with sqlh_kind.c.
+CONF_DEPS := src/trust.c src/sqlh_param.c src/sqlh_kind.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
 # db is one module in two files: the connection (db.c) and the SQL on idemd's tables (db_sql.c).
 CTL_MODULES += db_sql
