@@ -77,8 +77,9 @@ CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/con
 # it checks the SQL handler's sources with sqlh_param.c and its statements' kinds with sqlh_kind.c.
 CONF_DEPS := src/trust.c src/sqlh_param.c src/sqlh_kind.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
-# db is one module in two files: the connection (db.c) and the SQL on idemd's tables (db_sql.c).
-CTL_MODULES += db_sql
+# db is one module in three files: the connection (db.c), the SQL on idemd's tables (db_sql.c)
+# and a statement's value-changing warnings (db_warn.c).
+CTL_MODULES += db_sql db_warn
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 # The test build: the same sources with -DIDEMD_TESTING, which compiles in the switches that put
