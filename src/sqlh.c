@@ -397,16 +397,19 @@ static int sqlh_results(sqlh_stmt_t *s, unsigned long long *rows)
 /*
  * Whether the statement just run ended idemd's transaction (a procedure's COMMIT, DDL, autocommit
  * turned on): the server's status says autocommit, or no transaction where there was one.
- * The reason in err.
+ * The reason in err. Autocommit is turned off again, so that idemd's next statements run in a
+ * transaction as before; should that fail, the connection's error makes the worker reconnect.
  */
 static bool sqlh_ended(MYSQL *db, bool was_in, int k, char *err, size_t errlen)
 {
     unsigned ss = db->server_status;
 
-    if (ss & SERVER_STATUS_AUTOCOMMIT)
-        snprintf(err, errlen, "statement %d would end the transaction (it turned autocommit on)",
-                 k + 1);
-    else if (was_in && !(ss & SERVER_STATUS_IN_TRANS))
+    if (ss & SERVER_STATUS_AUTOCOMMIT) {
+        bool off = mysql_autocommit(db, 0) == 0;
+        snprintf(err, errlen,
+                 "statement %d would end the transaction (it turned autocommit on%s)", k + 1,
+                 off ? "; turned off again" : "");
+    } else if (was_in && !(ss & SERVER_STATUS_IN_TRANS))
         snprintf(err, errlen,
                  "statement %d would end the transaction (the server reports none open after it)",
                  k + 1);
