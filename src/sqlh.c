@@ -406,9 +406,8 @@ static bool sqlh_ended(MYSQL *db, bool was_in, int k, char *err, size_t errlen)
 
     if (ss & SERVER_STATUS_AUTOCOMMIT) {
         bool off = mysql_autocommit(db, 0) == 0;
-        snprintf(err, errlen,
-                 "statement %d would end the transaction (it turned autocommit on%s)", k + 1,
-                 off ? "; turned off again" : "");
+        snprintf(err, errlen, "statement %d would end the transaction (it turned autocommit on%s)",
+                 k + 1, off ? "; turned off again" : "");
     } else if (was_in && !(ss & SERVER_STATUS_IN_TRANS))
         snprintf(err, errlen,
                  "statement %d would end the transaction (the server reports none open after it)",
@@ -473,7 +472,8 @@ static idemd_result_t sqlh_exec(sqlh_state_t *st, MYSQL *db, int k, const idemd_
         }
         /* Past 65 digits no column holds it, and a server may cap it without a word (MySQL
          * 9.7 does; MariaDB warns 1916). */
-        if (v.kind == SQLH_VAL_DECIMAL && sqlh_decimal_int_digits(v.s, v.len) > SQLH_DECIMAL_DIGITS) {
+        if (v.kind == SQLH_VAL_DECIMAL &&
+            sqlh_decimal_int_digits(v.s, v.len) > SQLH_DECIMAL_DIGITS) {
             snprintf(err, errlen,
                      "statement %d: params.[%d] (%s): the number %.*s%s has more integer digits "
                      "than a DECIMAL holds (%d): the server would store another value",

@@ -8,26 +8,25 @@
 
 /* Statement kinds a handler may run: none of them ends the transaction. */
 static const char *const sqlh_kind_allowed[] = {
-    "SELECT", "INSERT", "REPLACE", "UPDATE", "DELETE", "CALL", "WITH", "VALUES", "TABLE", "DO",
-    NULL,
+    "SELECT", "INSERT", "REPLACE", "UPDATE", "DELETE", "CALL",
+    "WITH",   "VALUES", "TABLE",   "DO",     NULL,
 };
 
 /* First keywords of the manuals' "Statements That Cause an Implicit Commit" and of transaction
  * control (MySQL 9.7, MariaDB 10.11): named as such in the refusal. */
 static const char *const sqlh_kind_enders[] = {
-    "COMMIT",  "ROLLBACK", "START",    "BEGIN",    "SAVEPOINT", "RELEASE",  "XA",
-    "LOCK",    "UNLOCK",   "CREATE",   "ALTER",    "DROP",      "RENAME",   "TRUNCATE",
-    "GRANT",   "REVOKE",   "SET",      "ANALYZE",  "OPTIMIZE",  "REPAIR",   "CHECK",
-    "CHECKSUM", "FLUSH",   "RESET",    "LOAD",     "CACHE",     "INSTALL",  "UNINSTALL",
-    "CHANGE",  "STOP",     "SHUTDOWN", "KILL",     "HANDLER",   "PURGE",    "IMPORT",
-    "BACKUP",  "END",      NULL,
+    "COMMIT",  "ROLLBACK", "START",    "BEGIN",     "SAVEPOINT", "RELEASE",  "XA",       "LOCK",
+    "UNLOCK",  "CREATE",   "ALTER",    "DROP",      "RENAME",    "TRUNCATE", "GRANT",    "REVOKE",
+    "SET",     "ANALYZE",  "OPTIMIZE", "REPAIR",    "CHECK",     "CHECKSUM", "FLUSH",    "RESET",
+    "LOAD",    "CACHE",    "INSTALL",  "UNINSTALL", "CHANGE",    "STOP",     "SHUTDOWN", "KILL",
+    "HANDLER", "PURGE",    "IMPORT",   "BACKUP",    "END",       NULL,
 };
 
 /* What one scan of the text found. */
 typedef struct sqlh_kind_scan {
-    bool exec_comment;  /* an executable comment outside literals */
-    bool second;        /* code after a ';' */
-    bool open_comment;  /* a comment never closed */
+    bool exec_comment; /* an executable comment outside literals */
+    bool second;       /* code after a ';' */
+    bool open_comment; /* a comment never closed */
 } sqlh_kind_scan_t;
 
 /* Whether word (n bytes) is in list. */
@@ -47,8 +46,8 @@ static size_t sqlh_kind_comment(const char *p, bool *exec, bool *open)
 
     *exec = false;
     *open = false;
-    if (p[0] == '#' || (p[0] == '-' && p[1] == '-' &&
-                        (p[2] == '\0' || (p[2] > 0 && p[2] <= ' ')))) {
+    if (p[0] == '#' ||
+        (p[0] == '-' && p[1] == '-' && (p[2] == '\0' || (p[2] > 0 && p[2] <= ' ')))) {
         e = strchr(p, '\n');
         return e ? (size_t)(e - p) + 1 : strlen(p);
     }
@@ -136,8 +135,7 @@ int sqlh_kind_check(const char *sql, char *why, size_t len)
         return -1;
     }
     if (a.second || b.second) {
-        snprintf(why, len,
-                 ": a second statement after ';': give each statement its own sql entry");
+        snprintf(why, len, ": a second statement after ';': give each statement its own sql entry");
         return -1;
     }
     memset(&first, 0, sizeof(first));
