@@ -74,12 +74,13 @@ CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order ord
 CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c \
 	src/conf_reload.c src/conf_sqlh.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin;
-# it checks the SQL handler's sources with sqlh_param.c, which reads bodies with json_body.c.
-CONF_DEPS := src/trust.c src/sqlh_param.c src/json_body.c
+# it checks the SQL handler's sources with sqlh_param.c (which reads bodies with json_body.c) and
+# its statements' kinds with sqlh_kind.c.
+CONF_DEPS := src/trust.c src/sqlh_param.c src/json_body.c src/sqlh_kind.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
-# db is one module in three files: the connection (db.c), the SQL on idemd's tables (db_sql.c) and
-# idemd's transaction (db_txn.c).
-CTL_MODULES += db_sql db_txn
+# db is one module in four files: the connection (db.c), the SQL on idemd's tables (db_sql.c),
+# idemd's transaction (db_txn.c) and a statement's value-changing warnings (db_warn.c).
+CTL_MODULES += db_sql db_txn db_warn
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 # The test build: the same sources with -DIDEMD_TESTING, which compiles in the switches that put

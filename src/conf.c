@@ -412,9 +412,12 @@ const conf_def_t conf_defs[] = {
     CONF_STRING("binding", "routing_key", conf_binding_t, routing_key, NR, "", 0, 255, NULL,
                 "binding key"),
 
-    CONF_STRING("sql", "statement", conf_sql_stmt_t, statement, NR | RQ, NULL, 1, 65535, NULL,
-                "one SQL statement with `?` placeholders, prepared once per connection; checked "
-                "against the database by `--check-config`, at start and on reload"),
+    CONF_STRING(
+        "sql", "statement", conf_sql_stmt_t, statement, NR | RQ, NULL, 1, 65535, NULL,
+        "one SQL statement with `?` placeholders, prepared once per connection; checked "
+        "against the database by `--check-config`, at start and on reload; it starts with "
+        "SELECT, INSERT, REPLACE, UPDATE, DELETE, CALL, WITH, VALUES, TABLE or DO, holds no "
+        "executable comment and no second statement (docs/sql-handler.md)"),
     CONF_STR_ARRAY("sql", "params", conf_sql_stmt_t, params, n_params, NR, 1, 262, "`[ ]`",
                    "one source per placeholder, in order: `json:PATH`, `header:NAME`, `msg:id`, "
                    "`msg:routing_key`, `msg:exchange`, `msg:timestamp`, `msg:content_type`, "

@@ -2,9 +2,11 @@
  * sources and affected-row rule, each onward message, and which queues may have them. */
 #include "conf_int.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "conf.h"
+#include "sqlh_kind.h"
 #include "sqlh_param.h"
 
 /* Whether text is a source; else the error at at (setting sp). 0 or -1. */
@@ -27,6 +29,15 @@ int conf_check_sql(conf_ctx_t *ctx, const config_setting_t *grp, void *base, con
     char sp[CONF_PATH_MAX], why[300];
 
     st->line = (int)config_setting_source_line(grp);
+    /* The statement's number for the reason: path ends in its index, "...sql.[K]". */
+    const char *ix = strrchr(path, '[');
+    int k = ix ? atoi(ix + 1) : 0;
+    char kwhy[300];
+    if (st->statement && sqlh_kind_check(st->statement, kwhy, sizeof(kwhy)) != 0) {
+        conf_path(sp, path, "statement");
+        return conf_error(ctx, config_setting_get_member(grp, "statement"), sp, "statement %d%s",
+                          k + 1, kwhy);
+    }
     for (int i = 0; i < st->n_params; i++) {
         char pp[CONF_PATH_MAX];
         conf_path(pp, path, "params");

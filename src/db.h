@@ -178,6 +178,17 @@ static inline db_status_t db_classify(unsigned int err)
 }
 
 /*
+ * Whether err says a unique key already holds the value, in any of the server's spellings: 1062
+ * (ER_DUP_ENTRY), 1022 (ER_DUP_KEY: "Can't write; duplicate key"), 1169 (ER_DUP_UNIQUE: a
+ * unique constraint) and 1586 (ER_DUP_ENTRY_WITH_KEY_NAME). The SQL handler's on_duplicate
+ * takes them alike; idemd's own record insert meets only 1062 (db_classify).
+ */
+static inline bool db_duplicate_key(unsigned int err)
+{
+    return err == 1062 || err == 1022 || err == 1169 || err == 1586;
+}
+
+/*
  * Insert the dedup record. DB_OK: inserted (the key is now locked by our
  * transaction); DB_DUPLICATE: another committed transaction holds it (this
  * waits while one is still open); errors classified. Logs errors other than

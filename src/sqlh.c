@@ -10,14 +10,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "db.h"
+#include "db_warn.h"
 #include "sqlh_param.h"
 
 /* Server error numbers not every client library names (MariaDB and MySQL each have their own). */
 #define SQLH_ER_CHECK_MYSQL 3819   /* ER_CHECK_CONSTRAINT_VIOLATED */
 #define SQLH_ER_CHECK_MARIADB 4025 /* ER_CONSTRAINT_FAILED */
-#define SQLH_ER_NOWAIT 3572        /* MySQL: NOWAIT and the row is locked */
 #define SQLH_ER_JSON_TEXT 3140     /* MySQL: invalid JSON text */
 #define SQLH_ER_JSON_MARIADB 4038  /* MariaDB: syntax error in JSON text */
 
@@ -289,18 +290,38 @@ static bool sqlh_data_error(unsigned e)
 }
 
 /*
+ * Read what every statement of st may have left unread on the connection (a result set, the
+ * further results of a CALL), then ping: 0 when the connection answers in step again (its last
+ * error is then cleared, so the worker does not take it for lost), -1 when it does not.
+ */
+static int sqlh_resync(sqlh_state_t *st, MYSQL *db)
+{
+    for (int k = 0; k < st->n; k++) {
+        MYSQL_STMT *m = st->s[k].st;
+        if (m == NULL)
+            continue;
+        mysql_stmt_free_result(m);
+        while (mysql_stmt_next_result(m) == 0)
+            if (mysql_stmt_field_count(m) > 0 && mysql_stmt_store_result(m) == 0)
+                mysql_stmt_free_result(m);
+    }
+    return mysql_ping(db) == 0 ? 0 : -1;
+}
+
+/*
  * Statement k failed on execute: its verdict by error class, the reason in err. *dup_ok when
  * the error is a duplicate key the statement takes as 0 rows (on_duplicate = "ok").
  */
-static idemd_result_t sqlh_failed(const sqlh_stmt_t *s, int k, bool *dup_ok, char *err,
+static idemd_result_t sqlh_failed(sqlh_state_t *st, MYSQL *db, int k, bool *dup_ok, char *err,
                                   size_t errlen)
 {
+    const sqlh_stmt_t *s = &st->s[k];
     unsigned e = mysql_stmt_errno(s->st);
-    const char *text = mysql_stmt_error(s->st);
+    char text[512];
 
+    snprintf(text, sizeof(text), "%s", mysql_stmt_error(s->st));
     *dup_ok = false;
-    switch (db_classify(e)) {
-    case DB_DUPLICATE:
+    if (db_duplicate_key(e)) {
         if (s->c->on_duplicate == CONF_SQL_OK) {
             *dup_ok = true;
             return IDEMD_RESULT_OK;
@@ -308,8 +329,25 @@ static idemd_result_t sqlh_failed(const sqlh_stmt_t *s, int k, bool *dup_ok, cha
         snprintf(err, errlen, "statement %d: duplicate key, not retried: mysql error %u: %s", k + 1,
                  e, text);
         return IDEMD_RESULT_REJECT;
+    }
+    if (e == ER_XAER_RMFAIL) {
+        /* 1399: inside an XA transaction the server refuses COMMIT, DDL and the like. */
+        snprintf(err, errlen, "statement %d would end the transaction: %s", k + 1, text);
+        return IDEMD_RESULT_RETRY;
+    }
+    if (e == CR_COMMANDS_OUT_OF_SYNC) {
+        /* A result left unread, not a lost connection: read what is pending. Should the
+         * connection still be out of step, its error stays and the worker reconnects. */
+        int in_step = sqlh_resync(st, db);
+        snprintf(err, errlen,
+                 "statement %d: commands out of sync (a result was left unread%s): mysql error "
+                 "%u: %s",
+                 k + 1, in_step == 0 ? ", now read" : ", the connection is replaced", e, text);
+        return IDEMD_RESULT_RETRY;
+    }
+    switch (db_classify(e)) {
     case DB_ERR_DEADLOCK:
-    case DB_ERR_LOCK_TIMEOUT:
+    case DB_ERR_LOCK_TIMEOUT: /* 1205, and MySQL's NOWAIT refusal 3572 */
         snprintf(err, errlen, "statement %d: lock conflict, retried: mysql error %u: %s", k + 1, e,
                  text);
         return IDEMD_RESULT_RETRY;
@@ -320,11 +358,6 @@ static idemd_result_t sqlh_failed(const sqlh_stmt_t *s, int k, bool *dup_ok, cha
     default:
         break;
     }
-    if (e == SQLH_ER_NOWAIT) {
-        snprintf(err, errlen, "statement %d: lock conflict, retried: mysql error %u: %s", k + 1, e,
-                 text);
-        return IDEMD_RESULT_RETRY;
-    }
     if (sqlh_data_error(e)) {
         snprintf(err, errlen, "statement %d: data error, not retried: mysql error %u: %s", k + 1, e,
                  text);
@@ -334,38 +367,137 @@ static idemd_result_t sqlh_failed(const sqlh_stmt_t *s, int k, bool *dup_ok, cha
     return IDEMD_RESULT_RETRY;
 }
 
-/* Run statement k for msg. OK, or a verdict with the reason in err. */
-static idemd_result_t sqlh_exec(sqlh_state_t *st, int k, const idemd_message_t *msg, char *err,
-                                size_t errlen)
+/*
+ * Read every result statement s returned: a SELECT's rows, or a CALL's result sets and its
+ * final status, so that the connection is never left out of sync. *rows: the first result
+ * set's row count, else the affected rows. 0, or -1 on an error (the statement's).
+ */
+static int sqlh_results(sqlh_stmt_t *s, unsigned long long *rows)
+{
+    bool first = true;
+    int rc;
+
+    *rows = 0;
+    do {
+        if (mysql_stmt_field_count(s->st) > 0) {
+            if (mysql_stmt_store_result(s->st) != 0)
+                return -1;
+            if (first)
+                *rows = (unsigned long long)mysql_stmt_num_rows(s->st);
+            mysql_stmt_free_result(s->st);
+            first = false;
+        } else if (first) {
+            *rows = (unsigned long long)mysql_stmt_affected_rows(s->st);
+            first = false;
+        }
+    } while ((rc = mysql_stmt_next_result(s->st)) == 0);
+    return rc > 0 ? -1 : 0;
+}
+
+/*
+ * Whether the statement just run ended idemd's transaction (a procedure's COMMIT, DDL, autocommit
+ * turned on): the server's status says autocommit, or no transaction where there was one.
+ * The reason in err. Autocommit is turned off again, so that idemd's next statements run in a
+ * transaction as before; should that fail, the connection's error makes the worker reconnect.
+ */
+static bool sqlh_ended(MYSQL *db, bool was_in, int k, char *err, size_t errlen)
+{
+    unsigned ss = db->server_status;
+
+    if (ss & SERVER_STATUS_AUTOCOMMIT) {
+        bool off = mysql_autocommit(db, 0) == 0;
+        snprintf(err, errlen, "statement %d would end the transaction (it turned autocommit on%s)",
+                 k + 1, off ? "; turned off again" : "");
+    } else if (was_in && !(ss & SERVER_STATUS_IN_TRANS))
+        snprintf(err, errlen,
+                 "statement %d would end the transaction (the server reports none open after it)",
+                 k + 1);
+    else
+        return false;
+    return true;
+}
+
+/*
+ * After statement k ran: when the server stored a value other than the one bound (its
+ * warnings), the reject and its reason in err, naming the parameter whose source names the
+ * column when one does; RETRY when the warnings cannot be read; else OK.
+ */
+static idemd_result_t sqlh_warned(const sqlh_stmt_t *s, MYSQL *db, int k, char *err, size_t errlen)
+{
+    char why[512], col[65];
+    int w = db_value_warnings(db, why, sizeof(why));
+
+    if (w == 0)
+        return IDEMD_RESULT_OK;
+    if (w < 0) {
+        snprintf(err, errlen, "statement %d: %s", k + 1, why);
+        return IDEMD_RESULT_RETRY;
+    }
+    if (db_warn_column(why, col, sizeof(col)) == 0)
+        for (int i = 0; i < s->n; i++) {
+            const char *p = s->c->params[i];
+            size_t pl = strlen(p), cl = strlen(col);
+            if (pl > 0 && p[pl - 1] == '?')
+                pl--;
+            if (pl > cl && strncasecmp(p + pl - cl, col, cl) == 0 &&
+                (p[pl - cl - 1] == ':' || p[pl - cl - 1] == '.')) {
+                snprintf(err, errlen,
+                         "statement %d: params.[%d] (%s): the value stored would differ from the "
+                         "one sent, not retried: %s",
+                         k + 1, i, p, why);
+                return IDEMD_RESULT_REJECT;
+            }
+        }
+    snprintf(err, errlen,
+             "statement %d: a value stored would differ from the one sent, not retried: %s", k + 1,
+             why);
+    return IDEMD_RESULT_REJECT;
+}
+
+/* Run statement k for msg on db. OK, or a verdict with the reason in err. */
+static idemd_result_t sqlh_exec(sqlh_state_t *st, MYSQL *db, int k, const idemd_message_t *msg,
+                                char *err, size_t errlen)
 {
     sqlh_stmt_t *s = &st->s[k];
     char why[400];
     sqlh_val_t v;
     unsigned long long rows;
-    bool dup_ok = false;
+    bool dup_ok = false, ran;
+    idemd_result_t r = IDEMD_RESULT_OK;
 
     for (int i = 0; i < s->n; i++) {
         if (sqlh_value(&s->src[i], msg, &s->buf[i], &v, why, sizeof(why)) != 0) {
             snprintf(err, errlen, "statement %d: %s", k + 1, why);
             return IDEMD_RESULT_REJECT;
         }
+        /* Past 65 digits no column holds it, and a server may cap it without a word (MySQL
+         * 9.7 does; MariaDB warns 1916). */
+        if (v.kind == SQLH_VAL_DECIMAL &&
+            sqlh_decimal_int_digits(v.s, v.len) > SQLH_DECIMAL_DIGITS) {
+            snprintf(err, errlen,
+                     "statement %d: params.[%d] (%s): the number %.*s%s has more integer digits "
+                     "than a DECIMAL holds (%d): the server would store another value",
+                     k + 1, i, s->c->params[i], (int)(v.len > 40 ? 40 : v.len), v.s,
+                     v.len > 40 ? "..." : "", SQLH_DECIMAL_DIGITS);
+            return IDEMD_RESULT_REJECT;
+        }
         sqlh_bind(&s->bind[i], &v, &s->ival[i], &s->len[i]);
     }
-    if ((s->n > 0 && mysql_stmt_bind_param(s->st, s->bind) != 0) ||
-        mysql_stmt_execute(s->st) != 0) {
-        idemd_result_t r = sqlh_failed(s, k, &dup_ok, err, errlen);
-        if (!dup_ok)
-            return r;
+    bool was_in = (db->server_status & SERVER_STATUS_IN_TRANS) != 0;
+    ran = (s->n == 0 || mysql_stmt_bind_param(s->st, s->bind) == 0) &&
+          mysql_stmt_execute(s->st) == 0 && sqlh_results(s, &rows) == 0;
+    if (!ran) {
+        r = sqlh_failed(st, db, k, &dup_ok, err, errlen);
         rows = 0;
-    } else if (mysql_stmt_field_count(s->st) > 0) {
-        /* A SELECT (a guard such as SELECT ... FOR UPDATE): its row count is what expect sees. */
-        if (mysql_stmt_store_result(s->st) != 0)
-            return sqlh_failed(s, k, &dup_ok, err, errlen);
-        rows = (unsigned long long)mysql_stmt_num_rows(s->st);
-        mysql_stmt_free_result(s->st);
-    } else {
-        rows = (unsigned long long)mysql_stmt_affected_rows(s->st);
     }
+    /* A procedure that committed, or a statement that turned autocommit on, may have failed
+     * after ending the transaction, or not failed at all: the server's status tells. */
+    if (mysql_errno(db) != CR_COMMANDS_OUT_OF_SYNC && sqlh_ended(db, was_in, k, err, errlen))
+        return IDEMD_RESULT_RETRY;
+    if (!ran && !dup_ok)
+        return r;
+    if (ran && (r = sqlh_warned(s, db, k, err, errlen)) != IDEMD_RESULT_OK)
+        return r;
     /* idemctl try shows these lines: keep the text. */
     st->host->log(IDEMD_LOG_DEBUG, "statement %d affected %llu row(s)", k + 1, rows);
     if (!s->has_expect || (rows >= s->expect.lo && rows <= s->expect.hi))
@@ -448,7 +580,7 @@ static idemd_result_t sqlh_handle(void *state, MYSQL *db, const idemd_message_t 
     idemd_result_t r = IDEMD_RESULT_OK;
 
     for (int k = 0; k < st->n && r == IDEMD_RESULT_OK; k++)
-        r = sqlh_exec(st, k, msg, err, errlen);
+        r = sqlh_exec(st, db, k, msg, err, errlen);
     for (int k = 0; k < st->np && r == IDEMD_RESULT_OK; k++)
         r = sqlh_publish(st, db, k, msg, err, errlen);
     return r;

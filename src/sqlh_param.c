@@ -170,6 +170,42 @@ fail:
 
 /* ---------- values from the JSON body (json_body.c reads it) ---------- */
 
+long sqlh_decimal_int_digits(const char *s, size_t len)
+{
+    size_t i = 0;
+    long ip = 0, frac0 = 0, e = 0;
+    bool nonzero = false, in_frac = false, neg_e = false;
+
+    if (i < len && s[i] == '-')
+        i++;
+    for (; i < len && s[i] != 'e' && s[i] != 'E'; i++) {
+        if (s[i] == '.')
+            in_frac = true;
+        else if (s[i] != '0')
+            nonzero = true;
+        if (s[i] == '.')
+            continue;
+        if (!in_frac && nonzero)
+            ip++; /* leading zeros are not counted */
+        else if (in_frac && !nonzero)
+            frac0++; /* zeros between the point and the first significant digit */
+    }
+    if (!nonzero)
+        return 0;
+    if (i < len) {
+        i++;
+        if (i < len && (s[i] == '+' || s[i] == '-'))
+            neg_e = s[i++] == '-';
+        for (; i < len && e <= 100000; i++)
+            e = e * 10 + (s[i] - '0');
+        if (neg_e)
+            e = -e;
+    }
+    /* 12.5e3: 2 + 3; 0.005e5: the first significant digit is the 3rd after the point: 5 - 2. */
+    long d = ip > 0 ? ip + e : e - frac0;
+    return d > 0 ? d : 0;
+}
+
 /* The value of the JSON text [s, s + len) (checked already) into out. 0 or -1 (err). */
 static int sqlh_json_convert(const sqlh_src_t *src, const char *s, size_t len, sqlh_buf_t *buf,
                              sqlh_val_t *out, char *err, size_t errlen)

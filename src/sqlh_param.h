@@ -14,6 +14,9 @@
 /* Length of a json:PATH and of its segments' count. */
 #define SQLH_PATH_MAX 255
 #define SQLH_PATH_SEGS 32
+/* The most digits a server's DECIMAL holds (MySQL and MariaDB: DECIMAL(65)): a JSON number with
+ * a longer integer part is refused before binding. */
+#define SQLH_DECIMAL_DIGITS 65
 
 /* Where a parameter's value comes from (docs/sql-handler.md). */
 typedef enum sqlh_src_kind {
@@ -69,6 +72,13 @@ int sqlh_src_parse(const char *text, sqlh_src_t *out, char *err, size_t errlen)
 
 /* Free what sqlh_src_parse allocated; the struct itself is the caller's. NULL is fine. */
 void sqlh_src_free(sqlh_src_t *s);
+
+/*
+ * How many digits the integer part of the valid JSON number s (len bytes, a SQLH_VAL_DECIMAL's
+ * text) has: 0 for zero or a pure fraction. An exponent counts (1e90: 91; 0.005e5: 3); one too
+ * long to read counts as huge.
+ */
+long sqlh_decimal_int_digits(const char *s, size_t len);
 
 /*
  * The value of src for msg. 0 and *out (its bytes borrowed from msg, src or buf, valid until

@@ -67,7 +67,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             case SQLH_VAL_INT:
                 break;
             case SQLH_VAL_DECIMAL:
-                if (!in_body || !fuzz_number(v.s, v.len))
+                if (!in_body || !fuzz_number(v.s, v.len) || sqlh_decimal_int_digits(v.s, v.len) < 0)
                     abort();
                 break;
             case SQLH_VAL_TEXT:

@@ -1481,6 +1481,17 @@ static void test_sql(void)
         "expect =",
         "queues.[0].sql.[0].expect: \"1..x\" is not an affected-row rule (expected "
         "\"N\", \"A..B\" with A <= B, or \">=N\")");
+    expect_error("a statement that would end idemd's transaction, on the second statement's line",
+                 SQLQ("    sql = ( { statement = \"DO 1\"; },\n"
+                      "            { statement = \"  -- x\\n commit\"; } );\n"),
+                 "commit",
+                 "queues.[0].sql.[1].statement: statement 2 (commit) would end idemd's "
+                 "transaction: not allowed in a handler");
+    expect_error("an executable comment",
+                 SQLQ("    sql = ( { statement = \"SELECT 1 /*!50700 ; COMMIT */\"; } );\n"),
+                 "SELECT 1",
+                 "queues.[0].sql.[0].statement: statement 1: executable comments are not allowed "
+                 "in a handler statement (their text runs as SQL on some servers and versions)");
     expect_error("an unknown on_mismatch",
                  SQLQ("    sql = ( { statement = \"DO 1\"; on_mismatch = \"skip\"; } );\n"),
                  "on_mismatch",

@@ -28,8 +28,15 @@ int main(void)
     ok(db_classify(3819) == DB_ERR_OTHER, "3819 MySQL's CHECK constraint: a data error, other");
     ok(db_classify(4025) == DB_ERR_OTHER, "4025 MariaDB's CHECK constraint: other");
     ok(db_classify(1146) == DB_ERR_OTHER, "1146 no such table: other");
+    ok(db_duplicate_key(1062) && db_duplicate_key(1022) && db_duplicate_key(1169) &&
+           db_duplicate_key(1586),
+       "1062, 1022, 1169, 1586: a unique key holds the value (the SQL handler's on_duplicate)");
+    ok(!db_duplicate_key(0) && !db_duplicate_key(1205) && !db_duplicate_key(1452) &&
+           !db_duplicate_key(3572),
+       "0, 1205, 1452, 3572: not duplicates");
     /* The names each library's headers give agree with the numbers above. */
     ok(ER_DUP_ENTRY == 1062 && ER_LOCK_DEADLOCK == 1213 && ER_LOCK_WAIT_TIMEOUT == 1205 &&
+           ER_DUP_KEY == 1022 && ER_DUP_UNIQUE == 1169 && ER_DUP_ENTRY_WITH_KEY_NAME == 1586 &&
            CR_SERVER_GONE_ERROR == 2006 && CR_SERVER_LOST == 2013,
        "the client library's headers name the same numbers");
 #ifdef LIBMARIADB

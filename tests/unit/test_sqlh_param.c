@@ -179,5 +179,32 @@ int main(void)
     ok(sqlh_expect_parse("", &e, err, sizeof(err)) == -1, "\"\" is refused");
     sqlh_buf_free(&buf);
     sqlh_src_free(&src);
+    /* Integer digits of a number's text, for the DECIMAL(65) limit. */
+    {
+        const struct {
+            const char *n;
+            long d;
+        } dg[] = {{"0", 0},
+                  {"-0.0", 0},
+                  {"0.005", 0},
+                  {"19.99", 2},
+                  {"-120", 3},
+                  {"1e90", 91},
+                  {"1E+2", 3},
+                  {"1.5e-1", 0},
+                  {"12.5e3", 5},
+                  {"0.005e5", 3},
+                  {"00012", 2},
+                  {"1e-90", 0},
+                  {"1e99999999999", 100001},
+                  {"99999999999999999999999999999999999999999999999999999999999999999", 65},
+                  {NULL, 0}};
+        for (int i = 0; dg[i].n; i++) {
+            long got = sqlh_decimal_int_digits(dg[i].n, strlen(dg[i].n));
+            /* An exponent too long to read counts as huge: any count past 100000. */
+            ok(got == dg[i].d || (dg[i].d > 100000 && got > 100000),
+               "integer digits of %s: %ld (want %ld)", dg[i].n, got, dg[i].d);
+        }
+    }
     return done();
 }
