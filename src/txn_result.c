@@ -135,12 +135,20 @@ txn_pass_t txn_result(txn_t *t, txn_msg_t *m, idemd_result_t r, unsigned err)
         /* Nothing was committed: the message failed, its own reason kept when it gave one. */
         const char *text = t->ops->error_text ? t->ops->error_text(t->ctx) : NULL;
         t->refused++;
-        if (r != IDEMD_RESULT_REJECT || !m->reason[0])
+        if (m->reason[0]) {
+            char said[sizeof(m->reason)];
+            snprintf(said, sizeof(said), "%s", m->reason);
+            txn_why(m,
+                    "the handler tried to end idemd's transaction: the server refused it and "
+                    "nothing of this message was kept (error %u). The handler said: %.300s",
+                    err, said);
+        } else {
             txn_why(m,
                     "the handler tried to end idemd's transaction (COMMIT, ROLLBACK, DDL or "
                     "another statement that commits): the server refused it and nothing of this "
                     "message was kept (error %u: %.120s)",
                     err, text ? text : "no message");
+        }
         txn_verdict(m, r == IDEMD_RESULT_REJECT ? r : IDEMD_RESULT_RETRY);
         return TXN_PASS_FAILED;
     }

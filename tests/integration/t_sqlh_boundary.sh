@@ -1,4 +1,4 @@
-# t_sqlh_boundary: the transaction is idemd's: --check-config refuses SQL-handler statements that would end it (COMMIT, an executable comment, DDL, SET autocommit, START TRANSACTION behind a comment, LOCK TABLES) naming file, line and index; a CALL of a procedure returning two result sets runs and commits once per message; a value the server would store changed (0.005 into DECIMAL(12,2): its note 1265; 1e90: past DECIMAL(65)) dead-letters the message naming the parameter and the reason, leaving the table unchanged (19.99 into BIGINT, rounded by both servers without a warning, is pinned as the documented limit); a duplicate on a unique key follows on_duplicate; a procedure that commits or turns autocommit on is seen doing so, and autocommit is turned off again.
+# t_sqlh_boundary: the transaction is idemd's: --check-config refuses SQL-handler statements that would end it (COMMIT, an executable comment, DDL, SET autocommit, START TRANSACTION behind a comment, LOCK TABLES) naming file, line and index; a CALL of a procedure returning two result sets runs and commits once per message; a value the server would store changed (0.005 into DECIMAL(12,2): its note 1265; 1e90: past DECIMAL(65)) dead-letters the message naming the parameter and the reason, leaving the table unchanged (19.99 into BIGINT, rounded by both servers without a warning, is pinned as the documented limit); a duplicate on a unique key follows on_duplicate; a procedure that commits or turns autocommit on is refused by the server inside idemd's XA branch: nothing of its message is committed, the message is retried, then dead-lettered.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_sqlh_bound
 qc=t_sqlh_bound.call
@@ -112,8 +112,7 @@ h_wait_depth "$qw.dlq" 2 60
 h_wait_depth "$qd.dlq" 1 60
 h_wait_sql "SELECT n FROM balance WHERE account = 'o'" 2 60
 h_wait_sql "SELECT COUNT(*) FROM vals" 2 30
-h_wait_depth "$qe.dlq" 1 60
-h_wait_log idemd.log "outcome=duplicate queue=$qe " 2 30
+h_wait_depth "$qe.dlq" 3 60
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 
 h_assert_eq "$(h_sql "SELECT GROUP_CONCAT(entry_id ORDER BY entry_id) FROM ledger WHERE account = 'p'")" "c1,c2,c3" "the CALL's rows, once each"
@@ -148,13 +147,16 @@ h_mq get "$qd.dlq" -n 1 >dlq.txt
 expect_reason d2 "statement 1: duplicate key, not retried: mysql error 1062"
 h_assert_eq "$(h_depth "$qo.dlq")" 0 "dead letters of the on_duplicate = ok queue"
 h_assert_eq "$(h_sql "SELECT GROUP_CONCAT(ref ORDER BY ref) FROM refs")" "r1,r2" "refs: one row per ref"
-# The procedures that ended the transaction were seen doing so (outside an XA transaction what
-# they committed stays: their retried copies meet their own committed record and are acked); e2's
-# autocommit was turned off again, so e3, whose second statement fails, leaves nothing behind.
-h_assert_eq "$(h_count_log idemd.log "id=e1 .*statement 1 would end the transaction \\(the server reports none open after it\\)")" 1 "e1's COMMIT inside the procedure, seen"
-h_assert_eq "$(h_count_log idemd.log "id=e2 .*statement 1 would end the transaction \\(it turned autocommit on; turned off again\\)")" 1 "e2's SET autocommit = 1 inside the procedure, seen"
-h_mq get "$qe.dlq" -n 1 >dlq.txt
+# The procedures that would have ended the transaction: inside idemd's XA branch the server
+# refused their COMMIT and SET autocommit = 1 (1399), so nothing of e1 or e2 was committed, no
+# record either: each was retried, then dead-lettered saying so (never acked as a duplicate).
+h_mq get "$qe.dlq" -n 3 >dlq.txt
+expect_reason e1 "statement 1 would end the transaction"
+expect_reason e2 "statement 1 would end the transaction"
 expect_reason e3 "statement 2 affected 0 rows, expected 1"
-h_assert_eq "$(h_sql "SELECT COUNT(*) FROM ledger WHERE entry_id = 'e3'")" 0 "e3's CALL rolled back with it (autocommit is off again)"
+h_assert_eq "$(h_count_log idemd.log "outcome=duplicate queue=$qe ")" 0 "e messages acked as duplicates"
+h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$qe id=e[12] .*then=\"retry scheduled\"")" 4 "retries of e1 and e2"
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM ledger WHERE entry_id IN ('e1', 'e2', 'e3')")" 0 "the procedures' rows, rolled back"
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record WHERE consumer = '$qe'")" 0 "records of the e messages"
 h_assert_eq "$(h_sql "SELECT n FROM balance WHERE account = 'e'")" 0 "statement 2 never ran for e1, e2"
 echo "t_sqlh_boundary: ok"
