@@ -69,7 +69,7 @@ CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubrou
 # stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).
 CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order order_batch worker_ops worker_conn \
 	worker_sweep step txn txn_result txn_state batch life settle guard outbox outbox_io plugin \
-	trace metrics stall chores sqlh json_body
+	trace metrics stall chores sqlh json_body plugin_host
 # conf is one module in several files: the table (conf.c) and the code that walks it.
 CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c \
 	src/conf_reload.c src/conf_sqlh.c
@@ -154,9 +154,11 @@ $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c tests/unit/tap.h $
 $(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) $(CONF_DEPS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) $(CONF_DEPS) src/log.c $(LDLIBS)
 
-# The plugin loader checks who may change a plugin with trust.c.
-$(B)/tests/unit/test_plugin: tests/unit/test_plugin.c src/plugin.c src/trust.c src/log.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/plugin.c src/trust.c src/log.c $(LDLIBS)
+# The plugin loader checks who may change a plugin with trust.c; its host services (plugin_host.c)
+# read bodies with json_body.c and warnings with db_warn.c.
+TEST_PLUGIN_SRCS := src/plugin.c src/plugin_host.c src/json_body.c src/db_warn.c src/trust.c src/log.c
+$(B)/tests/unit/test_plugin: tests/unit/test_plugin.c $(TEST_PLUGIN_SRCS) tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(TEST_PLUGIN_SRCS) $(LDLIBS)
 
 # outbox.c reaches the database and the broker only through its ops tables (outbox_io.c is the
 # real side) and signs dead letters with copies.c.

@@ -364,6 +364,8 @@ static const idemd_host_t plugin_host_table = {
     .setting_int = plugin_setting_int,
     .setting_bool = plugin_setting_bool,
     .publish = plugin_publish,
+    .value_check = plugin_host_value_check,
+    .body_value = plugin_host_body_value,
 };
 
 const idemd_host_t *plugin_host(void)

@@ -52,6 +52,12 @@ void plugin_free(plugin_t *p);
 /* The host services table handed to init(); static, never freed. */
 const idemd_host_t *plugin_host(void);
 
+/* plugin_host.c: host->value_check and host->body_value (ABI 1.6; handler.h says what they
+ * answer). */
+int plugin_host_value_check(MYSQL *db, char *why, size_t whylen);
+int plugin_host_body_value(const idemd_message_t *msg, const char *path, char *out, size_t outlen,
+                           char *err, size_t errlen);
+
 /* What the host's publish() calls in this process (the worker's outbox); NULL: refuse. */
 typedef int (*plugin_publish_fn)(void *ctx, MYSQL *db, const idemd_message_t *source,
                                  const idemd_publish_t *p, char *err, size_t errlen);

@@ -41,10 +41,12 @@ extern "C" {
  * 1.4 appended the W3C trace context (traceparent, tracestate, baggage,
  * trace_id, span_id) to idemd_message_t (read them only when
  * host->abi_minor >= 4); 1.5 appended timestamp and has_timestamp (the
- * AMQP timestamp property) to idemd_message_t (host->abi_minor >= 5).
+ * AMQP timestamp property) to idemd_message_t (host->abi_minor >= 5);
+ * 1.6 appended value_check and body_value to idemd_host_t (host->abi_minor
+ * >= 6).
  */
 #define IDEMD_HANDLER_ABI_MAJOR 1
-#define IDEMD_HANDLER_ABI_MINOR 5
+#define IDEMD_HANDLER_ABI_MINOR 6
 #define IDEMD_HANDLER_SYMBOL "idemd_handler"
 
 /*
@@ -185,6 +187,35 @@ typedef struct idemd_host {
      */
     int (*publish)(idemd_db_t *db, const idemd_message_t *source, const idemd_publish_t *p,
                    char *err, size_t errlen);
+    /*
+     * ABI 1.6 (check host->abi_minor >= 6): after a statement on db, did
+     * the server store a value other than the one sent? Its warnings and
+     * notes say so (1264 out of range, 1265 truncated or rounded, 1292 and
+     * 1366 incorrect value, 1406 too long, 1916 overflow, ...: the list in
+     * docs/plugins.md), and neither server fails the statement for all of
+     * them, even in strict mode (0.005 into DECIMAL(12,2) stores 0.01 with a
+     * note). Free when the statement reported none (no round trip); else one
+     * SHOW WARNINGS on db, which leaves the transaction alone. Returns 0
+     * when no value was changed; 1 with the server's text in why: answer
+     * REJECT (the same value would be changed again); -1 when the warnings
+     * could not be read (why says why): answer RETRY.
+     */
+    int (*value_check)(idemd_db_t *db, char *why, size_t whylen);
+    /*
+     * ABI 1.6: the value at path (member names and array indexes joined by
+     * dots: "orderId", "order.lines.0.sku") in msg's body, read as JSON by
+     * idemd's one reader, the one the SQL handler and order_key use
+     * (docs/sql-handler.md, "The body as JSON": RFC 8259, a duplicate
+     * member name at any depth, invalid UTF-8 or a lone surrogate refuses
+     * the body). Returns 1 with the value as text in out (outlen bytes,
+     * NUL-terminated): a string decoded, a number as written, true, false
+     * or null as those words, an object or array as its JSON text; 0 when
+     * the body is good JSON without that path; -1 with the reason in err
+     * when the body is refused, the path is malformed, the string holds
+     * U+0000 or the value does not fit in out: answer REJECT.
+     */
+    int (*body_value)(const idemd_message_t *msg, const char *path, char *out, size_t outlen,
+                      char *err, size_t errlen);
 } idemd_host_t;
 
 /*

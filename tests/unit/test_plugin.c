@@ -884,6 +884,57 @@ static const char *effects_sql =
     "CREATE TABLE IF NOT EXISTS %s(queue VARCHAR(128) NOT NULL, msg_id VARBINARY(255) NOT NULL, "
     "n INT NOT NULL, PRIMARY KEY(queue, msg_id)) ENGINE=InnoDB";
 
+/* ABI 1.6: host->body_value reads the body with idemd's one JSON reader. */
+static void test_host_body_value(void)
+{
+    const idemd_host_t *h = plugin_host();
+    idemd_message_t m = {0};
+    char out[16], err[256];
+    const char *b;
+
+    ok_got(h->abi_minor >= 6 && h->body_value != NULL && h->value_check != NULL, NULL,
+           "ABI 1.6: the host offers value_check and body_value");
+    b = "{\"order\": {\"id\": 42, \"sku\": \"a\\u00e9\", \"lines\": [{\"q\": 2}]}, \"t\": true}";
+    m.body = b;
+    m.body_len = strlen(b);
+    ok_got(h->body_value(&m, "order.id", out, sizeof(out), err, sizeof(err)) == 1 &&
+               strcmp(out, "42") == 0,
+           out, "body_value: a nested number, as written");
+    ok_got(h->body_value(&m, "order.sku", out, sizeof(out), err, sizeof(err)) == 1 &&
+               strcmp(out, "a\xc3\xa9") == 0,
+           out, "body_value: a string, decoded");
+    ok_got(h->body_value(&m, "order.lines.0.q", out, sizeof(out), err, sizeof(err)) == 1 &&
+               strcmp(out, "2") == 0,
+           out, "body_value: through an array index");
+    ok_got(h->body_value(&m, "t", out, sizeof(out), err, sizeof(err)) == 1 &&
+               strcmp(out, "true") == 0,
+           out, "body_value: true as the word");
+    ok_got(h->body_value(&m, "order.missing", out, sizeof(out), err, sizeof(err)) == 0, NULL,
+           "body_value: an absent path is 0");
+    ok_got(h->body_value(&m, "order", out, sizeof(out), err, sizeof(err)) == -1 &&
+               strstr(err, "more than 15 fit") != NULL,
+           err, "body_value: a value longer than out is refused");
+    ok_got(h->body_value(&m, "order..id", out, sizeof(out), err, sizeof(err)) == -1, err,
+           "body_value: an empty step is refused");
+    /* The reader's rules: the SQL handler and order_key read these the same way. */
+    b = "{\"a\": \"good\", \"a\\u0000x\": \"evil\"}";
+    m.body = b;
+    m.body_len = strlen(b);
+    ok_got(h->body_value(&m, "a", out, sizeof(out), err, sizeof(err)) == -1, err,
+           "body_value: U+0000 in a member name refuses the body");
+    b = "{\"a\": {\"b\": 1}, \"a\": {\"b\": 2}}";
+    m.body = b;
+    m.body_len = strlen(b);
+    ok_got(h->body_value(&m, "a.b", out, sizeof(out), err, sizeof(err)) == -1 &&
+               strstr(err, "duplicate") != NULL,
+           err, "body_value: a duplicate parent refuses the body");
+    b = "{\"a\": \"\xff\xfe\"}";
+    m.body = b;
+    m.body_len = strlen(b);
+    ok_got(h->body_value(&m, "a", out, sizeof(out), err, sizeof(err)) == -1, err,
+           "body_value: invalid UTF-8 refuses the body");
+}
+
 static void test_with_db(void)
 {
     MYSQL *db;
@@ -919,6 +970,18 @@ static void test_with_db(void)
     db_exec(db, sql);
     db_exec(db, "SET autocommit = 0");
 
+    /* ABI 1.6: host->value_check sees the note of a value the server rounded. */
+    {
+        const idemd_host_t *h = plugin_host();
+        char why[256];
+        db_exec(db, "CREATE TABLE vc (d DECIMAL(12,2))");
+        db_exec(db, "INSERT INTO vc VALUES (1.25)");
+        ok_got(h->value_check(db, why, sizeof(why)) == 0, why, "value_check: an exact value is 0");
+        db_exec(db, "INSERT INTO vc VALUES (0.005)");
+        ok_got(h->value_check(db, why, sizeof(why)) == 1 && strstr(why, "1265") != NULL, why,
+               "value_check: 0.005 into DECIMAL(12,2) (stored 0.01) is 1, with the server's note");
+        db_exec(db, "ROLLBACK");
+    }
     test_order_pay(db);
     test_order_pay_reconnect();
     test_counter(db);
@@ -936,6 +999,7 @@ int main(void)
     test_permissions();
     test_host_settings();
     test_host_log();
+    test_host_body_value();
     test_with_db();
     mysql_library_end();
     return done();
