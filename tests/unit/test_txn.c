@@ -56,7 +56,9 @@ typedef struct fdb {
 } fdb_t;
 
 /* How each test message's handler behaves. */
-enum { H_OK, H_RETRY, H_REJECT, H_OK_IGNORING, H_NOSQL, H_NONTRANS };
+/* H_END: the handler's COMMIT is refused inside idemd's XA branch (1399) every time, and it
+ * answers ok: its write stands in the transaction, nothing is committed by it. */
+enum { H_OK, H_RETRY, H_REJECT, H_OK_IGNORING, H_NOSQL, H_NONTRANS, H_END };
 static int behaviour[NIDS];
 static unsigned clears[NIDS];
 
@@ -269,6 +271,8 @@ static idemd_result_t f_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
         return IDEMD_RESULT_OK;
     }
     unsigned e = fdb_fault(d, S_HANDLER);
+    if (e == 0 && behaviour[id] == H_END)
+        e = 1399;
     *err = e;
     if (e == 0) {
         d->w[d->nw].kind = 1;
@@ -557,6 +561,20 @@ int main(void)
                tx.refused == 1 && invariants(st, "refused end"),
            "handler whose end of the transaction was refused (1399): it is retried, the rest "
            "commit");
+    }
+    /* The same in a set-based batch with handle_batch: the refusal names no message, so the
+     * batch runs one by one, where the one at fault is retried and the rest commit. */
+    {
+        int beh[3] = {H_OK, H_END, H_OK};
+        setup(3, beh);
+        tx.bulk = true;
+        tx.batch = true;
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && tx.fell_back && count_state(TXN_COMMITTED) == 2 &&
+               msgs[1].state == TXN_RETRY && tx.refused == 1 &&
+               invariants(st, "refused end, batch"),
+           "handle_batch whose end of the transaction was refused: one by one, that message "
+           "retried, the rest commit");
     }
     /* Where the server cannot refuse (Galera), the flags show the end after the call: the
      * run is FATAL and says which message's handler did it; nothing is committed by idemd. */
