@@ -16,12 +16,19 @@
  *   acked and forgotten.
  * - the body is not {"orderId": <positive integer>}, or is over 64 KiB:
  *   REJECT with the reason.
- *   The body is parsed with json-c's default, lenient rules (it takes 'single
- *   quotes' and trailing commas), but anything after the object but
- *   whitespace is refused: two objects in one body are not one payment.
+ *   The body is read by idemd's one JSON reader through host->body_value
+ *   (ABI 1.6; docs/sql-handler.md, "The body as JSON"), the reader the SQL
+ *   handler and order_key use: RFC 8259 with nothing but white space after
+ *   the value, and a duplicate member name at any depth ({"orderId": 1,
+ *   "orderId": 2}), invalid UTF-8, a lone surrogate or U+0000 in a member
+ *   name refuses the body with the reader's reason ("body is not JSON: ..."
+ *   or "body is not I-JSON: ..."). init() refuses a host older than 1.6.
  *   orderId may also be a JSON string of decimal digits ("1001"), because
  *   producers in JavaScript cannot send integers above 2^53 as numbers.
  *   Floats (1001.0, 1e3) are refused: they may have lost digits already.
+ *   So are 0, negatives, strings of anything but canonical digits, values
+ *   above INT64_MAX, and a value whose text is over 63 bytes (the reader's
+ *   reason).
  * - any MySQL error: RETRY with "mysql error NNNN: text".
  *
  * Settings: table (default "orders", [A-Za-z0-9_]{1,64}), guard (default true),
@@ -37,10 +44,8 @@
  */
 #include <idemd/handler.h>
 
-#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
-#include <json-c/json.h>
 #include <mysql.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +69,6 @@ typedef struct order_pay_state {
     MYSQL_BIND log_param[2];
     unsigned long log_msg_id_len;
     char log_table[ORDER_PAY_TABLE_MAX + 1];
-    json_tokener *tok;  /* reused for every body */
     long long order_id; /* the parameter of both statements */
     int order_status;   /* the result of the SELECT */
     /* MYSQL_BIND.is_null points to my_bool in Connector/C, bool in libmysqlclient. */
@@ -103,8 +107,6 @@ static void order_pay_fini(void *state)
         mysql_stmt_close(st->status);
     if (st->log != NULL)
         mysql_stmt_close(st->log);
-    if (st->tok != NULL)
-        json_tokener_free(st->tok);
     free(st->sql);
     free(st->ids);
     free(st->log_sql);
@@ -203,8 +205,16 @@ static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *sett
                  log_table, ORDER_PAY_TABLE_MAX);
         goto fail;
     }
+    /* Bodies are read by the host's one JSON reader (ABI 1.6), never by a parser of our own. */
+    if (host->abi_minor < 6 || host->body_value == NULL) {
+        snprintf(err, errlen,
+                 "order_pay needs an idemd with host ABI 1.6 (body_value); this one "
+                 "has 1.%u",
+                 host->abi_minor);
+        goto fail;
+    }
     st = calloc(1, sizeof(*st));
-    if (st == NULL || (st->tok = json_tokener_new()) == NULL) {
+    if (st == NULL) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
@@ -214,7 +224,7 @@ static int order_pay_init(const idemd_host_t *host, const idemd_settings_t *sett
     st->paid_rkey = "order.paid";
     (void)host->setting_string(settings, "paid_routing_key", &st->paid_rkey);
     if (host->setting_string(settings, "paid_exchange", &st->paid_exchange) == 0 &&
-        (host->abi_minor < 3 || host->publish == NULL)) {
+        host->publish == NULL) {
         snprintf(err, errlen, "settings.paid_exchange needs an idemd with host ABI 1.3 (outbox)");
         goto fail;
     }
@@ -253,110 +263,92 @@ fail:
     return -1;
 }
 
-/* 0 and *id for a canonical positive decimal string of at most 19 digits that fits in int64. */
-static int order_pay_parse_digits(const char *s, size_t len, long long *id)
+/* What a body the reader accepted is, by its first byte past white space. */
+static const char *order_pay_kind(const char *body, size_t len)
 {
-    char *end;
-    long long v;
+    size_t i = 0;
 
-    if (len == 0 || len > 19 || s[0] < '1' || s[0] > '9')
-        return -1;
-    for (size_t i = 0; i < len; i++)
-        if (s[i] < '0' || s[i] > '9')
-            return -1;
-    errno = 0;
-    v = strtoll(s, &end, 10);
-    if (errno != 0 || end != s + len)
-        return -1;
-    *id = v;
-    return 0;
+    while (i < len && (body[i] == ' ' || body[i] == '\t' || body[i] == '\n' || body[i] == '\r'))
+        i++;
+    switch (i < len ? body[i] : '\0') {
+    case '{':
+        return "object";
+    case '[':
+        return "array";
+    case '"':
+        return "string";
+    case 't':
+    case 'f':
+        return "boolean";
+    case 'n':
+        return "null";
+    default:
+        return "number";
+    }
 }
 
 /*
- * The orderId of one body (len bytes, not NUL-terminated), or -1 with the
- * reason in err (the message is rejected). Needs no database: the fuzz
- * target tests/fuzz/fuzz_order_pay.c calls it with its own tokener.
+ * The orderId of one body, or -1 with the reason in err (the message is
+ * rejected). The body is read by the host's body_value (idemd's one JSON
+ * reader), so a body the SQL handler or order_key would refuse is refused
+ * here with the same reason. Needs no database: the fuzz target
+ * tests/fuzz/fuzz_order_pay.c calls it with a host of its own.
  */
-static int order_pay_parse_body(json_tokener *tok, const char *body, size_t len, long long *id,
+static int order_pay_parse_body(const idemd_host_t *host, const idemd_message_t *msg, long long *id,
                                 char *err, size_t errlen)
 {
-    json_object *root = NULL, *v;
-    enum json_tokener_error jerr;
-    size_t end;
-    int rc = -1;
+    char v[64], shown[24];
+    size_t n, i;
+    int r;
 
-    if (len == 0) {
+    if (msg->body_len == 0) {
         snprintf(err, errlen, "empty body (expected {\"orderId\": N})");
         return -1;
     }
-    /* A payment is a few dozen bytes; json-c would take ~40x a large body in memory. */
-    if (len > ORDER_PAY_MAX_BODY) {
-        snprintf(err, errlen, "body of %zu bytes is over %d bytes: too large to be a payment", len,
-                 ORDER_PAY_MAX_BODY);
+    /* A payment is a few dozen bytes: a larger body is no payment, whatever it holds. */
+    if (msg->body_len > ORDER_PAY_MAX_BODY) {
+        snprintf(err, errlen, "body of %zu bytes is over %d bytes: too large to be a payment",
+                 msg->body_len, ORDER_PAY_MAX_BODY);
         return -1;
     }
-    json_tokener_reset(tok);
-    root = json_tokener_parse_ex(tok, body, (int)len);
-    jerr = json_tokener_get_error(tok);
-    end = json_tokener_get_parse_end(tok);
-    if (root == NULL && jerr == json_tokener_continue) {
-        /* The body is not NUL-terminated: a bare number ends only at the terminator. */
-        root = json_tokener_parse_ex(tok, "", 1);
-        jerr = json_tokener_get_error(tok);
-        end = len;
+    r = host->body_value(msg, "orderId", v, sizeof(v), err, errlen);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        const char *kind = order_pay_kind(msg->body, msg->body_len);
+        if (strcmp(kind, "object") == 0)
+            snprintf(err, errlen, "orderId missing (expected {\"orderId\": N})");
+        else
+            snprintf(err, errlen, "body is not a JSON object (got %s; expected {\"orderId\": N})",
+                     kind);
+        return -1;
     }
-    if (root == NULL) {
-        snprintf(err, errlen, "body is not JSON: %s at byte %zu", json_tokener_error_desc(jerr),
-                 end);
-        goto done;
-    }
-    while (end < len && isspace((unsigned char)body[end]))
-        end++;
-    if (end < len) {
-        snprintf(err, errlen, "body is not JSON: unexpected data after the value at byte %zu", end);
-        goto done;
-    }
-    if (!json_object_is_type(root, json_type_object)) {
-        snprintf(err, errlen, "body is not a JSON object (got %s; expected {\"orderId\": N})",
-                 json_type_to_name(json_object_get_type(root)));
-        goto done;
-    }
-    if (!json_object_object_get_ex(root, "orderId", &v)) {
-        snprintf(err, errlen, "orderId missing (expected {\"orderId\": N})");
-        goto done;
-    }
-    switch (json_object_get_type(v)) {
-    case json_type_int:
-        *id = json_object_get_int64(v);
-        /* json-c keeps values above INT64_MAX as uint64 and saturates get_int64. */
-        if (*id == INT64_MAX && json_object_get_uint64(v) > (uint64_t)INT64_MAX) {
+    /* v is the value's text: a number as written or a string decoded ("1001" and 1001 read the
+     * same, as both are accepted). A canonical positive decimal of at most 19 digits pays. */
+    n = strlen(v);
+    if (n > 0 && v[0] >= '1' && v[0] <= '9' && strspn(v, "0123456789") == n) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (n > 19 || errno != 0 || *end != '\0') {
             snprintf(err, errlen, "orderId is out of range (more than %" PRId64 ")", INT64_MAX);
-            goto done;
+            return -1;
         }
-        break;
-    case json_type_string:
-        if (order_pay_parse_digits(json_object_get_string(v), (size_t)json_object_get_string_len(v),
-                                   id) != 0) {
-            snprintf(err, errlen,
-                     "orderId is a string but not a decimal integer in range (expected digits "
-                     "like \"1001\")");
-            goto done;
-        }
-        break;
-    default:
-        snprintf(err, errlen, "orderId is not an integer (got %s)",
-                 json_type_to_name(json_object_get_type(v)));
-        goto done;
+        *id = x;
+        return 0;
     }
-    if (*id <= 0) {
-        snprintf(err, errlen, "orderId must be positive (got %lld)", *id);
-        goto done;
+    if (strcmp(v, "0") == 0 ||
+        (v[0] == '-' && v[1] >= '0' && v[1] <= '9' && strspn(v + 1, "0123456789") == n - 1)) {
+        snprintf(err, errlen, "orderId must be positive (got %.22s)", v);
+        return -1;
     }
-    rc = 0;
-
-done:
-    json_object_put(root);
-    return rc;
+    /* The text may be anything a producer sent: show a printable start of it only. */
+    for (i = 0; i < n && i < sizeof(shown) - 1; i++)
+        shown[i] = v[i] >= 0x20 && v[i] < 0x7f ? v[i] : '?';
+    shown[i] = '\0';
+    snprintf(err, errlen, "orderId is not a positive integer (got '%s'%s; expected N or \"N\")",
+             shown, n > i ? "..." : "");
+    return -1;
 }
 
 /* Why the UPDATE changed nothing: decides the outcome. */
@@ -426,7 +418,7 @@ static idemd_result_t order_pay_handle(void *state, MYSQL *db, const idemd_messa
         snprintf(err, errlen, "handler state was prepared on another connection");
         return IDEMD_RESULT_RETRY;
     }
-    if (order_pay_parse_body(st->tok, msg->body, msg->body_len, &id, err, errlen) != 0)
+    if (order_pay_parse_body(st->host, msg, &id, err, errlen) != 0)
         return IDEMD_RESULT_REJECT;
     st->order_id = id;
     if (mysql_stmt_execute(st->update) != 0) {
@@ -634,8 +626,8 @@ static int order_pay_handle_batch(void *state, MYSQL *db, const idemd_message_t 
     long long *d = st->ids + n; /* the distinct orderIds, sorted */
     for (size_t i = 0; i < n; i++) {
         verdicts[i] = IDEMD_RESULT_OK;
-        if (order_pay_parse_body(st->tok, msgs[i]->body, msgs[i]->body_len, &st->ids[i],
-                                 errors + i * errlen, errlen) != 0) {
+        if (order_pay_parse_body(st->host, msgs[i], &st->ids[i], errors + i * errlen, errlen) !=
+            0) {
             verdicts[i] = IDEMD_RESULT_REJECT;
             st->ids[i] = 0;
             continue;

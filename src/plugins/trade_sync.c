@@ -9,12 +9,16 @@
  * The statement has no guard of its own on purpose: settle_count counts the
  * applications, so after a test it must be 1 for every order; idemd's
  * record table is what keeps a repeated order.paid from applying twice.
- * A body that is not {"orderId": <positive integer>}: REJECT. MySQL errors:
- * RETRY. Settings: table (default "trades", [A-Za-z0-9_]{1,64}).
+ * A body that is not {"orderId": <positive integer>}: REJECT. The body is
+ * read by idemd's one JSON reader through host->body_value (ABI 1.6; init()
+ * refuses an older host), so a body it refuses (a duplicate member name,
+ * invalid UTF-8, ...) is rejected with its reason. orderId is the value's
+ * text, so "7" pays as 7 does. MySQL errors: RETRY. Settings: table
+ * (default "trades", [A-Za-z0-9_]{1,64}).
  */
 #include <idemd/handler.h>
 
-#include <json-c/json.h>
+#include <errno.h>
 #include <mysql.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +27,7 @@
 #define TRADE_SYNC_TABLE_MAX 64
 
 typedef struct trade_sync_state {
+    const idemd_host_t *host;
     MYSQL *db;
     MYSQL_STMT *apply;
     long long order_id;
@@ -54,10 +59,17 @@ static int trade_sync_init(const idemd_host_t *host, const idemd_settings_t *set
         snprintf(err, errlen, "settings.table \"%s\" is not a plain table name", table);
         goto fail;
     }
+    if (host->abi_minor < 6 || host->body_value == NULL) {
+        snprintf(err, errlen,
+                 "trade_sync needs an idemd with host ABI 1.6 (body_value); this one has 1.%u",
+                 host->abi_minor);
+        goto fail;
+    }
     if ((st = calloc(1, sizeof(*st))) == NULL) {
         snprintf(err, errlen, "out of memory");
         goto fail;
     }
+    st->host = host;
     st->db = db;
     snprintf(sql, sizeof(sql),
              "INSERT INTO `%s` (order_id, status, settle_count) VALUES (?, 'paid', 1) ON "
@@ -81,25 +93,24 @@ fail:
 }
 
 /* The orderId of a body, or 0 with the reason in err. */
-static long long trade_sync_parse(const idemd_message_t *msg, char *err, size_t errlen)
+static long long trade_sync_parse(const idemd_host_t *host, const idemd_message_t *msg, char *err,
+                                  size_t errlen)
 {
-    json_tokener *tok = json_tokener_new();
-    json_object *root = NULL, *v;
+    char v[32], *end;
     long long id = 0;
+    int r = host->body_value(msg, "orderId", v, sizeof(v), err, errlen);
 
-    if (tok == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return 0;
+    if (r < 0)
+        return 0; /* the reader's reason is in err */
+    /* Canonical digits only: strtoll alone would take " 7", "+7" and "007". */
+    if (r == 1 && v[0] >= '1' && v[0] <= '9' && strspn(v, "0123456789") == strlen(v)) {
+        errno = 0;
+        id = strtoll(v, &end, 10);
+        if (errno != 0 || *end != '\0')
+            id = 0;
     }
-    if (msg->body_len > 0 && msg->body_len < 4096)
-        root = json_tokener_parse_ex(tok, msg->body, (int)msg->body_len);
-    if (root && json_object_object_get_ex(root, "orderId", &v) &&
-        json_object_is_type(v, json_type_int))
-        id = json_object_get_int64(v);
     if (id <= 0)
         snprintf(err, errlen, "body is not {\"orderId\": N} with a positive integer N");
-    json_object_put(root);
-    json_tokener_free(tok);
     return id > 0 ? id : 0;
 }
 
@@ -111,7 +122,7 @@ static idemd_result_t trade_sync_handle(void *state, MYSQL *db, const idemd_mess
         snprintf(err, errlen, "handler state was prepared on another connection");
         return IDEMD_RESULT_RETRY;
     }
-    if ((st->order_id = trade_sync_parse(msg, err, errlen)) == 0)
+    if ((st->order_id = trade_sync_parse(st->host, msg, err, errlen)) == 0)
         return IDEMD_RESULT_REJECT;
     if (mysql_stmt_execute(st->apply) != 0) {
         snprintf(err, errlen, "mysql error %u: %s", mysql_stmt_errno(st->apply),
@@ -123,7 +134,7 @@ static idemd_result_t trade_sync_handle(void *state, MYSQL *db, const idemd_mess
 
 const idemd_handler_t idemd_handler = {
     .abi_major = IDEMD_HANDLER_ABI_MAJOR,
-    .abi_minor = 0, /* needs nothing newer: shows that a 1.0 plugin keeps working */
+    .abi_minor = IDEMD_HANDLER_ABI_MINOR, /* 1.6: body_value */
     .name = "trade_sync",
     .init = trade_sync_init,
     .handle = trade_sync_handle,

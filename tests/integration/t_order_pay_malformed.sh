@@ -1,4 +1,4 @@
-# t_order_pay_malformed: order_pay.so dead-letters malformed payments and pays good ones exactly once.
+# t_order_pay_malformed: order_pay.so dead-letters malformed payments and pays good ones exactly once; a body with orderId twice is refused with the reason of idemd's one JSON reader (json-c took the last one: order 4 would have been paid).
 db=t_order_pay_malformed
 q=t_order_pay.q
 dlq=t_order_pay.dlq
@@ -25,13 +25,14 @@ p1	{"orderId": 1}
 p8	{"orderId": 1}
 p9	{"orderId": "3"}
 p10	[1, 2]
+p11	{"orderId": 2, "orderId": 4}
 MSGS
 out=$(h_mq publish -r "$q" <msgs.txt)
-h_assert_eq "$out" "published 11 confirmed 11" "publisher"
+h_assert_eq "$out" "published 12 confirmed 12" "publisher"
 
-h_wait_depth "$dlq" 6 60
+h_wait_depth "$dlq" 7 60
 h_wait_sql "SELECT COUNT(*) FROM msg_id_record WHERE consumer = '$q'" 4 30
-h_wait_log idemd.log "outcome=(ok|duplicate|reject) queue=$q " 11 30
+h_wait_log idemd.log "outcome=(ok|duplicate|reject) queue=$q " 12 30
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 
 h_assert_eq "$(h_sql "SELECT id, status, pay_count, pay_time IS NOT NULL FROM orders ORDER BY id")" \
@@ -40,9 +41,12 @@ h_assert_eq "$(h_sql "SELECT msg_id FROM msg_id_record WHERE consumer = '$q' ORD
     $'p1\np5\np8\np9' "record rows"
 h_assert_eq "$(h_depth "$q")" 0 "depth of $q"
 h_mq get "$dlq" >dlq.txt
-h_assert_eq "$(cut -f1 dlq.txt | sort | paste -sd' ')" "p10 p2 p3 p4 p6 p7" "dead-lettered ids"
+h_assert_eq "$(cut -f1 dlq.txt | sort | paste -sd' ')" "p10 p11 p2 p3 p4 p6 p7" "dead-lettered ids"
 h_assert_eq "$(h_count_log idemd.log "outcome=duplicate queue=$q id=p1 ")" 1 "duplicate of p1"
-for id in p2 p3 p4 p6 p7 p10; do
+p11=$(awk -F'\t' '$1 == "p11"' dlq.txt | grep -oE 'idemd-error=[^;]*' || true)
+[[ $p11 == *'body is not I-JSON: duplicate member "orderId" at $'* ]] ||
+    h_fail "p11 (orderId twice) dead-lettered with '$p11', not the reader's reason"
+for id in p2 p3 p4 p6 p7 p10 p11; do
     grep -E "outcome=reject queue=$q id=$id .*reason=." idemd.log >/dev/null ||
         h_fail "no reject line with a reason for $id"
 done

@@ -647,34 +647,49 @@ static void test_order_pay(MYSQL *db)
     T_BODY(&l, db, "orderId=1", IDEMD_RESULT_REJECT, "not JSON");
     T_BODY(&l, db, "{\"orderId\": 1", IDEMD_RESULT_REJECT, "not JSON");
     T_BODY(&l, db, "{\"orderId\": 1} {\"orderId\": 2}", IDEMD_RESULT_REJECT,
-           "unexpected data after the value at byte 15");
-    T_BODY(&l, db, "{\"orderId\": 1}\0", IDEMD_RESULT_REJECT, "unexpected data");
-    T_BODY(&l, db, "{\"order\0Id\": 1}", IDEMD_RESULT_REJECT, NULL);
-    T_BODY(&l, db, "1001", IDEMD_RESULT_REJECT, "not a JSON object (got int");
+           "body is not JSON: text after the value at byte 15");
+    T_BODY(&l, db, "{\"orderId\": 1}\0", IDEMD_RESULT_REJECT, "text after the value");
+    T_BODY(&l, db, "{\"order\0Id\": 1}", IDEMD_RESULT_REJECT, "body is not JSON");
+    /* idemd's one reader: json-c took the last orderId; a duplicate now refuses the body. */
+    T_BODY(&l, db, "{\"orderId\": 1, \"orderId\": 2}", IDEMD_RESULT_REJECT,
+           "body is not I-JSON: duplicate member \"orderId\" at $");
+    T_BODY(&l, db, "{\"orderId\": 1, \"x\": {\"a\": 1, \"a\": 1}}", IDEMD_RESULT_REJECT,
+           "body is not I-JSON: duplicate member \"a\" at $.x");
+    T_BODY(&l, db, "{\"orderId\": 1, \"x\": \"\xff\"}", IDEMD_RESULT_REJECT,
+           "body is not I-JSON: invalid UTF-8");
+    T_BODY(&l, db, "{\"orderId\": 1, \"x\": \"\\ud800\"}", IDEMD_RESULT_REJECT,
+           "body is not I-JSON");
+    T_BODY(&l, db, "{'orderId': 1}", IDEMD_RESULT_REJECT, "body is not JSON");
+    T_BODY(&l, db, "{\"orderId\": 1,}", IDEMD_RESULT_REJECT, "body is not JSON");
+    T_BODY(&l, db, "1001", IDEMD_RESULT_REJECT, "not a JSON object (got number");
     T_BODY(&l, db, "[1001]", IDEMD_RESULT_REJECT, "not a JSON object (got array");
     T_BODY(&l, db, "\"1001\"", IDEMD_RESULT_REJECT, "not a JSON object (got string");
     T_BODY(&l, db, "{}", IDEMD_RESULT_REJECT, "orderId missing");
     T_BODY(&l, db, "{\"orderid\": 1}", IDEMD_RESULT_REJECT, "orderId missing");
-    T_BODY(&l, db, "{\"orderId\": null}", IDEMD_RESULT_REJECT, "not an integer (got null)");
-    T_BODY(&l, db, "{\"orderId\": 1.5}", IDEMD_RESULT_REJECT, "not an integer (got double)");
-    T_BODY(&l, db, "{\"orderId\": 1.0}", IDEMD_RESULT_REJECT, "not an integer (got double)");
-    T_BODY(&l, db, "{\"orderId\": 1e3}", IDEMD_RESULT_REJECT, "not an integer (got double)");
-    T_BODY(&l, db, "{\"orderId\": true}", IDEMD_RESULT_REJECT, "not an integer (got boolean)");
-    T_BODY(&l, db, "{\"orderId\": [1]}", IDEMD_RESULT_REJECT, "not an integer (got array)");
+    T_BODY(&l, db, "{\"orderId\": null}", IDEMD_RESULT_REJECT,
+           "not a positive integer (got 'null'");
+    T_BODY(&l, db, "{\"orderId\": 1.5}", IDEMD_RESULT_REJECT, "not a positive integer (got '1.5'");
+    T_BODY(&l, db, "{\"orderId\": 1.0}", IDEMD_RESULT_REJECT, "not a positive integer (got '1.0'");
+    T_BODY(&l, db, "{\"orderId\": 1e3}", IDEMD_RESULT_REJECT, "not a positive integer (got '1e3'");
+    T_BODY(&l, db, "{\"orderId\": true}", IDEMD_RESULT_REJECT,
+           "not a positive integer (got 'true'");
+    T_BODY(&l, db, "{\"orderId\": [1]}", IDEMD_RESULT_REJECT, "not a positive integer (got '[1]'");
+    T_BODY(&l, db, "{\"orderId\": \"a\\nb\"}", IDEMD_RESULT_REJECT,
+           "not a positive integer (got 'a?b'");
     T_BODY(&l, db, "{\"orderId\": 0}", IDEMD_RESULT_REJECT, "must be positive (got 0)");
     T_BODY(&l, db, "{\"orderId\": -5}", IDEMD_RESULT_REJECT, "must be positive (got -5)");
     T_BODY(&l, db, "{\"orderId\": 9223372036854775808}", IDEMD_RESULT_REJECT, "out of range");
     T_BODY(&l, db, "{\"orderId\": 99999999999999999999999}", IDEMD_RESULT_REJECT, "out of range");
-    T_BODY(&l, db, "{\"orderId\": \"9223372036854775808\"}", IDEMD_RESULT_REJECT,
-           "string but not a decimal integer");
+    T_BODY(&l, db, "{\"orderId\": \"9223372036854775808\"}", IDEMD_RESULT_REJECT, "out of range");
     T_BODY(&l, db, "{\"orderId\": \"12x\"}", IDEMD_RESULT_REJECT,
-           "string but not a decimal integer");
-    T_BODY(&l, db, "{\"orderId\": \"-1\"}", IDEMD_RESULT_REJECT,
-           "string but not a decimal integer");
+           "not a positive integer (got '12x'");
+    T_BODY(&l, db, "{\"orderId\": \"-1\"}", IDEMD_RESULT_REJECT, "must be positive (got -1)");
     T_BODY(&l, db, "{\"orderId\": \"007\"}", IDEMD_RESULT_REJECT,
-           "string but not a decimal integer");
-    T_BODY(&l, db, "{\"orderId\": \"\"}", IDEMD_RESULT_REJECT, "string but not a decimal integer");
-    T_BODY(&l, db, "{\"orderId\": \"0\"}", IDEMD_RESULT_REJECT, "string but not a decimal integer");
+           "not a positive integer (got '007'");
+    T_BODY(&l, db, "{\"orderId\": \" 7\"}", IDEMD_RESULT_REJECT,
+           "not a positive integer (got ' 7'");
+    T_BODY(&l, db, "{\"orderId\": \"\"}", IDEMD_RESULT_REJECT, "not a positive integer (got ''");
+    T_BODY(&l, db, "{\"orderId\": \"0\"}", IDEMD_RESULT_REJECT, "must be positive (got 0)");
 
     /* A row lock held elsewhere: the UPDATE times out and the message must come back. */
     MYSQL *other = db_connect();
@@ -935,6 +950,31 @@ static void test_host_body_value(void)
            "body_value: invalid UTF-8 refuses the body");
 }
 
+/* The shipped plugins read bodies through body_value: a host older than 1.6 is refused at init,
+ * before they touch the database (so none is needed here). */
+static void test_shipped_need_1_6(void)
+{
+    static const char *paths[] = {ORDER_PAY, IDEMD_TEST_BUILD "/plugins/trade_sync.so"};
+    idemd_host_t old = *plugin_host();
+    char err[256];
+
+    old.abi_minor = 5;
+    old.body_value = NULL;
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        plugin_t *p = NULL;
+        void *state = (void *)1;
+        err[0] = '\0';
+        if (!ok_got(plugin_load(paths[i], &p, err, sizeof(err)) == 0, err, "%s loads", paths[i]))
+            continue;
+        ok_got(p->handler->abi_minor == IDEMD_HANDLER_ABI_MINOR &&
+                   p->handler->init(&old, NULL, NULL, &state, err, sizeof(err)) == -1 &&
+                   state == NULL && has(err, "host ABI 1.6 (body_value)") && has(err, "has 1.5"),
+               err, "%s: built for 1.%u, refuses a 1.5 host at init", p->handler->name,
+               IDEMD_HANDLER_ABI_MINOR);
+        plugin_free(p);
+    }
+}
+
 static void test_with_db(void)
 {
     MYSQL *db;
@@ -1000,6 +1040,7 @@ int main(void)
     test_host_settings();
     test_host_log();
     test_host_body_value();
+    test_shipped_need_1_6();
     test_with_db();
     mysql_library_end();
     return done();
