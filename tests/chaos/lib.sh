@@ -194,6 +194,16 @@ c_hdr()
     printf '%s\n' "$1" | cut -f3 | tr ';' '\n' | sed -n "s/^$2=//p" | head -n 1
 }
 
+# c_expect_reason FILE ID TEXT: the dead letter ID among FILE's lines (h_mq get's) has an
+# idemd-error header holding TEXT; logs the reason.
+c_expect_reason()
+{
+    local got
+    got=$(c_hdr "$(awk -F'\t' -v id="$2" '$1 == id' "$1" | head -n 1)" idemd-error)
+    [[ "$got" == *"$3"* ]] || h_fail "dead letter $2: reason '$got' lacks '$3'"
+    h_log "dead letter $2: $got"
+}
+
 # c_dead_letter DLQ ID BODY ERROR_PART: read DLQ (into dlq.txt) and fail unless it held exactly
 # one message, ID with BODY, whose idemd-error contains ERROR_PART. Sets C_DL_LINE to its
 # `mqtool get` line for further header checks.
