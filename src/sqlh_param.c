@@ -48,6 +48,18 @@ static int sqlh_path_split(sqlh_src_t *s, char *err, size_t errlen)
         snprintf(err, errlen, "json: needs a path (json:field or json:a.b[0])");
         return -1;
     }
+    /* JSONPath's root ($.price, $[0]) is the most common wrong spelling: every message would
+     * miss it (a member named "$" is refused with it). Say what to write instead. */
+    if (p[0] == '$' && (p[1] == '\0' || p[1] == '.' || p[1] == '[')) {
+        snprintf(err, errlen,
+                 "json:%s: a JSONPath; idemd's paths start at the body's top level without $: "
+                 "write json:%s",
+                 s->arg,
+                 p[1] == '.'   ? p + 2
+                 : p[1] == '[' ? p + 1
+                               : "field");
+        return -1;
+    }
     while (*p) {
         sqlh_seg_t g = {p, 0, -1, false};
         if (*p == '[') {

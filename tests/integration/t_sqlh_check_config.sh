@@ -1,4 +1,4 @@
-# t_sqlh_check_config: --check-config prepares the SQL handler's statements on the configured database: a misspelt column and a wrong placeholder count fail naming the file, the statement's line and index and the server's message, an unknown source fails at load; idemd does not start with a broken statement; a reload with a broken statement keeps the old one running.
+# t_sqlh_check_config: --check-config prepares the SQL handler's statements on the configured database: a misspelt column and a wrong placeholder count fail naming the file, the statement's line and index and the server's message, an unknown source and a JSONPath spelling (json:$.x) fail at load; --check-config --offline checks the rest without a database and says the statements were not prepared; idemd does not start with a broken statement; a reload with a broken statement keeps the old one running.
 db=t_sqlh_check
 q=t_sqlh_check.in
 h_new_db "$db"
@@ -56,6 +56,38 @@ h_assert_eq "$(check)" 1 "--check-config on an unknown source"
 out=$(cat check.out)
 want="idemd.conf:$line: queues.[0].sql.[1].params.[1]: unknown source \"jsn:account\""
 [[ "$out" == *"$want"* ]] || h_fail "unknown source: got '$out', expected '$want'"
+
+# A JSONPath spelling is refused at load, with idemd's spelling.
+conf "$good" '[ "msg:id", "json:$.account", "json:amount" ]' >idemd.conf
+h_assert_eq "$(check)" 1 "--check-config on json:\$.account"
+out=$(cat check.out)
+want="idemd.conf:$line: queues.[0].sql.[1].params.[1]: json:\$.account: a JSONPath; idemd's paths start at the body's top level without \$: write json:account"
+[[ "$out" == *"$want"* ]] || h_fail "JSONPath source: got '$out', expected '$want'"
+
+# --offline: a build host without a database checks all the rest and says the statements were
+# not prepared; what the load refuses (a source, a statement that would end the transaction)
+# is still refused. The database here is unreachable: a socket that does not exist.
+offline()
+{
+    local rc=0
+    sed "s|socket = \"[^\"]*\";|socket = \"$PWD/no-such.sock\";|" idemd.conf >offline.conf
+    chmod go= offline.conf
+    "$IDEMD" "${H_ALLOW_ROOT[@]}" --check-config --offline -c offline.conf >check.out 2>&1 || rc=$?
+    echo "$rc"
+}
+conf "INSERT INTO ledger2 (entry_id, account, amout) VALUES (?, ?, ?)" "$good_params" >idemd.conf
+h_assert_eq "$(offline)" 0 "--check-config --offline without a database ($(cat check.out))"
+out=$(cat check.out)
+want="offline.conf: configuration OK (1 queue); offline: the SQL handlers' statements were NOT prepared on a database"
+[[ "$out" == *"$want"* ]] || h_fail "--offline: got '$out', expected '$want'"
+conf "COMMIT" '[ ]' >idemd.conf
+h_assert_eq "$(offline)" 1 "--check-config --offline on COMMIT"
+out=$(cat check.out)
+want="queues.[0].sql.[1].statement: statement 2 (COMMIT) would end idemd's transaction"
+[[ "$out" == *"$want"* ]] || h_fail "--offline on COMMIT: got '$out', expected '$want'"
+rc=0
+"$IDEMD" "${H_ALLOW_ROOT[@]}" --offline -c offline.conf >check.out 2>&1 || rc=$?
+h_assert_eq "$rc" 2 "--offline without --check-config"
 
 # idemd does not start with a broken statement.
 conf "INSERT INTO ledger2 (entry_id, account, amout) VALUES (?, ?, ?)" "$good_params" >idemd.conf

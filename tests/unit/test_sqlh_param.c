@@ -68,6 +68,12 @@ int main(void)
     ok(sqlh_src_parse("json:a..b", &s, err, sizeof(err)) == -1, "json:a..b is refused");
     ok(sqlh_src_parse("json:a[x]", &s, err, sizeof(err)) == -1, "json:a[x] is refused");
     ok(sqlh_src_parse("json:", &s, err, sizeof(err)) == -1, "json: without a path is refused");
+    ok(sqlh_src_parse("json:$.price", &s, err, sizeof(err)) == -1 && strstr(err, "a JSONPath") &&
+           strstr(err, "write json:price"),
+       "json:$.price (JSONPath) is refused with the right spelling: %s", err);
+    ok(sqlh_src_parse("json:$[0].sku", &s, err, sizeof(err)) == -1 &&
+           strstr(err, "write json:[0].sku"),
+       "json:$[0].sku is refused with the right spelling: %s", err);
     ok(sqlh_src_parse("header:", &s, err, sizeof(err)) == -1, "header: without a name is refused");
 
     /* Exact values from JSON. */
