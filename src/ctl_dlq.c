@@ -361,10 +361,10 @@ static int ctl_dlq_open_list(ctl_t *ctl, ctl_pass_t *p)
     if (rc != 0)
         ctl_fprintf(stderr, "idemctl: WARNING: listing without the database: signatures show as "
                             "unchecked, applied as unknown\n");
-    else if (db_copies_keys(p->db, false, &ctl->keys) != 0 && ctl->verified_only) {
-        ctl_fprintf(stderr,
-                    "idemctl: --verified-only: cannot read the relay keys from table " DB_KEY_TABLE
-                    " (see above), so no dead letter's %s can be checked\n",
+    else if ((rc = db_copies_keys(p->db, false, &ctl->keys)) != 0 && ctl->verified_only) {
+        ctl_fprintf(stderr, "idemctl: --verified-only: %s, so no dead letter's %s can be checked\n",
+                    rc > 0 ? "no relay key has been made yet (no worker has connected)"
+                           : "cannot read the relay keys from table " DB_KEY_TABLE " (see above)",
                     COPIES_H_SIG);
         return CTL_EXIT_CONNECT;
     }
@@ -405,12 +405,15 @@ static int ctl_dlq_open_replay(ctl_t *ctl, ctl_pass_t *p)
         ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
                             "idemd_replay (apply sql/013_idemd_replay.sql)\n");
     }
-    if (db_copies_keys(p->db, false, &ctl->keys) != 0) {
+    int kr = db_copies_keys(p->db, false, &ctl->keys);
+    if (kr != 0) {
         if (!ctl->unverified) {
             ctl_fprintf(stderr,
-                        "idemctl: dlq replay: cannot read the relay keys from table " DB_KEY_TABLE
-                        " (see above), so no dead letter's %s can be checked; nothing was "
-                        "replayed. --unverified replays without checking\n",
+                        "idemctl: dlq replay: %s, so no dead letter's %s can be checked; nothing "
+                        "was replayed. --unverified replays without checking\n",
+                        kr > 0 ? "no relay key has been made yet (no worker has connected)"
+                               : "cannot read the relay keys from table " DB_KEY_TABLE
+                                 " (see above)",
                         COPIES_H_SIG);
             return CTL_EXIT_CONNECT;
         }

@@ -281,8 +281,10 @@ struct copies_keys; /* copies.h */
  * row 1 is made first when no instance has yet: each connection offers 32
  * bytes of its own from getrandom(2), INSERT IGNORE keeps the first. A key
  * under COPIES_KEY_LEN bytes is refused (logged with the remedy); of a
- * longer one the first COPIES_KEY_LEN bytes are used. 0, or -1 (logged;
- * the table may be missing; keys then holds none).
+ * longer one the first COPIES_KEY_LEN bytes are used. 0; 1 without create
+ * when no key was made yet (a fresh install: no worker connected, so no copy
+ * was signed; logged at debug only); or -1 (logged; the table may be
+ * missing). keys holds none unless 0.
  */
 int db_copies_keys(db_t *db, bool create, struct copies_keys *keys)
     __attribute__((warn_unused_result));

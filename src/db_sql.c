@@ -168,9 +168,15 @@ int db_copies_keys(db_t *db, bool create, copies_keys_t *keys)
             memcpy(keys->k[keys->n++], row[1], COPIES_KEY_LEN);
         }
     }
+    if (keys->n == 0 && !create) {
+        /* A fresh install: no worker has connected yet, so no copy was signed either. */
+        log_debug("database: table " DB_KEY_TABLE " holds no signing key yet (idemd makes it "
+                  "when a worker first connects)");
+        rc = 1;
+        goto fail;
+    }
     if (keys->n == 0) {
-        log_error("database: table " DB_KEY_TABLE " holds no signing key (row id 1)%s",
-                  create ? "" : ": idemd makes it when it first connects");
+        log_error("database: table " DB_KEY_TABLE " holds no signing key (row id 1)");
         goto fail;
     }
     rc = 0;

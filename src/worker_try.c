@@ -175,8 +175,11 @@ static int worker_try_open(worker_t *w, char *err, size_t errlen)
         return WORKER_TRY_CONNECT;
     }
     /* Only the trust of retry copies' attempt counts needs them: a letter still runs. */
-    if (db_copies_keys(w->db, false, &w->copies_keys) != 0)
+    int kr = db_copies_keys(w->db, false, &w->copies_keys);
+    if (kr < 0)
         log_warn("cannot read the relay keys: a retry copy's attempt count is not believed");
+    else if (kr > 0)
+        log_debug("no relay key yet (no worker has connected): no retry copy can be signed yet");
     (void)db_rollback(w->db);
     if (w->ord.keys && order_tables(w->db) != 0) {
         snprintf(err, errlen,

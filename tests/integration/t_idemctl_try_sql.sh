@@ -1,4 +1,4 @@
-# t_idemctl_try_sql: idemctl try on a SQL handler queue (handler = "sql"): each statement's affected rows and the declared onward message are shown, every table unchanged after (row counts and CHECKSUM TABLE of ledger, balance, msg_id_record, idemd_outbox), a recorded id reported as a duplicate, an expect mismatch rejected with its reason (exit 1), a missing required field named in the reason.
+# t_idemctl_try_sql: idemctl try on a SQL handler queue (handler = "sql"): each statement's affected rows and the declared onward message are shown, every table unchanged after (row counts and CHECKSUM TABLE of ledger, balance, msg_id_record, idemd_outbox), a recorded id reported as a duplicate, an expect mismatch rejected with its reason (exit 1), a missing required field named in the reason; on a fresh install (no relay key yet) try prints no error or warning line.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_idemctl_try_sql
 q=t_ictl_trysql.in
@@ -27,6 +27,15 @@ CONF
 } >idemd.conf
 chmod go= idemd.conf
 ctl() { "$IDEMCTL" -c idemd.conf "$@"; }
+
+# A fresh install (no worker has connected: no relay key yet): try works and says nothing at
+# error or warning level about a state idemd makes itself.
+rc=0
+res=$(ctl try "$q" --body-json '{"account": "a", "amount": 0.5}' --id f-1 2>&1) || rc=$?
+h_assert_eq "$rc" 0 "try on a fresh install"
+[[ "$res" != *"error:"* && "$res" != *"warning:"* && "$res" != *"idemd_key"* ]] ||
+    h_fail "try on a fresh install printed an error or warning line: $res"
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM msg_id_record")" 0 "records after the fresh try"
 
 # A real run first: e-1 posts 1.10 to account a (recorded, relayed).
 h_daemon_start idemd.conf idemd.log
