@@ -593,11 +593,40 @@ static int ctl_dlq_report(ctl_t *ctl, ctl_pass_t *p, int rc)
  * rest, so the pass always takes the whole queue. Dead letters that arrive
  * during a pass then end up ahead of the returned ones.
  */
+/*
+ * Whether queue is one of the configuration's work queues (not a dead letter queue): then say
+ * which dead letter queue was meant, and that a work queue's messages are not taken this way.
+ */
+static bool ctl_dlq_is_work_queue(const ctl_t *ctl, const char *queue)
+{
+    for (int i = 0; i < ctl->conf->n_queues; i++) {
+        const conf_queue_t *q = &ctl->conf->queues[i];
+        if (strcmp(q->name, queue) != 0)
+            continue;
+        if (q->dead_letter_queue)
+            ctl_fprintf(stderr,
+                        "idemctl: %s is a work queue in %s, not a dead letter queue: its dead "
+                        "letters are in %s (idemctl dlq list %s)\n",
+                        queue, ctl->conf->path, q->dead_letter_queue, q->dead_letter_queue);
+        else
+            ctl_fprintf(stderr,
+                        "idemctl: %s is a work queue in %s, not a dead letter queue, and it has "
+                        "none (dead_letter_queue = \"\")\n",
+                        queue, ctl->conf->path);
+        return true;
+    }
+    return false;
+}
+
 int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
 {
     ctl_pass_t p = {.queue = queue, .mode = mode, .records_ok = true};
     unsigned consumers = 0;
     int rc = CTL_EXIT_OK;
+
+    /* Its messages would be taken from its workers, and none is a dead letter. */
+    if (ctl_dlq_is_work_queue(ctl, queue))
+        return CTL_EXIT_USAGE;
 
     if (mq_open(&ctl->conf->broker, "idemctl", 0, NULL, 0, &p.rd) != 0) {
         ctl_fprintf(stderr, "idemctl: cannot connect to the broker (see above)\n");

@@ -1,4 +1,4 @@
-# t_idemctl_dlq: idemctl dlq list (filters, --limit, --json) leaves the dead letter queue as it was, same depth and order, classic and quorum; dlq purge needs --yes and takes only what --reason selects.
+# t_idemctl_dlq: idemctl dlq list (filters, --limit, --json) leaves the dead letter queue as it was, same depth and order, classic and quorum; dlq purge needs --yes and takes only what --reason selects; a work queue given instead of its dead letter queue is refused naming the right one.
 db=t_ictl_dlq
 q=t_ictl_dlq.q
 dlq=t_ictl_dlq.dlq
@@ -26,6 +26,15 @@ out=$(printf 'r1\treject\nr2\treject-until-fixed\nr3\treject\nr4\treject-until-f
     h_mq publish -r "$q")
 h_assert_eq "$out" "published 7 confirmed 7" "publish"
 h_wait_depth "$dlq" 7 60
+
+# The work queue given by mistake: nothing taken from it, and the dead letter queue named.
+rc=0
+out=$(ctl dlq list "$q" 2>&1) || rc=$?
+h_assert_eq "$rc" 2 "dlq list on the work queue"
+[[ "$out" == *"$q is a work queue in idemd.conf, not a dead letter queue: its dead letters are in $dlq (idemctl dlq list $dlq)"* ]] ||
+    h_fail "dlq list on the work queue: '$out' does not name $dlq"
+out=$(ctl dlq list "$qq" 2>&1) || true
+[[ "$out" == *"its dead letters are in $qq.dlq"* ]] || h_fail "dlq list $qq: '$out' does not name $qq.dlq"
 
 all=$(ctl dlq list "$dlq")
 echo "$all"
