@@ -429,6 +429,9 @@ const conf_def_t conf_defs[] = {
     CONF_ENUM("sql", "on_duplicate", conf_sql_stmt_t, on_duplicate, NR, "reject", conf_sql_dups,
               "a duplicate key error: `reject` (dead-letter with the server's message) or `ok` "
               "(the statement counts as 0 rows and the next one runs)"),
+    CONF_STRING("sql", "reason", conf_sql_stmt_t, reason, NR, NULL, 1, 200, "none",
+                "what a mismatch of `expect` means for the business (`\"out of stock\"`): it "
+                "leads the dead letter's or retry's reason, before the row counts"),
 
     CONF_STRING("sql_publish", "exchange", conf_sql_pub_t, exchange, NR, "", 0, 255, NULL,
                 "exchange of the onward message; `\"\"`: the default exchange"),

@@ -54,6 +54,7 @@ typedef struct conf_sql_stmt {
     char *expect;     /* affected-row rule "N", "A..B", ">=N"; NULL: any */
     int on_mismatch;  /* conf_sql_verdict_t when expect does not hold */
     int on_duplicate; /* CONF_SQL_REJECT or CONF_SQL_OK on a duplicate key */
+    char *reason;     /* the business reason of a mismatch ("out of stock"); NULL: none */
     int line;         /* of its group in the file */
 } conf_sql_stmt_t;
 

@@ -504,7 +504,8 @@ static idemd_result_t sqlh_exec(sqlh_state_t *st, MYSQL *db, int k, const idemd_
         return IDEMD_RESULT_OK;
     if (s->c->on_mismatch == CONF_SQL_OK)
         return IDEMD_RESULT_OK;
-    snprintf(err, errlen, "statement %d affected %llu row%s, expected %s", k + 1, rows,
+    snprintf(err, errlen, "%s%sstatement %d affected %llu row%s, expected %s",
+             s->c->reason ? s->c->reason : "", s->c->reason ? ": " : "", k + 1, rows,
              rows == 1 ? "" : "s", s->c->expect);
     return s->c->on_mismatch == CONF_SQL_RETRY ? IDEMD_RESULT_RETRY : IDEMD_RESULT_REJECT;
 }

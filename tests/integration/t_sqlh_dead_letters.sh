@@ -1,4 +1,4 @@
-# t_sqlh_dead_letters: the SQL handler dead-letters, with the reason in idemd-error, a message missing a required field (naming its path), a wrong type and a check-constraint failure (the server's message), a body that is not JSON, an expect mismatch and a duplicate key; on_duplicate = "ok" takes the duplicate as 0 rows; nothing of a failed message stays, the good ones commit.
+# t_sqlh_dead_letters: the SQL handler dead-letters, with the reason in idemd-error, a message missing a required field (naming its path), a wrong type and a check-constraint failure (the server's message), a body that is not JSON, an expect mismatch (led by the statement's business reason) and a duplicate key; on_duplicate = "ok" takes the duplicate as 0 rows; nothing of a failed message stays, the good ones commit.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_sqlh_dl
 q=t_sqlh_dl.in
@@ -17,7 +17,7 @@ queues = (
     sql = ( { statement = "INSERT INTO ledger (entry_id, account, amount) VALUES (?, ?, ?)";
               params = [ "json:entry", "json:account", "json:amount" ]; },
             { statement = "UPDATE balance SET amount = amount + ? WHERE account = ?";
-              params = [ "json:amount", "json:account" ]; expect = "1"; } ); },
+              params = [ "json:amount", "json:account" ]; expect = "1"; reason = "unknown account"; } ); },
   { name = "$qd"; handler = "sql"; workers = 1; max_attempts = 3; retry_delays_ms = [ 100 ];
     sql = ( { statement = "INSERT INTO ledger (entry_id, account, amount) VALUES (?, ?, ?)";
               params = [ "json:entry", "json:account", "json:amount" ]; on_duplicate = "ok"; },
@@ -62,7 +62,7 @@ if h_db_is_mysql; then ck=3819; else ck=4025; fi
 expect_reason check "statement 1: data error, not retried: mysql error $ck" "the check constraint"
 expect_reason check "positive" "the constraint's name"
 expect_reason notjson "body is not JSON" "not JSON"
-expect_reason nobalance "statement 2 affected 0 rows, expected 1" "the expect rule"
+expect_reason nobalance "unknown account: statement 2 affected 0 rows, expected 1" "the expect rule and its business reason"
 expect_reason dup "statement 1: duplicate key, not retried: mysql error 1062" "the duplicate"
 h_assert_eq "$(h_sql "SELECT GROUP_CONCAT(entry_id ORDER BY entry_id) FROM ledger")" "e1,e7" \
     "ledger rows: only the good messages' (nothing of a failed one stays)"
