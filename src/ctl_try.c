@@ -9,6 +9,7 @@
 #include "ctl.h"
 #include "delivery.h"
 #include "log.h"
+#include "sqlh.h"
 #include "worker_try.h"
 
 #define CTL_TRY_HEADERS 64          /* --header at most this often */
@@ -464,6 +465,7 @@ int ctl_try_main(int argc, char **argv)
         return rc;
     log_set_target(LOG_TARGET_STDERR);
     log_set_context("idemctl");
+    sqlh_show_values(verbose >= 1);
     log_set_level(verbose >= 2   ? LOG_LEVEL_DEBUG
                   : verbose == 1 ? LOG_LEVEL_INFO
                                  : LOG_LEVEL_WARNING);

@@ -231,6 +231,46 @@ static int sqlh_init(const idemd_host_t *host, const idemd_settings_t *settings,
     return 0;
 }
 
+/* idemctl try -v: log each bound value (sqlh_show_values). Off in the daemon. */
+static bool sqlh_values_shown;
+
+void sqlh_show_values(bool on)
+{
+    sqlh_values_shown = on;
+}
+
+/* With sqlh_show_values on, a debug line per bound value: its source, value and how it is
+ * bound. */
+static void sqlh_log_value(const sqlh_state_t *st, int k, int i, const char *src,
+                           const sqlh_val_t *v)
+{
+    if (!sqlh_values_shown)
+        return;
+    int n = v->len > 80 ? 80 : (int)v->len;
+    const char *more = v->len > 80 ? "..." : "";
+    switch (v->kind) {
+    case SQLH_VAL_NULL:
+        st->host->log(IDEMD_LOG_DEBUG, "statement %d: params.[%d] (%s) = NULL", k + 1, i, src);
+        break;
+    case SQLH_VAL_INT:
+        st->host->log(IDEMD_LOG_DEBUG, "statement %d: params.[%d] (%s) = %lld (integer)", k + 1, i,
+                      src, v->i);
+        break;
+    case SQLH_VAL_TEXT:
+        st->host->log(IDEMD_LOG_DEBUG, "statement %d: params.[%d] (%s) = '%.*s%s' (text)", k + 1, i,
+                      src, n, v->s, more);
+        break;
+    case SQLH_VAL_DECIMAL:
+        st->host->log(IDEMD_LOG_DEBUG, "statement %d: params.[%d] (%s) = %.*s%s (exact decimal)",
+                      k + 1, i, src, n, v->s, more);
+        break;
+    case SQLH_VAL_BLOB:
+        st->host->log(IDEMD_LOG_DEBUG, "statement %d: params.[%d] (%s) = %zu bytes (binary)", k + 1,
+                      i, src, v->len);
+        break;
+    }
+}
+
 /* Bind v into b (with ival and len as its storage). */
 static void sqlh_bind(MYSQL_BIND *b, const sqlh_val_t *v, long long *ival, unsigned long *len)
 {
@@ -482,6 +522,7 @@ static idemd_result_t sqlh_exec(sqlh_state_t *st, MYSQL *db, int k, const idemd_
             return IDEMD_RESULT_REJECT;
         }
         sqlh_bind(&s->bind[i], &v, &s->ival[i], &s->len[i]);
+        sqlh_log_value(st, k, i, s->c->params[i], &v);
     }
     bool was_in = (db->server_status & SERVER_STATUS_IN_TRANS) != 0;
     ran = (s->n == 0 || mysql_stmt_bind_param(s->st, s->bind) == 0) &&

@@ -33,4 +33,8 @@ const idemd_settings_t *sqlh_settings(const conf_queue_t *q);
 int sqlh_check(const conf_t *conf, int qi, char *err, size_t errlen)
     __attribute__((warn_unused_result));
 
+/* idemctl try -v: log every value the SQL handler binds, its source and how it is bound (a
+ * debug line each, which try prints). Off unless called; not for the daemon. */
+void sqlh_show_values(bool on);
+
 #endif

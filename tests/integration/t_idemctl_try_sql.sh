@@ -1,4 +1,4 @@
-# t_idemctl_try_sql: idemctl try on a SQL handler queue (handler = "sql"): each statement's affected rows and the declared onward message are shown, every table unchanged after (row counts and CHECKSUM TABLE of ledger, balance, msg_id_record, idemd_outbox), a recorded id reported as a duplicate, an expect mismatch rejected with its reason (exit 1), a missing required field named in the reason; on a fresh install (no relay key yet) try prints no error or warning line.
+# t_idemctl_try_sql: idemctl try on a SQL handler queue (handler = "sql"): each statement's affected rows and the declared onward message are shown, every table unchanged after (row counts and CHECKSUM TABLE of ledger, balance, msg_id_record, idemd_outbox), a recorded id reported as a duplicate, an expect mismatch rejected with its reason (exit 1), a missing required field named in the reason; on a fresh install (no relay key yet) try prints no error or warning line; -v shows each bound value with its source and type.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_idemctl_try_sql
 q=t_ictl_trysql.in
@@ -66,6 +66,16 @@ for want in "verdict: ok" "log debug: statement 1 affected 1 row(s)" "log debug:
 done
 h_assert_eq "$(grep -c "^would publish: exchange= routing_key=$out " <<<"$res")" 1 "onward message in"$'\n'"$res"
 h_assert_eq "$(grep -cxF "  header entry=e-2" <<<"$res")" 1 "onward header in"$'\n'"$res"
+
+# -v: each bound value, its source and how it is bound.
+res=$(ctl try -v "$q" --body-json '{"account": "b", "amount": 0.10}' --id e-2 2>&1) || h_fail "try -v: status $?"
+for want in "log debug: statement 1: params.[0] (msg:id) = 'e-2' (text)" \
+    "log debug: statement 1: params.[1] (json:account) = 'b' (text)" \
+    "log debug: statement 1: params.[2] (json:amount) = 0.10 (exact decimal)" \
+    "log debug: statement 2: params.[0] (json:amount) = 0.10 (exact decimal)"; do
+    h_assert_eq "$(grep -cxF "$want" <<<"$res")" 1 "line '$want' in"$'\n'"$res"
+done
+h_assert_eq "$(snap)" "$before" "tables after a -v try"
 
 # --json: the statements' lines and the onward message.
 res=$(ctl --json try "$q" --body-json '{"account": "a", "amount": 2}' --id e-3) || h_fail "try --json: status $?"
