@@ -72,6 +72,18 @@ void ctl_put(FILE *f, const char *s, size_t len);
 void ctl_puts(FILE *f, const char *s);
 /* Print the --json document (ctl->out, escaped by json-c) and free it. */
 void ctl_json_flush(ctl_t *ctl);
+/*
+ * A --json string of n bytes of b (anything a letter holds): invalid UTF-8 becomes U+FFFD,
+ * and C0, DEL, C1, bidi controls and U+2028/U+2029 go out as \uXXXX, so the document is
+ * RFC 8259 in valid UTF-8 and a terminal shows it as text. Owned by the caller (json-c).
+ * Every string idemctl puts in a document comes from here (tests/lint-output).
+ */
+json_object *ctl_json_bytes(const void *b, size_t n);
+/* ctl_json_bytes of a C string (NULL: ""). */
+json_object *ctl_json_text(const char *s);
+/* An object key from data (a header's name): what ctl_json_bytes would escape written as
+ * the text \uXXXX (a bad byte as \xXX), into buf (len bytes, cut to fit); returns buf. */
+const char *ctl_json_key(const char *k, char *buf, size_t len);
 
 /* Helpers in ctl_common.c. */
 

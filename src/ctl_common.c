@@ -28,7 +28,7 @@ char *ctl_hex(const char *s, size_t len)
 /* Add a string member to a JSON object (bytes, may hold anything json-c can escape). */
 void ctl_json_str(json_object *o, const char *key, const char *s, size_t len)
 {
-    json_object_object_add(o, key, json_object_new_string_len(s, (int)len));
+    json_object_object_add(o, key, ctl_json_bytes(s, len));
 }
 
 /* The distinct consumers of the configuration, or just --consumer. n is set; the array

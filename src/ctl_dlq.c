@@ -52,10 +52,10 @@ static int ctl_dry(const ctl_t *ctl, const ctl_letter_t *l, const char *action,
         json_object *o = json_object_new_object();
         ctl_letter_json_id(o, l);
         ctl_letter_json_checks(o, l);
-        json_object_object_add(o, "action", json_object_new_string(action));
-        json_object_object_add(o, "exchange", exchange ? json_object_new_string(exchange) : NULL);
-        json_object_object_add(o, "routing_key", rk ? json_object_new_string(rk) : NULL);
-        json_object_object_add(o, "why", why ? json_object_new_string(why) : NULL);
+        json_object_object_add(o, "action", ctl_json_text(action));
+        json_object_object_add(o, "exchange", exchange ? ctl_json_text(exchange) : NULL);
+        json_object_object_add(o, "routing_key", rk ? ctl_json_text(rk) : NULL);
+        json_object_object_add(o, "why", why ? ctl_json_text(why) : NULL);
         json_object_array_add(arr, o);
     } else {
         ctl_letter_put_id(l);
@@ -547,7 +547,7 @@ static int ctl_dlq_report(ctl_t *ctl, ctl_pass_t *p, int rc)
         rc = CTL_EXIT_PARTIAL; /* done what could be; the refused ones stay */
     if (ctl->json) {
         ctl->out = json_object_new_object();
-        json_object_object_add(ctl->out, "queue", json_object_new_string(p->queue));
+        json_object_object_add(ctl->out, "queue", ctl_json_text(p->queue));
         json_object_object_add(ctl->out, "scanned", json_object_new_int64(p->scanned));
         json_object_object_add(ctl->out, "matched", json_object_new_int64(p->matched));
         json_object_object_add(ctl->out, "undecodable", json_object_new_int64(p->undecodable));

@@ -179,11 +179,11 @@ static int ctl_key_status(ctl_t *ctl, const ctl_key_row_t *rows)
         if (arr) {
             json_object *o = json_object_new_object();
             json_object_object_add(o, "id", json_object_new_int(id));
-            json_object_object_add(o, "role", json_object_new_string(roles[id]));
+            json_object_object_add(o, "role", ctl_json_text(roles[id]));
             json_object_object_add(o, "bytes", json_object_new_int64((int64_t)rows[id].len));
-            json_object_object_add(o, "since", json_object_new_string(rows[id].since));
+            json_object_object_add(o, "since", ctl_json_text(rows[id].since));
             json_object_object_add(o, "age_s", json_object_new_int64(rows[id].age_s));
-            json_object_object_add(o, "fingerprint", json_object_new_string(fp));
+            json_object_object_add(o, "fingerprint", ctl_json_text(fp));
             json_object_object_add(o, "usable", json_object_new_boolean(*bad == 'o'));
             json_object_array_add(arr, o);
         } else {

@@ -299,8 +299,8 @@ void ctl_letter_json_id(json_object *o, const ctl_letter_t *l)
 /* A letter's signature, consumer and applied into a --json object. */
 void ctl_letter_json_checks(json_object *o, const ctl_letter_t *l)
 {
-    json_object_object_add(o, "signature", json_object_new_string(ctl_sig_names[l->sig]));
-    json_object_object_add(o, "consumer", l->consumer ? json_object_new_string(l->consumer) : NULL);
+    json_object_object_add(o, "signature", ctl_json_text(ctl_sig_names[l->sig]));
+    json_object_object_add(o, "consumer", l->consumer ? ctl_json_text(l->consumer) : NULL);
     json_object_object_add(o, "applied",
                            l->applied < 0 ? NULL : json_object_new_boolean(l->applied));
 }
@@ -322,13 +322,13 @@ void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr)
         ctl_letter_json_id(o, l);
         ctl_json_str(o, "reason", l->reason, strlen(l->reason));
         json_object_object_add(o, "attempts", json_object_new_int64(l->attempts));
-        json_object_object_add(o, "first_failure", json_object_new_string(l->first));
-        json_object_object_add(o, "last_failure", json_object_new_string(l->last));
+        json_object_object_add(o, "first_failure", ctl_json_text(l->first));
+        json_object_object_add(o, "last_failure", ctl_json_text(l->last));
         json_object_object_add(o, "original_exchange",
-                               l->has_exchange ? json_object_new_string(l->exchange) : NULL);
+                               l->has_exchange ? ctl_json_text(l->exchange) : NULL);
         json_object_object_add(o, "original_routing_key",
-                               l->has_routing_key ? json_object_new_string(l->routing_key) : NULL);
-        json_object_object_add(o, "queue", json_object_new_string(l->queue));
+                               l->has_routing_key ? ctl_json_text(l->routing_key) : NULL);
+        json_object_object_add(o, "queue", ctl_json_text(l->queue));
         ctl_letter_json_checks(o, l);
         json_object_array_add(arr, o);
         return;

@@ -66,7 +66,7 @@ static int ctl_order_list(ctl_t *ctl, const char *queue)
             ctl_json_str(o, "consumer", row[0], len[0]);
             ctl_json_str(o, "key", row[1], len[1]);
             ctl_json_str(o, "head", row[2], len[2]);
-            json_object_object_add(o, "state", json_object_new_string(state));
+            json_object_object_add(o, "state", ctl_json_text(state));
             json_object_object_add(o, "waiters", json_object_new_int64(atoll(row[4])));
             json_object_object_add(o, "age_seconds", json_object_new_double(age_s));
             json_object_array_add(ctl->out, o);

@@ -2,6 +2,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <json-c/json.h>
+#include <json-c/printbuf.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -239,11 +240,146 @@ void ctl_printf(const char *fmt, ...)
     va_end(ap);
 }
 
+/* ---------- --json: strings that parse as RFC 8259 in valid UTF-8 and carry no raw control
+ * ---------- */
+
+/* The length of the valid UTF-8 sequence at s[0..n) (1..4), or 0 when it is not one (overlong,
+ * a surrogate, past U+10FFFF, cut short). *cp gets its code point. */
+static size_t ctl_utf8_len(const unsigned char *s, size_t n, unsigned *cp)
+{
+    unsigned c = s[0];
+    size_t k;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    }
+    if (c >= 0xC2 && c <= 0xDF)
+        k = 2, c &= 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+        k = 3, c &= 0x0F;
+    else if (c >= 0xF0 && c <= 0xF4)
+        k = 4, c &= 0x07;
+    else
+        return 0;
+    if (n < k)
+        return 0;
+    for (size_t i = 1; i < k; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        c = (c << 6) | (s[i] & 0x3F);
+    }
+    if ((k == 3 && (c < 0x800 || (c >= 0xD800 && c <= 0xDFFF))) ||
+        (k == 4 && (c < 0x10000 || c > 0x10FFFF)))
+        return 0;
+    *cp = c;
+    return k;
+}
+
+/* Whether code point cp goes out as \uXXXX: C0, DEL, C1, the bidi controls (U+202A-U+202E,
+ * U+2066-U+2069), the line and paragraph separators (U+2028, U+2029). */
+static bool ctl_json_escaped(unsigned cp)
+{
+    return cp < 0x20 || (cp >= 0x7F && cp <= 0x9F) || (cp >= 0x202A && cp <= 0x202E) ||
+           (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 || cp == 0x2029;
+}
+
+/* json-c's serializer of a ctl_json_bytes string (valid UTF-8 already): the escapes above. */
+static int ctl_json_ser(json_object *o, struct printbuf *pb, int level, int flags)
+{
+    const unsigned char *s = (const unsigned char *)json_object_get_string(o);
+    size_t n = (size_t)json_object_get_string_len(o), i = 0, run = 0;
+    char esc[8];
+    (void)level;
+    (void)flags;
+    printbuf_memappend(pb, "\"", 1);
+    while (i < n) {
+        unsigned cp = 0;
+        size_t k = ctl_utf8_len(s + i, n - i, &cp);
+        if (k == 0)
+            k = 1, cp = 0xFFFD; /* ctl_json_bytes left none: a guard */
+        if (!ctl_json_escaped(cp) && cp != '"' && cp != '\\' && cp != 0xFFFD) {
+            i += k;
+            run += k;
+            continue;
+        }
+        if (run)
+            printbuf_memappend(pb, (const char *)s + i - run, (int)run);
+        run = 0;
+        if (cp == '"' || cp == '\\')
+            snprintf(esc, sizeof(esc), "\\%c", (char)cp);
+        else
+            snprintf(esc, sizeof(esc), "\\u%04x", cp);
+        printbuf_memappend(pb, esc, (int)strlen(esc));
+        i += k;
+    }
+    if (run)
+        printbuf_memappend(pb, (const char *)s + n - run, (int)run);
+    printbuf_memappend(pb, "\"", 1);
+    return 0;
+}
+
+json_object *ctl_json_bytes(const void *b, size_t n)
+{
+    const unsigned char *s = b ? b : (const unsigned char *)"";
+    char stack[CTL_OUT_STACK], *buf = stack;
+    size_t need = n * 3 + 1, o = 0;
+    json_object *j = NULL;
+
+    if (need > sizeof(stack) && (buf = malloc(need)) == NULL)
+        return json_object_new_string("(out of memory)");
+    /* Invalid UTF-8 becomes U+FFFD, one per byte: the document is valid UTF-8. */
+    for (size_t i = 0; i < n;) {
+        unsigned cp;
+        size_t k = ctl_utf8_len(s + i, n - i, &cp);
+        if (k == 0) {
+            memcpy(buf + o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+            continue;
+        }
+        memcpy(buf + o, s + i, k);
+        o += k;
+        i += k;
+    }
+    j = json_object_new_string_len(buf, (int)o);
+    if (j)
+        json_object_set_serializer(j, ctl_json_ser, NULL, NULL);
+    if (buf != stack)
+        free(buf);
+    return j;
+}
+
+json_object *ctl_json_text(const char *s)
+{
+    return ctl_json_bytes(s, s ? strlen(s) : 0);
+}
+
+const char *ctl_json_key(const char *k, char *buf, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)(k ? k : "");
+    size_t n = strlen((const char *)s), o = 0;
+    for (size_t i = 0; i < n && o + 8 < len;) {
+        unsigned cp;
+        size_t c = ctl_utf8_len(s + i, n - i, &cp);
+        if (c == 0 || ctl_json_escaped(cp)) {
+            o += (size_t)snprintf(buf + o, len - o, c ? "\\u%04x" : "\\x%02x", c ? cp : s[i]);
+            i += c ? c : 1;
+            continue;
+        }
+        memcpy(buf + o, s + i, c);
+        o += c;
+        i += c;
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
 void ctl_json_flush(ctl_t *ctl)
 {
     if (ctl->out == NULL)
         return;
-    /* json-c escapes what a string holds (control bytes as \u00XX): the document goes as is. */
+    /* Every string went in through ctl_json_bytes (tests/lint-output): valid UTF-8, controls
+     * escaped. The document goes as is. */
     fputs(json_object_to_json_string_ext(ctl->out, JSON_C_TO_STRING_PLAIN), stdout);
     fputc('\n', stdout);
     json_object_put(ctl->out);

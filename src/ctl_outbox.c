@@ -123,7 +123,7 @@ int ctl_outbox_list(ctl_t *ctl, const char *queue)
             ctl_json_str(o, "exchange", row[3], len[3]);
             ctl_json_str(o, "routing_key", row[4], len[4]);
             json_object_object_add(o, "attempts", json_object_new_int64(attempts));
-            json_object_object_add(o, "state", json_object_new_string(state));
+            json_object_object_add(o, "state", ctl_json_text(state));
             json_object_object_add(o, "next_try_in_seconds", json_object_new_double(next_s));
             json_object_object_add(o, "age_seconds", json_object_new_double(age_s));
             ctl_json_str(o, "last_error", row[8], len[8]);

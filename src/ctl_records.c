@@ -79,9 +79,9 @@ int ctl_lookup(ctl_t *ctl, char **ids, int n_ids)
             if (ctl->json) {
                 json_object *o = json_object_new_object();
                 ctl_json_str(o, "id", ids[i], id_len);
-                json_object_object_add(o, "consumer", json_object_new_string(cons[c]));
+                json_object_object_add(o, "consumer", ctl_json_text(cons[c]));
                 json_object_object_add(o, "processed", json_object_new_boolean(got == 1));
-                json_object_object_add(o, "time", got == 1 ? json_object_new_string(when) : NULL);
+                json_object_object_add(o, "time", got == 1 ? ctl_json_text(when) : NULL);
                 json_object_object_add(o, "attempts", json_object_new_int64(attempts));
                 json_object_array_add(arr, o);
             } else {

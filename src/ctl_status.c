@@ -255,19 +255,17 @@ static void ctl_status_json(ctl_t *ctl, const ctl_qstat_t *s, const char *dstate
     const conf_queue_t *q = s->q;
     json_object *o = json_object_new_object();
 
-    json_object_object_add(o, "queue", json_object_new_string(q->name));
-    json_object_object_add(o, "consumer", json_object_new_string(q->consumer));
+    json_object_object_add(o, "queue", ctl_json_text(q->name));
+    json_object_object_add(o, "consumer", ctl_json_text(q->consumer));
     json_object_object_add(o, "present", json_object_new_boolean(s->present));
     json_object_object_add(o, "workers_configured",
-                           s->autos ? json_object_new_string("auto")
-                                    : json_object_new_int(q->workers));
+                           s->autos ? ctl_json_text("auto") : json_object_new_int(q->workers));
     json_object_object_add(o, "workers", s->nw >= 0 ? json_object_new_int64(s->nw) : NULL);
     json_object_object_add(o, "workers_max", s->nmax >= 0 ? json_object_new_int64(s->nmax) : NULL);
     json_object_object_add(o, "consumers", json_object_new_int64(s->consumers));
     json_object_object_add(o, "ready", json_object_new_int64(s->ready));
     json_object_object_add(o, "dead_letter_queue",
-                           q->dead_letter_queue ? json_object_new_string(q->dead_letter_queue)
-                                                : NULL);
+                           q->dead_letter_queue ? ctl_json_text(q->dead_letter_queue) : NULL);
     json_object_object_add(o, "dead_letters", json_object_new_int64(s->dl));
     json_object_object_add(o, "delayed", json_object_new_int64(s->delayed));
     json_object_object_add(o, "records_last_60s", json_object_new_int64(s->recent));
@@ -282,7 +280,7 @@ static void ctl_status_json(ctl_t *ctl, const ctl_qstat_t *s, const char *dstate
     } else {
         json_object_object_add(o, "outbox", NULL);
     }
-    json_object_object_add(o, "daemon", json_object_new_string(dstate));
+    json_object_object_add(o, "daemon", ctl_json_text(dstate));
     json_object_object_add(o, "workers_up", s->up >= 0 ? json_object_new_int64(s->up) : NULL);
     json_object_object_add(o, "restarts", s->dr ? json_object_get(s->dr) : NULL);
     json_object_object_add(o, "last_error", s->derror ? json_object_get(s->derror) : NULL);

@@ -274,8 +274,8 @@ static void ctl_try_json(ctl_t *ctl, const ctl_try_t *c, const worker_try_out_t 
     json_object *r = json_object_new_object(), *lines = json_object_new_array();
     json_object *pubs = json_object_new_array();
 
-    json_object_object_add(r, "queue", json_object_new_string(c->queue));
-    json_object_object_add(r, "handler", json_object_new_string(o->handler));
+    json_object_object_add(r, "queue", ctl_json_text(c->queue));
+    json_object_object_add(r, "handler", ctl_json_text(o->handler));
     if (o->no_id)
         json_object_object_add(r, "id", NULL);
     else
@@ -283,39 +283,40 @@ static void ctl_try_json(ctl_t *ctl, const ctl_try_t *c, const worker_try_out_t 
     json_object_object_add(r, "recorded",
                            o->recorded < 0 ? NULL : json_object_new_boolean(o->recorded));
     json_object_object_add(r, "recorded_at",
-                           o->recorded_at[0] ? json_object_new_string(o->recorded_at) : NULL);
+                           o->recorded_at[0] ? ctl_json_text(o->recorded_at) : NULL);
     json_object_object_add(r, "ran", json_object_new_boolean(o->ran));
     json_object_object_add(r, "forced", json_object_new_boolean(o->recorded_skip));
-    json_object_object_add(r, "verdict", json_object_new_string(ctl_try_verdict(o)));
-    json_object_object_add(r, "reason", o->reason[0] ? json_object_new_string(o->reason) : NULL);
+    json_object_object_add(r, "verdict", ctl_json_text(ctl_try_verdict(o)));
+    json_object_object_add(r, "reason", o->reason[0] ? ctl_json_text(o->reason) : NULL);
     json_object_object_add(r, "attempt", json_object_new_int64(o->attempt));
     json_object_object_add(r, "rolled_back", json_object_new_boolean(true));
     json_object_object_add(r, "tried_to_end_transaction", json_object_new_boolean(o->tried_end));
     for (int i = 0; i < o->n_lines; i++) {
         json_object *l = json_object_new_object();
-        json_object_object_add(l, "level",
-                               json_object_new_string(ctl_try_level(o->lines[i].level)));
-        json_object_object_add(l, "text", json_object_new_string(o->lines[i].text));
+        json_object_object_add(l, "level", ctl_json_text(ctl_try_level(o->lines[i].level)));
+        json_object_object_add(l, "text", ctl_json_text(o->lines[i].text));
         json_object_array_add(lines, l);
     }
     json_object_object_add(r, "log", lines);
     for (int i = 0; i < o->n_pubs; i++) {
         const worker_try_pub_t *p = &o->pubs[i];
         json_object *j = json_object_new_object(), *h = json_object_new_object();
-        json_object_object_add(j, "exchange", json_object_new_string(p->exchange));
-        json_object_object_add(j, "routing_key", json_object_new_string(p->routing_key));
-        json_object_object_add(j, "msg_id", json_object_new_string(p->msg_id));
-        json_object_object_add(j, "content_type", json_object_new_string(p->content_type));
-        for (int k = 0; k < p->n_headers; k++)
-            json_object_object_add(h, p->headers[k].key,
-                                   json_object_new_string(p->headers[k].value));
+        json_object_object_add(j, "exchange", ctl_json_text(p->exchange));
+        json_object_object_add(j, "routing_key", ctl_json_text(p->routing_key));
+        json_object_object_add(j, "msg_id", ctl_json_text(p->msg_id));
+        json_object_object_add(j, "content_type", ctl_json_text(p->content_type));
+        for (int k = 0; k < p->n_headers; k++) {
+            char key[4 * 256 + 8];
+            json_object_object_add(h, ctl_json_key(p->headers[k].key, key, sizeof(key)),
+                                   ctl_json_text(p->headers[k].value));
+        }
         json_object_object_add(j, "headers", h);
         json_object_object_add(j, "body_bytes", json_object_new_int64(p->body_len));
         json_object_array_add(pubs, j);
     }
     json_object_object_add(r, "publish", pubs);
     if (o->peek_err[0])
-        json_object_object_add(r, "publish_error", json_object_new_string(o->peek_err));
+        json_object_object_add(r, "publish_error", ctl_json_text(o->peek_err));
     ctl->out = r;
 }
 

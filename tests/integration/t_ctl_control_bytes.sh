@@ -1,4 +1,4 @@
-# t_ctl_control_bytes: control bytes, escape sequences, DEL, C1 controls and invalid UTF-8 in every idemd-* header idemctl reads, the message id, the reason, the queue name, outbox and order rows and the command line never reach the operator's terminal: every idemctl command in text mode prints them escaped, on stdout and stderr, and a forged "replayed 1 of 1" cannot pass for the real summary.
+# t_ctl_control_bytes: control bytes, escape sequences, DEL, C1 controls and invalid UTF-8 in every idemd-* header idemctl reads, the message id, the reason, the queue name, outbox and order rows and the command line never reach the operator's terminal: every idemctl command in text mode prints them escaped, on stdout and stderr; every --json output is one RFC 8259 document in valid UTF-8 with C0, DEL, C1 and bidi controls as \u escapes and invalid UTF-8 as U+FFFD; and a forged "replayed 1 of 1" cannot pass for the real summary.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_ctl_cb
 q=t_ctl_cb.q
@@ -103,6 +103,16 @@ h_assert_eq "$(grep -cE "^replayed 1 of [0-9]+ dead letters in $dlq \(1 matched\
     "replay --id --unverified of a letter naming a queue that does not exist: to the work queue"
 run replay_bad dlq replay "$dlq" --reason why --unverified --allow-empty-body --to "$(printf 'nosuch\033[2J\r')"
 
+# --json of every command that has it: the same letters and rows.
+run j_list --json dlq list "$dlq"
+run j_lookup --json lookup "idemd-own$x" "plain"
+run j_outbox --json outbox list
+run j_order --json order list
+run j_status --json status
+run j_key --json key status
+printf 'b\033]0;pwned\007\x7f\xc2\x9b\xe2\x80\xae\xff\xfe' >try-body
+run j_try --json try "$q" --body try-body --id "$(printf 't\033[2J\xff')"
+
 # No byte below 0x20 but newline and tab, no DEL, no C1 control, valid UTF-8 everywhere.
 bad=0
 for f in *.out *.err; do
@@ -118,6 +128,26 @@ for f in *.out *.err; do
 done
 ((n >= 20)) || h_fail "only $n commands ran"
 ((bad == 0)) || h_fail "$bad outputs carry terminal control bytes"
+
+# Each --json output is one RFC 8259 document in valid UTF-8, with no raw bidi control either
+# (the loop above saw no C0, DEL or C1 in it); the hostile text is all there, escaped.
+for f in j_*.out; do
+    python3 - "$f" <<'PY' || h_fail "$f is not a JSON document in valid UTF-8 without raw controls: $(head -c 600 "$f")"
+import json, sys
+raw = open(sys.argv[1], "rb").read()
+text = raw.decode("utf-8")  # strict: invalid UTF-8 fails
+bad = [c for c in text if c in "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2028\u2029"]
+assert not bad, "raw bidi or separator characters: %r" % bad
+json.loads(text)
+PY
+done
+python3 - j_list.out <<'PY' || h_fail "dlq list --json lost or mangled the hostile reason: $(head -c 600 j_list.out)"
+import json, sys
+d = json.load(open(sys.argv[1], encoding="utf-8"))
+r = [l["reason"] for l in d["letters"] if l["reason"].startswith("why")]
+assert r and "\x1b]0;pwned\x07" in r[0] and "\x7f\x9b31m\u202e\ufffd\ufffd" in r[0], r
+PY
+grep -qF '\u001b]0;pwned\u0007\u001b[2J\u000d\u0007\u007f\u009b31m\u202e\ufffd\ufffd' j_list.out || h_fail "dlq list --json: controls not escaped as \\u00XX: $(head -c 400 j_list.out)"
 
 # What was shown is the escaped text, and the letters are all there.
 h_assert_eq "$(grep -c . list.out)" 5 "dlq list: one line per letter"
