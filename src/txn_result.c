@@ -129,8 +129,15 @@ txn_pass_t txn_result(txn_t *t, txn_msg_t *m, idemd_result_t r, unsigned err)
     db_status_t st = db_classify(err);
     if (st == DB_ERR_CONNECTION)
         return TXN_PASS_FATAL;
-    if (st == DB_ERR_ENDED)
-        return txn_ended(t, m, "the server-status flags show no open transaction after it");
+    if (st == DB_ERR_ENDED) {
+        if (txn_was_committed(t))
+            return txn_ended(t, m, "the server-status flags show no open transaction after it");
+        /* A ROLLBACK of the handler's: nothing was committed. It failed; the rest is redone. */
+        txn_why(m, "the handler ended idemd's transaction with a rollback (nothing was "
+                   "committed): it must not end the transaction");
+        txn_verdict(m, IDEMD_RESULT_RETRY);
+        return TXN_PASS_AGAIN;
+    }
     if (st == DB_ERR_REFUSED) {
         /* Nothing was committed: the message failed, its own reason kept when it gave one. */
         const char *text = t->ops->error_text ? t->ops->error_text(t->ctx) : NULL;
@@ -190,10 +197,10 @@ txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
     db_status_t st = db_classify(err);
     if (st == DB_ERR_CONNECTION)
         return TXN_PASS_FATAL;
-    if (st == DB_ERR_ENDED)
+    if (st == DB_ERR_ENDED && txn_was_committed(t))
         return txn_ended(t, NULL, "the server-status flags show no open transaction after it");
-    /* Refused: which message's call tried shows one by one. */
-    if (st == DB_ERR_REFUSED)
+    /* Refused, or ended by a rollback: which message's call did it shows one by one. */
+    if (st == DB_ERR_REFUSED || st == DB_ERR_ENDED)
         return TXN_PASS_FALLBACK;
     if (st == DB_ERR_DEADLOCK) {
         snprintf(t->lost_why, sizeof(t->lost_why), "error %u under the batch handler", err);

@@ -138,7 +138,11 @@ static void worker_timer_off(worker_t *w)
  * when the server-status flags show idemd's transaction ended under it. */
 static unsigned worker_boundary(const worker_t *w, unsigned err)
 {
-    if (db_classify(err) == DB_ERR_CONNECTION)
+    /* Their own handling is right; and an error reply carries no status flags: after one the
+     * flags are the last OK's. */
+    db_status_t st = db_classify(err);
+    if (st == DB_ERR_CONNECTION || st == DB_ERR_DEADLOCK || st == DB_ERR_TX_LOST ||
+        st == DB_ERR_LOCK_TIMEOUT)
         return err;
     return db_boundary(w->db, err) == DB_BOUNDARY_ENDED ? DB_ER_TXN_ENDED : err;
 }

@@ -1,4 +1,4 @@
-# t_txn_boundary: the transaction is idemd's (issue 38). A C handler that COMMITs, runs DDL or turns autocommit on inside idemd's transaction is refused by the server (XA, 1399): the message is retried, then dead-lettered with a reason saying so, and nothing of it is committed (no effect, no record, no table made); the worker is never restarted and the well-behaved messages around it commit once. idemctl try with such a handler commits nothing and says so (text, --json, exit 5). A reconcile hook that COMMITs is rolled back. Where the server cannot refuse (Galera; here transaction = "checked" on a single server), a handler that ended the transaction holds the queue instead of acking: its message stays in the queue, no worker of the queue starts again until a reload.
+# t_txn_boundary: the transaction is idemd's (issue 38). A C handler that COMMITs, runs DDL or turns autocommit on inside idemd's transaction is refused by the server (XA, 1399): the message is retried, then dead-lettered with a reason saying so, and nothing of it is committed (no effect, no record, no table made); the worker is never restarted and the well-behaved messages around it commit once. idemctl try with such a handler commits nothing and says so (text, --json, exit 5). A reconcile hook that COMMITs is rolled back. Where the server cannot refuse (Galera; here transaction = "checked" on a single server), a handler's ROLLBACK fails its message (retried, dead-lettered, nothing committed); a handler that committed holds the queue instead of acking: its message stays in the queue, no worker of the queue starts again until a reload.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_txn_boundary
 q=t_txn_boundary.q
@@ -17,16 +17,16 @@ chmod go= idemd.conf
 
 # Each misbehaving message between well-behaved ones, all waiting before the worker starts so
 # that batches hold several (the set-based pass, then message by message).
-bad=(commit-then-retry commit-then-ok commit ddl autocommit)
+bad=(commit-then-retry commit-then-ok commit ddl autocommit rollback-then-ok)
 {
     h_gen a 1 5
     for i in "${!bad[@]}"; do printf 'b%d\t%s\n' "$i" "${bad[$i]}"; done
     h_gen a 6 10
 } >msgs.txt
 h_mq declare "$q" --dlq "$dlq"
-h_assert_eq "$(h_mq publish -r "$q" <msgs.txt)" "published 15 confirmed 15" "publish"
+h_assert_eq "$(h_mq publish -r "$q" <msgs.txt)" "published 16 confirmed 16" "publish"
 h_daemon_start idemd.conf idemd.log
-h_wait_depth "$dlq" 5 60 || h_fail "the 5 misbehaving messages did not reach $dlq (depth $(h_depth "$dlq"))"
+h_wait_depth "$dlq" 6 60 || h_fail "the 6 misbehaving messages did not reach $dlq (depth $(h_depth "$dlq"))"
 h_wait_sql "SELECT COUNT(*) FROM msg_id_record" 10 30 || h_fail "a1..a10 not all recorded"
 h_daemon_alive || h_fail "idemd died"
 h_assert_eq "$(h_count_log idemd.log "worker $q#[0-9]+ \(pid [0-9]+\) (exited|killed)")" 0 "worker exits"
@@ -41,13 +41,13 @@ h_assert_eq "$(h_depth "$q")" 0 "depth of $q"
 
 # Each dead letter says why; each was retried first (attempt 2 of max_attempts = 2).
 h_mq get "$dlq" >dlq.txt
-h_assert_eq "$(cut -f1 dlq.txt | sort | tr '\n' ' ')" "b0 b1 b2 b3 b4 " "dead letter ids"
+h_assert_eq "$(cut -f1 dlq.txt | sort | tr '\n' ' ')" "b0 b1 b2 b3 b4 b5 " "dead letter ids"
 while IFS= read -r line; do
     err=$(c_hdr "$line" idemd-error)
     [[ "$err" == *"the handler tried to end idemd's transaction"*"the server refused it and nothing of this message was kept (error 1399"* ]] ||
         h_fail "$(cut -f1 <<<"$line"): idemd-error '$err' does not say the end was refused"
 done <dlq.txt
-h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=b[0-9] .*attempt=1/2 .*then=\"retry scheduled\"")" 5 "retries of b0..b4"
+h_assert_eq "$(h_count_log idemd.log "outcome=retry queue=$q id=b[0-9] .*attempt=1/2 .*then=\"retry scheduled\"")" 6 "retries of b0..b5"
 
 # A reconcile hook that COMMITs: refused, the run rolled back (no reconcile_runs row), counted.
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
@@ -90,6 +90,15 @@ h_daemon_start idemd.conf idemd-check.log
 h_assert_eq "$(h_count_log idemd-check.log "idemd's transaction is checked after each handler call \(transaction = \"checked\"\)")" 1 "checked mode"
 h_assert_eq "$(h_gen c 1 3 | h_mq publish -r "$q")" "published 3 confirmed 3" "publish c1..c3"
 h_wait_sql "SELECT COUNT(*) FROM msg_id_record WHERE msg_id LIKE 'c%'" 3 30 || h_fail "c1..c3 not recorded"
+# A ROLLBACK of the handler's commits nothing: that message is retried, then dead-lettered,
+# and the queue is not held.
+h_mq get "$dlq" >/dev/null
+h_assert_eq "$(printf 'r1\trollback-then-ok\n' | h_mq publish -r "$q")" "published 1 confirmed 1" "publish r1"
+h_wait_depth "$dlq" 1 30 || h_fail "r1 did not reach $dlq"
+h_mq get "$dlq" >dlq-r.txt
+c_expect_reason dlq-r.txt r1 "the handler ended idemd's transaction with a rollback (nothing was committed)"
+h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects WHERE msg_id = 'r1'")" 0 "r1's effect"
+h_assert_eq "$(h_count_log idemd-check.log "queue '$q' held")" 0 "holds after a rollback"
 h_assert_eq "$(printf 'h1\tcommit-then-ok\n' | h_mq publish -r "$q")" "published 1 confirmed 1" "publish h1"
 h_wait_log idemd-check.log "queue '$q' held: the handler of id=h1 ended idemd's transaction" 1 30 ||
     h_fail "the queue was not held"

@@ -25,7 +25,8 @@
  * trace context (ABI 1.4 fields) into trace_seen (tests/schema.sql), "trace-retry"
  * -> the same, then RETRY every time (the row is rolled back). Ending idemd's transaction,
  * after the effect: "commit-then-retry" -> COMMIT (its error ignored), then RETRY;
- * "commit-then-ok" -> COMMIT (ignored), then OK; "commit" -> COMMIT, RETRY with the error if
+ * "commit-then-ok" -> COMMIT (ignored), then OK; "rollback-then-ok" -> ROLLBACK (ignored), then
+ * OK; "commit" -> COMMIT, RETRY with the error if
  * it fails; "ddl" -> CREATE TABLE ddl_made (ignored), then OK; "autocommit" ->
  * mysql_autocommit(db, 1) (ignored), then OK. Anything else -> OK.
  *
@@ -228,6 +229,10 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
             snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
             return IDEMD_RESULT_RETRY;
         }
+        return IDEMD_RESULT_OK;
+    }
+    if (counter_body_is(msg, "rollback-then-ok")) {
+        (void)mysql_query(db, "ROLLBACK");
         return IDEMD_RESULT_OK;
     }
     if (counter_body_is(msg, "commit-then-retry") || counter_body_is(msg, "commit-then-ok")) {

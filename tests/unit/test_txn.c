@@ -58,7 +58,19 @@ typedef struct fdb {
 /* How each test message's handler behaves. */
 /* H_END: the handler's COMMIT is refused inside idemd's XA branch (1399) every time, and it
  * answers ok: its write stands in the transaction, nothing is committed by it. */
-enum { H_OK, H_RETRY, H_REJECT, H_OK_IGNORING, H_NOSQL, H_NONTRANS, H_END };
+/* H_COMMITS / H_ROLLS_BACK: where the server cannot refuse (checked), the handler COMMITs or
+ * ROLLBACKs idemd's transaction, answers ok, and the flags show it (DB_ER_TXN_ENDED). */
+enum {
+    H_OK,
+    H_RETRY,
+    H_REJECT,
+    H_OK_IGNORING,
+    H_NOSQL,
+    H_NONTRANS,
+    H_END,
+    H_COMMITS,
+    H_ROLLS_BACK
+};
 static int behaviour[NIDS];
 static unsigned clears[NIDS];
 
@@ -273,6 +285,14 @@ static idemd_result_t f_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
     unsigned e = fdb_fault(d, S_HANDLER);
     if (e == 0 && behaviour[id] == H_END)
         e = 1399;
+    if (e == 0 && (behaviour[id] == H_COMMITS || behaviour[id] == H_ROLLS_BACK)) {
+        if (behaviour[id] == H_COMMITS)
+            fdb_commit(d);
+        else
+            fdb_reset_tx(d);
+        *err = DB_ER_TXN_ENDED;
+        return IDEMD_RESULT_OK;
+    }
     *err = e;
     if (e == 0) {
         d->w[d->nw].kind = 1;
@@ -579,13 +599,24 @@ int main(void)
     /* Where the server cannot refuse (Galera), the flags show the end after the call: the
      * run is FATAL and says which message's handler did it; nothing is committed by idemd. */
     {
-        int beh[3] = {H_OK, H_OK_IGNORING, H_OK};
+        int beh[3] = {H_OK, H_COMMITS, H_OK};
         setup(3, beh);
-        fault(S_HANDLER, 2, DB_ER_TXN_ENDED, 1);
         st = txn_run(&tx);
         ok(st == TXN_FATAL && tx.ended && tx.ended_at == 1 && !tx.committed &&
                strstr(tx.ended_why, "ended idemd's transaction") != NULL,
-           "handler that ended the transaction (flags): FATAL, named, nothing committed by idemd");
+           "handler that committed the transaction (flags): FATAL, named, nothing committed by "
+           "idemd after it");
+    }
+    /* A ROLLBACK of the handler's (the flags show the end, no record of the batch is
+     * committed): that message is retried, the rest redone and committed, no hold. */
+    {
+        int beh[3] = {H_OK, H_ROLLS_BACK, H_OK};
+        setup(3, beh);
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && !tx.ended && count_state(TXN_COMMITTED) == 2 &&
+               msgs[1].state == TXN_RETRY && strstr(msgs[1].reason, "with a rollback") != NULL &&
+               invariants(st, "handler rollback"),
+           "handler that rolled the transaction back (flags): it is retried, the rest commit");
     }
 
     /* Issue 8p: a handler that does no SQL (dedup = "none") is not a lost transaction. */
