@@ -349,6 +349,7 @@ INSTALLED_FILES = $(BINDIR)/idemd $(BINDIR)/idemctl \
 	$(addprefix $(UNITDIR)/,$(UNITS)) \
 	$(SYSCONFDIR)/idemd/idemd.conf.example \
 	$(patsubst sql/%,$(DATADIR)/sql/%,$(wildcard sql/*.sql)) \
+	$(DATADIR)/idemd-alerts.yml $(DATADIR)/idemd-dashboard.json \
 	$(MANDIR)/man8/idemd.8 $(MANDIR)/man8/idemctl.8 $(MANDIR)/man5/idemd.conf.5
 INSTALLED_DIRS = $(PLUGINDIR) $(LIBDIR)/idemd $(INCLUDEDIR)/idemd $(DATADIR)/sql $(DATADIR) \
 	$(SYSCONFDIR)/idemd
@@ -377,9 +378,10 @@ install-units: $(addprefix systemd/,$(UNITS))
 		chmod 0644 $(DESTDIR)$(UNITDIR)/$$u || exit 1; \
 	done
 
-install-data: conf/idemd.conf $(wildcard sql/*.sql)
+install-data: conf/idemd.conf $(wildcard sql/*.sql) conf/prometheus/idemd-alerts.yml conf/grafana/idemd-dashboard.json
 	install -d $(DESTDIR)$(DATADIR)/sql $(DESTDIR)$(SYSCONFDIR)/idemd
 	install -m 0644 sql/*.sql $(DESTDIR)$(DATADIR)/sql/
+	install -m 0644 conf/prometheus/idemd-alerts.yml conf/grafana/idemd-dashboard.json $(DESTDIR)$(DATADIR)/
 	sed $(INSTALL_SED) conf/idemd.conf >$(DESTDIR)$(SYSCONFDIR)/idemd/idemd.conf.example
 	chmod 0640 $(DESTDIR)$(SYSCONFDIR)/idemd/idemd.conf.example
 

@@ -150,6 +150,10 @@ while read -r p; do
     [[ -e "$p" ]] || h_fail "$p is listed by dpkg -L but missing"
 done <listed.txt
 
+# The alert rules and the Grafana dashboard, as in the tree.
+for f in prometheus/idemd-alerts.yml grafana/idemd-dashboard.json; do
+    cmp "$H_ROOT/conf/$f" "/usr/share/idemd/${f#*/}" || h_fail "/usr/share/idemd/${f#*/} is not conf/$f"
+done
 h_assert_eq "$(/usr/sbin/idemd --version)" "idemd $ver" "installed idemd --version"
 grep -q "^idemctl $ver" <<<"$(/usr/sbin/idemctl --version)" || h_fail "installed idemctl --version"
 for m in 8:idemd 8:idemctl 5:idemd.conf; do

@@ -18,6 +18,8 @@ mk install >install.log 2>&1 || { cat install.log; h_fail "make install failed";
     echo usr/sbin/idemd
     echo usr/sbin/idemctl
     for s in "$H_ROOT"/sql/*.sql; do echo "usr/share/idemd/sql/${s##*/}"; done
+    echo usr/share/idemd/idemd-alerts.yml
+    echo usr/share/idemd/idemd-dashboard.json
     echo usr/share/man/man5/idemd.conf.5
     echo usr/share/man/man8/idemd.8
     echo usr/share/man/man8/idemctl.8

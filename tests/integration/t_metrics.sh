@@ -1,4 +1,4 @@
-# t_metrics: /metrics passes promtool, counts outcomes, copies, restarts exactly; a real Prometheus scrapes it; counters survive a reload.
+# t_metrics: /metrics passes promtool, counts outcomes, copies, restarts exactly; a real Prometheus scrapes it; the shipped alert rules and Grafana dashboard name only exported metrics and parse (promtool, Prometheus); counters survive a reload.
 source "$H_ROOT/tests/chaos/lib.sh"
 db=t_metrics
 q=t_metrics.q
@@ -121,11 +121,25 @@ for pid in $(h_daemon_pids); do
     ((n == 0)) || h_fail "worker $pid holds $n epoll descriptors"
 done
 
-# The alert rules of docs/monitoring.md are valid.
-awk '/^<!-- alert rules:/ { f = 1; next } f && /^```yaml/ { p = 1; next } p && /^```/ { exit } p' \
-    "$H_ROOT/docs/monitoring.md" >rules.yml
-grep -q 'alert: IdemdDeadLettersGrowing' rules.yml || h_fail "no alert rules found in docs/monitoring.md"
+# The alert rules idemd ships (conf/prometheus/idemd-alerts.yml) are valid.
+cp "$H_ROOT/conf/prometheus/idemd-alerts.yml" rules.yml
+grep -q 'alert: IdemdDeadLettersGrowing' rules.yml || h_fail "no alert rules found in conf/prometheus/idemd-alerts.yml"
 promtool check rules rules.yml >promtool.log 2>&1 || { cat promtool.log; h_fail "promtool check rules"; }
+
+# Every metric an expression of the rules or of the dashboard (conf/grafana/idemd-dashboard.json)
+# names is one idemd exports (a histogram by its _bucket, _sum or _count series).
+python3 - "$H_ROOT/conf/grafana/idemd-dashboard.json" >dash-exprs.txt <<'PY' || h_fail "the dashboard is not JSON with panels and targets"
+import json, sys
+d = json.load(open(sys.argv[1], encoding="utf-8"))
+exprs = [t["expr"] for p in d["panels"] for t in p["targets"]]
+assert len(exprs) >= 10, exprs
+print("\n".join(exprs))
+PY
+awk '/^# TYPE idemd_/ { print $3 }' scrape.txt | sort -u >exported.txt
+grep -E '^[[:space:]]*expr:' rules.yml | cat dash-exprs.txt - | grep -oE 'idemd_[a-z_]+' |
+    sed -E 's/_(bucket|sum|count)$//' | sort -u >named.txt
+(($(wc -l <named.txt) >= 15)) || h_fail "only $(wc -l <named.txt) metrics named by the rules and the dashboard"
+h_assert_eq "$(comm -23 named.txt exported.txt | tr '\n' ' ')" "" "metrics the rules or the dashboard name that idemd does not export"
 
 # A real Prometheus scrapes it, with those rules; PromQL sees the count.
 cat >prom.yml <<YML
@@ -156,6 +170,14 @@ m_prom_wait()
     done
 }
 m_prom_wait "sum(idemd_messages_total{queue=\"$q\",outcome=\"ok\"})" 500 60
+# Each of the dashboard's expressions is PromQL Prometheus takes, with its variables filled in.
+while IFS= read -r e; do
+    e=${e//\$__rate_interval/1m}
+    e=${e//\$queue/.*}
+    out=$(curl -sf --max-time 5 --data-urlencode "query=$e" "http://127.0.0.1:$pport/api/v1/query") ||
+        h_fail "Prometheus refused the dashboard's expression: $e"
+    [[ "$out" == *'"status":"success"'* ]] || h_fail "dashboard expression $e: $out"
+done <dash-exprs.txt
 m_prom_wait "up{job=\"idemd\",instance=\"127.0.0.1:$mport\"}" 1 10
 
 # A message that kills its worker: two crashes, then the crash guard dead-letters it.
