@@ -378,12 +378,16 @@ const conf_def_t conf_defs[] = {
               "declare the queue, its dead letter queue and bindings at startup; false: they "
               "must exist"),
     CONF_BOOL("declare", "durable", conf_queue_t, durable, NR, "true",
-              "durable queue; false needs `dead_letter_queue = \"\"` and `quorum = false`"),
-    CONF_BOOL("declare", "quorum", conf_queue_t, quorum, NR, "false",
+              "durable queue; false needs `dead_letter_queue = \"\"`, and `quorum` then defaults "
+              "to false"),
+    CONF_BOOL("declare", "quorum", conf_queue_t, quorum, NR, "true",
               "quorum queue (`x-queue-type = \"quorum\"`, RabbitMQ 3.10+); its delay queues and "
               "dead letter queue are quorum queues too, and the delay hop back to it is "
-              "at-least-once. false: classic queues, and a retried message whose delay expires "
-              "while the queue is full, missing or unreachable is lost"),
+              "at-least-once. Left unset, a queue that already exists as a classic queue is kept "
+              "so (warned once: docs/rabbitmq.md), and `durable = false` or a classic-only "
+              "argument (`x-max-priority`, `x-queue-mode`, `x-queue-version`) makes it false. "
+              "false: classic queues, and a retried message whose delay expires while the queue "
+              "is full, missing or unreachable is lost"),
     CONF_STRING("declare", "dead_letter_queue", conf_queue_t, dead_letter_queue, NR, NULL, 0, 255,
                 "the queue name + `.dlq`",
                 "queue idemd publishes rejected and exhausted messages to (with reason headers, "

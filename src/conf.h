@@ -95,6 +95,7 @@ typedef struct conf_queue {
     bool declare;                /* declare.enabled: declare the queue at startup */
     bool durable;                /* declare the queue durable */
     bool quorum;                 /* x-queue-type=quorum */
+    bool quorum_default;         /* quorum was not set: an existing classic queue is kept */
     bool dead_letter_policy;     /* the broker dead-letters its rejects (a policy) */
     char *dead_letter_queue;     /* declared and wired as the DLX target; NULL: none */
     conf_arg_t *args;            /* declare.arguments */

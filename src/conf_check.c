@@ -416,6 +416,17 @@ static const char *conf_overflow_risk(const conf_queue_t *q, const conf_arg_t *a
     return NULL;
 }
 
+/* Whether q's declare.arguments hold one that only a classic queue takes. */
+static bool conf_classic_only(const conf_queue_t *q)
+{
+    static const char *const keys[] = {"x-max-priority", "x-queue-mode", "x-queue-version",
+                                       "x-queue-master-locator"};
+    for (size_t k = 0; k < sizeof(keys) / sizeof(keys[0]); k++)
+        if (conf_arg_find(q, keys[k]))
+            return true;
+    return false;
+}
+
 /* The dead letter wiring is ours: arguments must not fight it. */
 int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base, const char *path)
 {
@@ -428,6 +439,11 @@ int conf_check_declare(conf_ctx_t *ctx, const config_setting_t *grp, void *base,
     if (gname && strcmp(gname, "declare") == 0)
         args = config_setting_get_member(grp, "arguments");
 
+    /* quorum left unset: true, unless the queue cannot be one. */
+    bool in_declare = gname && strcmp(gname, "declare") == 0;
+    q->quorum_default = !in_declare || config_setting_get_member(grp, "quorum") == NULL;
+    if (q->quorum_default && (!q->durable || conf_classic_only(q)))
+        q->quorum = false;
     if (q->dead_letter_queue == NULL) {
         char dlq[300];
         snprintf(dlq, sizeof(dlq), "%s.dlq", q->name);

@@ -60,12 +60,17 @@ typedef struct mq {
      * declared it), or it exists without idemd's dead-letter arguments (declared as before). */
     bool dead_letters;
     bool dead_letter_fallback;
-    int broker_major;     /* the broker's major version (server property "version"); 0: unknown */
-    bool limit_unsure;    /* a quorum queue mq_declare declared kept the broker's delivery limit */
-    bool strategy_noted;  /* logged that a dead letter queue kept an older x-dead-letter-strategy */
-    uint64_t max_message; /* the broker's max message size, learned from a refusal; 0: unknown */
-    bool confirms;        /* the channel is in confirm mode (a publisher) */
-    char ctag[256];       /* our consumer's tag (mq_consume), "" when not consuming */
+    int broker_major;    /* the broker's major version (server property "version"); 0: unknown */
+    bool limit_unsure;   /* a quorum queue mq_declare declared kept the broker's delivery limit */
+    bool strategy_noted; /* logged that a dead letter queue kept an older x-dead-letter-strategy */
+    /* Set by the caller: a queue to be declared as a quorum queue that exists as a classic one
+     * is declared again as classic (declare.quorum was left to its default), and counted. */
+    bool keep_classic;
+    int n_kept_classic;     /* how many queues were kept classic so */
+    char kept_classic[800]; /* their names, quoted, ", " between ("..." past the room) */
+    uint64_t max_message;   /* the broker's max message size, learned from a refusal; 0: unknown */
+    bool confirms;          /* the channel is in confirm mode (a publisher) */
+    char ctag[256];         /* our consumer's tag (mq_consume), "" when not consuming */
     /* Publishing side (confirm mode): the copies of the current round. */
     uint64_t pub_seq; /* last publish sequence number */
     pubround_t round;

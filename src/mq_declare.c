@@ -179,11 +179,72 @@ static size_t mq_dlq_args(amqp_table_entry_t *e)
     return 2;
 }
 
+/*
+ * Whether queue name exists (a passive declaration): 1, 0 (the channel
+ * open again), or -1 (logged).
+ */
+static int mq_exists(mq_t *mq, const char *name)
+{
+    amqp_queue_declare(mq->conn, MQ_CHANNEL, amqp_cstring_bytes(name), 1, 0, 0, 0,
+                       amqp_empty_table);
+    amqp_rpc_reply_t r = amqp_get_rpc_reply(mq->conn);
+    if (r.reply_type == AMQP_RESPONSE_NORMAL)
+        return 1;
+    if (r.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION && r.reply.id == AMQP_CHANNEL_CLOSE_METHOD &&
+        ((const amqp_channel_close_t *)r.reply.decoded)->reply_code == AMQP_NOT_FOUND) {
+        mq->channel_open = false;
+        return mq_channel_reopen(mq) == 0 ? 0 : -1;
+    }
+    char what[300];
+    snprintf(what, sizeof(what), "looking up queue '%s'", name);
+    mq_fail(mq, what, r);
+    return -1;
+}
+
+/*
+ * A quorum queue is to be declared by default (mq->keep_classic), and name
+ * exists (mq_exists: a queue that does not exist is never declared classic
+ * here): rc is how declaring it as a classic queue went, with mq->quiet
+ * set, which quiet restores. 0: it is one (kept so, counted for the
+ * caller's one warning), 1: it is not (the channel open again: declare it
+ * as asked), or -1 (logged). RabbitMQ compares the arguments of a queue
+ * declared again in its own order, so a classic queue refuses a quorum
+ * declaration naming x-overflow or x-delivery-limit as often as
+ * x-queue-type: trying the classic declaration is how to tell.
+ */
+static int mq_classic_kept(mq_t *mq, const char *name, int rc, bool quiet)
+{
+    mq->quiet = quiet;
+    if (rc == 0) {
+        char quoted[300];
+        size_t at = strlen(mq->kept_classic);
+        snprintf(quoted, sizeof(quoted), "'%s'", name);
+        if (strstr(mq->kept_classic, quoted) == NULL) { /* mq_declare and the worker: twice */
+            if (at + strlen(quoted) + 6 < sizeof(mq->kept_classic))
+                snprintf(mq->kept_classic + at, sizeof(mq->kept_classic) - at, "%s%s",
+                         at ? ", " : "", quoted);
+            else if (!strstr(mq->kept_classic, "..."))
+                snprintf(mq->kept_classic + at, sizeof(mq->kept_classic) - at, ", ...");
+            mq->n_kept_classic++;
+        }
+        log_debug("queue '%s' exists as a classic queue: declared as one", name);
+        return 0;
+    }
+    return mq_channel_usable(mq) || mq_channel_reopen(mq) == 0 ? 1 : -1;
+}
+
 int mq_declare_plain(mq_t *mq, const char *name, bool durable, bool quorum)
 {
     amqp_table_entry_t e[4]; /* mq_dlq_args, the limit, and room for the strategy */
     amqp_table_t args = {0, e};
-    int n_limit = 0;
+    int n_limit = 0, k;
+    if (quorum && mq->keep_classic && (k = mq_exists(mq, name)) != 0) {
+        bool quiet = mq->quiet;
+        mq->quiet = true;
+        if (k < 0 ||
+            (k = mq_classic_kept(mq, name, mq_declare_plain(mq, name, durable, false), quiet)) <= 0)
+            return k;
+    }
     if (quorum) {
         args.num_entries = (int)mq_dlq_args(e);
         n_limit = mq_limit_args(mq, &e[args.num_entries]);
@@ -196,7 +257,15 @@ int mq_declare_delay(mq_t *mq, const char *name, int ttl_ms, const char *target,
                      bool quorum)
 {
     amqp_table_entry_t e[7];
-    int n_limit = 0;
+    int n_limit = 0, k;
+    if (quorum && mq->keep_classic && (k = mq_exists(mq, name)) != 0) {
+        bool quiet = mq->quiet;
+        mq->quiet = true;
+        if (k < 0 ||
+            (k = mq_classic_kept(
+                 mq, name, mq_declare_delay(mq, name, ttl_ms, target, durable, false), quiet)) <= 0)
+            return k;
+    }
     mq_entry_int(&e[0], "x-message-ttl", ttl_ms);
     e[0].value.kind = AMQP_FIELD_KIND_I32; /* as first declared: the broker compares types */
     e[0].value.value.i32 = ttl_ms;
@@ -228,16 +297,17 @@ static const conf_arg_t *mq_conf_arg(const conf_queue_t *q, const char *key)
  * length limit; conf.c allows no other overflow with one): the broker keeps a
  * rejected message until the dead letter queue confirmed it. None when q has
  * no dead letter queue or its declare.arguments name a dead-letter exchange
- * (theirs is used as is). Returns how many.
+ * (theirs is used as is). quorum: q's queue is declared as a quorum queue.
+ * Returns how many.
  */
-static int mq_dead_letter_args(const conf_queue_t *q, amqp_table_entry_t *e)
+static int mq_dead_letter_args(const conf_queue_t *q, bool quorum, amqp_table_entry_t *e)
 {
     int n = 0;
     if (q->dead_letter_queue == NULL || mq_conf_arg(q, "x-dead-letter-exchange"))
         return 0;
     mq_entry_str(&e[n++], "x-dead-letter-exchange", "");
     mq_entry_str(&e[n++], "x-dead-letter-routing-key", q->dead_letter_queue);
-    if (q->quorum && !mq_conf_arg(q, "x-dead-letter-strategy")) {
+    if (quorum && !mq_conf_arg(q, "x-dead-letter-strategy")) {
         const conf_arg_t *ov = mq_conf_arg(q, "x-overflow");
         if (ov == NULL)
             mq_entry_str(&e[n++], "x-overflow", "reject-publish");
@@ -247,7 +317,11 @@ static int mq_dead_letter_args(const conf_queue_t *q, amqp_table_entry_t *e)
     return n;
 }
 
-int mq_declare(mq_t *mq, const conf_queue_t *q)
+/*
+ * Declare q's queue (quorum or classic, as quorum says) and its bindings;
+ * see mq_declare. 0 or -1 (logged).
+ */
+static int mq_declare_queue(mq_t *mq, const conf_queue_t *q, bool quorum)
 {
     /* Room for x-queue-type, x-single-active-consumer, 4 dead-letter and 1 limit arguments
      * beside the configured ones. */
@@ -260,10 +334,7 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
 
     if (e == NULL)
         return -1;
-    if (q->dead_letter_queue &&
-        mq_declare_plain(mq, q->dead_letter_queue, q->durable, q->quorum) != 0)
-        goto fail;
-    if (q->quorum) {
+    if (quorum) {
         mq_entry_str(&e[args.num_entries++], "x-queue-type", "quorum");
     }
     if (q->single_active_consumer) {
@@ -280,14 +351,14 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
             mq_entry_str(&e[args.num_entries++], q->args[i].key, q->args[i].sval);
     }
     /* The dead-letter arguments, then the limit ones: each left off an older queue. */
-    n_dl = mq_dead_letter_args(q, &e[args.num_entries]);
+    n_dl = mq_dead_letter_args(q, quorum, &e[args.num_entries]);
     args.num_entries += n_dl;
-    if (q->quorum && !own_limit) {
+    if (quorum && !own_limit) {
         n_limit = mq_limit_args(mq, &e[args.num_entries]);
         args.num_entries += n_limit;
     }
-    if ((left = mq_declare_args(mq, q->name, q->durable, q->quorum, args, n_dl, n_limit, false)) <
-        0) {
+    left = mq_declare_args(mq, q->name, q->durable, quorum, args, n_dl, n_limit, false);
+    if (left < 0) {
         if (q->single_active_consumer)
             log_error("queue '%s' has declare.single_active_consumer = true: if the broker "
                       "refused x-single-active-consumer as inequivalent, the queue exists without "
@@ -316,4 +387,19 @@ int mq_declare(mq_t *mq, const conf_queue_t *q)
 fail:
     free(e);
     return rc;
+}
+
+int mq_declare(mq_t *mq, const conf_queue_t *q)
+{
+    if (q->dead_letter_queue &&
+        mq_declare_plain(mq, q->dead_letter_queue, q->durable, q->quorum) != 0)
+        return -1;
+    int k;
+    if (q->quorum && mq->keep_classic && (k = mq_exists(mq, q->name)) != 0) {
+        bool quiet = mq->quiet;
+        mq->quiet = true;
+        if (k < 0 || (k = mq_classic_kept(mq, q->name, mq_declare_queue(mq, q, false), quiet)) <= 0)
+            return k;
+    }
+    return mq_declare_queue(mq, q, q->quorum);
 }

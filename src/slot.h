@@ -76,6 +76,9 @@ typedef struct worker_slot {
     /* 1 once a worker of this slot warned that its queue exists without idemd's
      * dead-letter arguments (mq_declare fell back): the warning is given once. */
     int dlx_warned;
+    /* 1 once a worker of this slot warned that its queue (or a delay or dead letter queue of it)
+     * exists as a classic queue and was kept so (declare.quorum left to its default). */
+    int classic_warned;
     /* For workers = "auto" (sup_auto.c): microseconds spent on batches (busy) and waiting for
      * a batch's first delivery (idle), and when the current one of each began
      * (CLOCK_MONOTONIC us; 0 = not in one), so that a long batch counts while it runs. */

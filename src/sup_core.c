@@ -115,6 +115,7 @@ void sup_release_worker(supervisor_t *s, sup_worker_t *w)
     w->slot->busy_since_us = w->slot->idle_since_us = 0;
     w->slot->lost = WORKER_LOST_NONE; /* not a reconnect for the slot's next worker */
     w->slot->dlx_warned = 0;
+    w->slot->classic_warned = 0;
     w->used = false;
 }
 

@@ -138,12 +138,22 @@ int worker_connect_mq(worker_t *w)
         return worker_lose(w, WORKER_LOST_BROKER);
     worker_connected(w, WORKER_LOST_BROKER);
     w->mq->quiet = true; /* declaration failures: reported by the supervisor, once */
+    w->mq->keep_classic = w->q->quorum && w->q->quorum_default;
     if (w->q->declare && mq_declare(w->mq, w->q) != 0)
         return worker_declare_failed(w);
     /* Our own queues are declared whatever declare.enabled says. */
     if (worker_declare_own(w, w->mq) != 0)
         return worker_declare_failed(w);
     w->mq->quiet = false;
+    if (w->mq->n_kept_classic > 0 && w->index == 0 &&
+        !__atomic_exchange_n(&w->slot->classic_warned, 1, __ATOMIC_RELAXED))
+        log_warn("queue '%s': %d of its queues exist as classic queues (%s), declared before "
+                 "quorum queues became the default: kept as they are. On a classic "
+                 "queue a retried message whose delay expires while the queue is full, deleted "
+                 "or unreachable is lost (an at-most-once hop). To move to quorum queues see "
+                 "docs/rabbitmq.md, \"Moving a classic queue to quorum\"; to keep classic "
+                 "queues and silence this, set declare.quorum = false",
+                 w->q->name, w->mq->n_kept_classic, w->mq->kept_classic);
     if (w->mq->dead_letter_fallback && !w->q->dead_letter_policy && w->index == 0 &&
         !__atomic_exchange_n(&w->slot->dlx_warned, 1, __ATOMIC_RELAXED))
         log_warn("queue '%s' exists without the dead-letter arguments idemd declares now "

@@ -180,7 +180,8 @@ static void test_defaults(void)
            q->retry_delays_ms[2] == 60000,
        "retry_delays_ms default [1000, 10000, 60000]");
     ok(q->handler_timeout == 30, "handler_timeout default 30");
-    ok(q->declare && q->durable && !q->quorum, "declare: enabled, durable, not quorum");
+    ok(q->declare && q->durable && q->quorum && q->quorum_default,
+       "declare: enabled, durable, quorum by default");
     ok(q->dead_letter_queue && strcmp(q->dead_letter_queue, "orders.pay.dlq") == 0,
        "dead_letter_queue default: the name + .dlq");
     ok(q->args == NULL && q->n_args == 0, "no arguments");
@@ -261,7 +262,8 @@ static void test_values(void)
     ok(a->line == 9 && b->line == 20, "queue lines 9 and 20 (got %d, %d)", a->line, b->line);
     ok(strcmp(b->consumer, "b") == 0 && b->prefetch == 65535, "b: consumer default, prefetch max");
     ok(b->n_retry_delays == 1 && b->retry_delays_ms[0] == 1, "retry_delays_ms as a list ( )");
-    ok(b->declare && b->durable && !b->quorum, "b: declare defaults with no declare group");
+    ok(b->declare && b->durable && b->quorum && b->quorum_default,
+       "b: declare defaults with no declare group (quorum, by default)");
     conf_free(c);
 
     static const struct {
@@ -480,7 +482,8 @@ static void test_declare_rules(void)
                  "messages, unprocessed, when the queue is full: set x-overflow = "
                  "\"reject-publish\"");
     expect_error("a length limit on a classic queue with delay tiers",
-                 DB Q1("    declare = { arguments = { x-overflow = \"reject-publish\";\n"
+                 DB Q1("    declare = { quorum = false; arguments = {\n"
+                       "      x-overflow = \"reject-publish\";\n"
                        "      x-max-length = 1000; }; };\n"),
                  "x-max-length",
                  "queues.[0].declare.arguments.x-max-length: with classic queues the delay "
@@ -504,13 +507,37 @@ static void test_declare_rules(void)
     conf_free(c);
     c = must_load("a length limit with reject-publish, classic, no delay tiers",
                   DB Q1("    retry_delays_ms = [ ];\n"
-                        "    declare = { arguments = { x-max-length-bytes = 1000;\n"
+                        "    declare = { quorum = false; arguments = { x-max-length-bytes = 1000;\n"
                         "      x-overflow = \"reject-publish\"; }; };\n"));
     conf_free(c);
 
     /* What a classic queue risks is said, not refused. */
     char note[1024];
-    c = must_load("classic queue with delay tiers", DB Q1(""));
+    c = must_load("the minimal queue: quorum by default", DB Q1(""));
+    ok(c && c->queues[0].quorum && c->queues[0].quorum_default &&
+           conf_queue_risk(c, 0, note, sizeof(note)) == 0,
+       "the minimal queue: a quorum queue by default, nothing to say");
+    conf_free(c);
+    c = must_load("durable = false: classic by default",
+                  DB Q1("    declare = { durable = false; dead_letter_queue = \"\"; };\n"));
+    ok(c && !c->queues[0].quorum && c->queues[0].quorum_default,
+       "durable = false and quorum unset: a classic queue");
+    conf_free(c);
+    c = must_load("x-max-priority: classic by default",
+                  DB Q1("    declare = { arguments = { x-max-priority = 5; }; };\n"));
+    ok(c && !c->queues[0].quorum, "a classic-only argument and quorum unset: a classic queue");
+    conf_free(c);
+    c = must_load("quorum = true, explicit", DB Q1("    declare = { quorum = true; };\n"));
+    ok(c && c->queues[0].quorum && !c->queues[0].quorum_default,
+       "quorum = true set: not the default (an existing classic queue is an error)");
+    conf_free(c);
+    expect_error("durable = false with quorum = true set",
+                 DB Q1("    declare = { durable = false; quorum = true;\n"
+                       "      dead_letter_queue = \"\"; };\n"),
+                 "durable",
+                 "queues.[0].declare.durable: false cannot be used with quorum = true: RabbitMQ "
+                 "declares quorum queues durable only");
+    c = must_load("classic queue with delay tiers", DB Q1("    declare = { quorum = false; };\n"));
     ok(c && conf_queue_risk(c, 0, note, sizeof(note)) == 1 &&
            strstr(note, ":3: queues.[0].declare.quorum: false: queue 'q1' is a classic queue") &&
            strstr(note, "(an at-most-once hop)"),
@@ -519,7 +546,8 @@ static void test_declare_rules(void)
     c = must_load("quorum queue", DB Q1("    declare = { quorum = true; };\n"));
     ok(c && conf_queue_risk(c, 0, note, sizeof(note)) == 0, "quorum queue: nothing to say");
     conf_free(c);
-    c = must_load("classic queue without delay tiers", DB Q1("    retry_delays_ms = [ ];\n"));
+    c = must_load("classic queue without delay tiers",
+                  DB Q1("    retry_delays_ms = [ ];\n    declare = { quorum = false; };\n"));
     ok(c && conf_queue_risk(c, 0, note, sizeof(note)) == 0, "no delay tiers: nothing to say");
     conf_free(c);
 }
