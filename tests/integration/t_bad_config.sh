@@ -118,7 +118,7 @@ check_bad drop_head.conf 4 "x-max-length"
 cat >classic_full.conf <<CONF
 database = { socket = "/nonexistent.sock"; user = "root"; database = "t"; };
 queues = ( { name = "q1"; handler = "$counter";
-             declare = { arguments = { x-overflow = "reject-publish";
+             declare = { quorum = false; arguments = { x-overflow = "reject-publish";
                x-max-length-bytes = 1000000; }; }; } );
 CONF
 check_bad classic_full.conf 4 "declare.quorum = true"
