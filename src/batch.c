@@ -119,7 +119,7 @@ static mq_status_t batch_next(batch_t *b, struct timeval *tv, int i)
 {
     life_msg_t *m = &b->life->batch.m[i];
     char qe[300], qr[300];
-    /* The slot is FREE (settle_release and life_place leave it so): clear the rest of it. Its
+    /* The slot is FREE (settle_clear_batch and life_place leave it so): clear the rest of it. Its
      * state is life_move's to change, and FREE -> BATCH below checks it. */
     *m = (life_msg_t){.state = m->state};
     mq_status_t st = b->consume.ops->next(b->consume.ctx, tv, (size_t)b->q->max_body_bytes, &m->env,

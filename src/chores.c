@@ -147,8 +147,8 @@ static int chores_claim(chores_t *c, chores_lease_t *l, int lease_s)
  * open transaction (not committed). Only while we still hold it: *matched
  * is 0 when it ran out or someone else has it. Errors logged.
  */
-static db_status_t chores_release(chores_t *c, chores_lease_t *l, int every_s,
-                                  unsigned long long *matched)
+static db_status_t chores_end_lease(chores_t *c, chores_lease_t *l, int every_s,
+                                    unsigned long long *matched)
 {
     char sql[2048];
     snprintf(sql, sizeof(sql),
@@ -227,7 +227,7 @@ static int chores_retention(chores_t *c, uint64_t now)
     }
     c->run_open = false;
     l->next_ms = now + CHORES_POLL_MS;
-    db_status_t st = chores_release(c, l, CHORES_RETENTION_EVERY_S, &matched);
+    db_status_t st = chores_end_lease(c, l, CHORES_RETENTION_EVERY_S, &matched);
     if (st == DB_OK)
         st = db_commit(c->db);
     if (st != DB_OK && chores_abandon(c, st) == DB_ERR_CONNECTION)
@@ -321,12 +321,12 @@ static int chores_reconcile(chores_t *c, uint64_t now)
         /* Its next turn comes after the interval too, not at the next poll. */
         st = db_rollback(c->db);
         if (st == DB_OK)
-            st = chores_release(c, l, every, &matched);
+            st = chores_end_lease(c, l, every, &matched);
         if (st == DB_OK)
             st = db_commit(c->db);
         return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;
     }
-    st = chores_release(c, l, every, &matched);
+    st = chores_end_lease(c, l, every, &matched);
     if (st == DB_OK && matched != 1) {
         log_warn("handler %s: reconcile took %llu ms and its lease %s ran out: rolled back",
                  c->h->name, (unsigned long long)took, l->name);
@@ -367,7 +367,7 @@ static int chores_sweep(chores_t *c, uint64_t now)
     if (c->sweep_fn(c->sweep_arg) != 0)
         return -1;
     chores_progress(c);
-    db_status_t st = chores_release(c, l, CHORES_SWEEP_S, &matched);
+    db_status_t st = chores_end_lease(c, l, CHORES_SWEEP_S, &matched);
     if (st == DB_OK)
         st = db_commit(c->db);
     return chores_abandon(c, st) == DB_ERR_CONNECTION ? -1 : 0;

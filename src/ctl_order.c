@@ -110,8 +110,8 @@ static int ctl_order_release(ctl_t *ctl, const char *queue, const char *key)
     }
     if ((rc = ctl_db_open(ctl, &db)) != 0)
         return rc;
-    if (db_set_consumer(db, q->consumer) != 0 || order_release(db, key, strlen(key), &found) != 0 ||
-        db_commit(db) != DB_OK) {
+    if (db_set_consumer(db, q->consumer) != 0 ||
+        order_skip_head(db, key, strlen(key), &found) != 0 || db_commit(db) != DB_OK) {
         ctl_fprintf(stderr, "idemctl: order release: the database refused (apply "
                             "sql/012_idemd_order.sql?)\n");
         (void)mysql_rollback(db->my);

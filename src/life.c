@@ -131,8 +131,8 @@ void life_prune(life_t *l)
     l->held.n = k;
 }
 
-/* Release entry i of list when it is unsettled, destroy its envelope, free the slot. */
-static void life_release_one(life_t *l, life_list_t *list, int i)
+/* Clear slot i of list: released first when unsettled, its envelope destroyed, the slot FREE. */
+static void life_clear_slot(life_t *l, life_list_t *list, int i)
 {
     life_msg_t *m = &list->m[i];
     if (m->state == LIFE_FREE)
@@ -148,10 +148,10 @@ static void life_release_one(life_t *l, life_list_t *list, int i)
 void life_release(life_t *l)
 {
     for (int i = 0; i < l->batch.n; i++)
-        life_release_one(l, &l->batch, i);
-    life_release_one(l, &l->batch, l->batch.cap); /* the carry */
+        life_clear_slot(l, &l->batch, i);
+    life_clear_slot(l, &l->batch, l->batch.cap); /* the carry */
     l->batch.n = 0;
     for (int i = 0; i < l->held.n; i++)
-        life_release_one(l, &l->held, i);
+        life_clear_slot(l, &l->held, i);
     l->held.n = 0;
 }

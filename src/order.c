@@ -344,7 +344,7 @@ unsigned order_done(db_t *db, const char *key, size_t klen, const char *id, size
     return found ? order_unwait(db, key, klen, id, idlen) : 0;
 }
 
-unsigned order_release(db_t *db, const char *key, size_t klen, bool *found)
+unsigned order_skip_head(db_t *db, const char *key, size_t klen, bool *found)
 {
     char head[ORDER_KEY_MAX + 1];
     size_t hlen;

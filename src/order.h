@@ -64,7 +64,7 @@ unsigned order_block(db_t *db, const char *key, size_t klen, const char *id, siz
  * the key's head, the first waiter becomes the head (none left: the key is
  * free); when it is a waiter, it leaves the waiters. With hold (dead-lettered,
  * order_dead_letter = "hold"), the key stays blocked on id, held: only an
- * operator (order_release) or a replay of id moves it on.
+ * operator (order_skip_head) or a replay of id moves it on.
  */
 unsigned order_done(db_t *db, const char *key, size_t klen, const char *id, size_t idlen,
                     bool hold);
@@ -76,9 +76,9 @@ unsigned order_done(db_t *db, const char *key, size_t klen, const char *id, size
 int order_tables(db_t *db) __attribute__((warn_unused_result));
 
 /*
- * For idemctl: release consumer's key whatever its head (the first waiter
- * becomes the head). *found: there was a block. Committed by the caller.
+ * For idemctl order release: drop consumer's key's head whatever it is (the
+ * first waiter becomes the head). *found: there was a block. Committed by the caller.
  */
-unsigned order_release(db_t *db, const char *key, size_t klen, bool *found);
+unsigned order_skip_head(db_t *db, const char *key, size_t klen, bool *found);
 
 #endif

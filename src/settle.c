@@ -392,7 +392,7 @@ int settle_batch(settle_t *s)
     return 0;
 }
 
-void settle_release(settle_t *s)
+void settle_clear_batch(settle_t *s)
 {
     life_t *l = s->life;
     life_list_t *B = &l->batch;

@@ -54,6 +54,6 @@ int settle_retry_held(settle_t *s) __attribute__((warn_unused_result));
  * After settle_batch: free the settled deliveries and move the DEFERRED
  * ones to the front of the batch, back in LIFE_BATCH, for the next batch.
  */
-void settle_release(settle_t *s);
+void settle_clear_batch(settle_t *s);
 
 #endif

@@ -156,7 +156,7 @@ step_status_t step_run(step_t *s)
         return step_lost(s, STEP_LOST_BROKER, "consuming channel failed");
     if (h->settled)
         h->settled(s->hooks_ctx);
-    settle_release(s->st);
+    settle_clear_batch(s->st);
     return STEP_RAN;
 }
 

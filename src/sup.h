@@ -100,7 +100,7 @@ int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids);
 /* Copy a slot's last error into *into when it is newer (both may be empty). */
 void sup_newer_error(log_sink_t *into, const log_sink_t *slot);
 /* Worker entry w is given up (its process is gone): its counters move to its queue's stats. */
-void sup_release_worker(supervisor_t *s, sup_worker_t *w);
+void sup_remove_worker(supervisor_t *s, sup_worker_t *w);
 /* Add a worker entry for queue q of conf; it starts at the next loop turn (unless waiting). */
 void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, int index,
                     bool waiting);

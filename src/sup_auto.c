@@ -115,7 +115,7 @@ static void sup_auto_retire(supervisor_t *s, const conf_queue_t *q)
     if (last->pid)
         kill(last->pid, SIGTERM);
     else
-        sup_release_worker(s, last);
+        sup_remove_worker(s, last);
 }
 
 static uint64_t sup_auto_now_us(void)

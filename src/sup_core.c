@@ -102,7 +102,7 @@ void sup_newer_error(log_sink_t *into, const log_sink_t *slot)
  * counters to its queue's stats, so that the slot starts from zero for
  * whichever queue uses it next. (lat[] stays: only the exit totals read it.)
  */
-void sup_release_worker(supervisor_t *s, sup_worker_t *w)
+void sup_remove_worker(supervisor_t *s, sup_worker_t *w)
 {
     sup_qstats_t *qs = sup_qstats(s, w->q->name);
     if (qs) {

@@ -21,7 +21,7 @@ static void sup_retire(supervisor_t *s, const char *name)
         if (w->pid)
             kill(w->pid, SIGTERM);
         else
-            sup_release_worker(s, w);
+            sup_remove_worker(s, w);
     }
 }
 

@@ -247,7 +247,7 @@ static void sup_reap(supervisor_t *s)
             if (s->stopping || w->retiring) {
                 log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid, why);
                 log_set_sink(NULL);
-                sup_release_worker(s, w);
+                sup_remove_worker(s, w);
                 break;
             }
             /*

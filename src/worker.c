@@ -224,27 +224,27 @@ static int worker_loop(worker_t *w)
         if (db_rc == 0 && !w->step.draining && chores_tick(&w->chores) != 0)
             db_rc = worker_reconnect_db(w, "in a chore");
         if (db_rc != 0) {
-            worker_release(w);
+            worker_give_back(w);
             return worker_lose(w, WORKER_LOST_DATABASE);
         }
         step_status_t st = step_run(&w->step);
         if (st < 0 && w->ended) {
             /* Nothing of the batch is acked: the supervisor holds the queue (sup_hold). */
             w->slot->error_kind = WORKER_ERROR_ENDED;
-            worker_release(w);
+            worker_give_back(w);
             return WORKER_EXIT_CONFIG;
         }
         if (st < 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
             log_debug("%s", w->step.why);
-            worker_release(w);
+            worker_give_back(w);
             return worker_lose(w,
                                st == STEP_LOST_BROKER ? WORKER_LOST_BROKER : WORKER_LOST_DATABASE);
         }
         if (w->bt.undecodable && (code = worker_undecodable(w)) != 0)
             return code;
     }
-    worker_release(w);
+    worker_give_back(w);
     return WORKER_EXIT_STOPPED;
 }
 

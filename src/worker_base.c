@@ -76,7 +76,7 @@ void worker_pause(worker_t *w, int ms)
 }
 
 /* Give up the batch, the carried delivery and the held list: unacked, the broker requeues them. */
-void worker_release(worker_t *w)
+void worker_give_back(worker_t *w)
 {
     life_release(&w->life);
     w->bt.has_carry = false;

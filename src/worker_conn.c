@@ -347,7 +347,7 @@ int worker_undecodable(worker_t *w)
     if (mq_nack(w->mq, tag, !reject) != 0)
         log_warn("queue %s: tag=%llu returns to the queue with the connection instead", qq,
                  (unsigned long long)tag);
-    worker_release(w);
+    worker_give_back(w);
     mq_close(w->mq);
     w->mq = NULL;
     (void)worker_lose(w, WORKER_LOST_BROKER); /* counted as a reconnect below */

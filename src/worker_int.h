@@ -117,7 +117,7 @@ void worker_connected(worker_t *w, worker_lost_t what);
 /* Sleep up to ms, waking early on stop; keeps showing progress while it waits. */
 void worker_pause(worker_t *w, int ms);
 /* Give up the batch, the carried delivery and the held list: unacked, the broker requeues them. */
-void worker_release(worker_t *w);
+void worker_give_back(worker_t *w);
 
 /* worker_conn.c: connections to the database and the broker (the comments above each function
  * there say more). */
