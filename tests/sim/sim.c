@@ -921,7 +921,7 @@ static void check_end(void)
 
 /* ---------- one seed ---------- */
 
-static int force_workers; /* --workers N, or 0: drawn by the seed */
+int sim_force_workers; /* --workers N, or 0: drawn by the seed */
 
 static void draw_options(void)
 {
@@ -930,8 +930,8 @@ static void draw_options(void)
     /* Workers on the queue: 1 (40%), 2, 3 or 4 (20% each); the model is one worker. */
     unsigned wk = sim_rng_below(&sim.sched, 10);
     o->workers = sim.model ? 1 : wk < 4 ? 1 : wk < 6 ? 2 : wk < 8 ? 3 : 4;
-    if (force_workers > 0 && !sim.model)
-        o->workers = force_workers; /* --workers N: the rest of the seed is drawn the same */
+    if (sim_force_workers > 0 && !sim.model)
+        o->workers = sim_force_workers; /* --workers N: the rest of the seed is drawn the same */
     o->n_msgs = 4 + (int)sim_rng_below(r, SIM_MSGS - 4);
     o->batch_size = 1 + (int)sim_rng_below(r, SIM_BATCH);
     o->prefetch = 1 + (int)sim_rng_below(r, SIM_PREFETCH);
@@ -974,7 +974,8 @@ static void draw_options(void)
      * stream of its own: workers_min 1 or 2, workers_max up to SIM_WORKERS - 1 (a slot stays
      * free for a worker still draining while another starts, as sup_auto_free_index). */
     sim_rng_t arng = {sim.seed ^ 0xA0705CA1E5EED777ULL};
-    o->autoscale = !sim.model && !o->ordered && force_workers == 0 && sim_rng_below(&arng, 4) == 0;
+    o->autoscale =
+        !sim.model && !o->ordered && sim_force_workers == 0 && sim_rng_below(&arng, 4) == 0;
     if (o->autoscale) {
         o->as_min = 1 + (int)sim_rng_below(&arng, 2);
         o->as_max = o->as_min + (int)sim_rng_below(&arng, (unsigned)(SIM_WORKERS - o->as_min));
@@ -984,7 +985,7 @@ static void draw_options(void)
      * each, and the rate at which a whole instance is killed. */
     sim_rng_t irng = {sim.seed ^ 0x2157A2CE5EED0042ULL};
     o->instances = 1;
-    if (!sim.model && !o->ordered && !o->autoscale && force_workers == 0 &&
+    if (!sim.model && !o->ordered && !o->autoscale && sim_force_workers == 0 &&
         sim_rng_below(&irng, 4) == 0) {
         o->instances = 2;
         o->workers = 2 * (1 + (int)sim_rng_below(&irng, 2));
@@ -1106,8 +1107,8 @@ static void autoscale_tick(void)
                       o->as_max);
 }
 
-/* Run one seed; true when every invariant held. */
-static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
+/* Start seed's run: every global of the simulation reset, its options drawn and logged. */
+static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
 {
     memset(&sim, 0, sizeof(sim));
     memset(&w, 0, sizeof(w));
@@ -1147,7 +1148,12 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
             o->ordered, o->n_keys, o->autoscale, o->as_min, o->as_max, o->instances, o->pm_db_fault,
             o->pm_commit_lost, o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
-    for (int id = 0; id < o->n_msgs; id++) {
+}
+
+/* Publish the seed's messages into the main queue, one in 20 twice (the publisher re-sent it). */
+static void sim_publish_all(bool model)
+{
+    for (int id = 0; id < sim.o.n_msgs; id++) {
         sim_bmsg_t m;
         memset(&m, 0, sizeof(m));
         m.id = id;
@@ -1161,6 +1167,66 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     }
     sim_log("%d messages published; the worker is %s", sim_mq.qn[SQ_MAIN],
             model ? "modelled (sim.c)" : "step.c (batch.c, guard.c, txn.c, settle.c)");
+}
+
+/*
+ * One step of the daemon's workers: each takes a turn, in an order the seed
+ * picks; a dead one's successor waits out its restart back-off. tick: the
+ * step's clock advance. true when any worker had work.
+ */
+static bool sim_turns(uint64_t tick)
+{
+    const sim_opts_t *o = &sim.o;
+    bool busy = false;
+
+    if (o->instances > 1 && !sim.calm && sim_rng_pm(&sim.sched, o->pm_instance_death))
+        instance_kill((int)sim_rng_below(&sim.sched, 2));
+    int first_k = o->workers > 1 ? (int)sim_rng_below(&sim.sched, (unsigned)o->workers) : 0;
+    for (int j = 0; j < o->workers && !sim.failed; j++) {
+        int k = (first_k + j) % o->workers;
+        if (sim.off[k])
+            continue;
+        if (sim.down_until[k] > sim.steps) {
+            busy = true;
+            continue;
+        }
+        sim_switch(k);
+        uint64_t t0 = sim.now_ms;
+        bool ran = sim_life_step();
+        busy |= ran;
+        if (o->autoscale)
+            *(ran ? &sim.busy_ms[k] : &sim.idle_ms[k]) += tick + sim.now_ms - t0;
+        check_step();
+    }
+    autoscale_tick();
+    return busy;
+}
+
+/* Idle: the clock jumps to the next thing that can happen (next: the broker's next event). */
+static void sim_idle(uint64_t next, bool model)
+{
+    const sim_opts_t *o = &sim.o;
+    uint64_t t = next, ob = sim_outbox_next_ms();
+
+    if (ob && (t == 0 || ob < t))
+        t = ob;
+    for (int k = 0; k < (model ? 1 : o->workers); k++) {
+        uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms(k);
+        if (h && (t == 0 || h < t))
+            t = h;
+    }
+    for (int k = 0; o->autoscale && t > sim.now_ms && k < o->workers; k++)
+        if (!sim.off[k])
+            sim.idle_ms[k] += t - sim.now_ms;
+    if (t > sim.now_ms)
+        sim.now_ms = t;
+}
+
+/* Run one seed; true when every invariant held. */
+bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
+{
+    sim_setup(seed, bugs, trace, model);
+    sim_publish_all(model);
     sim_outbox_begin(); /* before the workers: their steps relay through its outbox */
     if (!model)
         sim_life_begin();
@@ -1185,47 +1251,12 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
             busy = worker_step();
             check_step();
         } else {
-            /* Each worker takes a turn, in an order the seed picks; a dead one's successor
-             * waits out its restart back-off. */
-            if (o->instances > 1 && !sim.calm && sim_rng_pm(&sim.sched, o->pm_instance_death))
-                instance_kill((int)sim_rng_below(&sim.sched, 2));
-            int first_k = o->workers > 1 ? (int)sim_rng_below(&sim.sched, (unsigned)o->workers) : 0;
-            for (int j = 0; j < o->workers && !sim.failed; j++) {
-                int k = (first_k + j) % o->workers;
-                if (sim.off[k])
-                    continue;
-                if (sim.down_until[k] > sim.steps) {
-                    busy = true;
-                    continue;
-                }
-                sim_switch(k);
-                uint64_t t0 = sim.now_ms;
-                bool ran = sim_life_step();
-                busy |= ran;
-                if (o->autoscale)
-                    *(ran ? &sim.busy_ms[k] : &sim.idle_ms[k]) += tick + sim.now_ms - t0;
-                check_step();
-            }
-            autoscale_tick();
+            busy = sim_turns(tick);
         }
         if (!busy && sim.calm && drained())
             break;
-        if (!busy) {
-            /* Idle: the clock jumps to the next thing that can happen. */
-            uint64_t t = next, ob = sim_outbox_next_ms();
-            if (ob && (t == 0 || ob < t))
-                t = ob;
-            for (int k = 0; k < (model ? 1 : o->workers); k++) {
-                uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms(k);
-                if (h && (t == 0 || h < t))
-                    t = h;
-            }
-            for (int k = 0; o->autoscale && t > sim.now_ms && k < o->workers; k++)
-                if (!sim.off[k])
-                    sim.idle_ms[k] += t - sim.now_ms;
-            if (t > sim.now_ms)
-                sim.now_ms = t;
-        }
+        if (!busy)
+            sim_idle(next, model);
     }
     if (!sim.failed)
         check_end();
@@ -1235,262 +1266,4 @@ static bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mode
     conns_free();
     sim_mq_reset();
     return !sim.failed;
-}
-
-/* ---------- the command ---------- */
-
-typedef struct bug_case {
-    bool model_only; /* a switch of the worker's model (sim.c), not of the real modules */
-    const char *flag;
-    const char *name;
-    sim_bugs_t set;
-    bool available;
-} bug_case_t;
-
-static int t_n, t_failed;
-
-static void t_line(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void t_line(bool ok, const char *fmt, ...)
-{
-    va_list ap;
-    t_n++;
-    t_failed += !ok;
-    printf("%sok %d - ", ok ? "" : "not ", t_n);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf("\n");
-    fflush(stdout);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void usage(void)
-{
-    printf("usage: sim [--seeds N] [--first S] [--seed S [--trace]] [--bug NAME] [--no-bugs]\n"
-           "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
-           "  --seed S    run one seed; --trace prints every step\n"
-           "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              carry_ack, lost_note, auto_ack, stale_free, retire_kill,\n"
-           "              guard_per_instance\n"
-           "  --no-bugs   skip the check that each old behaviour is found\n"
-           "  --show N    print the first N failing seeds (default 5)\n"
-           "  --model     drive the worker's model (sim.c) instead of the daemon's step.c\n"
-           "  --workers N run every seed with N workers (1..4) instead of the seed's draw\n"
-           "Prints TAP lines, then \"N passed, N failed\".\n");
-}
-
-int main(int argc, char **argv)
-{
-    /* carry_ack breaks about one seed in 2,000 to 3,000 (seeds 341 and 1575 of 6,000 before the
-     * check SAVEPOINT after the handlers, 2078, 2430 and 5653 after it): a budget of 2,000
-     * found it or not by luck of where the statements fall. The search stops at the first. */
-    long seeds = 2000, bug_budget = 8000, show = 5;
-    uint64_t first = 1, one = 0;
-    bool have_one = false, trace = false, check_bugs = true, model = false;
-    sim_bugs_t bugs = {0};
-    const char *argv0 = argv[0];
-
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--seeds") == 0 && i + 1 < argc)
-            seeds = atol(argv[++i]);
-        else if (strcmp(argv[i], "--first") == 0 && i + 1 < argc)
-            first = strtoull(argv[++i], NULL, 10);
-        else if (strcmp(argv[i], "--seed") == 0 && i + 1 < argc) {
-            one = strtoull(argv[++i], NULL, 10);
-            have_one = true;
-        } else if (strcmp(argv[i], "--trace") == 0)
-            trace = true;
-        else if (strcmp(argv[i], "--no-bugs") == 0)
-            check_bugs = false;
-        else if (strcmp(argv[i], "--show") == 0 && i + 1 < argc)
-            show = atol(argv[++i]);
-        else if (strcmp(argv[i], "--model") == 0)
-            model = true;
-        else if (strcmp(argv[i], "--workers") == 0 && i + 1 < argc) {
-            force_workers = atoi(argv[++i]);
-            if (force_workers < 1 || force_workers > SIM_WORKERS) {
-                usage();
-                return 64;
-            }
-        } else if (strcmp(argv[i], "--bug") == 0 && i + 1 < argc) {
-            const char *b = argv[++i];
-            if (strcmp(b, "no_fallback") == 0)
-                bugs.no_fallback = true;
-            else if (strcmp(b, "match_by_key") == 0)
-                bugs.match_by_key = true;
-            else if (strcmp(b, "alarm_as_crash") == 0)
-                bugs.alarm_as_crash = true;
-            else if (strcmp(b, "carry_ack") == 0)
-                bugs.carry_ack = true;
-            else if (strcmp(b, "lost_note") == 0)
-                bugs.lost_note = true;
-            else if (strcmp(b, "auto_ack") == 0)
-                bugs.auto_ack = true;
-            else if (strcmp(b, "stale_free") == 0)
-                bugs.stale_free = true;
-            else if (strcmp(b, "retire_kill") == 0)
-                bugs.retire_kill = true;
-            else if (strcmp(b, "guard_per_instance") == 0)
-                bugs.guard_per_instance = true;
-            else {
-                usage();
-                return 64;
-            }
-        } else {
-            usage();
-            return strcmp(argv[i], "--help") == 0 ? 0 : 64;
-        }
-    }
-    log_set_level(LOG_LEVEL_ERROR - 1); /* txn.c's lines would drown the trace */
-    if (bugs.no_fallback && !&txn_test_no_fallback) {
-        fprintf(stderr, "sim: this txn.c has no txn_test_no_fallback\n");
-        return 64;
-    }
-    bool any_bug = bugs.no_fallback || bugs.match_by_key || bugs.alarm_as_crash || bugs.carry_ack ||
-                   bugs.lost_note || bugs.auto_ack || bugs.stale_free || bugs.retire_kill ||
-                   bugs.guard_per_instance;
-    char bugarg[240] = "";
-    if (any_bug)
-        snprintf(bugarg, sizeof(bugarg), "%s%s%s%s%s%s%s%s%s",
-                 bugs.no_fallback ? " --bug no_fallback" : "",
-                 bugs.match_by_key ? " --bug match_by_key" : "",
-                 bugs.alarm_as_crash ? " --bug alarm_as_crash" : "",
-                 bugs.carry_ack ? " --bug carry_ack" : "", bugs.lost_note ? " --bug lost_note" : "",
-                 bugs.auto_ack ? " --bug auto_ack" : "", bugs.stale_free ? " --bug stale_free" : "",
-                 bugs.retire_kill ? " --bug retire_kill" : "",
-                 bugs.guard_per_instance ? " --bug guard_per_instance" : "");
-
-    if (have_one) {
-        bool ok = sim_run(one, &bugs, trace, model);
-        t_line(ok, "sim seed %llu%s: %s (%ld steps, %d deaths, %d crashes counted)",
-               (unsigned long long)one, bugarg, ok ? "every invariant held" : sim.why, sim.steps,
-               sim.deaths, sim.crashes_seen);
-        printf("%d passed, %d failed\n", t_n - t_failed, t_failed);
-        return t_failed ? 1 : 0;
-    }
-
-    double t0 = now_s();
-    long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0,
-         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0, two_seeds = 0, inst_deaths = 0,
-         retire_notes = 0;
-    for (long k = 0; k < seeds; k++) {
-        uint64_t s = first + (uint64_t)k;
-        if (!sim_run(s, &bugs, false, model)) {
-            if (++bad <= show)
-                printf("# seed %llu broke an invariant: %s\n#   replay: SIM_SEED=%llu make sim   "
-                       "or   %s --seed %llu%s --trace\n",
-                       (unsigned long long)s, sim.why, (unsigned long long)s, argv0,
-                       (unsigned long long)s, bugarg);
-        }
-        steps += sim.steps;
-        deaths += sim.deaths;
-        overshoots += sim.overshoots;
-        dups += sim.dup_effects;
-        none_seeds += sim.o.dedup_none;
-        ordered_seeds += sim.o.ordered;
-        auto_seeds += sim.o.autoscale;
-        ups += sim.scale_ups;
-        retires += sim.retirements;
-        two_seeds += sim.o.instances > 1;
-        inst_deaths += sim.instance_deaths;
-        retire_notes += sim.retire_notes;
-    }
-    double dt = now_s() - t0;
-    t_line(bad == 0,
-           "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
-           "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
-           "applied again there, %ld ordered, %ld with workers auto (%ld workers added, %ld "
-           "retired, %ld crash notes released with a retiring worker), %ld with two instances "
-           "(%ld instance deaths), %.0f seeds/s)",
-           (unsigned long long)first, (unsigned long long)(first + (uint64_t)seeds - 1), bugarg,
-           bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds, auto_seeds, ups,
-           retires, retire_notes, two_seeds, inst_deaths, dt > 0 ? (double)seeds / dt : 0.0);
-
-    if (check_bugs && !any_bug) {
-        bug_case_t cases[] = {
-            {false,
-             "no_fallback",
-             "no_fallback (txn_test_no_fallback: a failed handle_batch retries the whole batch)",
-             {.no_fallback = true},
-             &txn_test_no_fallback != NULL},
-            {false,
-             "match_by_key",
-             "match_by_key (a return marks every pending copy with its routing key)",
-             {.match_by_key = true},
-             true},
-            {false,
-             "alarm_as_crash",
-             "alarm_as_crash (a database lock wait past handler_timeout counted as a crash)",
-             {.alarm_as_crash = true},
-             true},
-            {true,
-             "carry_ack",
-             "carry_ack (before 2026-12: a batch filled after a cut-short one acks "
-             "the carried "
-             "delivery)",
-             {.carry_ack = true},
-             true},
-            {false,
-             "lost_note",
-             "lost_note (before 2026-12: a successor killed before counting its predecessor's "
-             "crash made that crash pass for a kill from outside)",
-             {.lost_note = true},
-             true},
-            {false,
-             "auto_ack",
-             "auto_ack (a deliberately broken consumer under dedup = \"none\": no_ack, so a "
-             "delivery is acked before its commit)",
-             {.auto_ack = true},
-             true},
-            {false,
-             "stale_free",
-             "stale_free (order_batch_test_stale_free: an ordered queue's batch trusts its first "
-             "read of a key after an earlier message of it blocked the key)",
-             {.stale_free = true},
-             true},
-            {false,
-             "retire_kill",
-             "retire_kill (workers = \"auto\": the autoscaler retires a worker with SIGKILL, "
-             "not SIGTERM and its drain, so it exits without settling what it committed)",
-             {.retire_kill = true},
-             true},
-            {false,
-             "guard_per_instance",
-             "guard_per_instance (two instances: the crash guard's rows kept per instance, so "
-             "each counts only its own workers' crashes)",
-             {.guard_per_instance = true},
-             true},
-        };
-        for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
-            if (!cases[c].available) {
-                t_line(true, "sim finds %s # SKIP the switch is not in this build", cases[c].name);
-                continue;
-            }
-            long k;
-            for (k = 0; k < bug_budget; k++)
-                if (!sim_run(first + (uint64_t)k, &cases[c].set, false,
-                             model || cases[c].model_only))
-                    break;
-            if (k < bug_budget)
-                t_line(true,
-                       "sim finds %s: first at seed %llu of %ld: %s (replay: %s --seed %llu "
-                       "--bug %s%s --trace)",
-                       cases[c].name, (unsigned long long)(first + (uint64_t)k), bug_budget,
-                       sim.why, argv0, (unsigned long long)(first + (uint64_t)k), cases[c].flag,
-                       model || cases[c].model_only ? " --model" : "");
-            else
-                t_line(false, "sim finds %s: not found in %ld seeds", cases[c].name, bug_budget);
-        }
-        if (&txn_test_no_fallback)
-            txn_test_no_fallback = false;
-    }
-    sim_pub_free();
-    printf("%d passed, %d failed\n", t_n - t_failed, t_failed);
-    return t_failed ? 1 : 0;
 }

@@ -337,6 +337,10 @@ void sim_pub_close(void);
 /* Free the round's memory (end of the program). */
 void sim_pub_free(void);
 
+/* sim.c: run one seed with bugs switched on; true when every invariant held. */
+bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model);
+extern int sim_force_workers; /* --workers N, or 0: each seed draws its own count */
+
 /* The broker forgot an acked delivery of id: invariants 1 and 2 look at what is left (sim.c). */
 void sim_on_ack(int id);
 
