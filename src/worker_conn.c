@@ -56,45 +56,77 @@ int worker_connect_db(worker_t *w)
                  "(database.galera_max_batch; queue batch_size %d)",
                  cap, w->q->batch_size);
     }
+    if ((rc = worker_db_start(w, true, err, sizeof(err))) != 0)
+        snprintf(w->slot->error, sizeof(w->slot->error), "%s", err);
+    return rc;
+}
+
+int worker_db_start(worker_t *w, bool daemon, char *err, size_t errlen)
+{
+    char why[512] = "";
+    int rc = WORKER_EXIT_CONFIG;
+
     if (w->outbox)
         outbox_rebind(w->outbox, w->db);
-    else if ((w->outbox = outbox_new(w->db)) == NULL)
-        return WORKER_EXIT_TEMPFAIL;
-    outbox_policy_t pol = {.queue = w->q->name,
-                           .dlq = w->q->dead_letter_queue,
-                           .max_attempts = (unsigned)w->conf->outbox_max_attempts,
-                           .backoff_ms = w->conf->outbox_backoff_ms,
-                           .key = w->copies_keys.k[0]};
-    outbox_set_policy(w->outbox, &pol);
-    worker_connected(w, WORKER_LOST_DATABASE);
-    if (db_attempt_prepare(w->db) != 0) {
-        snprintf(w->slot->error, sizeof(w->slot->error),
-                 "cannot use table " DB_ATTEMPT_TABLE
-                 " (apply sql/003_idemd_attempt.sql and sql/008_idemd_attempt_crashes.sql)");
-        return WORKER_EXIT_CONFIG;
+    else if ((w->outbox = outbox_new(w->db)) == NULL) {
+        snprintf(err, errlen, "out of memory");
+        rc = WORKER_EXIT_TEMPFAIL;
+        goto fail;
     }
-    if (db_copies_keys(w->db, true, &w->copies_keys) != 0) {
-        snprintf(w->slot->error, sizeof(w->slot->error),
-                 "cannot use the relay key in table " DB_KEY_TABLE
-                 " (apply sql/007_idemd_key.sql and sql/010_idemd_key_since.sql; see the log)");
-        return WORKER_EXIT_CONFIG;
+    if (daemon) {
+        outbox_policy_t pol = {.queue = w->q->name,
+                               .dlq = w->q->dead_letter_queue,
+                               .max_attempts = (unsigned)w->conf->outbox_max_attempts,
+                               .backoff_ms = w->conf->outbox_backoff_ms,
+                               .key = w->copies_keys.k[0]};
+        outbox_set_policy(w->outbox, &pol);
+        worker_connected(w, WORKER_LOST_DATABASE);
+        if (db_attempt_prepare(w->db) != 0) {
+            snprintf(err, errlen,
+                     "cannot use table " DB_ATTEMPT_TABLE
+                     " (apply sql/003_idemd_attempt.sql and sql/008_idemd_attempt_crashes.sql)");
+            goto fail;
+        }
+        if (db_copies_keys(w->db, true, &w->copies_keys) != 0) {
+            snprintf(err, errlen,
+                     "cannot use the relay key in table " DB_KEY_TABLE
+                     " (apply sql/007_idemd_key.sql and sql/010_idemd_key_since.sql; see the log)");
+            goto fail;
+        }
+        w->keys_read_ms = worker_now_ms();
+    } else {
+        /* A dry run signs nothing: only the trust of retry copies' attempt counts needs the
+         * keys, and a letter still runs without them. */
+        int kr = db_copies_keys(w->db, false, &w->copies_keys);
+        if (kr < 0)
+            log_warn("cannot read the relay keys: a retry copy's attempt count is not believed");
+        else if (kr > 0)
+            log_debug(
+                "no relay key yet (no worker has connected): no retry copy can be signed yet");
+        (void)db_rollback(w->db);
     }
-    w->keys_read_ms = worker_now_ms();
     if (w->ord.keys && order_tables(w->db) != 0) {
-        snprintf(w->slot->error, sizeof(w->slot->error),
-                 "queue has order_key but cannot use tables idemd_order_block and "
-                 "idemd_order_waiter (apply sql/012_idemd_order.sql)");
-        return WORKER_EXIT_CONFIG;
+        snprintf(err, errlen,
+                 "queue '%s' has order_key but cannot use tables idemd_order_block and "
+                 "idemd_order_waiter (apply sql/012_idemd_order.sql)",
+                 w->q->name);
+        goto fail;
     }
-    if (w->h->init && w->h->init(plugin_host(), sqlh_settings(w->q), w->db->my, &w->state, err,
-                                 sizeof(err)) != 0) {
-        char qe[800];
-        log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
-                  err[0] ? log_quote_str(err, qe, sizeof(qe)) : "(no reason given)");
-        return WORKER_EXIT_CONFIG;
+    if (w->h->init && w->h->init(plugin_host(), sqlh_settings(w->q), w->db->my, &w->state, why,
+                                 sizeof(why)) != 0) {
+        snprintf(err, errlen, "handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
+                 why[0] ? why : "(no reason given)");
+        if (daemon) {
+            char qe[800];
+            log_error("handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
+                      why[0] ? log_quote_str(why, qe, sizeof(qe)) : "(no reason given)");
+        }
+        goto fail;
     }
     w->state_live = true;
     return 0;
+fail:
+    return rc;
 }
 
 /* Declare the queues idemd owns (dead letters, delay tiers) on mq. 0, or -1 (logged). */

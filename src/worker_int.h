@@ -121,7 +121,16 @@ void worker_give_back(worker_t *w);
 
 /* worker_conn.c: connections to the database and the broker (the comments above each function
  * there say more). */
-int worker_connect_db(worker_t *w);     /* 0, or an exit code */
+int worker_connect_db(worker_t *w); /* 0, or an exit code */
+/*
+ * Start idemd's side and the handler on w->db, just opened: the outbox, the
+ * relay keys, the crash guard's table, the order tables, then the handler's
+ * init. The one path for the daemon's worker (daemon true) and idemctl try
+ * (daemon false: the keys are read, never created, and their absence only
+ * noted, as a dry run signs nothing; no crash guard, no counters). Returns 0,
+ * or WORKER_EXIT_CONFIG / WORKER_EXIT_TEMPFAIL with the reason in err.
+ */
+int worker_db_start(worker_t *w, bool daemon, char *err, size_t errlen);
 int worker_connect_mq(worker_t *w);     /* 0, or an exit code */
 int worker_open_publisher(worker_t *w); /* 0, or -1 (logged) */
 void worker_service_pub(worker_t *w);

@@ -161,7 +161,7 @@ static int worker_try_alloc(worker_t *w)
  */
 static int worker_try_open(worker_t *w, char *err, size_t errlen)
 {
-    char refused[WORKER_ERROR_MAX] = "", why[512] = "";
+    char refused[WORKER_ERROR_MAX] = "";
 
     int rc = db_open(&w->conf->database, w->q->consumer, w->q->dedup == CONF_DEDUP_TABLE, 0,
                      refused, sizeof(refused), &w->db);
@@ -170,31 +170,9 @@ static int worker_try_open(worker_t *w, char *err, size_t errlen)
                  refused[0] ? ": " : " (see above)", refused);
         return rc == DB_OPEN_REFUSED ? WORKER_TRY_CONFIG : WORKER_TRY_CONNECT;
     }
-    if ((w->outbox = outbox_new(w->db)) == NULL) {
-        snprintf(err, errlen, "out of memory");
-        return WORKER_TRY_CONNECT;
-    }
-    /* Only the trust of retry copies' attempt counts needs them: a letter still runs. */
-    int kr = db_copies_keys(w->db, false, &w->copies_keys);
-    if (kr < 0)
-        log_warn("cannot read the relay keys: a retry copy's attempt count is not believed");
-    else if (kr > 0)
-        log_debug("no relay key yet (no worker has connected): no retry copy can be signed yet");
-    (void)db_rollback(w->db);
-    if (w->ord.keys && order_tables(w->db) != 0) {
-        snprintf(err, errlen,
-                 "queue '%s' has order_key but cannot use tables idemd_order_block "
-                 "and idemd_order_waiter (apply sql/012_idemd_order.sql)",
-                 w->q->name);
-        return WORKER_TRY_CONFIG;
-    }
-    if (w->h->init && w->h->init(plugin_host(), sqlh_settings(w->q), w->db->my, &w->state, why,
-                                 sizeof(why)) != 0) {
-        snprintf(err, errlen, "handler %s: init failed for queue '%s': %s", w->h->name, w->q->name,
-                 why[0] ? why : "(no reason given)");
-        return WORKER_TRY_CONFIG;
-    }
-    w->state_live = true;
+    rc = worker_db_start(w, false, err, errlen);
+    if (rc != 0)
+        return rc == WORKER_EXIT_TEMPFAIL ? WORKER_TRY_CONNECT : WORKER_TRY_CONFIG;
     return 0;
 }
 
