@@ -190,6 +190,13 @@ $(B)/tests/unit/test_order: tests/unit/test_order.c tests/unit/tap.h src/order.c
 $(B)/tests/unit/test_sqlh_param: tests/unit/test_sqlh_param.c tests/unit/tap.h src/sqlh_param.c src/json_body.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/sqlh_param.c src/json_body.c src/log.c $(LDLIBS)
 
+# test_batch: collecting (batch.c) and settling (settle.c) a batch together, over fake ports; what
+# they link: the delivery's life and states, copies, the crash guard, the publish round, traces.
+TEST_BATCH_SRCS := src/batch.c src/settle.c src/life.c src/txn_state.c src/guard.c src/pubround.c \
+	src/copies.c src/delivery.c src/trace.c src/log.c
+$(B)/tests/unit/test_batch: tests/unit/test_batch.c tests/unit/tap.h $(TEST_BATCH_SRCS) $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(TEST_BATCH_SRCS) $(LDLIBS)
+
 # test_framecount tests bench/framecount.h, the frame counter of bench/delayproxy.c (header-only).
 $(B)/tests/unit/test_framecount: tests/unit/test_framecount.c bench/framecount.h tests/unit/tap.h | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Ibench $(LDFLAGS) -o $@ $<
