@@ -162,22 +162,24 @@ static int trust_follow(trust_walk_t *w, int fd, const char *name, char *rest)
     return 0;
 }
 
-/* Cut the next component off rest into comp (NAME_MAX + 1); false when none is left. */
-static bool trust_next(char *rest, char *comp)
+/* Cut the next component off rest into comp (NAME_MAX + 1): 1, 0 when none is left, -1 when
+ * it is longer than a name may be (never cut short: that would name another file). */
+static int trust_next(char *rest, char *comp)
 {
     char *p = rest;
     while (*p == '/')
         p++;
     size_t n = strcspn(p, "/");
     if (n == 0)
-        return false;
+        return 0;
     if (n > NAME_MAX)
-        n = NAME_MAX; /* the lookup fails with ENOENT or ENAMETOOLONG then */
+        return -1;
     memcpy(comp, p, n);
     comp[n] = '\0';
-    p += strcspn(p, "/");
-    memmove(rest, p, strlen(p) + 1);
-    return true;
+    /* Shift what is left to the front, byte by byte (forward over itself, which is safe). */
+    for (size_t i = 0; (rest[i] = p[n + i]) != '\0'; i++)
+        ;
+    return 1;
 }
 
 /*
@@ -258,7 +260,7 @@ static int trust_walk(trust_walk_t *w, char *rest)
 {
     char comp[NAME_MAX + 1];
     struct stat st;
-    int links = 0, fd = -1;
+    int links = 0, fd = -1, rc;
 
     w->dirs[0] = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (w->dirs[0] < 0)
@@ -269,20 +271,20 @@ static int trust_walk(trust_walk_t *w, char *rest)
     w->dir_st[0] = st;
     if (trust_dir(w, &st, "/") != 0)
         return -1;
-    while (trust_next(rest, comp)) {
+    while ((rc = trust_next(rest, comp)) > 0) {
         if (strcmp(comp, ".") == 0)
             continue;
         if (strcmp(comp, "..") == 0) {
             trust_pop(w);
             continue;
         }
-        int rc = trust_step(w, comp, rest, &links, &fd);
-        if (rc < 0)
+        int step = trust_step(w, comp, rest, &links, &fd);
+        if (step < 0)
             return -1;
-        if (rc == 1)
+        if (step == 1)
             return fd;
     }
-    return trust_fail(w, w->path, EISDIR);
+    return trust_fail(w, w->path, rc < 0 ? ENAMETOOLONG : EISDIR);
 }
 
 int trust_open(const char *path, const char *walk, const char *what, char *real, size_t reallen,
