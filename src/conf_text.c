@@ -43,6 +43,19 @@ static int conf_text_error(conf_text_t *t, int fi, int line, const char *fmt, ..
     return -1;
 }
 
+/* A copy of buf (len bytes used) in cap bytes; buf is wiped (it may hold passwords) and freed.
+ * NULL when out of memory, buf then untouched. */
+static char *conf_text_grow(char *buf, size_t len, size_t cap)
+{
+    char *nb = malloc(cap);
+    if (nb && buf) {
+        memcpy(nb, buf, len);
+        explicit_bzero(buf, len);
+        free(buf);
+    }
+    return nb;
+}
+
 /* Append n bytes of file fi, starting at its line, to the text, mapping each new line. */
 static int conf_text_put(conf_text_t *t, int fi, const char *s, size_t n, int line)
 {
@@ -50,7 +63,7 @@ static int conf_text_put(conf_text_t *t, int fi, const char *s, size_t n, int li
         return conf_text_error(t, fi, line, "the configuration is over %d bytes", CONF_TEXT_MAX);
     if (t->len + n + 1 > t->cap) {
         size_t cap = (t->len + n + 1) * 2;
-        char *b = realloc(t->buf, cap);
+        char *b = conf_text_grow(t->buf, t->len, cap);
         if (!b)
             return conf_text_error(t, fi, line, "out of memory");
         t->buf = b;
@@ -224,8 +237,9 @@ static int conf_text_slurp(conf_text_t *t, int fi, int fd, char **out, size_t *n
         return conf_text_error(t, fi, 0, "out of memory");
     for (;;) {
         if (len + 1 == cap) {
-            char *nb = cap > CONF_TEXT_MAX ? NULL : realloc(b, cap * 2);
+            char *nb = cap > CONF_TEXT_MAX ? NULL : conf_text_grow(b, len, cap * 2);
             if (!nb) {
+                explicit_bzero(b, len);
                 free(b);
                 return conf_text_error(t, fi, 0, "cannot read: over %d bytes", CONF_TEXT_MAX);
             }
@@ -236,6 +250,7 @@ static int conf_text_slurp(conf_text_t *t, int fi, int fd, char **out, size_t *n
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
+            explicit_bzero(b, len);
             free(b);
             return conf_text_error(t, fi, 0, "cannot read: %s", strerror(errno));
         }
@@ -245,6 +260,7 @@ static int conf_text_slurp(conf_text_t *t, int fi, int fd, char **out, size_t *n
     }
     b[len] = '\0';
     if (memchr(b, '\0', len)) {
+        explicit_bzero(b, len);
         free(b);
         return conf_text_error(t, fi, 0, "holds a NUL byte: not a configuration file");
     }
