@@ -159,6 +159,41 @@ static const char *conf_text_include(conf_text_t *t, int fi, int line, const cha
     return after;
 }
 
+/* How far one step of the scan moves from p, and the state after it, as libconfig's scanner
+ * reads: strings with their \\ and \" escapes, C comments, # and // comments to the line's end.
+ * A step of 2 never passes a newline. */
+static size_t conf_text_step(conf_text_state_t *state, const char *p, const char *end)
+{
+    char c = *p, d = p + 1 < end ? p[1] : '\0';
+    switch (*state) {
+    case CONF_TEXT_CODE:
+        if (c == '"')
+            *state = CONF_TEXT_STRING;
+        if (c == '/' && d == '*') {
+            *state = CONF_TEXT_COMMENT;
+            return 2;
+        }
+        if (c == '#' || (c == '/' && d == '/')) {
+            const char *nl = memchr(p, '\n', (size_t)(end - p));
+            return (size_t)((nl ? nl : end) - p);
+        }
+        return 1;
+    case CONF_TEXT_STRING:
+        if (c == '\\' && (d == '"' || d == '\\'))
+            return 2;
+        if (c == '"')
+            *state = CONF_TEXT_CODE;
+        return 1;
+    case CONF_TEXT_COMMENT:
+        if (c == '*' && d == '/') {
+            *state = CONF_TEXT_CODE;
+            return 2;
+        }
+        return 1;
+    }
+    return 1;
+}
+
 /*
  * Copy file fi's text s (n bytes) into the text, each @include replaced by its file's text. The
  * scan follows libconfig's scanner: a directive is seen only at a line start outside strings and
@@ -185,21 +220,8 @@ static int conf_text_scan(conf_text_t *t, int fi, const char *s, size_t n, int d
             bol = false;
             continue;
         }
-        char c = *p, d = p + 1 < end ? p[1] : '\0';
-        size_t step = 1;
-        if (state == CONF_TEXT_CODE && c == '"')
-            state = CONF_TEXT_STRING;
-        else if (state == CONF_TEXT_CODE && c == '/' && d == '*')
-            state = CONF_TEXT_COMMENT, step = 2;
-        else if (state == CONF_TEXT_CODE && (c == '#' || (c == '/' && d == '/'))) {
-            const char *nl = memchr(p, '\n', (size_t)(end - p));
-            step = (size_t)((nl ? nl : end) - p);
-        } else if (state == CONF_TEXT_STRING && c == '\\' && (d == '"' || d == '\\'))
-            step = 2;
-        else if (state == CONF_TEXT_STRING && c == '"')
-            state = CONF_TEXT_CODE;
-        else if (state == CONF_TEXT_COMMENT && c == '*' && d == '/')
-            state = CONF_TEXT_CODE, step = 2;
+        char c = *p;
+        size_t step = conf_text_step(&state, p, end);
         line += c == '\n';
         bol = c == '\n';
         p += step;
