@@ -73,7 +73,7 @@ CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order ord
 	worker_sweep step txn txn_result txn_state batch life settle guard outbox outbox_io plugin \
 	trace metrics stall chores sqlh json_body plugin_host
 # conf is one module in several files: the table (conf.c) and the code that walks it.
-CONF_SRCS := src/conf.c src/conf_file.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c \
+CONF_SRCS := src/conf.c src/conf_file.c src/conf_text.c src/conf_load.c src/conf_check.c src/conf_check_conn.c src/conf_show.c \
 	src/conf_reload.c src/conf_sqlh.c
 # conf refuses a config file other users may change with trust.c, as plugin.c refuses a plugin;
 # it checks the SQL handler's sources with sqlh_param.c (which reads bodies with json_body.c) and

@@ -190,7 +190,9 @@ typedef struct conf {
     conf_metrics_t metrics;
     conf_queue_t *queues;
     int n_queues;
-    config_t lc; /* the parsed tree, kept for handler settings (broker and database removed) */
+    config_t lc;    /* the parsed tree, kept for handler settings (broker and database removed) */
+    char **sources; /* the files read (main, then @include), which lc's settings name; owned */
+    int n_sources;
     /* Problems that do not stop loading (e.g. a password in a file others
      * can read), "FILE:LINE: SETTING: PROBLEM" each; owned by conf. conf_load
      * logs nothing: the caller prints them (log_warn) once logging is set up. */

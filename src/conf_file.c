@@ -1,5 +1,5 @@
-/* conf_file.c: a configuration file loaded (trusted, includes checked, walked by conf_load.c) and
- * freed. */
+/* conf_file.c: a configuration file loaded (read by conf_text.c, parsed, walked by conf_load.c)
+ * and freed. */
 #include "conf.h"
 #include "conf_int.h"
 
@@ -12,69 +12,58 @@
 #include <unistd.h>
 
 #include "log.h"
-#include "trust.h"
 
 static void conf_drop_connections(conf_t *conf);
 
+#if LIBCONFIG_VER_MAJOR > 1 || (LIBCONFIG_VER_MAJOR == 1 && LIBCONFIG_VER_MINOR >= 7)
+/* conf_text.c expands every @include itself, after its checks: libconfig opens no file. */
+static const char **conf_no_include(config_t *lc, const char *dir, const char *path,
+                                    const char **error)
+{
+    (void)lc;
+    (void)dir;
+    (void)path;
+    *error = "@include left to libconfig (idemd expands them)";
+    return NULL;
+}
+#endif
+
+/*
+ * Parse t's text into conf's tree; each setting then names the file and line it came from,
+ * and conf owns the file names. 0, or -1 with "FILE:LINE: WHY" in err.
+ */
+static int conf_parse(conf_t *conf, conf_text_t *t, char *err, size_t errlen)
+{
+#if LIBCONFIG_VER_MAJOR > 1 || (LIBCONFIG_VER_MAJOR == 1 && LIBCONFIG_VER_MINOR >= 7)
+    config_set_include_func(&conf->lc, conf_no_include);
+#endif
+    if (!config_read_string(&conf->lc, t->buf)) {
+        const char *file;
+        int line;
+        conf_text_where(t, config_error_line(&conf->lc), &file, &line);
+        if (err && errlen)
+            snprintf(err, errlen, "%s:%d: %s", file, line, config_error_text(&conf->lc));
+        return -1;
+    }
+    conf_text_fix(t, config_root_setting(&conf->lc));
+    conf->sources = conf_text_take_files(t, &conf->n_sources);
+    return 0;
+}
+
 /*
  * The config file picks the handlers idemd runs and the servers it trusts with passwords and
- * messages: like a plugin (trust.c), it may be changed by root and the user we run as only.
- * file as the caller names it; 0, or -1 with "FILE: refused: WHY: FIX" in err.
+ * messages (and with handler = "sql", the SQL run with idemd's credentials): like a plugin
+ * (trust.c), it and every file it @includes may be changed by root and the user we run as
+ * only. conf_text.c opens each once, checks it on that descriptor and reads it from there.
  */
-static int conf_trust_file(const char *file, char *err, size_t errlen)
-{
-    char real[PATH_MAX], why[1024];
-    if (realpath(file, real) == NULL)
-        snprintf(why, sizeof(why), "%s: cannot resolve: %s", file, strerror(errno));
-    else if (trust_check(file, real, "a config file", why, sizeof(why)) == 0)
-        return 0;
-    if (err && errlen)
-        snprintf(err, errlen, "%s", why);
-    return -1;
-}
-
-/*
- * The same for every file @include brought in, from the settings under s: each setting names
- * its source; seen[] holds the names checked so far (libconfig keeps one copy of each), n of
- * them (seen NULL: none yet). Returns the new n, or -1 with the error set.
- */
-static int conf_trust_includes(conf_ctx_t *ctx, const config_setting_t *s, const char **seen, int n)
-{
-    const char *mine[16];
-    const char *file = config_setting_source_file(s);
-    if (seen == NULL)
-        seen = mine;
-    if (file && strcmp(file, ctx->path) != 0) {
-        bool known = false;
-        for (int i = 0; i < n && !known; i++)
-            known = seen[i] == file;
-        if (!known) {
-            char full[PATH_MAX + 8];
-            int line;
-            conf_source(ctx, s, full, sizeof(full), &line);
-            if (conf_trust_file(full, ctx->err, ctx->errlen) != 0)
-                return -1;
-            if (n < 16)
-                seen[n++] = file;
-        }
-    }
-    if (!config_setting_is_aggregate(s))
-        return n;
-    for (int i = 0; i < config_setting_length(s); i++) {
-        n = conf_trust_includes(ctx, config_setting_get_elem(s, (unsigned)i), seen, n);
-        if (n < 0)
-            return -1;
-    }
-    return n;
-}
-
 int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
 {
     conf_ctx_t ctx = {.path = path, .err = err, .errlen = errlen};
+    conf_text_t text;
     conf_t *conf = NULL;
-    char *dir = NULL;
 
     *out = NULL;
+    memset(&text, 0, sizeof(text));
     if (err && errlen)
         err[0] = '\0';
     if (!(conf = calloc(1, sizeof(*conf)))) {
@@ -84,53 +73,22 @@ int conf_load(const char *path, conf_t **out, char *err, size_t errlen)
     }
     ctx.conf = conf;
     config_init(&conf->lc);
-    if (!(conf->path = strdup(path)))
-        goto oom;
-
-    /* @include paths are relative to the including file's directory. */
-    if (!(dir = strdup(path)))
-        goto oom;
-    char *slash = strrchr(dir, '/');
-    if (slash) {
-        slash[slash == dir ? 1 : 0] = '\0';
-        config_set_include_dir(&conf->lc, dir);
-        ctx.dir = dir;
-    }
-
-    /* libconfig only says "file I/O error": ask the system why. */
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
+    if (!(conf->path = strdup(path))) {
         if (err && errlen)
-            snprintf(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+            snprintf(err, errlen, "%s: out of memory", path);
         goto fail;
     }
-    close(fd);
-    if (conf_trust_file(path, err, errlen) != 0)
+    if (conf_text_read(&text, path, err, errlen) != 0 || conf_parse(conf, &text, err, errlen) != 0)
         goto fail;
-    if (!config_read_file(&conf->lc, path)) {
-        if (err && errlen) {
-            const char *file = config_error_file(&conf->lc);
-            if (config_error_type(&conf->lc) == CONFIG_ERR_FILE_IO || !file)
-                snprintf(err, errlen, "%s: %s", file ? file : path, config_error_text(&conf->lc));
-            else
-                snprintf(err, errlen, "%s:%d: %s", file, config_error_line(&conf->lc),
-                         config_error_text(&conf->lc));
-        }
-        goto fail;
-    }
-    if (conf_trust_includes(&ctx, config_root_setting(&conf->lc), NULL, 0) < 0 ||
-        conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
+    conf_text_free(&text);
+    if (conf_load_section(&ctx, "root", config_root_setting(&conf->lc), NULL, conf, "") < 0)
         goto fail;
     conf_drop_connections(conf);
-    free(dir);
     *out = conf;
     return 0;
 
-oom:
-    if (err && errlen)
-        snprintf(err, errlen, "%s: out of memory", path);
 fail:
-    free(dir);
+    conf_text_free(&text);
     conf_free(conf);
     return -1;
 }
@@ -243,5 +201,8 @@ void conf_free(conf_t *conf)
     free(conf->path);
     conf_wipe_tree(config_root_setting(&conf->lc));
     config_destroy(&conf->lc);
+    for (int i = 0; i < conf->n_sources; i++)
+        free(conf->sources[i]);
+    free(conf->sources);
     free(conf);
 }

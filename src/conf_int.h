@@ -3,6 +3,7 @@
 #define IDEMD_CONF_INT_H
 
 #include <libconfig.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 /* conf.h's configuration, which the table's machinery only points at (C11 allows the typedef
@@ -58,7 +59,6 @@ typedef struct conf_def {
 typedef struct conf_ctx {
     conf_t *conf; /* receives warnings */
     const char *path;
-    const char *dir; /* of path, for files named by @include; NULL: the current one */
     char *err;
     size_t errlen;
 } conf_ctx_t;
@@ -90,6 +90,41 @@ extern const conf_section_t conf_sections[];
 /* conf.c: the entry of setting name in section, and of section name; NULL when unknown. */
 const conf_def_t *conf_find(const char *section, const char *name);
 const conf_section_t *conf_section(const char *name);
+
+/* One line of a conf_text_t's text: the file (index in files) and the line it came from. */
+typedef struct conf_text_line {
+    int file;
+    int line;
+} conf_text_line_t;
+
+/* conf_text.c: a configuration's text, the main file with every @include expanded, as
+ * config_read_string parses it, and where each of its lines came from. */
+typedef struct conf_text {
+    char *buf; /* the text, NUL-terminated */
+    size_t len, cap;
+    char **files; /* each file as named in messages: [0] the main one, then the includes */
+    int n_files;
+    conf_text_line_t *map; /* map[i]: where line i + 1 of buf came from */
+    int n_map, cap_map;
+    bool at_line_start; /* buf ends at the start of a line */
+    char *dir;          /* the main file's directory, for relative @include names; NULL: . */
+    char *err;
+    size_t errlen;
+} conf_text_t;
+
+/* Read the file at path and every file it @includes, each opened once through trust_open (and
+ * refused as it says) and read from that descriptor, into t (free with conf_text_free, also on
+ * error). 0, or -1 with "FILE[:LINE]: WHY" in err (err may be NULL). */
+int conf_text_read(conf_text_t *t, const char *path, char *err, size_t errlen)
+    __attribute__((warn_unused_result));
+/* Where line (of t's text, from 1) came from: *file (t's string) and its line there. */
+void conf_text_where(const conf_text_t *t, int line, const char **file, int *file_line);
+/* Give every setting under s the file and line it came from (the file strings stay t's, or
+ * whoever conf_text_take_files gave them to). */
+void conf_text_fix(const conf_text_t *t, config_setting_t *s);
+/* The file names, handed to the caller (n of them; free each and the array); t keeps none. */
+char **conf_text_take_files(conf_text_t *t, int *n);
+void conf_text_free(conf_text_t *t);
 
 /* conf_load.c: errors and warnings "FILE:LINE: SETTING: PROBLEM", setting paths. */
 void conf_source(const conf_ctx_t *ctx, const config_setting_t *at, char *buf, size_t len,

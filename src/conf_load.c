@@ -22,15 +22,8 @@ void conf_source(const conf_ctx_t *ctx, const config_setting_t *at, char *buf, s
 {
     const char *file = at ? config_setting_source_file(at) : NULL;
     *line = at ? (int)config_setting_source_line(at) : 0;
-    if (!file)
-        file = ctx->path;
-    /* libconfig names an @include file as written; say where it was found. */
-    const char *dir = "", *sep = "";
-    if (ctx->dir && file[0] != '/' && strcmp(file, ctx->path) != 0) {
-        dir = ctx->dir;
-        sep = dir[strlen(dir) - 1] == '/' ? "" : "/";
-    }
-    snprintf(buf, len, "%s%s%s", dir, sep, file);
+    /* Each setting names its file as conf_text.c opened it (conf_text_fix). */
+    snprintf(buf, len, "%s", file ? file : ctx->path);
 }
 
 static void conf_format(const conf_ctx_t *ctx, const config_setting_t *at, const char *setting,

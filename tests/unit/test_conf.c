@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <errno.h>
+#include <ftw.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -1377,6 +1378,130 @@ static void test_file_errors(void)
     ok(true, "conf_free(NULL) is a no-op");
 }
 
+/* Load path and expect exactly the error want. */
+static void expect_load_error(const char *desc, const char *path, const char *want)
+{
+    char err[2048];
+    conf_t *c = (conf_t *)0x1;
+    int rc = conf_load(path, &c, err, sizeof(err));
+    if (!ok(rc == -1 && c == NULL && strcmp(err, want) == 0, "%s", desc))
+        printf("# want: %s\n#  got: rc=%d err=%s\n", want, rc, err);
+    if (rc == 0)
+        conf_free(c);
+}
+
+/* Each file is read once, from the descriptor it was checked on: conf_text.c expands @include
+ * itself, so lines, checks and what counts as a directive must match libconfig's. */
+static void test_includes(void)
+{
+    char path[PATH_MAX + 64], want[5 * PATH_MAX], dir[PATH_MAX + 64];
+    conf_t *c;
+
+    /* Lines after an include are the including file's; a queue from an include keeps its line. */
+    write_file("q.inc", "# the queues\n" Q1(""));
+    const char *main_text = DB "@include \"q.inc\" # and a comment\n"
+                               "daemon = {\n  shutdown_timeout = 0; };\n";
+    snprintf(path, sizeof(path), "%s", write_file("m1.conf", main_text));
+    snprintf(want, sizeof(want),
+             "%s:%d: daemon.shutdown_timeout: must be between 1 and 3600 (got 0)", path,
+             line_of(main_text, "shutdown_timeout"));
+    expect_load_error("an error after an @include names the including file's own line", path, want);
+    /* The line libconfig gives the queue read from a file of its own, against via @include. */
+    snprintf(path, sizeof(path), "%s", write_file("q.conf", DB "# the queues\n" Q1("")));
+    c = NULL;
+    char err[1024];
+    int alone = conf_load(path, &c, err, sizeof(err)) == 0 ? c->queues[0].line : -1;
+    conf_free(c);
+    main_text = DB "@include \"q.inc\"\n";
+    snprintf(path, sizeof(path), "%s", write_file("m2.conf", main_text));
+    c = NULL;
+    int rc = conf_load(path, &c, err, sizeof(err));
+    ok(rc == 0 && c->n_queues == 1 && c->queues[0].line == alone - 1,
+       "a queue from an @include keeps its line there (%d, alone %d - 1): %s",
+       c ? c->queues[0].line : -1, alone, rc == 0 ? "" : err);
+    if (c) {
+        const config_setting_t *q = config_lookup(&c->lc, "queues");
+        snprintf(want, sizeof(want), "%s/q.inc", t_dir);
+        ok(q && config_setting_source_file(q) && strcmp(config_setting_source_file(q), want) == 0,
+           "its settings name the included file");
+    }
+    conf_free(c);
+
+    /* A syntax error in an include: that file and its line. */
+    write_file("syntax.inc", "a = 1;\n\nb = ;\n");
+    snprintf(path, sizeof(path), "%s", write_file("m3.conf", DB "@include \"syntax.inc\"\n"));
+    snprintf(want, sizeof(want), "%s/syntax.inc:3: syntax error", t_dir);
+    expect_load_error("a syntax error in an @include names that file and line", path, want);
+
+    /* Not a directive where libconfig's scanner sees none: in a comment, in a string, not at
+     * the start of its line. */
+    main_text = DB "/* a comment\n@include \"absent.inc\"\n*/\n"
+                   "queues = ( { name = \"q\"; handler = \"h.so\"; settings = { note = \"a\n"
+                   "@include \\\"absent.inc\\\"\"; }; } );\n";
+    snprintf(path, sizeof(path), "%s", write_file("m4.conf", main_text));
+    c = NULL;
+    const char *note = NULL;
+    ok(conf_load(path, &c, err, sizeof(err)) == 0 && c->n_queues == 1 &&
+           config_setting_lookup_string(c->queues[0].settings, "note", &note) &&
+           strcmp(note, "a\n@include \"absent.inc\"") == 0,
+       "@include in a comment or a string is text: %s", c ? "" : err);
+    conf_free(c);
+    snprintf(path, sizeof(path), "%s",
+             write_file("m5.conf", DB "@include \"q.inc\" @include \"q.inc\"\n"));
+    snprintf(want, sizeof(want), "%s:2: syntax error", path);
+    expect_load_error("a second @include on the line of the first is no directive", path, want);
+
+    /* Relative names are in the main file's directory, at any depth, as libconfig's include_dir. */
+    snprintf(dir, sizeof(dir), "%s/inc", t_dir);
+    mkdir(dir, 0755);
+    write_file("inc/outer.inc", "@include \"q.inc\"\n");
+    snprintf(path, sizeof(path), "%s", write_file("m6.conf", DB "@include \"inc/outer.inc\"\n"));
+    c = NULL;
+    ok(conf_load(path, &c, err, sizeof(err)) == 0 && c->n_queues == 1,
+       "a nested @include is found beside the main file: %s", c ? "" : err);
+    conf_free(c);
+    snprintf(path, sizeof(path), "%s", write_file("loop.conf", "@include \"loop.conf\"\n"));
+    snprintf(want, sizeof(want), "%s:1: @include \"loop.conf\": nested more than 10 deep", path);
+    expect_load_error("an @include loop ends", path, want);
+
+    /* An include is checked before a byte of it is parsed: a group-writable one with a syntax
+     * error is refused, naming the line that includes it. */
+    const char *bad = write_file_mode("bad.inc", "x = ;\n", 0664);
+    char bad_path[PATH_MAX + 64];
+    snprintf(bad_path, sizeof(bad_path), "%s", bad);
+    snprintf(path, sizeof(path), "%s", write_file("m7.conf", DB "@include \"bad.inc\"\n"));
+    snprintf(want, sizeof(want),
+             "%s:2: @include: %s: refused: %s is writable by group (mode 0664): a config file "
+             "must be writable by its owner only: chmod go-w %s",
+             path, bad_path, bad_path, bad_path);
+    expect_load_error("an untrusted @include is refused before it is read", path, want);
+
+    /* A directory on the path that its group may write: refused, naming it. */
+    snprintf(dir, sizeof(dir), "%s/gw", t_dir);
+    mkdir(dir, 0755);
+    chmod(dir, 0775);
+    snprintf(path, sizeof(path), "%s", write_file("gw/idemd.conf", DB Q1("")));
+    snprintf(want, sizeof(want),
+             "%s: refused: directory %s is writable by group (mode 0775): every directory above "
+             "a config file must be writable by its owner only (or sticky, like /tmp, with what "
+             "is on the path in it owned by root or the user this runs as): chmod go-w %s",
+             path, dir, dir);
+    expect_load_error("a group-writable directory above the file is refused", path, want);
+    chmod(dir, 0755);
+    c = NULL;
+    ok(conf_load(path, &c, err, sizeof(err)) == 0, "... and accepted once fixed: %s", c ? "" : err);
+    conf_free(c);
+
+    /* A FIFO is no config file: refused, without waiting for a writer. */
+    snprintf(dir, sizeof(dir), "%s/pipe.inc", t_dir);
+    if (mkfifo(dir, 0644) != 0)
+        printf("# mkfifo %s: %s\n", dir, strerror(errno));
+    snprintf(path, sizeof(path), "%s", write_file("m8.conf", DB "@include \"pipe.inc\"\n"));
+    snprintf(want, sizeof(want), "%s:2: @include: %s: refused: %s is not a regular file", path, dir,
+             dir);
+    expect_load_error("an @include of a FIFO is refused", path, want);
+}
+
 static char *dump_to_string(const conf_t *c)
 {
     char *buf = NULL;
@@ -1736,18 +1861,19 @@ static void find_root(const char *argv0)
     snprintf(t_root, sizeof(t_root), "%s/../../..", dirname(exe));
 }
 
+static int remove_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    remove(path); /* what cannot go stays in the temp dir */
+    return 0;
+}
+
+/* Remove t_dir and everything the tests wrote in it. */
 static void remove_dir(void)
 {
-    static const char *const names[] = {
-        "t.conf",  "amqp.pw",   "db.pw",     "inner.pw", "empty.pw",      "inc.conf", "main.conf",
-        "dump.pw", "dump.conf", "ca.pem",    "crt.pem",  "key.pem",       "w1.conf",  "w2.conf",
-        "w3.conf", "w4.conf",   "perm.conf", "perm.pw",  "perm-inc.conf", "token",    NULL};
-    char path[PATH_MAX + 64];
-    for (int i = 0; names[i]; i++) {
-        snprintf(path, sizeof(path), "%s/%s", t_dir, names[i]);
-        unlink(path);
-    }
-    rmdir(t_dir);
+    nftw(t_dir, remove_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int main(int argc, char **argv)
@@ -1785,6 +1911,7 @@ int main(int argc, char **argv)
     test_order_overrides();
     test_password_permissions();
     test_file_errors();
+    test_includes();
     test_dump();
     test_sql();
     test_samples();

@@ -287,10 +287,17 @@ static void test_permissions(void)
     chmod(dir, 01777);
     p = NULL;
     err[0] = '\0';
+    ok_got(plugin_load(subso, &p, err, sizeof(err)) == 0, err,
+           "a world-writable sticky directory of root's or ours is accepted (like /tmp) when "
+           "what is on the path in it is ours");
+    plugin_free(p);
     if (geteuid() == 0) {
-        ok_got(plugin_load(subso, &p, err, sizeof(err)) == 0, err,
-               "a world-writable sticky directory owned by root is accepted (like /tmp)");
-        plugin_free(p);
+        ok_got(chown(sub, 12345, 12345) == 0, strerror(errno),
+               "chown the subdirectory to uid 12345");
+        t_refused(subso, "a directory of another user in a world-writable sticky one",
+                  (const char *const[]){subso, sub, "owned by uid 12345",
+                                        "that others may write to", NULL});
+        ok_got(chown(sub, 0, 0) == 0, strerror(errno), "chown the subdirectory back");
         chmod(dir, 0700);
         ok_got(chown(so, 12345, 12345) == 0, strerror(errno), "chown the copy to uid 12345");
         t_refused(so, "a plugin owned by another user",
@@ -300,8 +307,6 @@ static void test_permissions(void)
         t_refused(subso, "a plugin in a directory owned by another user",
                   (const char *const[]){subso, "directory", sub, "owned by uid 12345", NULL});
     } else {
-        t_refused(subso, "a sticky world-writable directory owned by someone other than root",
-                  (const char *const[]){subso, "writable by others", NULL});
         skip("ownership checks", "not running as root");
     }
 done:
