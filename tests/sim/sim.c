@@ -1,5 +1,5 @@
 /* sim.c: deterministic simulation of idemd's message life: the workers' own step (step.c, wired in
- * sim_life.c), or with --model a frozen model of the old loop, against the simulated broker and
+ * sim_life.c), against the simulated broker and
  * database, with deaths, faults and invariants; one seed drives everything (docs/simulation.md).
  */
 #include <signal.h>
@@ -55,28 +55,6 @@ bool sim_fault(unsigned pm)
 }
 
 /* ---------- the worker, as worker.c runs a message's life ---------- */
-typedef struct wmsg {
-    sim_delivery_t d;
-    bool suspect;
-    txn_route_t route;
-    bool copy_ok;
-    int copy_index;
-} wmsg_t;
-
-static struct {
-    wmsg_t batch[SIM_BATCH];
-    txn_msg_t tm[SIM_BATCH];
-    int n;
-    wmsg_t held[SIM_PREFETCH];
-    txn_msg_t held_tm[SIM_PREFETCH];
-    int n_held, held_streak;
-    uint64_t held_next_ms;
-    bool has_carry;
-    wmsg_t carry;
-    txn_msg_t carry_tm;
-    uint64_t bulk_off_until_ms;
-} w;
-
 /* The worker's slot in shared memory: survives the worker (worker_slot_t's crash note). */
 sim_slot_t sim_slot;
 static bool starting; /* a successor: confirm the predecessor's crash first */
@@ -231,11 +209,7 @@ void sim_die(int sig, const char *where)
     int ids[SIM_BATCH], n = 0;
     sim.deaths++;
     sim_log("worker %s: %s", sig ? strsignal(sig) : "exits", where);
-    if (sim.model)
-        for (int i = 0; i < w.n; i++)
-            ids[n++] = w.batch[i].d.m.id;
-    else
-        n = sim_life_batch_ids(ids, SIM_BATCH);
+    n = sim_life_batch_ids(ids, SIM_BATCH);
     /* Whoever was in flight, other than a crasher by its own hand, was cut short. */
     for (int i = 0; i < n; i++)
         if (!(sim_slot.in_handler && sig != SIGKILL && ids[i] == sim_slot.crash_id))
@@ -273,12 +247,10 @@ void sim_die(int sig, const char *where)
     if (sim.o.workers > 1 && !retired)
         sim.down_until[sim.cur] = sim.steps + (long)sim_rng_below(&sim.sched, 4);
     /* The successor's view: the broker requeues what was unacked, the server rolls back. */
-    if (!sim.model)
-        sim_life_die();
+    sim_life_die();
     sim_mq_close_consumer();
     sim_pub_close();
     sim_db_disconnect();
-    memset(&w, 0, sizeof(w));
     starting = !retired;
     if (retired) {
         sim.retiring[sim.cur] = false;
@@ -330,13 +302,6 @@ static void retire_check(const char *how)
                       sim.cur, how, ids[i]);
 }
 
-/* The worker lost its database (or the broker): it exits, the supervisor starts another. */
-static void worker_exit(const char *why) __attribute__((noreturn));
-static void worker_exit(const char *why)
-{
-    sim_die(0, why);
-}
-
 void sim_on_ack(int id)
 {
     /* Invariants 1 and 2 at the moment an original goes: its effects committed, or a copy
@@ -347,112 +312,6 @@ void sim_on_ack(int id)
             dead_lettered |= sim_mq.q[q][i].id == id && sim_mq.q[q][i].row < 0;
     if (sim_db.eff[id] == 0 && sim_mq_count(id) == 0 && !dead_lettered)
         sim_violation("m%d acked with no effects committed and no copy anywhere: lost", id);
-}
-
-/* The successor counts its predecessor's crash (worker_count_crash). */
-static void worker_count_crash(void)
-{
-    if (!sim_slot.in_handler)
-        return;
-    int sig = sim_slot.exit_signal;
-    if (sig == SIGKILL || sig == SIGTERM) {
-        sim_log("successor: predecessor killed in the handler on m%d: not a crash",
-                sim_slot.crash_id);
-    } else {
-        long long n = sim_db_crash(sim_slot.crash_id, !sim_slot.crash_counted);
-        if (n < 0)
-            worker_exit("database lost counting a crash");
-        sim.crashes_seen++;
-        sim_log("successor: predecessor died in the handler on m%d (%s): crash %lld counted",
-                sim_slot.crash_id, sig ? strsignal(sig) : "exit", n);
-    }
-    sim_slot.in_handler = false;
-}
-
-/* Prepare a delivery (worker_accept): id, attempt, suspect, the returns guard. */
-static void worker_accept(wmsg_t *m, txn_msg_t *t)
-{
-    memset(t, 0, sizeof(*t));
-    t->state = TXN_NEW;
-    t->id_len = (size_t)snprintf(t->id, sizeof(t->id), "m%d", m->d.m.id);
-    m->route = TXN_ROUTE_DEFER;
-    m->copy_ok = false;
-    m->suspect = m->d.m.redelivered || m->d.m.dcount > 0;
-    t->attempt = m->d.m.attempts + 1;
-    if (sim.o.quorum && sim.o.rmq4 && m->d.m.dcount >= SIM_RETURNS_MAX) {
-        txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 "returned to the queue %d times (x-delivery-count): dead-lettered before a "
-                 "broker delivery limit deletes it",
-                 m->d.m.dcount);
-    }
-}
-
-/* Take one batch (worker_collect): a suspect delivery runs alone. */
-static void worker_collect(void)
-{
-    if (w.n == 0) {
-        if (w.has_carry) {
-            w.batch[0] = w.carry;
-            w.tm[0] = w.carry_tm;
-            w.has_carry = false;
-        } else {
-            if (!sim_mq_next(&w.batch[0].d))
-                return;
-            worker_accept(&w.batch[0], &w.tm[0]);
-        }
-        w.n = 1;
-    }
-    if (w.batch[0].suspect)
-        return;
-    /* A delivery is carried already (the batch before was cut short): worker.c on main goes
-     * on filling, so a second suspect overwrites the first (stuck unacked), and the batch's
-     * multiple ack covers the carried tag (acked, never run: lost). The model stops here. */
-    while (w.n < sim.o.batch_size && (!w.has_carry || sim.bug.carry_ack)) {
-        wmsg_t *m = &w.batch[w.n];
-        if (!sim_mq_next(&m->d))
-            break;
-        worker_accept(m, &w.tm[w.n]);
-        if (m->suspect) {
-            w.carry = *m;
-            w.carry_tm = w.tm[w.n];
-            w.has_carry = true;
-            break;
-        }
-        w.n++;
-    }
-}
-
-/* The crash guard for a suspect message (worker_guard). */
-static void worker_guard(int i)
-{
-    txn_msg_t *t = &w.tm[i];
-    int id = w.batch[i].d.m.id;
-    bool found = false;
-    long long crashes = 0;
-    if (!w.batch[i].suspect || t->state != TXN_NEW)
-        return;
-    if (sim_db_find(id, &found) != 0)
-        worker_exit("database lost in the crash guard");
-    if (found) {
-        txn_move(t, TXN_DUPLICATE);
-        return;
-    }
-    long long starts = sim_db_bump(id, &crashes);
-    if (starts < 0)
-        worker_exit("database lost in the crash guard");
-    t->counted = true;
-    if ((unsigned long long)crashes + 1 > t->attempt)
-        t->attempt = (unsigned)crashes + 1;
-    bool crashed = crashes >= sim.o.max_attempts;
-    if (crashed || starts > (long long)sim.o.max_attempts + SIM_GUARD_UNCONFIRMED) {
-        t->attempt = (unsigned)starts - 1;
-        txn_move(t, TXN_REJECT);
-        snprintf(t->reason, sizeof(t->reason),
-                 crashed ? "handler crashed: its worker died in the handler %lld times"
-                         : "handler started %lld times without finishing",
-                 crashed ? crashes : starts - 1);
-    }
 }
 
 /* The handler's own code: a few milliseconds. */
@@ -635,28 +494,6 @@ bool sim_infra_reason(const char *why)
     return false;
 }
 
-/* The batch's transaction (worker_transact). */
-static void worker_transact(void)
-{
-    txn_t t;
-    for (int i = 0; i < w.n; i++)
-        worker_guard(i);
-    memset(&t, 0, sizeof(t));
-    t.ops = &sim_txn_ops;
-    t.clock = (port_clock_t){&sim_clock_ops, NULL};
-    t.record = true;
-    t.bulk = sim.o.bulk && sim.now_ms >= w.bulk_off_until_ms;
-    t.batch = sim.o.batch_handler;
-    t.limit_ms = 2000; /* heartbeat 4 s: settle within half of it */
-    t.m = w.tm;
-    t.n = w.n;
-    if (txn_run(&t) != TXN_DONE)
-        worker_exit("the database cannot be trusted (TXN_FATAL)");
-    if (t.too_slow)
-        w.bulk_off_until_ms = sim.now_ms + 60000;
-    sim_after_txn(w.tm, w.n);
-}
-
 void sim_after_txn(const txn_msg_t *tm, int n)
 {
     for (int i = 0; i < n; i++) {
@@ -682,162 +519,6 @@ void sim_after_txn(const txn_msg_t *tm, int n)
     }
 }
 
-/* Publish the copies of the retried and dead-lettered ones among ms (worker_republish). */
-static int worker_republish(wmsg_t *ms, txn_msg_t *ts, int n)
-{
-    int published = 0;
-    for (int i = 0; i < n; i++) {
-        wmsg_t *m = &ms[i];
-        m->copy_index = -1;
-        m->copy_ok = false;
-        if (m->route != TXN_ROUTE_DELAY && m->route != TXN_ROUTE_DLQ)
-            continue;
-        if (published == 0)
-            sim_pub_begin();
-        sim_bmsg_t c;
-        memset(&c, 0, sizeof(c));
-        c.id = m->d.m.id;
-        c.row = -1;
-        c.attempts = ts[i].attempt;
-        c.ready_ms = sim.now_ms + 1000ULL * ts[i].attempt;
-        snprintf(c.reason, sizeof(c.reason), "%.150s", ts[i].reason);
-        m->copy_index = sim_pub_publish(m->route == TXN_ROUTE_DLQ ? SQ_DLQ : SQ_DELAY, &c);
-        if (m->copy_index < 0)
-            goto fail;
-        published++;
-    }
-    if (published == 0)
-        return 0;
-    int rc = sim_pub_wait();
-    for (int i = 0; i < n; i++)
-        ms[i].copy_ok = sim_pub_ok(ms[i].copy_index);
-    if (rc == 0)
-        return 1;
-fail:
-    sim_pub_close();
-    return -1;
-}
-
-/* Ack from..to-1 (worker_ack_run): one multiple ack when nothing is held. */
-static void worker_ack_run(int from, int to)
-{
-    if (from >= to)
-        return;
-    /* A multiple ack covers every lower tag: none may be held, nor carried to the next batch
-     * (with carry_ack, as worker.c on main, the carried one is forgotten). */
-    if (w.n_held == 0 && (!w.has_carry || sim.bug.carry_ack)) {
-        if (sim_mq_ack(w.batch[to - 1].d.tag, to - from > 1) != 0)
-            worker_exit("consuming channel failed");
-        return;
-    }
-    for (int i = from; i < to; i++)
-        if (sim_mq_ack(w.batch[i].d.tag, false) != 0)
-            worker_exit("consuming channel failed");
-}
-
-static bool worker_hold(int i)
-{
-    if (w.n_held >= sim.o.max_held)
-        return false;
-    w.held[w.n_held] = w.batch[i];
-    w.held_tm[w.n_held++] = w.tm[i];
-    if (w.held_next_ms == 0)
-        w.held_next_ms = sim.now_ms + 250;
-    return true;
-}
-
-static void worker_retry_held(void)
-{
-    int k = 0;
-    if (w.n_held == 0 || sim.now_ms < w.held_next_ms)
-        return;
-    if (worker_republish(w.held, w.held_tm, w.n_held) < 0) {
-        int delay = 250 << (w.held_streak < 6 ? w.held_streak : 6);
-        w.held_streak++;
-        w.held_next_ms = sim.now_ms + (uint64_t)delay;
-    } else {
-        w.held_streak = 0;
-        w.held_next_ms = 0;
-    }
-    for (int i = 0; i < w.n_held; i++) {
-        if (!w.held[i].copy_ok) {
-            w.held[k] = w.held[i];
-            w.held_tm[k++] = w.held_tm[i];
-            continue;
-        }
-        if (sim_mq_ack(w.held[i].d.tag, false) != 0)
-            worker_exit("consuming channel failed");
-    }
-    w.n_held = k;
-    if (k == 0)
-        w.held_next_ms = 0;
-}
-
-/* Settle the batch in tag order (worker_settle). */
-static void worker_settle(void)
-{
-    int from = 0, i;
-    for (i = 0; i < w.n; i++) {
-        txn_msg_t *t = &w.tm[i];
-        w.batch[i].route = txn_route(t, sim.o.max_attempts, sim.o.has_dlq);
-        if (t->state == TXN_RETRY && w.batch[i].route != TXN_ROUTE_DELAY) {
-            char why[sizeof(t->reason)];
-            snprintf(why, sizeof(why), "gave up after %u attempts: %.400s", t->attempt, t->reason);
-            memcpy(t->reason, why, sizeof(why));
-        }
-    }
-    int round = worker_republish(w.batch, w.tm, w.n);
-    int requeued = 0;
-    for (i = 0; i < w.n; i++) {
-        wmsg_t *m = &w.batch[i];
-        if (m->route == TXN_ROUTE_DEFER)
-            break;
-        if (m->route == TXN_ROUTE_ACK || m->copy_ok)
-            continue;
-        worker_ack_run(from, i);
-        from = i + 1;
-        if (m->route == TXN_ROUTE_BROKER) {
-            if (sim_mq_nack(m->d.tag, false) != 0)
-                worker_exit("consuming channel failed");
-        } else if (!worker_hold(i)) {
-            requeued++;
-            if (sim_mq_nack(m->d.tag, true) != 0)
-                worker_exit("consuming channel failed");
-        }
-    }
-    worker_ack_run(from, i);
-    if (round < 0 && requeued > 0)
-        sim.now_ms += 250; /* worker_pause */
-    /* Keep the ones never started (cut short) for the next batch. */
-    int k = 0;
-    for (i = 0; i < w.n; i++) {
-        if (w.batch[i].route != TXN_ROUTE_DEFER)
-            continue;
-        w.batch[k] = w.batch[i];
-        w.tm[k++] = w.tm[i];
-    }
-    w.n = k;
-}
-
-/* One turn of the worker's loop; false when it had nothing to do. */
-static bool worker_step(void)
-{
-    if (starting) {
-        worker_count_crash();
-        starting = false;
-    }
-    worker_retry_held();
-    worker_collect();
-    if (w.n == 0) {
-        sim_relay();
-        return w.n_held > 0;
-    }
-    worker_transact();
-    worker_settle();
-    sim_relay();
-    return true;
-}
-
 /* ---------- invariants ---------- */
 
 /* Invariant 1 and 5, after every step. */
@@ -846,8 +527,7 @@ static void check_step(void)
     for (int id = 0; id < sim.o.n_msgs && !sim.o.dedup_none; id++)
         if (sim_db.eff[id] > 1)
             sim_violation("m%d: effects committed %d times", id, sim_db.eff[id]);
-    int held = sim.model ? w.n_held : sim_life_held(sim.cur),
-        n = sim.model ? w.n : sim_life_batch_n(sim.cur);
+    int held = sim_life_held(sim.cur), n = sim_life_batch_n(sim.cur);
     if (held > sim.o.max_held)
         sim_violation("held list at %d, over its bound %d", held, sim.o.max_held);
     if (sim_mq.n_unacked > sim.o.prefetch)
@@ -927,10 +607,10 @@ static void draw_options(void)
 {
     sim_opts_t *o = &sim.o;
     sim_rng_t *r = &sim.rng;
-    /* Workers on the queue: 1 (40%), 2, 3 or 4 (20% each); the model is one worker. */
+    /* Workers on the queue: 1 (40%), 2, 3 or 4 (20% each). */
     unsigned wk = sim_rng_below(&sim.sched, 10);
-    o->workers = sim.model ? 1 : wk < 4 ? 1 : wk < 6 ? 2 : wk < 8 ? 3 : 4;
-    if (sim_force_workers > 0 && !sim.model)
+    o->workers = wk < 4 ? 1 : wk < 6 ? 2 : wk < 8 ? 3 : 4;
+    if (sim_force_workers > 0)
         o->workers = sim_force_workers; /* --workers N: the rest of the seed is drawn the same */
     o->n_msgs = 4 + (int)sim_rng_below(r, SIM_MSGS - 4);
     o->batch_size = 1 + (int)sim_rng_below(r, SIM_BATCH);
@@ -956,15 +636,15 @@ static void draw_options(void)
     sim_rng_t orng = {sim.seed ^ 0x0B7B0C5EED5EEDULL};
     o->ob_max_attempts = 1 + (int)sim_rng_below(&orng, 4);
     o->ob_backoff_ms = 50 << sim_rng_below(&orng, 6);
-    /* dedup = "none" (one seed in four) on a stream of its own; the model keeps the table. */
+    /* dedup = "none" (one seed in four) on a stream of its own. */
     sim_rng_t drng = {sim.seed ^ 0xDED0C0DE5EED0001ULL};
-    o->dedup_none = !sim.model && sim_rng_below(&drng, 4) == 0;
+    o->dedup_none = sim_rng_below(&drng, 4) == 0;
     /* An ordered queue (one seed in four of the others) on a stream of its own: as the config
      * check demands, one worker and dedup = "table"; and a classic queue, which puts a
      * redelivery back at the head (a quorum queue puts it at the tail, behind later messages
      * of its key: the order idemd keeps is the order of delivery, docs/ordering.md). */
     sim_rng_t krng = {sim.seed ^ 0x0DE5EEDC0FFEE123ULL};
-    o->ordered = !sim.model && !o->dedup_none && sim_rng_below(&krng, 4) == 0;
+    o->ordered = !o->dedup_none && sim_rng_below(&krng, 4) == 0;
     if (o->ordered) {
         o->workers = 1;
         o->quorum = false;
@@ -974,8 +654,7 @@ static void draw_options(void)
      * stream of its own: workers_min 1 or 2, workers_max up to SIM_WORKERS - 1 (a slot stays
      * free for a worker still draining while another starts, as sup_auto_free_index). */
     sim_rng_t arng = {sim.seed ^ 0xA0705CA1E5EED777ULL};
-    o->autoscale =
-        !sim.model && !o->ordered && sim_force_workers == 0 && sim_rng_below(&arng, 4) == 0;
+    o->autoscale = !o->ordered && sim_force_workers == 0 && sim_rng_below(&arng, 4) == 0;
     if (o->autoscale) {
         o->as_min = 1 + (int)sim_rng_below(&arng, 2);
         o->as_max = o->as_min + (int)sim_rng_below(&arng, (unsigned)(SIM_WORKERS - o->as_min));
@@ -985,8 +664,7 @@ static void draw_options(void)
      * each, and the rate at which a whole instance is killed. */
     sim_rng_t irng = {sim.seed ^ 0x2157A2CE5EED0042ULL};
     o->instances = 1;
-    if (!sim.model && !o->ordered && !o->autoscale && sim_force_workers == 0 &&
-        sim_rng_below(&irng, 4) == 0) {
+    if (!o->ordered && !o->autoscale && sim_force_workers == 0 && sim_rng_below(&irng, 4) == 0) {
         o->instances = 2;
         o->workers = 2 * (1 + (int)sim_rng_below(&irng, 2));
         o->pm_instance_death = sim_rng_below(&irng, 8);
@@ -1015,9 +693,7 @@ static bool drained(void)
 {
     if (sim_mq.qn[SQ_MAIN] || sim_mq.qn[SQ_DELAY] || sim_mq.n_unacked)
         return false;
-    if (sim.model && (w.n_held || w.n || w.has_carry))
-        return false;
-    for (int k = 0; !sim.model && k < sim.o.workers; k++)
+    for (int k = 0; k < sim.o.workers; k++)
         if (!sim_life_idle(k) || (k != sim.cur && conns[k].n_unacked))
             return false;
     for (int id = 0; id < sim.o.n_msgs; id++)
@@ -1108,10 +784,9 @@ static void autoscale_tick(void)
 }
 
 /* Start seed's run: every global of the simulation reset, its options drawn and logged. */
-static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
+static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace)
 {
     memset(&sim, 0, sizeof(sim));
-    memset(&w, 0, sizeof(w));
     memset(&sim_slot, 0, sizeof(sim_slot));
     memset(conns, 0, sizeof(conns));
     sim.seed = seed;
@@ -1119,7 +794,6 @@ static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mo
     sim.sched.s = seed ^ 0xA5A5F00DC0FFEE11ULL;
     sim.bug = *bugs;
     sim.trace = trace;
-    sim.model = model;
     starting = false;
     sim.now_ms = 1;
     if (&txn_test_no_fallback)
@@ -1151,7 +825,7 @@ static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool mo
 }
 
 /* Publish the seed's messages into the main queue, one in 20 twice (the publisher re-sent it). */
-static void sim_publish_all(bool model)
+static void sim_publish_all(void)
 {
     for (int id = 0; id < sim.o.n_msgs; id++) {
         sim_bmsg_t m;
@@ -1166,7 +840,7 @@ static void sim_publish_all(bool model)
         }
     }
     sim_log("%d messages published; the worker is %s", sim_mq.qn[SQ_MAIN],
-            model ? "modelled (sim.c)" : "step.c (batch.c, guard.c, txn.c, settle.c)");
+            "step.c (batch.c, guard.c, txn.c, settle.c)");
 }
 
 /*
@@ -1203,15 +877,15 @@ static bool sim_turns(uint64_t tick)
 }
 
 /* Idle: the clock jumps to the next thing that can happen (next: the broker's next event). */
-static void sim_idle(uint64_t next, bool model)
+static void sim_idle(uint64_t next)
 {
     const sim_opts_t *o = &sim.o;
     uint64_t t = next, ob = sim_outbox_next_ms();
 
     if (ob && (t == 0 || ob < t))
         t = ob;
-    for (int k = 0; k < (model ? 1 : o->workers); k++) {
-        uint64_t h = model ? w.held_next_ms : sim_life_held_next_ms(k);
+    for (int k = 0; k < o->workers; k++) {
+        uint64_t h = sim_life_held_next_ms(k);
         if (h && (t == 0 || h < t))
             t = h;
     }
@@ -1223,13 +897,12 @@ static void sim_idle(uint64_t next, bool model)
 }
 
 /* Run one seed; true when every invariant held. */
-bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
+bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
 {
-    sim_setup(seed, bugs, trace, model);
-    sim_publish_all(model);
+    sim_setup(seed, bugs, trace);
+    sim_publish_all();
     sim_outbox_begin(); /* before the workers: their steps relay through its outbox */
-    if (!model)
-        sim_life_begin();
+    sim_life_begin();
     while (!sim.failed) {
         if (setjmp(sim.death) != 0)
             continue; /* the worker died: its successor takes the next step */
@@ -1246,22 +919,15 @@ bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model)
         uint64_t tick = 1 + sim_rng_below(&sim.rng, 20);
         sim.now_ms += tick;
         uint64_t next = sim_mq_tick();
-        bool busy = false;
-        if (model) {
-            busy = worker_step();
-            check_step();
-        } else {
-            busy = sim_turns(tick);
-        }
+        bool busy = sim_turns(tick);
         if (!busy && sim.calm && drained())
             break;
         if (!busy)
-            sim_idle(next, model);
+            sim_idle(next);
     }
     if (!sim.failed)
         check_end();
-    if (!model)
-        sim_life_end();
+    sim_life_end();
     sim_outbox_end();
     conns_free();
     sim_mq_reset();

@@ -94,7 +94,7 @@ void sim_bmsg_free(sim_bmsg_t *m);
 /* The options one seed draws (printed with --trace). */
 typedef struct sim_opts {
     int n_msgs, batch_size, prefetch, max_attempts, handler_timeout_ms, max_held;
-    int workers; /* workers consuming the queue (1..SIM_WORKERS; the model: 1) */
+    int workers; /* workers consuming the queue (1..SIM_WORKERS) */
     bool bulk, batch_handler, rollback_on_timeout, has_dlq, quorum, rmq4, outbox;
     unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
     int ob_max_attempts, ob_backoff_ms; /* daemon.outbox_max_attempts, outbox_backoff_ms */
@@ -116,7 +116,6 @@ typedef struct sim_bugs {
     bool no_fallback;    /* txn_test_no_fallback: a failed handle_batch retries all together */
     bool match_by_key;   /* returns marked by routing key, not by the publish sequence */
     bool alarm_as_crash; /* a database lock wait past handler_timeout is a handler crash */
-    bool carry_ack;      /* worker.c on main: a carried delivery is covered by a multiple ack */
     bool lost_note;      /* sup_reap before 2026-12: a successor's kill overwrites a crash note's
                           * signal, so the crash is not counted */
     bool auto_ack;       /* a deliberately broken consumer (dedup = "none" seeds): consuming with
@@ -166,7 +165,6 @@ typedef struct sim {
     sim_opts_t o;
     sim_bugs_t bug;
     bool trace, calm; /* calm: faults off, the run drains */
-    bool model;       /* run the worker's model (sim.c) instead of batch.c, guard.c, settle.c */
     sim_truth_t truth[SIM_MSGS];
     jmp_buf death; /* sim_die() jumps here: the worker process is gone */
     int deaths, crashes_seen;
@@ -338,7 +336,7 @@ void sim_pub_close(void);
 void sim_pub_free(void);
 
 /* sim.c: run one seed with bugs switched on; true when every invariant held. */
-bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace, bool model);
+bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace);
 extern int sim_force_workers; /* --workers N, or 0: each seed draws its own count */
 
 /* The broker forgot an acked delivery of id: invariants 1 and 2 look at what is left (sim.c). */
