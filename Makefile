@@ -66,7 +66,7 @@ SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its own files (main, one per command family) and the modules it
 # shares with the daemon.
 CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_letter ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status ctl_try
-CTL_MODULES := $(CTL_OWN) conf db delivery log mq mq_declare mq_pub order pubround copies version
+CTL_MODULES := $(CTL_OWN) clock conf db delivery log mq mq_declare mq_pub order pubround copies version
 # try runs a queue's handler the way a worker does: the worker's transaction files and what they
 # stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).
 CTL_MODULES += worker_try worker_base worker_handler worker_txn worker_order order_batch worker_ops worker_conn \
@@ -148,9 +148,9 @@ $(TEST_VARIANT_SOS): $(B)/tests/plugins/%.so: tests/plugins/descriptor.c include
 $(B)/tests/tools/%: tests/tools/%.c | $(B)/tests/tools
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LDLIBS)
 
-# A unit test links only the module under test (and logging).
-$(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c $(LDLIBS)
+# A unit test links only the module under test (and logging, and the clock).
+$(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c src/clock.c tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c src/clock.c $(LDLIBS)
 
 # test_conf links all of conf's files.
 $(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) $(CONF_DEPS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
@@ -158,7 +158,7 @@ $(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) $(CONF_DEPS) src/
 
 # The plugin loader checks who may change a plugin with trust.c; its host services (plugin_host.c)
 # read bodies with json_body.c and warnings with db_warn.c.
-TEST_PLUGIN_SRCS := src/plugin.c src/plugin_host.c src/json_body.c src/db_warn.c src/trust.c src/log.c
+TEST_PLUGIN_SRCS := src/plugin.c src/plugin_host.c src/json_body.c src/db_warn.c src/trust.c src/clock.c src/log.c
 $(B)/tests/unit/test_plugin: tests/unit/test_plugin.c $(TEST_PLUGIN_SRCS) tests/unit/tap.h $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(TEST_PLUGIN_SRCS) $(LDLIBS)
 

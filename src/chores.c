@@ -1,6 +1,7 @@
 /* chores.c: work a worker does between batches: retention and reconcile, one runner at a time.
  */
 #include "chores.h"
+#include "clock.h"
 
 #include <mysqld_error.h>
 #include <stdio.h>
@@ -20,17 +21,10 @@
 #define CHORES_LEASE_MARGIN_S 30      /* a reconcile lease lasts reconcile_timeout + this */
 #define CHORES_SWEEP_S 5              /* the outbox sweeper looks for rows left behind this often */
 
-static uint64_t chores_now_ms(int clock)
-{
-    struct timespec ts;
-    clock_gettime(clock, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Show the supervisor (readiness, watchdog) that this worker is alive. */
 static void chores_progress(chores_t *c)
 {
-    __atomic_store_n(&c->slot->progress_ms, chores_now_ms(CLOCK_MONOTONIC), __ATOMIC_RELAXED);
+    __atomic_store_n(&c->slot->progress_ms, clock_mono_ms(), __ATOMIC_RELAXED);
 }
 
 /* A reconcile run failed (for idemd_reconcile_failures_total). */
@@ -61,7 +55,7 @@ void chores_init(chores_t *c, const conf_t *conf, const conf_queue_t *q, const c
         snprintf(host, sizeof(host), "unknown");
     /* pid and start time make it unique on a host, even after the pid is reused. */
     snprintf(c->owner, sizeof(c->owner), "%s:%d:%llu:%s", host, (int)getpid(),
-             (unsigned long long)chores_now_ms(CLOCK_REALTIME), name);
+             (unsigned long long)clock_wall_ms(), name);
     mysql_real_escape_string(db->my, c->esc_owner, c->owner, strlen(c->owner));
     /* Retention deletes a consumer's rows; reconcile belongs to the queue's handler. */
     chores_lease_init(c, &c->retention, "retention", q->consumer);
@@ -198,14 +192,14 @@ static int chores_retention(chores_t *c, uint64_t now)
         c->run_start_ms = now;
     }
     c->run_slices++;
-    uint64_t t0 = chores_now_ms(CLOCK_MONOTONIC), took = 0;
+    uint64_t t0 = clock_mono_ms(), took = 0;
     while (c->run_phase < 2 && took < CHORES_SLICE_MS) {
         long long n = c->run_phase == 0 ? db_purge(c->db, c->conf->database.record_table,
                                                    "create_time", days, CHORES_PURGE_ROWS)
                                         : db_purge(c->db, DB_ATTEMPT_TABLE, "updated_at", days,
                                                    CHORES_PURGE_ROWS);
         chores_progress(c);
-        took = chores_now_ms(CLOCK_MONOTONIC) - t0;
+        took = clock_mono_ms() - t0;
         if (n < 0) {
             log_warn("retention: stopped after %lld rows (%lld in this run): trying again in %d s",
                      slice, c->run_rows, CHORES_POLL_MS / 1000);
@@ -222,7 +216,7 @@ static int chores_retention(chores_t *c, uint64_t now)
         log_info("retention: deleted %lld rows in %llu ms (%lld in this run so far): continuing "
                  "in %d ms",
                  slice, (unsigned long long)took, c->run_rows, CHORES_SLICE_GAP_MS);
-        l->next_ms = chores_now_ms(CLOCK_MONOTONIC) + CHORES_SLICE_GAP_MS;
+        l->next_ms = clock_mono_ms() + CHORES_SLICE_GAP_MS;
         return 0;
     }
     c->run_open = false;
@@ -235,8 +229,8 @@ static int chores_retention(chores_t *c, uint64_t now)
     log_info("retention: deleted %lld rows older than %d days in %d slice(s) over %llu ms (last "
              "slice %llu ms)%s",
              c->run_rows, days, c->run_slices,
-             (unsigned long long)(chores_now_ms(CLOCK_MONOTONIC) - c->run_start_ms),
-             (unsigned long long)took, matched == 1 ? "" : "; the lease ran out meanwhile");
+             (unsigned long long)(clock_mono_ms() - c->run_start_ms), (unsigned long long)took,
+             matched == 1 ? "" : "; the lease ran out meanwhile");
     return 0;
 }
 
@@ -294,7 +288,7 @@ static int chores_reconcile(chores_t *c, uint64_t now)
     int rc = chores_claim(c, l, c->conf->reconcile_timeout + CHORES_LEASE_MARGIN_S);
     if (rc <= 0)
         return rc;
-    uint64_t t0 = chores_now_ms(CLOCK_MONOTONIC);
+    uint64_t t0 = clock_mono_ms();
     /* The run's start, then the flag: the supervisor counts the worker alive until the
      * timeout (release: it reads the flag, then the time). */
     chores_progress(c);
@@ -312,7 +306,7 @@ static int chores_reconcile(chores_t *c, uint64_t now)
     chores_progress(c);
     __atomic_store_n(&c->slot->reconciling, 0, __ATOMIC_RELEASE);
     __atomic_add_fetch(&c->slot->c.n_reconcile_runs, 1, __ATOMIC_RELAXED);
-    uint64_t took = chores_now_ms(CLOCK_MONOTONIC) - t0;
+    uint64_t took = clock_mono_ms() - t0;
     err[sizeof(err) - 1] = '\0';
     if (hr != 0) {
         chores_failed(c);
@@ -375,7 +369,7 @@ static int chores_sweep(chores_t *c, uint64_t now)
 
 int chores_tick(chores_t *c)
 {
-    uint64_t now = chores_now_ms(CLOCK_MONOTONIC);
+    uint64_t now = clock_mono_ms();
     if (chores_retention(c, now) != 0)
         return -1;
     if (chores_sweep(c, now) != 0)

@@ -2,6 +2,7 @@
  * OpenMetrics with exemplars) and /status JSON. The HTTP endpoint serving them is metrics_http.c.
  */
 #include "metrics.h"
+#include "clock.h"
 
 #include <json-c/json.h>
 #include <stdarg.h>
@@ -458,15 +459,13 @@ static json_object *metrics_json_error(const log_sink_t *e)
 {
     if (e->when_us == 0)
         return NULL;
-    struct timespec now;
     struct tm tm;
     char when[40];
     time_t sec = (time_t)(e->when_us / 1000000);
-    clock_gettime(CLOCK_REALTIME, &now);
     gmtime_r(&sec, &tm);
     size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(when + n, sizeof(when) - n, ".%03dZ", (int)(e->when_us / 1000 % 1000));
-    double age = ((double)now.tv_sec * 1e6 + (double)now.tv_nsec / 1e3 - (double)e->when_us) / 1e6;
+    double age = ((double)clock_wall_us() - (double)e->when_us) / 1e6;
     json_object *o = json_object_new_object();
     json_object_object_add(o, "time", json_object_new_string(when));
     json_object_object_add(o, "age_seconds", json_object_new_double(age > 0 ? age : 0));

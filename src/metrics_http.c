@@ -1,6 +1,7 @@
 /* metrics_http.c: the HTTP endpoint of /metrics and /status (libmicrohttpd), run from the caller's
  * loop: connection limits, deadlines and the bearer token. */
 #include "metrics.h"
+#include "clock.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -42,13 +43,6 @@ struct metrics_server {
     uint64_t refused_logged_ms;                    /* when a refusal was last logged */
     unsigned refused_unlogged;                     /* refusals since, not logged */
 };
-
-static uint64_t metrics_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* ---------------------------------------------------------------------- */
 /* HTTP */
@@ -100,7 +94,7 @@ static void metrics_notify(void *cls, struct MHD_Connection *conn, void **socket
     if (c == NULL)
         return;
     c->fd = fd;
-    c->deadline_ms = metrics_now_ms() + METRICS_REQUEST_TIMEOUT * 1000;
+    c->deadline_ms = clock_mono_ms() + METRICS_REQUEST_TIMEOUT * 1000;
     snprintf(c->peer, sizeof(c->peer), "?");
     if (ai && ai->client_addr && ai->client_addr->sa_family == AF_INET)
         inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)ai->client_addr)->sin_addr,
@@ -124,7 +118,7 @@ static void metrics_completed(void *cls, struct MHD_Connection *conn, void **con
     (void)con_cls;
     (void)toe;
     if (c && c->deadline_ms)
-        c->deadline_ms = metrics_now_ms() + METRICS_REQUEST_TIMEOUT * 1000;
+        c->deadline_ms = clock_mono_ms() + METRICS_REQUEST_TIMEOUT * 1000;
 }
 
 /*
@@ -134,7 +128,7 @@ static void metrics_completed(void *cls, struct MHD_Connection *conn, void **con
  */
 static void metrics_expire(metrics_server_t *s)
 {
-    uint64_t now = metrics_now_ms();
+    uint64_t now = clock_mono_ms();
     for (int i = 0; i < METRICS_CONNECTIONS; i++) {
         metrics_conn_t *c = &s->conns[i];
         if (c->fd < 0 || !c->deadline_ms || now < c->deadline_ms)
@@ -179,7 +173,7 @@ static void metrics_log_refused(metrics_server_t *s, struct MHD_Connection *conn
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     const metrics_conn_t *c = ci ? ci->socket_context : NULL;
-    uint64_t now = metrics_now_ms();
+    uint64_t now = clock_mono_ms();
     if (s->refused_logged_ms && now - s->refused_logged_ms < METRICS_REFUSED_LOG_MS) {
         s->refused_unlogged++;
         return;

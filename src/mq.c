@@ -1,5 +1,6 @@
 /* mq.c: one AMQP connection with one channel (rabbitmq-c): connect, consume, ack, close. */
 #include "mq.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -17,13 +18,6 @@
 
 #define MQ_DRAIN_MS 5000 /* a deaf connection's close: wait at most this long (mq_close_deaf) */
 #define MQ_DRAIN_QUIET_MS 1000 /* ... and over TLS at least this long */
-
-uint64_t mq_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 void mq_tick(mq_t *mq)
 {
@@ -420,7 +414,7 @@ void mq_closed_by_broker(mq_t *mq, const amqp_frame_t *f, const char *role)
 
 void mq_keepalive(mq_t *mq)
 {
-    uint64_t now = mq_now_ms();
+    uint64_t now = clock_mono_ms();
     amqp_frame_t hb;
 
     if (mq == NULL || mq->broken || amqp_get_heartbeat(mq->conn) <= 0 ||
@@ -453,7 +447,7 @@ static void mq_close_deaf(mq_t *mq)
     unsigned char buf[16384 + sizeof(close_ok)];
     size_t kept = 0;
     int fd = amqp_get_sockfd(mq->conn);
-    uint64_t start = mq_now_ms();
+    uint64_t start = clock_mono_ms();
 
     memset(&m, 0, sizeof(m));
     m.reply_code = AMQP_REPLY_SUCCESS;
@@ -461,7 +455,7 @@ static void mq_close_deaf(mq_t *mq)
     if (fd < 0 || amqp_send_method(mq->conn, 0, AMQP_CONNECTION_CLOSE_METHOD, &m) != 0)
         return;
     for (;;) {
-        uint64_t now = mq_now_ms();
+        uint64_t now = clock_mono_ms();
         int outq = -1;
         if (mq->tls && now - start >= MQ_DRAIN_QUIET_MS && ioctl(fd, TIOCOUTQ, &outq) == 0 &&
             outq == 0)

@@ -6,8 +6,7 @@
 
 #define MQ_SLICE_MS 200 /* waits call the tick at least this often */
 
-/* The monotonic clock in milliseconds. */
-uint64_t mq_now_ms(void);
+#include "clock.h"
 
 /* Call mq's tick, if it has one. */
 void mq_tick(mq_t *mq);

@@ -1,5 +1,6 @@
 /* mq_pub.c: the publishing side of an mq_t: confirm mode, publishes, confirms and returns. */
 #include "mq.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -291,13 +292,13 @@ static int mq_pub_frame(mq_t *mq, const amqp_frame_t *f)
 
 int mq_wait_confirms(mq_t *mq, int timeout_ms)
 {
-    uint64_t deadline = mq_now_ms() + (uint64_t)timeout_ms, blocked_end = 0;
+    uint64_t deadline = clock_mono_ms() + (uint64_t)timeout_ms, blocked_end = 0;
     struct timeval tv;
     amqp_frame_t f;
     int rc = 0;
 
     while (pubround_pending(&mq->round) > 0) {
-        uint64_t now = mq_now_ms();
+        uint64_t now = clock_mono_ms();
         /* Blocked, the broker reads nothing more: only confirms already under way come. */
         if (!mq->blocked)
             blocked_end = 0;

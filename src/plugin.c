@@ -1,6 +1,7 @@
 /* plugin.c: loads handler plugins with dlopen, checks their ABI, and provides the host services
  * table. */
 #include "plugin.h"
+#include "clock.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -167,13 +168,6 @@ static void plugin_check_child(const char *path, int fd)
     _exit(0);
 }
 
-static uint64_t plugin_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 int plugin_check(const char *path, char *name, size_t namelen, char *err, size_t errlen)
 {
     char buf[1024];
@@ -181,7 +175,7 @@ int plugin_check(const char *path, char *name, size_t namelen, char *err, size_t
     int fds[2] = {-1, -1};
     int status = 0, rc = -1;
     pid_t pid = -1;
-    uint64_t deadline = plugin_now_ms() + PLUGIN_CHECK_TIMEOUT_MS;
+    uint64_t deadline = clock_mono_ms() + PLUGIN_CHECK_TIMEOUT_MS;
     bool timed_out = false;
 
     if (name != NULL && namelen > 0)
@@ -207,8 +201,8 @@ int plugin_check(const char *path, char *name, size_t namelen, char *err, size_t
     close(fds[1]);
     fds[1] = -1;
     for (;;) {
-        int64_t left = (int64_t)(deadline - plugin_now_ms());
-        if (plugin_now_ms() >= deadline) {
+        int64_t left = (int64_t)(deadline - clock_mono_ms());
+        if (clock_mono_ms() >= deadline) {
             timed_out = true;
             break;
         }

@@ -2,6 +2,7 @@
  * up.
  */
 #include "stall.h"
+#include "clock.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -42,13 +43,6 @@ struct stall {
     uint64_t waited_since; /* the first time a lock wait was seen in this call, or 0 */
     bool warned;           /* this call's lock wait was logged */
 };
-
-static uint64_t stall_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /* Whether a PROCESSLIST state is a wait for a lock another session holds. */
 static bool stall_lock_state(const char *state)
@@ -146,7 +140,7 @@ static void stall_check(stall_t *s)
     pthread_mutex_lock(&s->mu);
     if (!s->armed || s->gen != gen)
         return; /* the handler returned meanwhile */
-    uint64_t now = stall_now_ms();
+    uint64_t now = clock_mono_ms();
     switch (v) {
     case STALL_DB_WAIT:
         if (s->waited_since == 0)
@@ -203,7 +197,7 @@ static void *stall_main(void *arg)
             s->idle = false;
             continue;
         }
-        uint64_t now = stall_now_ms();
+        uint64_t now = clock_mono_ms();
         if (now < s->deadline_ms) {
             struct timespec ts = {.tv_sec = (time_t)(s->deadline_ms / 1000),
                                   .tv_nsec = (long)(s->deadline_ms % 1000) * 1000000};
@@ -257,7 +251,7 @@ void stall_arm(stall_t *s, const db_t *db, int timeout_s)
     s->armed = true;
     s->gen++;
     s->timeout_s = timeout_s;
-    s->started_ms = stall_now_ms();
+    s->started_ms = clock_mono_ms();
     s->deadline_ms = s->started_ms + (uint64_t)timeout_s * 1000;
     s->tid = mysql_thread_id(db->my);
     s->db = db;
@@ -279,7 +273,7 @@ void stall_disarm(stall_t *s)
     pthread_mutex_unlock(&s->mu);
     if (waited)
         log_info("handler returned after waiting on the database (%llu s in all)",
-                 (unsigned long long)(stall_now_ms() - started) / 1000);
+                 (unsigned long long)(clock_mono_ms() - started) / 1000);
 }
 
 void stall_stop(stall_t *s)

@@ -90,8 +90,7 @@ typedef struct supervisor {
 
 /* sup_core.c: workers, their slots and their queues' stats. */
 
-/* CLOCK_MONOTONIC in milliseconds. */
-uint64_t sup_now_ms(void);
+#include "clock.h" /* clock_mono_ms */
 /*
  * Check every queue's handler in a child process and note each file's
  * identity into a new array in *ids (caller frees). 0, or -1 (logged).

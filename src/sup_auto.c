@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "autoscale.h"
+#include "clock.h"
 #include "conf.h"
 #include "log.h"
 #include "slot.h"
@@ -118,13 +119,6 @@ static void sup_auto_retire(supervisor_t *s, const conf_queue_t *q)
         sup_remove_worker(s, last);
 }
 
-static uint64_t sup_auto_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
-}
-
 /* A counter's growth since *seen (a counter that went back, a reused slot, counts from 0). */
 static uint64_t sup_auto_delta(uint64_t *seen, uint64_t now)
 {
@@ -145,7 +139,7 @@ static uint64_t sup_auto_span(const uint64_t *total, const uint64_t *since, uint
 static void sup_auto_sample(supervisor_t *s, const conf_queue_t *q, uint64_t now, uint64_t dt,
                             autoscale_sample_t *out)
 {
-    uint64_t now_us = sup_auto_now_us();
+    uint64_t now_us = clock_mono_us();
     memset(out, 0, sizeof(*out));
     out->now_ms = now;
     out->dt_ms = dt;

@@ -6,16 +6,10 @@
 #include <time.h>
 
 #include "log.h"
+#include "clock.h"
 #include "plugin.h"
 #include "sqlh.h"
 #include "sup.h"
-
-uint64_t sup_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
 
 /*
  * Check every queue's handler (ownership, dlopen, ABI) in a child process,
@@ -135,7 +129,7 @@ void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, 
         w->index = index;
         w->waiting = waiting;
         w->slot = &s->slots[i];
-        w->last_progress_ms = sup_now_ms();
+        w->last_progress_ms = clock_mono_ms();
         return;
     }
     log_error("queue '%s': more than %d workers at once: worker %d not started", q->name,

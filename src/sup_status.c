@@ -6,6 +6,7 @@
 #include <systemd/sd-daemon.h>
 
 #include "log.h"
+#include "clock.h"
 #include "metrics.h"
 #include "slot.h"
 #include "sup.h"
@@ -112,7 +113,7 @@ void sup_check_ready(supervisor_t *s)
     log_info("ready: %d queues, %d workers consuming%s", s->conf->n_queues, n, more);
     sd_notify(0, "READY=1");
     sup_status(s);
-    s->next_status_ms = sup_now_ms() + 5000;
+    s->next_status_ms = clock_mono_ms() + 5000;
 }
 
 /*
@@ -209,7 +210,7 @@ void sup_log_totals(const supervisor_t *s)
 static void sup_collect(void *ctx, metrics_queue_t **out, int *n)
 {
     supervisor_t *s = ctx;
-    uint64_t now = sup_now_ms();
+    uint64_t now = clock_mono_ms();
     metrics_queue_t *v = realloc(s->view, sizeof(*v) * (size_t)(s->n_qstats ? s->n_qstats : 1));
     *out = NULL;
     *n = 0;

@@ -1,6 +1,7 @@
 /* supervisor.c: the main process: forks, reaps and restarts workers, and runs the signal loop.
  */
 #include "supervisor.h"
+#include "clock.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -84,7 +85,7 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for queue '%s' worker %d: %s", w->q->name, w->index, strerror(errno));
-        w->restart_at_ms = sup_now_ms() + SUP_BACKOFF_MAX_MS;
+        w->restart_at_ms = clock_mono_ms() + SUP_BACKOFF_MAX_MS;
         return;
     }
     if (pid == 0) {
@@ -96,7 +97,7 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
         worker_main(w->conf, w->q, w->index, w->slot);
     }
     w->pid = pid;
-    w->started_ms = sup_now_ms();
+    w->started_ms = clock_mono_ms();
     log_debug("started worker %s#%d as pid %d", w->q->name, w->index, (int)pid);
 }
 
@@ -226,7 +227,7 @@ static void sup_reap(supervisor_t *s)
             sup_worker_t *w = &s->workers[i];
             if (!w->used || w->pid != pid)
                 continue;
-            uint64_t now = sup_now_ms();
+            uint64_t now = clock_mono_ms();
             w->pid = 0;
             log_set_sink(&w->slot->last_error); /* what is said of its exit is the queue's */
             /* For the successor's crash-loop guard: did the handler kill it, or someone else?
@@ -298,7 +299,7 @@ static void sup_begin_stop(supervisor_t *s, int sig)
     if (s->stopping)
         return;
     s->stopping = true;
-    s->stop_deadline_ms = sup_now_ms() + (uint64_t)s->conf->shutdown_timeout * 1000;
+    s->stop_deadline_ms = clock_mono_ms() + (uint64_t)s->conf->shutdown_timeout * 1000;
     log_info("signal %d: stopping (finishing in-flight transactions)", sig);
     sd_notify(0, "STOPPING=1");
     for (int i = 0; i < SUP_MAX_SLOTS; i++)
@@ -396,8 +397,8 @@ int supervisor_run(conf_t *conf, int log_level_override, const char *version)
     for (;;) {
         /* Metrics are served from this loop, without a thread: see metrics.h. */
         struct pollfd pfd[2] = {{s->sigfd, POLLIN, 0}, {metrics_fd(s->metrics), POLLIN, 0}};
-        int r = poll(pfd, 2, sup_poll_ms(s, sup_now_ms()));
-        uint64_t now = sup_now_ms();
+        int r = poll(pfd, 2, sup_poll_ms(s, clock_mono_ms()));
+        uint64_t now = clock_mono_ms();
         metrics_serve(s->metrics);
         if (r > 0 && (pfd[0].revents & POLLIN)) {
             struct signalfd_siginfo si;

@@ -2,6 +2,7 @@
  * step_run (step.c), which runs each batch of messages in one transaction and settles it.
  */
 #include "worker.h"
+#include "clock.h"
 
 #include "worker_int.h"
 #include "sqlh.h"
@@ -71,9 +72,7 @@ static void worker_h_noted(void *ctx)
 /* Publish-to-commit latency of the settled batch's committed messages. */
 static void worker_latencies(worker_t *w)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t now_us = (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
+    uint64_t now_us = clock_wall_us();
     for (int i = 0; i < w->life.batch.n; i++)
         if (w->life.batch.t[i].state == TXN_COMMITTED)
             worker_latency(w, &w->life.batch.m[i], now_us);
@@ -85,7 +84,7 @@ static void worker_latencies(worker_t *w)
  */
 static void worker_time(uint64_t *total, uint64_t *since, bool on)
 {
-    uint64_t t = __atomic_load_n(since, __ATOMIC_RELAXED), now = worker_now_us();
+    uint64_t t = __atomic_load_n(since, __ATOMIC_RELAXED), now = clock_mono_us();
     if (on && t == 0)
         __atomic_store_n(since, now, __ATOMIC_RELAXED);
     if (!on && t != 0) {
@@ -142,7 +141,7 @@ static void worker_h_transacted(void *ctx, const txn_t *t, txn_status_t st)
     }
     if (st != TXN_DONE)
         return;
-    w->db_used_ms = worker_now_ms();
+    w->db_used_ms = clock_mono_ms();
     if (t->committed)
         worker_count(&w->slot->c.n_commits);
 }
@@ -333,7 +332,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     w.bt.batch_max = q->batch_size;
     /* Span ids need to differ across processes and restarts, not to be secret. */
     if (getrandom(&w.rng.s, sizeof(w.rng.s), 0) != (ssize_t)sizeof(w.rng.s))
-        w.rng.s = worker_now_us() ^ ((uint64_t)getpid() << 32);
+        w.rng.s = clock_mono_us() ^ ((uint64_t)getpid() << 32);
     w.bt.rng = &w.rng;
     worker_alloc(&w);
     worker_wire(&w);
@@ -341,7 +340,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     code = worker_connect_db(&w);
     if (code == 0) {
         w.step.outbox = w.outbox;
-        w.db_used_ms = worker_now_ms();
+        w.db_used_ms = clock_mono_ms();
         code = worker_connect_mq(&w);
     }
     if (code == 0 && q->handler_timeout > 0)

@@ -3,22 +3,16 @@
  * worker_ops.c and worker_txn.c).
  */
 #include "worker_int.h"
+#include "clock.h"
 
 #include <time.h>
 
 volatile sig_atomic_t worker_stop;
 
-uint64_t worker_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Show progress, and follow a log level changed by a reload (the supervisor's slot field). */
 void worker_progress(worker_t *w)
 {
-    __atomic_store_n(&w->slot->progress_ms, worker_now_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->progress_ms, clock_mono_ms(), __ATOMIC_RELAXED);
     log_set_level((log_level_t)__atomic_load_n(&w->slot->log_level, __ATOMIC_RELAXED));
 }
 
@@ -33,13 +27,6 @@ void worker_set_state(worker_t *w, worker_state_t st)
 void worker_count(uint64_t *counter)
 {
     __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
-}
-
-uint64_t worker_now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000 + (uint64_t)ts.tv_nsec / 1000;
 }
 
 /*

@@ -2,6 +2,7 @@
  * the republishing broker connections, the idle checks between batches, an undecodable delivery.
  */
 #include "worker_int.h"
+#include "clock.h"
 #include "sqlh.h"
 
 #include <stdio.h>
@@ -93,7 +94,7 @@ int worker_db_start(worker_t *w, bool daemon, char *err, size_t errlen)
                      " (apply sql/007_idemd_key.sql and sql/010_idemd_key_since.sql; see the log)");
             goto fail;
         }
-        w->keys_read_ms = worker_now_ms();
+        w->keys_read_ms = clock_mono_ms();
     } else {
         /* A dry run signs nothing: only the trust of retry copies' attempt counts needs the
          * keys, and a letter still runs without them. */
@@ -255,7 +256,7 @@ int worker_open_publisher(worker_t *w)
  */
 void worker_service_pub(worker_t *w)
 {
-    uint64_t now = worker_now_ms();
+    uint64_t now = clock_mono_ms();
     if (w->pub == NULL || now < w->next_pub_service_ms)
         return;
     w->next_pub_service_ms = now + 1000;
@@ -283,7 +284,7 @@ int worker_reconnect_db(worker_t *w, const char *when)
     w->db = NULL;
     if (worker_connect_db(w) != 0)
         return -1;
-    w->db_used_ms = worker_now_ms();
+    w->db_used_ms = clock_mono_ms();
     chores_rebind(&w->chores, w->db, w->state);
     worker_set_state(w, WORKER_STATE_CONSUMING);
     return 0;
@@ -299,9 +300,9 @@ int worker_reconnect_db(worker_t *w, const char *when)
  */
 int worker_check_db(worker_t *w)
 {
-    if (worker_now_ms() - w->db_used_ms < WORKER_IDLE_PING_MS)
+    if (clock_mono_ms() - w->db_used_ms < WORKER_IDLE_PING_MS)
         return 0;
-    w->db_used_ms = worker_now_ms();
+    w->db_used_ms = clock_mono_ms();
     if (mysql_ping(w->db->my) == 0)
         return 0;
     return worker_reconnect_db(w, "while idle");
@@ -317,9 +318,9 @@ void worker_reread_keys(worker_t *w)
 {
     copies_keys_t fresh;
 
-    if (worker_now_ms() - w->keys_read_ms < (uint64_t)w->keys_reread_ms)
+    if (clock_mono_ms() - w->keys_read_ms < (uint64_t)w->keys_reread_ms)
         return;
-    w->keys_read_ms = worker_now_ms();
+    w->keys_read_ms = clock_mono_ms();
     w->db_used_ms = w->keys_read_ms;
     /* create: when row 1 was deleted, every worker moves to the one new key. */
     if (db_copies_keys(w->db, true, &fresh) != 0) {

@@ -2,6 +2,7 @@
  * handle and handle_batch under handler_timeout and the crash note, and host->publish.
  */
 #include "worker_int.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,13 +17,11 @@
  * with tc's trace as its bucket's exemplar (tc NULL or without a trace: none). */
 static void worker_handler_time(worker_t *w, uint64_t t0, const trace_ctx_t *tc)
 {
-    uint64_t v = worker_now_us() - t0;
+    uint64_t v = clock_mono_us() - t0;
     int b = metrics_observe_handler(&w->slot->c, v);
     if (tc && tc->has) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
         metrics_exemplar_put(&w->slot->c.handler_ex[b], tc->trace_id, tc->span_id, v,
-                             (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000);
+                             clock_wall_ms());
     }
 }
 
@@ -165,7 +164,7 @@ idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
     __atomic_store_n(&sl->in_handler, 1, __ATOMIC_RELEASE);
     t->reason[0] = '\0';
     worker_timer_on(w);
-    uint64_t t0 = worker_now_us();
+    uint64_t t0 = clock_mono_us();
     idemd_result_t r =
         w->h->handle(w->state, w->db->my, &w->hx.one.msg, t->reason, sizeof(t->reason));
     worker_handler_time(w, t0, &w->life.batch.m[i].trace);
@@ -197,7 +196,7 @@ int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
         w->hx.berr[(size_t)j * errlen] = '\0';
     }
     worker_timer_on(w);
-    uint64_t t0 = worker_now_us();
+    uint64_t t0 = clock_mono_us();
     int rc = w->h->handle_batch(w->state, w->db->my, w->hx.bptr, (size_t)k, r, w->hx.berr, errlen);
     /* One observation for the batch: its exemplar is the first traced message's. */
     const trace_ctx_t *tc = NULL;

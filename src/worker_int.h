@@ -9,6 +9,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "clock.h"
 #include "batch.h"
 #include "chores.h"
 #include "conf.h"
@@ -103,8 +104,6 @@ typedef struct worker {
 extern volatile sig_atomic_t worker_stop;
 
 /* worker_base.c: what the worker files share. */
-uint64_t worker_now_ms(void); /* CLOCK_MONOTONIC */
-uint64_t worker_now_us(void);
 /* Show progress, and follow a log level changed by a reload (the supervisor's slot field). */
 void worker_progress(worker_t *w);
 void worker_set_state(worker_t *w, worker_state_t st);

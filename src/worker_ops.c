@@ -2,6 +2,7 @@
  * the database (db.h) behind the crash guard's ops (guard_ops_t).
  */
 #include "worker_int.h"
+#include "clock.h"
 
 #include <time.h>
 
@@ -149,15 +150,13 @@ static const port_publish_ops_t worker_publish_ops = {
 static uint64_t worker_k_now_ms(void *ctx)
 {
     (void)ctx;
-    return worker_now_ms();
+    return clock_mono_ms();
 }
 
 static uint64_t worker_k_wall_ms(void *ctx)
 {
-    struct timespec ts;
     (void)ctx;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+    return clock_wall_ms();
 }
 
 static void worker_k_pause(void *ctx, int ms)

@@ -2,6 +2,7 @@
  * behind, and the outbox's depth in the slot.
  */
 #include "worker_int.h"
+#include "clock.h"
 
 #include "log.h"
 
@@ -14,7 +15,7 @@ static void worker_show_depth(worker_t *w, const outbox_depth_t *d)
     __atomic_store_n(&w->slot->outbox_retrying, (int64_t)d->retrying, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->outbox_exhausted, (int64_t)d->exhausted, __ATOMIC_RELAXED);
     __atomic_store_n(&w->slot->outbox_oldest_us, (int64_t)(d->oldest_s * 1e6), __ATOMIC_RELAXED);
-    __atomic_store_n(&w->slot->outbox_seen_ms, worker_now_ms(), __ATOMIC_RELAXED);
+    __atomic_store_n(&w->slot->outbox_seen_ms, clock_mono_ms(), __ATOMIC_RELAXED);
 }
 
 /*

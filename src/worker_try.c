@@ -3,6 +3,7 @@
  * report.
  */
 #include "worker_try.h"
+#include "clock.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -316,7 +317,7 @@ int worker_try(const conf_t *conf, const conf_queue_t *q, const amqp_envelope_t 
     }
     worker_wire(w); /* the ports exist; step_try uses only the clock */
     w->bt.batch_max = 1;
-    w->rng.s = worker_now_us(); /* onward messages' span ids: need only differ */
+    w->rng.s = clock_mono_us(); /* onward messages' span ids: need only differ */
     w->bt.rng = &w->rng;
     if ((rc = worker_try_open(w, err, errlen)) != 0)
         goto out;
