@@ -238,6 +238,15 @@ log.file.level = info
 cluster_partition_handling = pause_minority
 net_ticktime = 10
 EOF
+    # At-least-once dead-lettering (idemd's quorum delay tiers) retries a hop it could not make
+    # after dead_letter_worker_publisher_confirm_timeout: 180 s by default. At a restart the
+    # delay queue can come up before the default exchange does, and its expired copies then
+    # wait that long (docs/rabbitmq.md, "After a broker restart"). 10 s, as docs/deploying.md
+    # recommends; the key gained _ms in RabbitMQ 4.x, so both are set.
+    cat >"$d/advanced.config" <<EOF
+[{rabbit, [{dead_letter_worker_publisher_confirm_timeout, 10000},
+           {dead_letter_worker_publisher_confirm_timeout_ms, 10000}]}].
+EOF
     (
         export RABBITMQ_NODENAME=${CL_NODE[$n]}
         export RABBITMQ_NODE_IP_ADDRESS=${CL_RIP[$n]}
