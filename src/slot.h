@@ -63,6 +63,9 @@ typedef struct worker_slot {
      * crash note (crash_gen), else the last worker's, or 0. A successor killed before it
      * counted the note does not overwrite it, so the crash is still counted. */
     int exit_signal;
+    /* Set by the supervisor: this run only counts the crash note a retiring worker left (it
+     * died in its handler while draining), then drains and exits (sup_reap, worker_loop). */
+    int note_only;
     int log_level;          /* set by the supervisor: log_level_t in effect */
     int reconcile_interval; /* set by the supervisor: daemon.reconcile_interval in effect */
     /* Why the worker exits with WORKER_EXIT_CONFIG after a failed

@@ -26,7 +26,9 @@ typedef struct sup_worker {
     uint64_t started_ms;
     uint64_t restart_at_ms; /* when pid == 0: when to start it (again) */
     int failures;           /* consecutive abnormal exits */
-    bool retiring;          /* stopped by a reload: drained, never restarted */
+    bool retiring;          /* stopped by a reload or the autoscaler: drained, never restarted */
+    bool note_only;         /* retiring, but died in its handler: started once more to count
+                             * that crash (slot note_only), then drains (sup_reap) */
     bool waiting;           /* started by a reload: waits for its queue's old workers */
     bool held;              /* its queue is held (a handler ended idemd's transaction): not
                              * started again until a reload */

@@ -110,6 +110,8 @@ void sup_remove_worker(supervisor_t *s, sup_worker_t *w)
     w->slot->lost = WORKER_LOST_NONE; /* not a reconnect for the slot's next worker */
     w->slot->dlx_warned = 0;
     w->slot->classic_warned = 0;
+    w->slot->note_only = 0;
+    w->note_only = false;
     w->used = false;
 }
 

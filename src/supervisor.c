@@ -82,6 +82,7 @@ static void sup_spawn(supervisor_t *s, sup_worker_t *w)
     w->slot->error[0] = '\0';
     w->slot->error_kind = WORKER_ERROR_DECLARE;
     __atomic_add_fetch(&w->slot->spawn_gen, 1, __ATOMIC_RELAXED); /* the crash note's owner */
+    __atomic_store_n(&w->slot->note_only, w->note_only ? 1 : 0, __ATOMIC_RELAXED);
     pid_t pid = fork();
     if (pid < 0) {
         log_error("fork for queue '%s' worker %d: %s", w->q->name, w->index, strerror(errno));
@@ -245,6 +246,19 @@ static void sup_reap(supervisor_t *s)
             w->last_progress_ms = p ? p : w->started_ms;
             sup_describe_exit(status, w, why, sizeof(why));
             sup_count_exit(s, w, status);
+            /* A retiring worker that died in its handler left a crash note: the reap rule is
+             * that it is counted, so one more run in its slot counts it, then drains (while
+             * stopping it goes, as every note does when the daemon stops). */
+            w->note_only = w->retiring && !s->stopping &&
+                           __atomic_load_n(&w->slot->in_handler, __ATOMIC_ACQUIRE) != 0;
+            if (w->note_only) {
+                w->restart_at_ms = now + sup_backoff(w, now);
+                log_warn("worker %s#%d (pid %d) %s while draining, in its handler: one more "
+                         "run in its slot counts the crash, then drains",
+                         w->q->name, w->index, (int)pid, why);
+                log_set_sink(NULL);
+                break;
+            }
             if (s->stopping || w->retiring) {
                 log_info("worker %s#%d (pid %d) drained: %s", w->q->name, w->index, (int)pid, why);
                 log_set_sink(NULL);
@@ -283,12 +297,13 @@ static void sup_reap(supervisor_t *s)
     }
 }
 
-/* Whether a retiring worker of the queue named name is still running. */
+/* Whether a retiring worker of the queue named name is still running (or runs once more to
+ * count its crash note: sup_reap). */
 static bool sup_draining(const supervisor_t *s, const char *name)
 {
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         const sup_worker_t *w = &s->workers[i];
-        if (w->used && w->retiring && w->pid && strcmp(w->q->name, name) == 0)
+        if (w->used && w->retiring && (w->pid || w->note_only) && strcmp(w->q->name, name) == 0)
             return true;
     }
     return false;
@@ -320,7 +335,8 @@ static void sup_tick(supervisor_t *s, uint64_t now)
 {
     for (int i = 0; i < SUP_MAX_SLOTS; i++) {
         sup_worker_t *w = &s->workers[i];
-        if (!w->used || w->pid || w->retiring || w->held || now < w->restart_at_ms)
+        if (!w->used || w->pid || (w->retiring && !w->note_only) || w->held ||
+            now < w->restart_at_ms)
             continue;
         if (w->waiting) {
             if (sup_draining(s, w->q->name))

@@ -242,6 +242,12 @@ static int worker_loop(worker_t *w)
         }
         if (w->bt.undecodable && (code = worker_undecodable(w)) != 0)
             return code;
+        /* A run that only counts a retiring predecessor's crash note: the first step did (before
+         * anything else); now drain as the predecessor was doing. */
+        if (!worker_stop && __atomic_load_n(&w->slot->note_only, __ATOMIC_RELAXED)) {
+            log_info("the crash note of the retiring worker before it is counted: draining");
+            worker_stop = 1;
+        }
     }
     worker_give_back(w);
     return WORKER_EXIT_STOPPED;

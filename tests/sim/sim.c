@@ -230,19 +230,22 @@ void sim_die(int sig, const char *where)
     }
     if (!(starting && sim_slot.in_handler) || sim.bug.lost_note)
         sim_slot.exit_signal = sig;
-    /* A retiring worker's death ends its retirement: the supervisor releases its slot (and a
-     * crash note in it: sup_reap), no successor. */
+    /* A retiring worker's death ends its retirement (sup_reap), unless it died in its handler:
+     * then one more run in its slot counts the crash note, then drains (sup_worker_t
+     * note_only). Before 2026-12 the slot was released with the note in it. */
     bool retired = sim.retiring[sim.cur];
-    if (retired && sim_slot.in_handler && sig != SIGKILL) {
-        /* sup_reap releases a retiring worker's slot: its crash note goes with it. */
+    bool note_only = retired && sim_slot.in_handler;
+    if (note_only) {
         sim.retire_notes++;
-        sim.truth[sim_slot.crash_id].notes_gone++;
-        sim_log("crash note of m%d released with the retiring worker's slot: not counted",
+        sim_log("retiring, died in the handler on m%d: one more run in the slot counts it",
                 sim_slot.crash_id);
     }
     if (retired)
         retire_check(sim.kill_in[sim.cur] < 0 ? "killed by the autoscaler" : NULL);
     sim.kill_in[sim.cur] = 0;
+    sim.note_only[sim.cur] = note_only;
+    if (note_only)
+        retired = false; /* not yet: started once more, it retires after its first step */
     /* The supervisor starts the successor after a back-off; other workers go on meanwhile. */
     if (sim.o.workers > 1 && !retired)
         sim.down_until[sim.cur] = sim.steps + (long)sim_rng_below(&sim.sched, 4);

@@ -175,11 +175,13 @@ typedef struct sim {
     autoscale_t as;
     uint64_t as_at_ms;
     bool off[SIM_WORKERS], retiring[SIM_WORKERS];
-    int kill_in[SIM_WORKERS]; /* --bug retire_kill: the SIGKILL lands at its Nth statement */
+    bool note_only[SIM_WORKERS]; /* retiring, restarted once to count a crash note (sup_reap) */
+    int kill_in[SIM_WORKERS];    /* --bug retire_kill: the SIGKILL lands at its Nth statement */
     uint64_t busy_ms[SIM_WORKERS], idle_ms[SIM_WORKERS], seen_done[SIM_WORKERS];
     int scale_ups, retirements;
     int instance_deaths;
-    int retire_notes; /* crash notes released with a retiring worker's slot: never counted */
+    int retire_notes; /* retiring workers that died in the handler: their note counted by one
+                       * more run in the slot (sup_reap's note_only) */
     long steps;
     bool failed;
     char why[512];

@@ -308,12 +308,13 @@ bool sim_life_step(void)
 {
     sim_worker_t *x = &workers[sim.cur];
     /* Retiring (SIGTERM from the autoscaler): the daemon's drain, WORKER_DRAIN_MS at most. */
-    if (sim.retiring[sim.cur] && !sim.bug.retire_kill &&
+    if (sim.retiring[sim.cur] && !sim.note_only[sim.cur] && !sim.bug.retire_kill &&
         !step_drain(&x->step, SIM_DRAIN_MS, NULL, NULL)) {
         sim_retired();
         return false;
     }
     step_status_t st = step_run(&x->step);
+    sim.note_only[sim.cur] = false; /* its first step counted the note: it drains from now on */
     /* --bug retire_kill: no drain; a SIGKILL that has not landed on a statement yet lands
      * between steps. */
     if (sim.retiring[sim.cur] && sim.bug.retire_kill && st == STEP_IDLE) {

@@ -192,7 +192,8 @@ static void sim_run_seeds(const sim_args_t *a)
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
            "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
            "applied again there, %ld ordered, %ld with workers auto (%ld workers added, %ld "
-           "retired, %ld crash notes released with a retiring worker), %ld with two instances "
+           "retired, %ld crash notes of retiring workers counted by one more run), %ld with two "
+           "instances "
            "(%ld instance deaths), %.0f seeds/s)",
            (unsigned long long)a->first, (unsigned long long)(a->first + (uint64_t)a->seeds - 1),
            a->bugarg, bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds, auto_seeds,
