@@ -302,10 +302,10 @@ static int ctl_batch_ack(const ctl_t *ctl, ctl_pass_t *p)
         return -1;
     }
     /* With nothing unacked below them (no letter kept so far), the leading run of letters
-     * whose copies went back is acked at once (multiple): one settle for the queue, not one
-     * each. A quorum queue's channel holds back settles past 32 in flight and drops them
-     * when it closes (RabbitMQ 3.10): those letters would come back, and a rerun would ack
-     * them from the trail. */
+     * whose copies went back is acked at once (multiple): one settlement for the queue, not
+     * one each. A quorum queue can drop settlements still under way when the channel closes
+     * (seen on RabbitMQ 3.10): those letters would come back, their rows saying 'acked', and
+     * a rerun acks them from the trail; ctl_dlq.c's barrier waits for them at the end. */
     long run = 0;
     while (p->n_kept == 0 && run < b->n && b->v[run].ok)
         run++;

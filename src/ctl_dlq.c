@@ -460,6 +460,30 @@ static int ctl_dlq_take(ctl_pass_t *p, ctl_letter_t *l)
     return 1;
 }
 
+/*
+ * After the last acks of a replay, one more basic.get on the reading
+ * channel, so that the acks are in before it closes: a quorum queue
+ * answers it after the settlements the channel sent before (it applies
+ * them in order), where a closing channel may drop settlements still
+ * under way, and those letters would come back. A letter it takes (one
+ * that arrived during the pass) is kept: requeued in order with the rest.
+ */
+static void ctl_dlq_barrier(ctl_pass_t *p)
+{
+    amqp_message_t m;
+    amqp_rpc_reply_t r = amqp_basic_get(p->rd->conn, MQ_CHANNEL, amqp_cstring_bytes(p->queue), 0);
+
+    if (r.reply_type != AMQP_RESPONSE_NORMAL || r.reply.id != AMQP_BASIC_GET_OK_METHOD)
+        return;
+    p->kept[p->n_kept++] = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
+    r = amqp_read_message(p->rd->conn, MQ_CHANNEL, &m, 0);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        p->rd->deaf = true; /* not read: closing the connection requeues it */
+        return;
+    }
+    amqp_destroy_message(&m);
+}
+
 /* What ctl_dlq_act did with a letter. */
 #define CTL_ACT_KEPT 0  /* not acked: it is requeued at the end */
 #define CTL_ACT_ACKED 1 /* acked (purged) */
@@ -680,6 +704,8 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
     }
     if (batched && p.b.n > 0 && ctl_batch_flush(ctl, &p) != 0)
         rc = CTL_EXIT_PARTIAL;
+    if (batched && p.done > 0 && p.rd->channel_open && !p.rd->deaf)
+        ctl_dlq_barrier(&p);
     if (p.n_kept > 0 && p.rd->channel_open && !p.rd->deaf)
         ctl_requeue(p.rd, queue, p.kept, p.n_kept);
     if (mode == CTL_REPLAY)
