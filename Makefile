@@ -65,7 +65,7 @@ LDLIBS += $(PKG_LIBS) -ldl -lm -pthread
 SRCS := $(wildcard src/*.c)
 # idemctl is a second program: its own files (main, one per command family) and the modules it
 # shares with the daemon.
-CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_letter ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status ctl_try
+CTL_OWN := idemctl ctl_common ctl_out ctl_dlq ctl_batch ctl_letter ctl_pace ctl_key ctl_order ctl_outbox ctl_records ctl_replay ctl_status ctl_try
 CTL_MODULES := $(CTL_OWN) clock conf db delivery log mq mq_declare mq_pub order pubround copies version
 # try runs a queue's handler the way a worker does: the worker's transaction files and what they
 # stand on (worker_try.c is the entry point; worker.c, the process and its loop, is not among them).

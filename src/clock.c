@@ -22,6 +22,11 @@ uint64_t clock_mono_us(void)
     return clock_read(CLOCK_MONOTONIC, 1000000);
 }
 
+uint64_t clock_mono_ns(void)
+{
+    return clock_read(CLOCK_MONOTONIC, 1000000000);
+}
+
 uint64_t clock_wall_ms(void)
 {
     return clock_read(CLOCK_REALTIME, 1000);

@@ -8,6 +8,7 @@
 /* CLOCK_MONOTONIC: intervals, deadlines, progress. Never goes back. */
 uint64_t clock_mono_ms(void);
 uint64_t clock_mono_us(void);
+uint64_t clock_mono_ns(void); /* pacing (idemctl's --rate) */
 
 /* CLOCK_REALTIME: what another host reads (copies' headers, latencies from a publisher's stamp). */
 uint64_t clock_wall_ms(void);

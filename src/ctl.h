@@ -46,6 +46,7 @@ typedef struct ctl {
     copies_keys_t keys;    /* dlq replay: the installation's relay keys (n = 0: unread) */
     const char *to_queue;
     long slow_ms;
+    long rate;         /* dlq replay --rate: letters a second; 0: unpaced */
     long long older_s; /* records purge */
     long batch;
     json_object *out; /* --json: the document printed at the end */
@@ -131,6 +132,14 @@ int ctl_try_main(int argc, char **argv);
 
 /* ctl_replay.c: replay's dedup check and trail (table idemd_replay, sql/013), dlq history. */
 
+/* A letter's fingerprint (ctl_letter_fingerprint): SHA-256, the trail's fingerprint column. */
+#define CTL_FP_LEN 32
+/* Where a trail row stands (column state, sql/014): written before the copy is published, the
+ * broker confirmed the copy, the dead letter was acked. */
+#define CTL_TRAIL_SENDING "sending"
+#define CTL_TRAIL_CONFIRMED "confirmed"
+#define CTL_TRAIL_ACKED "acked"
+
 /* One replay for the trail; borrows every string (NULL: SQL NULL). */
 typedef struct ctl_trail {
     const char *id; /* the letter's id, id_len bytes; NULL when it has none */
@@ -138,16 +147,39 @@ typedef struct ctl_trail {
     const char *source, *exchange, *routing_key, *consumer, *signature;
     int applied; /* 1, 0, -1: unknown */
     bool forced;
+    const char *stage;                /* CTL_TRAIL_*: its column state */
+    const unsigned char *fingerprint; /* CTL_FP_LEN bytes */
 } ctl_trail_t;
+/* A trail row a rerun may go on from: its id, and whether it still says "sending" (else the
+ * copy was confirmed). */
+typedef struct ctl_trail_row {
+    long long id;
+    bool sending;
+} ctl_trail_row_t;
 /* Whether id (len bytes) is recorded for consumer in record_table: 1, 0, or -1 (logged). The
  * transaction is rolled back after. */
 int ctl_applied(db_t *db, const char *record_table, const char *consumer, const char *id,
                 size_t len);
-/* Whether table idemd_replay can be written: 1, 0 when it is missing, -1 (logged). */
+/* What ctl_trail_ready says. */
+#define CTL_TRAIL_NONE 0  /* no table idemd_replay (sql/013) */
+#define CTL_TRAIL_READY 1 /* the table, with state and fingerprint */
+#define CTL_TRAIL_OLD 2   /* the table without state and fingerprint (sql/014) */
+/* Whether table idemd_replay can be written: CTL_TRAIL_*, or -1 (logged). */
 int ctl_trail_ready(db_t *db);
 /* Insert t's row into idemd_replay in db's open transaction (the caller commits): who (the
- * real user's login name, SUDO_USER, CURRENT_USER()), where from (hostname). 0 or -1 (logged). */
-int ctl_trail_add(db_t *db, const ctl_trail_t *t);
+ * real user's login name, SUDO_USER, CURRENT_USER()), where from (hostname); its id into *row.
+ * 0 or -1 (logged). */
+int ctl_trail_add(db_t *db, const ctl_trail_t *t, long long *row);
+/* The newest row id of the trail into *floor (0: none), so that a pass tells its own rows
+ * from those of earlier passes. 0 or -1 (logged). */
+int ctl_trail_floor(db_t *db, long long *floor);
+/* The rows of the letter of fingerprint fp (CTL_FP_LEN bytes), with ids up to floor, newest
+ * first, into rows[0..max-1]: how many, or -1 (logged). Rolls back after. */
+int ctl_trail_find(db_t *db, const unsigned char *fp, long long floor, ctl_trail_row_t *rows,
+                   int max);
+/* Set state (CTL_TRAIL_*) on the rows[0..n-1], or delete them (state NULL), in db's open
+ * transaction (the caller commits). 0 or -1 (logged). */
+int ctl_trail_set(db_t *db, const long long *rows, long n, const char *state);
 /* dlq history [QUEUE]: the trail, newest first, at most ctl->limit rows (default 100). */
 int ctl_dlq_history(ctl_t *ctl, const char *queue);
 

@@ -9,11 +9,11 @@
 #include <time.h>
 
 #include "ctl.h"
+#include "ctl_batch.h"
 #include "ctl_letter.h"
 #include "delivery.h"
 #include "log.h"
 
-#define CTL_CONFIRM_MS 30000
 #define CTL_NACK_CHUNK 16 /* tags per requeueing nack; see ctl_requeue */
 /* A letter returned this often (x-delivery-count) is near RabbitMQ 4's default delivery limit. */
 #define CTL_RETURNS_WARN 10
@@ -43,7 +43,7 @@ bool ctl_header_dropped(amqp_bytes_t key)
 /*
  * dlq replay --dry-run: what would happen to l, as a line of text (id,
  * signature, applied, action, exchange, routing key, why) or an object of
- * arr. Returns 0 for "replay", 1 otherwise.
+ * arr. Returns 0 for "replay" and "ack" (the letter would go), 1 otherwise.
  */
 static int ctl_dry(const ctl_t *ctl, const ctl_letter_t *l, const char *action,
                    const char *exchange, const char *rk, const char *why, json_object *arr)
@@ -67,7 +67,7 @@ static int ctl_dry(const ctl_t *ctl, const ctl_letter_t *l, const char *action,
         ctl_puts(stdout, why ? why : "-");
         ctl_printf("\n");
     }
-    return strcmp(action, "replay") == 0 ? 0 : 1;
+    return strcmp(action, "replay") == 0 || strcmp(action, "ack") == 0 ? 0 : 1;
 }
 
 /*
@@ -116,66 +116,69 @@ static int ctl_replay_route(const ctl_t *ctl, const ctl_letter_t *l, const char 
     return 0;
 }
 
-/*
- * After the copy of l went out to exchange/rk: clear its attempts row (the
- * consumer of the queue it was taken for; none for an onward message) and,
- * with trail, write its idemd_replay row, in one transaction. 0, or -1
- * (logged, rolled back).
- */
-static int ctl_replay_record(const ctl_t *ctl, db_t *db, bool trail, const char *dlq,
-                             const ctl_letter_t *l, const char *exchange, const char *rk)
+/* --dry-run: count l's refusal (why) in the plan and say it (ctl_dry). Returns 1. */
+static int ctl_dry_refuse(const ctl_t *ctl, ctl_pass_t *p, const ctl_letter_t *l, ctl_why_t code,
+                          const char *action, const char *why)
 {
-    const char *consumer = ctl->consumer                ? ctl->consumer
-                           : l->q                       ? l->q->consumer
-                           : l->verified && l->queue[0] ? l->queue
-                                                        : NULL;
-    ctl_trail_t t = {.id = l->has_id ? l->id : NULL,
-                     .id_len = l->id_len,
-                     .source = dlq,
-                     .exchange = exchange,
-                     .routing_key = rk,
-                     .consumer = l->consumer ? l->consumer : consumer,
-                     .signature = ctl_sig_names[l->sig],
-                     .applied = l->applied,
-                     .forced = l->applied > 0};
-    bool clear = consumer && l->has_id && !l->onward; /* an onward message has no attempts row */
+    p->plan.why[code]++;
+    return ctl_dry(ctl, l, action, NULL, NULL, why, p->arr);
+}
 
-    if (!clear && !trail)
+/*
+ * The trail row an earlier replay left for the very letter l (same
+ * fingerprint, written before this pass, not taken by another letter of
+ * this pass) into *row (0: none) and whether it still says "sending". 0,
+ * or -1 (logged).
+ */
+static int ctl_replay_trail_row(ctl_pass_t *p, ctl_letter_t *l, long long *row, bool *sending)
+{
+    ctl_trail_row_t rows[16];
+    int n;
+
+    *row = 0;
+    *sending = false;
+    if (!p->trail)
         return 0;
-    if ((clear &&
-         (db_set_consumer(db, consumer) != 0 || db_attempt_clear(db, l->id, l->id_len) < 0)) ||
-        (trail && ctl_trail_add(db, &t) != 0) || db_commit(db) != DB_OK) {
-        (void)db_rollback(db);
+    if (ctl_letter_fingerprint(l) != 0 ||
+        (n = ctl_trail_find(p->db, l->fp, p->b.floor, rows, 16)) < 0)
         return -1;
-    }
+    for (int i = 0; i < n; i++)
+        if (!ctl_batch_claimed(p, rows[i].id)) {
+            *row = rows[i].id;
+            *sending = rows[i].sending;
+            break;
+        }
     return 0;
 }
 
 /*
- * Replay one dead letter: publish a copy (confirmed, mandatory) to its
- * route (ctl_replay_route), clear its attempts row and write its trail row
- * (ctl_replay_record), then ack it on rd. A letter whose signature does
- * not verify (without --unverified), whose body was dropped (without
- * --allow-empty-body), whose id is already applied (without --force) or
- * that has no route is refused: said on stderr, one line, and kept. With
- * --dry-run nothing is done: ctl_dry says what would be (into arr with
- * --json). Returns 0 when replayed, 1 when refused, or -1 (logged) when the
+ * Decide the replay of one dead letter l (read, verified, placed, its
+ * applied known) and, without --dry-run, take it into the batch
+ * (ctl_batch_add; ctl_batch_flush publishes, confirms and acks): a copy to
+ * its route (ctl_replay_route); or, when the trail says an interrupted
+ * replay sent its copy (confirmed, even acked if the broker lost the ack;
+ * or being sent, and its id recorded since), only its ack. A letter whose signature does not verify
+ * (without
+ * --unverified), whose body was dropped (without --allow-empty-body),
+ * whose id is already applied (without --force), that has no route, or
+ * that an interrupted replay may have sent though it has no id the record
+ * could absorb a second copy by (without --force) is refused: said on
+ * stderr, one line, and kept. With --dry-run nothing is done: ctl_dry says
+ * what would be (into p->arr with --json) and the plan counts it. Returns
+ * 0 when taken (or it would be), 1 when refused, or -1 (logged) when the
  * letter stays in the queue unacked and the pass stops.
  */
-static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool trail,
-                          const char *dlq, const ctl_letter_t *l, json_object *arr)
+static int ctl_replay_one(const ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l)
 {
-    const amqp_basic_properties_t *p = &l->msg.properties;
-    amqp_basic_properties_t props = *p;
-    amqp_table_entry_t *entries = NULL;
     const char *exchange = "", *rk;
     char pid[96], why[600];
-    int n = 0, rc = -1;
+    long long row;
+    bool sending;
 
     delivery_id_printable(l->has_id ? l->id : "-", l->has_id ? l->id_len : 1, pid, sizeof(pid));
     if (!l->verified && !ctl->unverified) {
         if (ctl->dry_run)
-            return ctl_dry(ctl, l, "refuse", NULL, NULL, l->unverified, arr);
+            return ctl_dry_refuse(ctl, p, l, CTL_WHY_UNVERIFIED, "refuse", l->unverified);
         ctl_fprintf(stderr,
                     "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
                     "letter queue; check it, then --unverified replays it anyway\n",
@@ -190,13 +193,40 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
             pid, l->queue[0] ? l->queue : "-", l->unverified);
     if (l->body_dropped && !ctl->allow_empty_body) {
         if (ctl->dry_run)
-            return ctl_dry(ctl, l, "refuse", NULL, NULL, "its body was dropped", arr);
+            return ctl_dry_refuse(ctl, p, l, CTL_WHY_BODY, "refuse", "its body was dropped");
         ctl_fprintf(
             stderr,
             "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
             "the copy would be empty. It stays; --allow-empty-body replays it with the "
             "header kept\n",
             pid, l->queue[0] ? l->queue : "-", COPIES_H_BODY_DROPPED);
+        return 1;
+    }
+    if (ctl_replay_trail_row(p, l, &row, &sending) != 0)
+        return -1;
+    if (row && (!sending || l->applied > 0)) {
+        /* Its copy went back (confirmed) but the letter is here: the pass was cut short before
+         * its ack, or the ack was lost (a quorum queue's channel closed with acks it had not
+         * passed on yet). A second copy would be one too many. */
+        if (ctl->dry_run) {
+            ctl_plan_go(&p->plan, CTL_ENTRY_ACK, "", "");
+            return ctl_dry(ctl, l, "ack", NULL, NULL,
+                           "the trail says its copy went back (confirmed) and the letter was "
+                           "not acked: only the dead letter is acked",
+                           p->arr);
+        }
+        return ctl_batch_add(p, CTL_ENTRY_ACK, "", "", row);
+    }
+    if (row && !l->has_id && !ctl->force) {
+        snprintf(why, sizeof(why),
+                 "an interrupted replay may have sent its copy already (its trail row says "
+                 "'sending'), and it has no id by which the record could absorb a second copy");
+        if (ctl->dry_run)
+            return ctl_dry_refuse(ctl, p, l, CTL_WHY_UNSURE, "refuse", why);
+        ctl_fprintf(stderr,
+                    "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays; check "
+                    "its work queue, then --force replays it anyway\n",
+                    pid, l->queue[0] ? l->queue : "-", why);
         return 1;
     }
     if (l->applied > 0 && !ctl->force) {
@@ -211,70 +241,29 @@ static int ctl_replay_one(const ctl_t *ctl, mq_t *rd, mq_t *pub, db_t *db, bool 
                      "would be acked as a duplicate and change nothing",
                      l->consumer, ctl->conf->database.record_table);
         if (ctl->dry_run)
-            return ctl_dry(ctl, l, "skip", NULL, NULL, why, arr);
+            return ctl_dry_refuse(ctl, p, l, CTL_WHY_APPLIED, "skip", why);
         ctl_fprintf(stderr,
                     "idemctl: SKIPPED: dead letter %s (queue '%s'): %s. It stays; --force "
                     "replays it anyway\n",
                     pid, l->queue[0] ? l->queue : "-", why);
         return 1;
     }
-    int route = ctl_replay_route(ctl, l, dlq, pid, &exchange, &rk, why, sizeof(why));
+    int route = ctl_replay_route(ctl, l, p->queue, pid, &exchange, &rk, why, sizeof(why));
     if (route < 0)
-        goto out;
+        return -1;
     if (route > 0) {
         if (ctl->dry_run)
-            return ctl_dry(ctl, l, "refuse", NULL, NULL, why, arr);
+            return ctl_dry_refuse(ctl, p, l, CTL_WHY_ROUTE, "refuse", why);
         ctl_fprintf(stderr, "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays\n",
                     pid, l->queue[0] ? l->queue : "-", why);
         return 1;
     }
-    if (ctl->dry_run)
+    if (ctl->dry_run) {
+        ctl_plan_go(&p->plan, CTL_ENTRY_SEND, exchange, rk);
         return ctl_dry(ctl, l, "replay", exchange, rk,
-                       l->applied > 0 ? "already applied: --force replays it" : NULL, arr);
-    if (p->_flags & AMQP_BASIC_HEADERS_FLAG) {
-        entries = calloc((size_t)p->headers.num_entries + 1, sizeof(*entries));
-        if (entries == NULL)
-            goto out;
-        for (int i = 0; i < p->headers.num_entries; i++)
-            if (!ctl_header_dropped(p->headers.entries[i].key))
-                entries[n++] = p->headers.entries[i];
-        props.headers.entries = entries;
-        props.headers.num_entries = n;
+                       l->applied > 0 ? "already applied: --force replays it" : NULL, p->arr);
     }
-    mq_round_begin(pub);
-    if (mq_publish_to(pub, exchange, rk, &props, l->msg.body) < 0 ||
-        mq_wait_confirms(pub, CTL_CONFIRM_MS) != 0) {
-        log_error("replay: dead letter %s: the copy to exchange '%s' routing key '%s' was not "
-                  "confirmed; the dead letter stays",
-                  pid, exchange, rk);
-        goto out;
-    }
-    if (ctl_replay_record(ctl, db, trail, dlq, l, exchange, rk) != 0) {
-        log_error("replay: dead letter %s: published, but its attempts row was not cleared or "
-                  "its trail row not written; the dead letter stays (a second replay is "
-                  "absorbed by the record)",
-                  pid);
-        goto out;
-    }
-    if (l->applied > 0)
-        ctl_fprintf(stderr,
-                    "idemctl: FORCED: dead letter %s was already applied; replayed anyway "
-                    "(--force)\n",
-                    pid);
-    log_info("replay: %s published to exchange '%s' routing key '%s'", pid, exchange, rk);
-    if (ctl->slow_ms > 0) {
-        /* Test knob: a window between the confirmed copy and the ack for kill -9. */
-        ctl_fprintf(stderr, "idemctl: replayed %s, acking in %ld ms\n", pid, ctl->slow_ms);
-        struct timespec ts = {ctl->slow_ms / 1000, (ctl->slow_ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-            ;
-    }
-    if (mq_ack(rd, l->tag, false) != 0)
-        goto out;
-    rc = 0;
-out:
-    free(entries);
-    return rc;
+    return ctl_batch_add(p, row ? CTL_ENTRY_AGAIN : CTL_ENTRY_SEND, exchange, rk, row);
 }
 
 /*
@@ -331,21 +320,6 @@ void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n)
  * rest, so the pass always takes the whole queue. Dead letters that arrive
  * during a pass then end up ahead of the returned ones.
  */
-/* One pass of a dlq command over a queue: its connections, the tags it keeps, what it counted. */
-typedef struct ctl_pass {
-    const char *queue; /* borrowed */
-    ctl_mode_t mode;
-    mq_t *rd, *pub; /* the queue's reader; the replay's publisher (NULL otherwise) */
-    db_t *db;       /* NULL when not needed, or a listing goes on without it */
-    json_object *arr;
-    unsigned depth; /* the messages the queue held at the start: the pass takes as many */
-    uint64_t *kept; /* tags not acked, ascending */
-    long n_kept;
-    long scanned, matched, done, undecodable, refused;
-    long long returns; /* the highest x-delivery-count seen */
-    bool records_ok, trail;
-    ctl_sent_set_t sent;
-} ctl_pass_t;
 
 /*
  * dlq list (and a selection by signature): open the database for the
@@ -390,21 +364,33 @@ static int ctl_dlq_open_replay(ctl_t *ctl, ctl_pass_t *p)
     if ((rc = ctl_db_open(ctl, &p->db)) != 0)
         return rc;
     int ready = ctl_trail_ready(p->db);
-    p->trail = ready > 0;
-    if (ready <= 0 && !ctl->force) {
+    p->trail = ready == CTL_TRAIL_READY;
+    if (ready == CTL_TRAIL_OLD && !ctl->force) {
         ctl_fprintf(stderr,
-                    "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
-                    "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
-                    "trail\n",
-                    ready == 0 ? "there is no" : "cannot read (see above)",
+                    "idemctl: dlq replay: table idemd_replay has no columns state and "
+                    "fingerprint, so a replay cut short could not go on where it stopped; %s. "
+                    "Apply sql/014_idemd_replay_resume.sql, or --force replays without a trail\n",
                     ctl->dry_run ? "a replay without --dry-run would be refused"
                                  : "nothing was replayed");
         if (!ctl->dry_run)
             return CTL_EXIT_CONNECT;
-    } else if (ready <= 0) {
+    } else if (ready != CTL_TRAIL_READY && !ctl->force) {
+        ctl_fprintf(stderr,
+                    "idemctl: dlq replay: %s table idemd_replay, so a replay would leave no "
+                    "trail; %s. Apply sql/013_idemd_replay.sql, or --force replays without a "
+                    "trail\n",
+                    ready == CTL_TRAIL_NONE ? "there is no" : "cannot read (see above)",
+                    ctl->dry_run ? "a replay without --dry-run would be refused"
+                                 : "nothing was replayed");
+        if (!ctl->dry_run)
+            return CTL_EXIT_CONNECT;
+    } else if (ready != CTL_TRAIL_READY) {
         ctl_fprintf(stderr, "idemctl: WARNING: replaying without a trail (--force): no table "
-                            "idemd_replay (apply sql/013_idemd_replay.sql)\n");
+                            "idemd_replay with its columns state and fingerprint (apply "
+                            "sql/013_idemd_replay.sql and sql/014_idemd_replay_resume.sql)\n");
     }
+    if (ctl_batch_open(ctl, p) != 0)
+        return CTL_EXIT_PARTIAL;
     int kr = db_copies_keys(p->db, false, &ctl->keys);
     if (kr != 0) {
         if (!ctl->unverified) {
@@ -475,20 +461,49 @@ static int ctl_dlq_take(ctl_pass_t *p, ctl_letter_t *l)
 }
 
 /*
- * Do the command's work on the letter l the pass took (read, verified and
- * placed): print it, count it, ack it (purge) or replay it. Returns true
- * when l was acked; sets *stop when the pass must stop there.
+ * After the last acks of a replay, one more basic.get on the reading
+ * channel, so that the acks are in before it closes: a quorum queue
+ * answers it after the settlements the channel sent before (it applies
+ * them in order), where a closing channel may drop settlements still
+ * under way, and those letters would come back. A letter it takes (one
+ * that arrived during the pass) is kept: requeued in order with the rest.
  */
-static bool ctl_dlq_act(ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l, bool *stop)
+static void ctl_dlq_barrier(ctl_pass_t *p)
 {
-    bool acked = false;
+    amqp_message_t m;
+    amqp_rpc_reply_t r = amqp_basic_get(p->rd->conn, MQ_CHANNEL, amqp_cstring_bytes(p->queue), 0);
+
+    if (r.reply_type != AMQP_RESPONSE_NORMAL || r.reply.id != AMQP_BASIC_GET_OK_METHOD)
+        return;
+    p->kept[p->n_kept++] = ((amqp_basic_get_ok_t *)r.reply.decoded)->delivery_tag;
+    r = amqp_read_message(p->rd->conn, MQ_CHANNEL, &m, 0);
+    if (r.reply_type != AMQP_RESPONSE_NORMAL) {
+        p->rd->deaf = true; /* not read: closing the connection requeues it */
+        return;
+    }
+    amqp_destroy_message(&m);
+}
+
+/* What ctl_dlq_act did with a letter. */
+#define CTL_ACT_KEPT 0  /* not acked: it is requeued at the end */
+#define CTL_ACT_ACKED 1 /* acked (purged) */
+#define CTL_ACT_TAKEN 2 /* taken into the replay's batch, which now owns it */
+
+/*
+ * Do the command's work on the letter l the pass took (read, verified and
+ * placed): print it, count it, ack it (purge) or replay it. Returns
+ * CTL_ACT_*; sets *stop when the pass must stop there.
+ */
+static int ctl_dlq_act(ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l, bool *stop)
+{
+    int act = CTL_ACT_KEPT;
 
     *stop = false;
     /* Past --limit the pass still takes every message: a quorum queue puts returned
      * messages behind the ones never taken, so only a whole pass keeps the order. */
     bool wanted = !(p->mode == CTL_LIST && ctl->limit > 0 && p->matched >= ctl->limit);
     if (!wanted || !ctl_selected(ctl, l))
-        return false;
+        return CTL_ACT_KEPT;
     p->matched++;
     switch (p->mode) {
     case CTL_LIST:
@@ -498,13 +513,14 @@ static bool ctl_dlq_act(ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l, bool *stop)
     case CTL_COUNT:
         break;
     case CTL_PURGE:
-        acked = mq_ack(p->rd, l->tag, false) == 0;
-        *stop = !acked;
+        act = mq_ack(p->rd, l->tag, false) == 0 ? CTL_ACT_ACKED : CTL_ACT_KEPT;
+        p->done += act == CTL_ACT_ACKED;
+        *stop = act != CTL_ACT_ACKED;
         break;
     case CTL_REPLAY: {
         ctl_letter_applied(ctl, p->db, &p->records_ok, &p->sent, l);
-        int r1 = ctl_replay_one(ctl, p->rd, p->pub, p->db, p->trail, p->queue, l, p->arr);
-        acked = r1 == 0 && !ctl->dry_run;
+        int r1 = ctl_replay_one(ctl, p, l);
+        act = r1 == 0 && !ctl->dry_run ? CTL_ACT_TAKEN : CTL_ACT_KEPT;
         p->done += r1 == 0 && ctl->dry_run;
         p->refused += r1 == 1;
         /* Out of memory for the ids sent: stop before one could go twice. */
@@ -512,8 +528,7 @@ static bool ctl_dlq_act(ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l, bool *stop)
         break;
     }
     }
-    p->done += acked;
-    return acked;
+    return act;
 }
 
 /*
@@ -557,6 +572,12 @@ static int ctl_dlq_report(ctl_t *ctl, ctl_pass_t *p, int rc)
             json_object_object_add(ctl->out, "would_replay", json_object_new_int64(p->done));
         if (mode == CTL_REPLAY)
             json_object_object_add(ctl->out, "refused", json_object_new_int64(p->refused));
+        if (mode == CTL_REPLAY && !ctl->dry_run) {
+            json_object_object_add(ctl->out, "failed", json_object_new_int64(p->b.failed));
+            json_object_object_add(ctl->out, "already_back", json_object_new_int64(p->b.resumed));
+        }
+        if (mode == CTL_REPLAY && ctl->dry_run)
+            ctl_plan_print(ctl, p, ctl->out);
         json_object_object_add(ctl->out, "complete",
                                json_object_new_boolean(rc != CTL_EXIT_PARTIAL));
         if (p->arr)
@@ -566,6 +587,7 @@ static int ctl_dlq_report(ctl_t *ctl, ctl_pass_t *p, int rc)
         ctl_printf("would replay %ld of %ld dead letters in %s (%ld matched, %ld refused or "
                    "skipped); nothing was replayed (--dry-run)\n",
                    p->done, p->scanned, p->queue, p->matched, p->refused);
+        ctl_plan_print(ctl, p, NULL);
     } else if (mode == CTL_REPLAY && p->refused > 0) {
         ctl_printf(
             "%s %ld of %ld dead letters in %s (%ld matched, %ld refused and kept: see above)\n",
@@ -655,30 +677,42 @@ int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode)
         rc = CTL_EXIT_PARTIAL;
         goto out;
     }
+    bool batched = mode == CTL_REPLAY && !ctl->dry_run;
     while (p.scanned < (long)p.depth) {
-        ctl_letter_t l;
+        ctl_letter_t one, *l = batched ? ctl_batch_slot(&p) : &one;
         bool stop;
-        int took = ctl_dlq_take(&p, &l);
+        int took = ctl_dlq_take(&p, l);
         if (took <= 0) {
             rc = took < 0 ? CTL_EXIT_PARTIAL : rc;
             break;
         }
-        ctl_letter_fields(ctl, &l);
-        ctl_letter_verify(ctl, &l);
-        ctl_letter_place(ctl, queue, &l);
-        if (!ctl_dlq_act(ctl, &p, &l, &stop))
-            p.kept[p.n_kept++] = l.tag;
-        amqp_destroy_message(&l.msg);
+        ctl_letter_fields(ctl, l);
+        ctl_letter_verify(ctl, l);
+        ctl_letter_place(ctl, queue, l);
+        int act = ctl_dlq_act(ctl, &p, l, &stop);
+        if (act == CTL_ACT_KEPT)
+            p.kept[p.n_kept++] = l->tag;
+        if (act != CTL_ACT_TAKEN)
+            amqp_destroy_message(&l->msg);
         amqp_maybe_release_buffers(p.rd->conn);
+        if (batched && (stop || ctl_batch_full(&p)) && ctl_batch_flush(ctl, &p) != 0)
+            stop = true;
         if (stop) {
             rc = CTL_EXIT_PARTIAL;
             break;
         }
     }
+    if (batched && p.b.n > 0 && ctl_batch_flush(ctl, &p) != 0)
+        rc = CTL_EXIT_PARTIAL;
+    if (batched && p.done > 0 && p.rd->channel_open && !p.rd->deaf)
+        ctl_dlq_barrier(&p);
     if (p.n_kept > 0 && p.rd->channel_open && !p.rd->deaf)
         ctl_requeue(p.rd, queue, p.kept, p.n_kept);
+    if (mode == CTL_REPLAY)
+        ctl_batch_close(ctl, &p);
     rc = ctl_dlq_report(ctl, &p, rc);
 out:
+    ctl_batch_close(ctl, &p);
     free(p.kept);
     free(p.sent.v);
     json_object_put(p.arr);

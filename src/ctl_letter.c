@@ -1,6 +1,7 @@
 /* ctl_letter.c: one dead letter as idemctl reads it: its headers, signature, home queue, applied.
  */
 #include <json-c/json.h>
+#include <openssl/evp.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -344,4 +345,134 @@ void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr)
     ctl_printf("\t");
     ctl_puts(stdout, l->reason);
     ctl_printf("\t%s\t%s\n", ctl_sig_names[l->sig], ctl_applied_name(l->applied));
+}
+
+/* ---------- fingerprint ---------- */
+
+/* Feed n bytes of b to h, after their length, so that no two sequences run together. */
+static void ctl_fp_bytes(EVP_MD_CTX *h, const void *b, size_t n)
+{
+    uint64_t len = n;
+    EVP_DigestUpdate(h, &len, sizeof(len));
+    if (n > 0)
+        EVP_DigestUpdate(h, b, n);
+}
+
+/* Feed an integer (or the bits of a float) to h. */
+static void ctl_fp_int(EVP_MD_CTX *h, uint64_t v)
+{
+    EVP_DigestUpdate(h, &v, sizeof(v));
+}
+
+static void ctl_fp_table(EVP_MD_CTX *h, const amqp_table_t *t, bool top);
+
+/* Feed one field value to h: its kind, then its value, nested tables and arrays walked. */
+static void ctl_fp_value(EVP_MD_CTX *h, const amqp_field_value_t *v)
+{
+    unsigned char kind = v->kind;
+    EVP_DigestUpdate(h, &kind, 1);
+    switch (v->kind) {
+    case AMQP_FIELD_KIND_BOOLEAN:
+        ctl_fp_int(h, v->value.boolean != 0);
+        break;
+    case AMQP_FIELD_KIND_I8:
+        ctl_fp_int(h, (uint64_t)(int64_t)v->value.i8);
+        break;
+    case AMQP_FIELD_KIND_U8:
+        ctl_fp_int(h, v->value.u8);
+        break;
+    case AMQP_FIELD_KIND_I16:
+        ctl_fp_int(h, (uint64_t)(int64_t)v->value.i16);
+        break;
+    case AMQP_FIELD_KIND_U16:
+        ctl_fp_int(h, v->value.u16);
+        break;
+    case AMQP_FIELD_KIND_I32:
+        ctl_fp_int(h, (uint64_t)(int64_t)v->value.i32);
+        break;
+    case AMQP_FIELD_KIND_U32:
+        ctl_fp_int(h, v->value.u32);
+        break;
+    case AMQP_FIELD_KIND_I64:
+        ctl_fp_int(h, (uint64_t)v->value.i64);
+        break;
+    case AMQP_FIELD_KIND_U64:
+    case AMQP_FIELD_KIND_TIMESTAMP:
+        ctl_fp_int(h, v->value.u64);
+        break;
+    case AMQP_FIELD_KIND_F32:
+        ctl_fp_int(h, v->value.u32);
+        break;
+    case AMQP_FIELD_KIND_F64:
+        ctl_fp_int(h, v->value.u64);
+        break;
+    case AMQP_FIELD_KIND_DECIMAL:
+        ctl_fp_int(h, v->value.decimal.decimals);
+        ctl_fp_int(h, v->value.decimal.value);
+        break;
+    case AMQP_FIELD_KIND_UTF8:
+    case AMQP_FIELD_KIND_BYTES:
+        ctl_fp_bytes(h, v->value.bytes.bytes, v->value.bytes.len);
+        break;
+    case AMQP_FIELD_KIND_ARRAY:
+        ctl_fp_int(h, (uint64_t)v->value.array.num_entries);
+        for (int i = 0; i < v->value.array.num_entries; i++)
+            ctl_fp_value(h, &v->value.array.entries[i]);
+        break;
+    case AMQP_FIELD_KIND_TABLE:
+        ctl_fp_table(h, &v->value.table, false);
+        break;
+    default: /* void */
+        break;
+    }
+}
+
+/* Feed a table to h, entry by entry in its order; at the top, without x-delivery-count (a
+ * quorum queue raises it each time the letter is returned). */
+static void ctl_fp_table(EVP_MD_CTX *h, const amqp_table_t *t, bool top)
+{
+    static const char dc[] = "x-delivery-count";
+    for (int i = 0; i < t->num_entries; i++) {
+        const amqp_table_entry_t *e = &t->entries[i];
+        if (top && e->key.len == sizeof(dc) - 1 && memcmp(e->key.bytes, dc, sizeof(dc) - 1) == 0)
+            continue;
+        ctl_fp_bytes(h, e->key.bytes, e->key.len);
+        ctl_fp_value(h, &e->value);
+    }
+    ctl_fp_int(h, UINT64_MAX); /* the end of the table */
+}
+
+/*
+ * l->fp: the SHA-256 of the letter as it lies in the queue: its body, its
+ * message id, timestamp and headers (the broker's x-death and idemd's
+ * failure times make each dead-lettering differ). 0, or -1 (logged) when
+ * the digest cannot be made.
+ */
+int ctl_letter_fingerprint(ctl_letter_t *l)
+{
+    const amqp_basic_properties_t *p = &l->msg.properties;
+    EVP_MD_CTX *h = EVP_MD_CTX_new();
+    unsigned int n = 0;
+    int rc = -1;
+
+    if (h == NULL || EVP_DigestInit_ex(h, EVP_sha256(), NULL) != 1) {
+        log_error("replay: cannot make a letter's fingerprint (SHA-256)");
+        goto out;
+    }
+    ctl_fp_bytes(h, l->msg.body.bytes, l->msg.body.len);
+    if (p->_flags & AMQP_BASIC_MESSAGE_ID_FLAG)
+        ctl_fp_bytes(h, p->message_id.bytes, p->message_id.len);
+    else
+        ctl_fp_int(h, UINT64_MAX);
+    ctl_fp_int(h, p->_flags & AMQP_BASIC_TIMESTAMP_FLAG ? p->timestamp : UINT64_MAX);
+    if (p->_flags & AMQP_BASIC_HEADERS_FLAG)
+        ctl_fp_table(h, &p->headers, true);
+    if (EVP_DigestFinal_ex(h, l->fp, &n) != 1 || n != CTL_FP_LEN) {
+        log_error("replay: cannot make a letter's fingerprint (SHA-256)");
+        goto out;
+    }
+    rc = 0;
+out:
+    EVP_MD_CTX_free(h);
+    return rc;
 }

@@ -39,6 +39,7 @@ typedef struct ctl_letter {
     const char *consumer; /* whose dedup records say whether it was applied; NULL: unknown */
     int applied;          /* its id is recorded for consumer: 1, 0, -1 unknown */
     char reason[1024], first[64], last[64], queue[256], exchange[256], routing_key[256];
+    unsigned char fp[CTL_FP_LEN]; /* ctl_letter_fingerprint */
 } ctl_letter_t;
 
 /* The ids one replay pass sent back, per consumer: a later letter of the same id is applied. */
@@ -68,6 +69,10 @@ void ctl_letter_applied(const ctl_t *ctl, db_t *db, bool *records_ok, const ctl_
 
 /* Remember that this pass replayed l (its consumer known). 0, or -1 when out of memory. */
 int ctl_sent_add(ctl_sent_set_t *sent, const ctl_letter_t *l);
+
+/* l->fp: the SHA-256 of l as it lies in the queue (body, message id, timestamp, headers but
+ * x-delivery-count), which the replay trail keeps. 0, or -1 (logged). */
+int ctl_letter_fingerprint(ctl_letter_t *l);
 
 /* "applied", "not-applied" or "unknown". */
 const char *ctl_applied_name(int applied);

@@ -77,10 +77,10 @@ out:
 
 int ctl_trail_ready(db_t *db)
 {
-    int rc = 1;
-    if (mysql_query(db->my, "SELECT id FROM idemd_replay LIMIT 0") != 0) {
+    int rc = CTL_TRAIL_READY;
+    if (mysql_query(db->my, "SELECT id, state, fingerprint FROM idemd_replay LIMIT 0") != 0) {
         unsigned e = mysql_errno(db->my);
-        rc = e == ER_NO_SUCH_TABLE || e == ER_BAD_FIELD_ERROR ? 0 : -1;
+        rc = e == ER_NO_SUCH_TABLE ? CTL_TRAIL_NONE : e == ER_BAD_FIELD_ERROR ? CTL_TRAIL_OLD : -1;
         if (rc < 0)
             log_error("database: reading table idemd_replay: %s", mysql_error(db->my));
     } else {
@@ -102,16 +102,16 @@ static void ctl_os_user(char *buf, size_t len)
         snprintf(buf, len, "uid %u", (unsigned)getuid());
 }
 
-int ctl_trail_add(db_t *db, const ctl_trail_t *t)
+int ctl_trail_add(db_t *db, const ctl_trail_t *t, long long *row)
 {
     static const char sql[] =
         "INSERT INTO idemd_replay (os_user, sudo_user, db_user, host, letter_id, source_queue, "
-        "target_exchange, target_routing_key, consumer, signature, applied, forced) "
-        "VALUES (?, ?, CURRENT_USER(), ?, ?, ?, ?, ?, ?, ?, ?, ?)";
+        "target_exchange, target_routing_key, consumer, signature, applied, forced, state, "
+        "fingerprint) VALUES (?, ?, CURRENT_USER(), ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
     char user[128], host[256], applied[2], forced[2];
     const char *sudo = getenv("SUDO_USER");
-    MYSQL_BIND p[11];
-    unsigned long l[11];
+    MYSQL_BIND p[13];
+    unsigned long l[13];
 
     ctl_os_user(user, sizeof(user));
     if (gethostname(host, sizeof(host)) != 0)
@@ -121,19 +121,107 @@ int ctl_trail_add(db_t *db, const ctl_trail_t *t)
         sudo = NULL;
     snprintf(applied, sizeof(applied), "%d", t->applied > 0);
     snprintf(forced, sizeof(forced), "%d", t->forced);
-    const void *v[11] = {
-        user,        sudo,           host,        t->id,        t->source,
-        t->exchange, t->routing_key, t->consumer, t->signature, t->applied < 0 ? NULL : applied,
-        forced};
-    for (int i = 0; i < 11; i++) {
-        l[i] = i == 3 ? t->id_len : v[i] ? strlen(v[i]) : 0;
+    const void *v[13] = {
+        user,        sudo,           host,          t->id,        t->source,
+        t->exchange, t->routing_key, t->consumer,   t->signature, t->applied < 0 ? NULL : applied,
+        forced,      t->stage,       t->fingerprint};
+    for (int i = 0; i < 13; i++) {
+        l[i] = i == 3 ? t->id_len : i == 12 ? CTL_FP_LEN : v[i] ? strlen(v[i]) : 0;
         ctl_bind(&p[i], v[i], &l[i]);
     }
     MYSQL_STMT *st = ctl_stmt_run(db, sql, p, "writing the replay trail (table idemd_replay)");
     if (st == NULL)
         return -1;
+    *row = (long long)mysql_stmt_insert_id(st);
     mysql_stmt_close(st);
     return 0;
+}
+
+int ctl_trail_find(db_t *db, const unsigned char *fp, long long floor, ctl_trail_row_t *rows,
+                   int max)
+{
+    static const char sql[] =
+        "SELECT id, state FROM idemd_replay WHERE fingerprint = ? AND id <= ? ORDER BY id DESC "
+        "LIMIT 16";
+    char fl[24];
+    MYSQL_BIND p[2];
+    unsigned long lens[2] = {CTL_FP_LEN, 0};
+    int n = -1;
+
+    snprintf(fl, sizeof(fl), "%lld", floor);
+    lens[1] = strlen(fl);
+    ctl_bind(&p[0], fp, &lens[0]);
+    ctl_bind(&p[1], fl, &lens[1]);
+    MYSQL_STMT *st = ctl_stmt_run(db, sql, p, "reading the replay trail (table idemd_replay)");
+    if (st == NULL)
+        goto out;
+    long long id = 0;
+    char state[17];
+    unsigned long state_len = 0;
+    MYSQL_BIND r[2];
+    memset(r, 0, sizeof(r));
+    r[0].buffer_type = MYSQL_TYPE_LONGLONG;
+    r[0].buffer = &id;
+    r[1].buffer_type = MYSQL_TYPE_STRING;
+    r[1].buffer = state;
+    r[1].buffer_length = sizeof(state) - 1;
+    r[1].length = &state_len;
+    if (mysql_stmt_bind_result(st, r) != 0 || mysql_stmt_store_result(st) != 0) {
+        log_error("database: reading the replay trail: %s", mysql_stmt_error(st));
+        goto out;
+    }
+    n = 0;
+    while (n < max && mysql_stmt_fetch(st) == 0) {
+        state[state_len < sizeof(state) ? state_len : sizeof(state) - 1] = '\0';
+        rows[n].id = id;
+        rows[n].sending = strcmp(state, CTL_TRAIL_SENDING) == 0;
+        n++;
+    }
+out:
+    if (st)
+        mysql_stmt_close(st);
+    (void)mysql_query(db->my, "ROLLBACK");
+    return n;
+}
+
+int ctl_trail_floor(db_t *db, long long *floor)
+{
+    char v[1][64];
+    int r = ctl_query_row(db, "SELECT COALESCE(MAX(id), 0) FROM idemd_replay", v, 1);
+    (void)mysql_query(db->my, "ROLLBACK");
+    if (r != 1)
+        return -1;
+    *floor = atoll(v[0]);
+    return 0;
+}
+
+int ctl_trail_set(db_t *db, const long long *rows, long n, const char *state)
+{
+    size_t cap = 96 + (size_t)n * 22, off;
+    char *sql;
+    int rc = -1;
+
+    if (n == 0)
+        return 0;
+    if ((sql = malloc(cap)) == NULL) {
+        log_error("out of memory for the replay trail's update");
+        return -1;
+    }
+    if (state)
+        off =
+            (size_t)snprintf(sql, cap, "UPDATE idemd_replay SET state = '%s' WHERE id IN (", state);
+    else
+        off = (size_t)snprintf(sql, cap, "DELETE FROM idemd_replay WHERE id IN (");
+    for (long i = 0; i < n; i++)
+        off += (size_t)snprintf(sql + off, cap - off, "%s%lld", i ? "," : "", rows[i]);
+    snprintf(sql + off, cap - off, ")");
+    if (mysql_query(db->my, sql) == 0)
+        rc = 0;
+    else
+        log_error("database: %s the replay trail (table idemd_replay): %s",
+                  state ? "updating" : "deleting from", mysql_error(db->my));
+    free(sql);
+    return rc;
 }
 
 /* One row of dlq history as a line of text (columns in idemctl(8)) or a JSON object. */

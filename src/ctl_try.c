@@ -29,8 +29,9 @@ typedef struct ctl_try {
 
 /* Options that take a value, for finding the command word (ctl_try_wanted). */
 static const char *const ctl_try_valued[] = {
-    "-c",           "--config", "--consumer", "--reason", "--limit",     "--id",       "--to",
-    "--older-than", "--batch",  "--slow-ms",  "--body",   "--body-json", "--from-dlq", "--header",
+    "-c",     "--config", "--consumer",   "--reason",   "--limit",
+    "--id",   "--to",     "--older-than", "--batch",    "--slow-ms",
+    "--rate", "--body",   "--body-json",  "--from-dlq", "--header",
 };
 
 bool ctl_try_wanted(int argc, char **argv)

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "ctl_batch.h"
+#include "ctl_pace.h"
 #include "log.h"
 
 #ifndef IDEMCTL_VERSION
@@ -25,7 +27,7 @@ static void ctl_usage(FILE *out)
         "  dlq list QUEUE [--reason REGEX] [--id ID]... [--verified-only] [--limit N]\n"
         "  dlq replay QUEUE (--id ID... | --reason REGEX | --all) [--to-original | --to QUEUE]\n"
         "             [--consumer C] [--verified-only] [--unverified] [--allow-empty-body]\n"
-        "             [--force] [--dry-run]\n"
+        "             [--force] [--dry-run] [--rate N/s] [--batch N]\n"
         "  dlq purge QUEUE [--reason REGEX] [--id ID]... [--verified-only] --yes\n"
         "  dlq history [QUEUE] [--limit N]\n"
         "  records purge --older-than DURATION (--consumer C | --yes) [--batch N]\n"
@@ -109,7 +111,8 @@ typedef struct ctl_cli {
     bool have_id;      /* --id given */
 } ctl_cli_t;
 
-#define CTL_GO_ON (-1) /* not an exit status: the command line is fine, go on */
+#define CTL_PURGE_BATCH 1000 /* records purge without --batch: rows per DELETE */
+#define CTL_GO_ON (-1)       /* not an exit status: the command line is fine, go on */
 
 /*
  * Parse the options of argv into ctl and cli (both borrow from argv).
@@ -132,6 +135,7 @@ static int ctl_options(int argc, char **argv, ctl_t *ctl, ctl_cli_t *cli)
         {"older-than", required_argument, NULL, 'O'},
         {"batch", required_argument, NULL, 'b'},
         {"slow-ms", required_argument, NULL, 'S'},
+        {"rate", required_argument, NULL, 'R'},
         {"unverified", no_argument, NULL, 'U'},
         {"allow-empty-body", no_argument, NULL, 'E'},
         {"verified-only", no_argument, NULL, 'Y'},
@@ -212,6 +216,10 @@ static int ctl_options(int argc, char **argv, ctl_t *ctl, ctl_cli_t *cli)
             if ((ctl->batch = ctl_number(optarg)) <= 0)
                 return ctl_bad("--batch '%s': expected a number above 0", optarg);
             break;
+        case 'R':
+            if ((ctl->rate = ctl_pace_parse(optarg)) < 0)
+                return ctl_bad("--rate '%s': expected letters a second, like 500/s or 500", optarg);
+            break;
         case 'S':
             if ((ctl->slow_ms = ctl_number(optarg)) < 0)
                 return ctl_bad("--slow-ms '%s': expected a number", optarg);
@@ -270,6 +278,8 @@ static int ctl_check_command(ctl_t *ctl, const ctl_cli_t *cli, char **args, int 
             return ctl_bad("dlq replay: --to %s is the dead letter queue itself", ctl->to_queue);
         if (ctl->verified_only && ctl->unverified)
             return ctl_bad("dlq replay: --verified-only and --unverified exclude each other%s", "");
+        if (ctl->batch == 0)
+            ctl->batch = CTL_REPLAY_BATCH;
     } else if (!strcmp(cmd, "outbox") && !strcmp(sub, "list")) {
         if (n_args > 3)
             return ctl_bad("outbox list: at most one QUEUE%s", "");
@@ -285,9 +295,13 @@ static int ctl_check_command(ctl_t *ctl, const ctl_cli_t *cli, char **args, int 
             return ctl_bad("records purge takes no arguments%s", "");
         if (cli->older == NULL)
             return ctl_bad("records purge: --older-than DURATION is required%s", "");
+        if (ctl->batch == 0)
+            ctl->batch = CTL_PURGE_BATCH;
     } else {
         return ctl_bad("unknown command '%s'", cmd);
     }
+    if (ctl->rate > 0 && !(is_dlq && !strcmp(sub, "replay")))
+        return ctl_bad("--rate is for dlq replay%s", "");
 
     return CTL_GO_ON;
 }
@@ -323,7 +337,7 @@ static int ctl_run(ctl_t *ctl, char **args, int n_args)
 /* Parse the command line, load the configuration, run one command; exit codes CTL_EXIT_*. */
 int main(int argc, char **argv)
 {
-    ctl_t ctl = {.batch = 1000, .older_s = -1};
+    ctl_t ctl = {.older_s = -1};
     ctl_cli_t cli = {.path = CTL_DEFAULT_CONF};
     char err[1024];
     int rc;
