@@ -4,8 +4,8 @@
 -- before its copy is published, sets 'confirmed' once the broker confirmed
 -- the copy (in the transaction that clears its attempts row) and 'acked'
 -- once the dead letter is acked. fingerprint is the SHA-256 of the dead
--- letter as it lies in the queue (body, properties and headers but
--- x-delivery-count), so that a rerun knows it: a letter still in the queue
+-- letter as it lies in the queue (body, properties and headers but the
+-- broker's x-delivery-count and x-acquired-count), so that a rerun knows it: a letter still in the queue
 -- whose row says 'confirmed' is acked without a second copy
 -- (docs/operating.md, "Replaying a large dead letter queue"). Rows written
 -- before this file have neither: state 'acked', fingerprint NULL. Apply

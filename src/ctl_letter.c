@@ -427,14 +427,24 @@ static void ctl_fp_value(EVP_MD_CTX *h, const amqp_field_value_t *v)
     }
 }
 
-/* Feed a table to h, entry by entry in its order; at the top, without x-delivery-count (a
- * quorum queue raises it each time the letter is returned). */
+/* Whether key is a count the broker raises each time the letter is handed out or returned:
+ * x-delivery-count (quorum queues), x-acquired-count (quorum queues, RabbitMQ 4.x). */
+static bool ctl_fp_count(amqp_bytes_t key)
+{
+    static const char *const counts[] = {"x-delivery-count", "x-acquired-count"};
+    for (size_t i = 0; i < sizeof(counts) / sizeof(counts[0]); i++)
+        if (key.len == strlen(counts[i]) && memcmp(key.bytes, counts[i], key.len) == 0)
+            return true;
+    return false;
+}
+
+/* Feed a table to h, entry by entry in its order; at the top, without the broker's counts
+ * (ctl_fp_count), which change each time the letter is returned. */
 static void ctl_fp_table(EVP_MD_CTX *h, const amqp_table_t *t, bool top)
 {
-    static const char dc[] = "x-delivery-count";
     for (int i = 0; i < t->num_entries; i++) {
         const amqp_table_entry_t *e = &t->entries[i];
-        if (top && e->key.len == sizeof(dc) - 1 && memcmp(e->key.bytes, dc, sizeof(dc) - 1) == 0)
+        if (top && ctl_fp_count(e->key))
             continue;
         ctl_fp_bytes(h, e->key.bytes, e->key.len);
         ctl_fp_value(h, &e->value);

@@ -143,15 +143,16 @@ int ctl_trail_find(db_t *db, const unsigned char *fp, long long floor, ctl_trail
     static const char sql[] =
         "SELECT id, state FROM idemd_replay WHERE fingerprint = ? AND id <= ? ORDER BY id DESC "
         "LIMIT 16";
-    char fl[24];
     MYSQL_BIND p[2];
-    unsigned long lens[2] = {CTL_FP_LEN, 0};
+    unsigned long lens[1] = {CTL_FP_LEN};
+    long long fl = floor;
     int n = -1;
 
-    snprintf(fl, sizeof(fl), "%lld", floor);
-    lens[1] = strlen(fl);
     ctl_bind(&p[0], fp, &lens[0]);
-    ctl_bind(&p[1], fl, &lens[1]);
+    /* The id bound as the integer it is: no string against an integer column. */
+    memset(&p[1], 0, sizeof(p[1]));
+    p[1].buffer_type = MYSQL_TYPE_LONGLONG;
+    p[1].buffer = &fl;
     MYSQL_STMT *st = ctl_stmt_run(db, sql, p, "reading the replay trail (table idemd_replay)");
     if (st == NULL)
         goto out;
