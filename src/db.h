@@ -120,13 +120,19 @@ typedef enum db_boundary {
  * true the record insert is prepared too. With cfg->hosts, the servers are
  * tried once each, from hosts[start % n_hosts] on, the first that answers
  * wins (workers pass their index so they spread). The server's version is
- * checked against the oldest idemd supports (src/version.h). Returns 0 and
- * a new db_t in *out (free with db_close); -1 after logging why; or
- * DB_OPEN_REFUSED when every server is older than that minimum: the reason
- * is then in refused (refused_len bytes; the caller reports it), or logged
- * when refused is NULL.
+ * checked against the oldest idemd supports (src/version.h). A server that
+ * takes no writes (read-only, or a Group Replication member other than the
+ * ONLINE PRIMARY: db_gr.c) is closed and the next tried. Returns 0 and a
+ * new db_t in *out (free with db_close); -1 after logging why;
+ * DB_OPEN_NO_PRIMARY when servers answered but none took writes (a primary
+ * is being elected: worth trying again soon); or DB_OPEN_REFUSED when every
+ * server is older than that minimum, or a Group Replication primary runs
+ * with a consistency idemd may not use: the reason is then in refused
+ * (refused_len bytes; the caller reports it), or logged when refused is
+ * NULL.
  */
 #define DB_OPEN_REFUSED (-2)
+#define DB_OPEN_NO_PRIMARY (-3)
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, char *refused,
             size_t refused_len, db_t **out) __attribute__((warn_unused_result));
 

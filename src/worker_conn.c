@@ -43,6 +43,9 @@ int worker_connect_db(worker_t *w)
             break;
         if (rc == DB_OPEN_REFUSED)
             return worker_refused(w, refused);
+        /* Servers that answer but take no writes are electing a primary: look again soon. */
+        if (rc == DB_OPEN_NO_PRIMARY && delay > 500)
+            delay = 500;
         worker_pause(w, delay + rand() % (delay / 2 + 1));
         delay = delay * 2 > 10000 ? 10000 : delay * 2;
     }
