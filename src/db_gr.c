@@ -32,10 +32,10 @@ static int db_gr_lost(db_t *db, const char *where, const char *what)
  * Read the group's members. Sets gr->running when this server is a member
  * of a running group (its row is there and not OFFLINE), its own state and
  * role, and the address of an ONLINE PRIMARY other than itself. A server
- * without the table (MariaDB, performance_schema off) or whose user may not
- * read it is not taken for a member (the latter is said once: the
- * read-only check still keeps idemd off a secondary). 0, or -1 when the
- * connection was lost (logged).
+ * without the plugin (no @@group_replication_group_name: MariaDB, or MySQL
+ * without it) is not asked; one whose user may not read the table is not
+ * taken for a member (said once: the read-only check still keeps idemd off
+ * a secondary). 0, or -1 when the connection was lost (logged).
  */
 static int db_gr_members(db_t *db, const char *where, db_gr_t *gr)
 {
@@ -45,6 +45,13 @@ static int db_gr_members(db_t *db, const char *where, db_gr_t *gr)
     char qe[600];
 
     memset(gr, 0, sizeof(*gr));
+    /* Any user may read a variable; performance_schema needs a grant: ask it only of a server
+     * with the plugin. */
+    if (mysql_query(db->my, "SELECT @@global.group_replication_group_name") != 0)
+        return db_gr_lost(db, where, "reading @@group_replication_group_name");
+    if ((res = mysql_store_result(db->my)) != NULL)
+        mysql_free_result(res);
+    res = NULL;
     if (mysql_query(db->my, DB_GR_MEMBERS) != 0 || (res = mysql_store_result(db->my)) == NULL) {
         if (db_gr_lost(db, where, "reading performance_schema.replication_group_members") != 0)
             return -1;
