@@ -110,8 +110,11 @@ for i in 2 3; do
 done
 h_log "group of 3 ONLINE in $((SECONDS - t0)) s; primary: member $(primary_of 1)"
 [[ $(primary_of 1) == 1 ]] || h_fail "member 1 bootstrapped the group but is not its primary"
-consistency=$(m_sql 1 "SELECT @@GLOBAL.group_replication_consistency")
-h_log "the group's group_replication_consistency: $consistency"
+# The group as before 8.4: EVENTUAL, so that idemd must raise its own sessions' level.
+h_log "the group's group_replication_consistency: $(m_sql 1 "SELECT @@GLOBAL.group_replication_consistency"); EVENTUAL from now"
+for i in 1 2 3; do
+    m_sql "$i" "SET GLOBAL group_replication_consistency = 'EVENTUAL'" || h_fail "EVENTUAL on $i"
+done
 
 # The schema and idemd's account, on the primary (replicated to the others).
 MYSQL_SOCK=${sock[1]} h_new_db "$db"
@@ -133,8 +136,16 @@ h_daemon_start idemd.conf idemd.log
 h_assert_eq "$(h_count_log idemd.log "$q#[01] info: database 127.0.0.1:${sql_port[3]}: a Group Replication SECONDARY member \(ONLINE\), not the primary; the primary is 127.0.0.1:${sql_port[1]}")" \
     "$(h_count_log idemd.log "$q#[01] info: database: trying the primary of 3 hosts")" \
     "a worker that reached a secondary went to the primary it named"
-h_assert_eq "$(h_count_log idemd.log "info: database 127.0.0.1:${sql_port[1]}: the Group Replication primary \(3 of 3 members ONLINE\)")" 2 \
+h_assert_eq "$(h_count_log idemd.log "info: database 127.0.0.1:${sql_port[1]}: the Group Replication primary \(3 of 3 members ONLINE\), consistency BEFORE_ON_PRIMARY_FAILOVER")" 2 \
     "both workers connected to the primary"
+h_assert_eq "$(h_count_log idemd.log "info: database 127.0.0.1:${sql_port[1]}: group_replication_consistency EVENTUAL raised to BEFORE_ON_PRIMARY_FAILOVER")" 2 \
+    "both workers raised their session's consistency"
+h_assert_eq "$(m_sql 1 "SELECT GROUP_CONCAT(DISTINCT v.VARIABLE_VALUE), COUNT(*)
+                        FROM performance_schema.variables_by_thread v
+                        JOIN performance_schema.threads t USING (THREAD_ID)
+                        WHERE t.PROCESSLIST_USER = 'gr'
+                          AND v.VARIABLE_NAME = 'group_replication_consistency'")" \
+    $'BEFORE_ON_PRIMARY_FAILOVER\t2' "the primary holds idemd's two sessions at BEFORE_ON_PRIMARY_FAILOVER"
 
 # Every message once, and 5% of them twice (duplicates the records absorb).
 h_gen g 1 "$n_msgs" | awk -F'\t' '{ print; if (substr($1, 2) % 20 == 0) print }' >pub.txt
