@@ -80,9 +80,10 @@ CONF_SRCS := src/conf.c src/conf_file.c src/conf_text.c src/conf_load.c src/conf
 # its statements' kinds with sqlh_kind.c.
 CONF_DEPS := src/trust.c src/sqlh_param.c src/json_body.c src/sqlh_kind.c
 CTL_MODULES += $(filter-out conf,$(patsubst src/%.c,%,$(CONF_SRCS) $(CONF_DEPS)))
-# db is one module in four files: the connection (db.c), the SQL on idemd's tables (db_sql.c),
+# db is one module in five files: the connection (db.c), whether a server takes idemd's writes
+# (db_gr.c: read-only, a Group Replication primary), the SQL on idemd's tables (db_sql.c),
 # idemd's transaction (db_txn.c) and a statement's value-changing warnings (db_warn.c).
-CTL_MODULES += db_sql db_txn db_warn
+CTL_MODULES += db_gr db_sql db_txn db_warn
 OBJS := $(patsubst src/%.c,$(B)/obj/%.o,$(filter-out $(CTL_OWN:%=src/%.c),$(SRCS)))
 CTL_OBJS := $(CTL_MODULES:%=$(B)/obj/%.o)
 # The test build: the same sources with -DIDEMD_TESTING, which compiles in the switches that put

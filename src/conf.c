@@ -222,7 +222,9 @@ const conf_def_t conf_defs[] = {
                    "none (`host`)",
                    "cluster nodes (e.g. Galera) `[ \"host:port\", ... ]` (`port` when a node "
                    "names none); each worker tries them in its own rotated order and moves to the "
-                   "next on failure; excludes `host` and `socket`"),
+                   "next on failure or when the server is read-only; of a MySQL Group "
+                   "Replication group, the members: only the `PRIMARY` is kept "
+                   "(docs/scaling.md); excludes `host` and `socket`"),
     CONF_STRING("database", "socket", conf_database_t, socket, NR, NULL, 1, 107, "none (TCP)",
                 "unix socket path; when set, host and port are ignored"),
     CONF_STRING("database", "user", conf_database_t, user, NR, "idemd", 1, 0, NULL, "user name"),
@@ -251,6 +253,13 @@ const conf_def_t conf_defs[] = {
              "on a Galera node (`wsrep_on`), at most this many messages per batch transaction "
              "whatever a queue's `batch_size` says; 0 = no cap (docs/scaling.md: larger batches "
              "made Galera nodes vote themselves inconsistent after a view change)"),
+    CONF_BOOL("database", "group_replication_allow_eventual", conf_database_t,
+              group_replication_allow_eventual, NR, "false",
+              "MySQL Group Replication with `group_replication_consistency = EVENTUAL`, which "
+              "lets a new primary answer before it applied the old one's transactions (a stale "
+              "read after a failover): idemd sets `BEFORE_ON_PRIMARY_FAILOVER` on its sessions, "
+              "and when the server refuses that, connects anyway only with this `true`; "
+              "otherwise the queue is held with the reason (docs/scaling.md)"),
     CONF_BOOL("database", "get_server_public_key", conf_database_t, get_server_public_key, NR,
               "false",
               "MySQL's `caching_sha2_password` without TLS: let the client library ask the server "

@@ -163,6 +163,7 @@ typedef struct conf_database {
     int galera_max_batch;       /* Galera: messages per transaction at most; 0 = no cap */
     conf_txn_t transaction;     /* how idemd's transaction is kept whole: XA or checked */
     bool get_server_public_key; /* libmysqlclient: ask a MySQL server for its RSA key */
+    bool group_replication_allow_eventual; /* GR: connect though EVENTUAL cannot be raised */
     conf_database_tls_t tls;
 } conf_database_t;
 

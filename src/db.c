@@ -400,13 +400,18 @@ fail:
     return -1;
 }
 
-/* Connect to the one server cfg names (host, port or socket). See db_open. */
+/*
+ * Connect to the one server cfg names (host, port or socket). See db_open;
+ * besides its returns, DB_GR_ELSEWHERE when the server takes no writes
+ * (read-only, or a Group Replication member that is not the primary: gr
+ * then says where the primary is, when the group knows).
+ */
 static int db_open_one(const conf_database_t *cfg, const char *consumer, bool record, char *refused,
-                       size_t refused_len, db_t **out)
+                       size_t refused_len, db_gr_t *gr, db_t **out)
 {
     char where[300], qe[600];
     db_t *db = calloc(1, sizeof(*db));
-    int rc = -1;
+    int rc = -1, w;
 
     *out = NULL;
     if (db == NULL || (db->my = mysql_init(NULL)) == NULL) {
@@ -459,7 +464,13 @@ static int db_open_one(const conf_database_t *cfg, const char *consumer, bool re
         log_error("database: cannot turn autocommit off: %s", mysql_error(db->my));
         goto fail;
     }
-    if (db_session(db, cfg, where) != 0 || db_txn_probe(db, cfg, where) != 0)
+    if (db_session(db, cfg, where) != 0)
+        goto fail;
+    if ((w = db_gr_check(db, cfg, where, gr, refused, refused_len)) != 0) {
+        rc = w;
+        goto fail;
+    }
+    if (db_txn_probe(db, cfg, where) != 0)
         goto fail;
     if (consumer != NULL) {
         size_t n = strlen(consumer);
@@ -481,18 +492,49 @@ fail:
     return rc;
 }
 
+/* The index of the hosts entry that names the server at "host:port" (a Group Replication
+ * member's MEMBER_HOST and MEMBER_PORT), or -1. */
+static int db_host_index(const conf_database_t *cfg, const char *addr)
+{
+    char want[256], host[256];
+    int want_port, port;
+
+    if (addr[0] == '\0' || conf_endpoint(addr, cfg->port, want, sizeof(want), &want_port) != 0)
+        return -1;
+    for (int i = 0; i < cfg->n_hosts; i++)
+        if (conf_endpoint(cfg->hosts[i], cfg->port, host, sizeof(host), &port) == 0 &&
+            port == want_port && strcasecmp(host, want) == 0)
+            return i;
+    return -1;
+}
+
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, char *refused,
             size_t refused_len, db_t **out)
 {
-    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1, n_refused = 0;
+    int n = cfg->n_hosts > 0 ? cfg->n_hosts : 1, n_refused = 0, n_elsewhere = 0, rc, next = -1;
+    bool tried[n];
+    db_gr_t gr;
 
     *out = NULL;
-    if (cfg->n_hosts == 0)
-        return db_open_one(cfg, consumer, record, refused, refused_len, out);
+    if (cfg->n_hosts == 0) {
+        if ((rc = db_open_one(cfg, consumer, record, refused, refused_len, &gr, out)) !=
+            DB_GR_ELSEWHERE)
+            return rc;
+        log_error("database: the one server configured takes no writes now; for a Group "
+                  "Replication group list its members in database.hosts, and idemd keeps to "
+                  "the primary");
+        return DB_OPEN_NO_PRIMARY;
+    }
+    memset(tried, 0, sizeof(tried));
     start = start < 0 ? 0 : start % n;
     for (int k = 0; k < n; k++) {
         conf_database_t one = *cfg;
-        const char *spec = cfg->hosts[(start + k) % n];
+        /* The primary a secondary named, when it is one of ours, else the next in turn. */
+        int i = next >= 0 && !tried[next] ? next : (start + k) % n;
+        for (int j = 0; tried[i] && j < n; j++)
+            i = (i + 1) % n;
+        tried[i] = true;
+        const char *spec = cfg->hosts[i];
         char host[256];
         if (conf_endpoint(spec, cfg->port, host, sizeof(host), &one.port) != 0) {
             log_error("database: malformed hosts entry \"%s\"", spec);
@@ -500,19 +542,29 @@ int db_open(const conf_database_t *cfg, const char *consumer, bool record, int s
         }
         one.host = host;
         one.socket = NULL;
-        int rc = db_open_one(&one, consumer, record, refused, refused_len, out);
+        rc = db_open_one(&one, consumer, record, refused, refused_len, &gr, out);
         if (rc == 0)
             return 0;
         n_refused += rc == DB_OPEN_REFUSED;
+        n_elsewhere += rc == DB_GR_ELSEWHERE;
+        next = rc == DB_GR_ELSEWHERE ? db_host_index(cfg, gr.primary) : -1;
         if (k + 1 < n)
-            log_info("database: trying the next of %d hosts", n);
+            log_info("database: trying the %s of %d hosts",
+                     next >= 0 && !tried[next] ? "primary" : "next", n);
     }
-    if (n_refused == n)
+    /* Every server answered, and those that take writes were refused (too old, or a Group
+     * Replication primary with a consistency idemd may not use). */
+    if (n_refused > 0 && n_refused + n_elsewhere == n)
         return DB_OPEN_REFUSED;
-    /* Some servers down, some too old: a temporary failure, but say why the old ones were not
-     * used. */
+    /* Some servers down, some refused: a temporary failure, but say why the refused ones were
+     * not used. */
     if (n_refused > 0 && refused)
         log_error("%s", refused);
+    if (n_elsewhere > 0) {
+        log_warn("database: no writable primary among the %d hosts (%d took no writes)", n,
+                 n_elsewhere);
+        return DB_OPEN_NO_PRIMARY;
+    }
     return -1;
 }
 

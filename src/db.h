@@ -36,6 +36,25 @@
 #define DB_ER_XA_RBROLLBACK 1402
 #define DB_ER_XA_RBTIMEOUT 1613
 #define DB_ER_XA_RBDEADLOCK 1614
+/*
+ * A server that takes no writes now, and MySQL Group Replication (MySQL's numbers; MariaDB has
+ * none in 3061..3999). 1290 (ER_OPTION_PREVENTS_STATEMENT, both libraries): read_only or
+ * super_read_only, as on a secondary or a primary just demoted: find the primary. 3101
+ * (ER_TRANSACTION_ROLLBACK_DURING_COMMIT): the group's certification rolled the transaction back
+ * at COMMIT, as Galera's 1213: nothing committed, redo it. 3100 (ER_RUN_HOOK_ERROR): a
+ * replication hook failed, at COMMIT on a member leaving the group: the outcome is not known on
+ * this connection, the record on the new primary tells. 3781..3783 (ER_GR_HOLD_WAIT_TIMEOUT,
+ * _KILLED, _MEMBER_STATUS_ERROR): a statement held while a new primary applied its backlog was
+ * given up; 3796 (ER_GRP_TRX_CONSISTENCY_NOT_ALLOWED): the member is not ONLINE. All of these
+ * but 3101 end the session's use: reconnect, to the primary.
+ */
+#define DB_ER_READ_ONLY 1290
+#define DB_ER_GR_HOOK 3100
+#define DB_ER_GR_ROLLBACK 3101
+#define DB_ER_GR_HOLD_TIMEOUT 3781
+#define DB_ER_GR_HOLD_KILLED 3782
+#define DB_ER_GR_HOLD_MEMBER 3783
+#define DB_ER_GR_NOT_ONLINE 3796
 /* Not the server's: idemd's word, after a handler call, for a transaction the server-status
  * flags show ended (db_boundary). No server error has this number. */
 #define DB_ER_TXN_ENDED 60001
@@ -101,13 +120,19 @@ typedef enum db_boundary {
  * true the record insert is prepared too. With cfg->hosts, the servers are
  * tried once each, from hosts[start % n_hosts] on, the first that answers
  * wins (workers pass their index so they spread). The server's version is
- * checked against the oldest idemd supports (src/version.h). Returns 0 and
- * a new db_t in *out (free with db_close); -1 after logging why; or
- * DB_OPEN_REFUSED when every server is older than that minimum: the reason
- * is then in refused (refused_len bytes; the caller reports it), or logged
- * when refused is NULL.
+ * checked against the oldest idemd supports (src/version.h). A server that
+ * takes no writes (read-only, or a Group Replication member other than the
+ * ONLINE PRIMARY: db_gr.c) is closed and the next tried. Returns 0 and a
+ * new db_t in *out (free with db_close); -1 after logging why;
+ * DB_OPEN_NO_PRIMARY when servers answered but none took writes (a primary
+ * is being elected: worth trying again soon); or DB_OPEN_REFUSED when every
+ * server is older than that minimum, or a Group Replication primary runs
+ * with a consistency idemd may not use: the reason is then in refused
+ * (refused_len bytes; the caller reports it), or logged when refused is
+ * NULL.
  */
 #define DB_OPEN_REFUSED (-2)
+#define DB_OPEN_NO_PRIMARY (-3)
 int db_open(const conf_database_t *cfg, const char *consumer, bool record, int start, char *refused,
             size_t refused_len, db_t **out) __attribute__((warn_unused_result));
 
@@ -143,6 +168,7 @@ static inline db_status_t db_classify(unsigned int err)
         return DB_DUPLICATE;
     case ER_LOCK_DEADLOCK:
     case DB_ER_XA_RBDEADLOCK:
+    case DB_ER_GR_ROLLBACK: /* certification: rolled back at COMMIT, nothing committed */
         return DB_ERR_DEADLOCK;
     case DB_ER_XA_RBROLLBACK:
     case DB_ER_XA_RBTIMEOUT:
@@ -171,6 +197,17 @@ static inline db_status_t db_classify(unsigned int err)
     case DB_ER_IDLE_DISCONNECT:
     case ER_SERVER_SHUTDOWN:
     case CR_COMMANDS_OUT_OF_SYNC:
+        return DB_ERR_CONNECTION;
+    case DB_ER_READ_ONLY:
+    case DB_ER_GR_HOOK:
+    case DB_ER_GR_HOLD_TIMEOUT:
+    case DB_ER_GR_HOLD_KILLED:
+    case DB_ER_GR_HOLD_MEMBER:
+    case DB_ER_GR_NOT_ONLINE:
+        /* Not a lost connection, but one not to write on: the worker reconnects, and the
+         * connect takes only a writable primary (db_gr.c); nothing is counted against the
+         * message. At COMMIT, the redelivery's record INSERT on the primary tells whether it
+         * committed. */
         return DB_ERR_CONNECTION;
     default:
         return DB_ERR_OTHER;

@@ -93,6 +93,20 @@ static bool txn_was_committed(txn_t *t)
     return true;
 }
 
+/*
+ * The handler's statement lost the database session (a lost connection, a
+ * primary demoted or leaving: db_classify's DB_ERR_CONNECTION). Said here,
+ * where idemd first sees it, with the handler's own words (said, borrowed;
+ * may be ""): FATAL, nothing is counted against the message.
+ */
+static txn_pass_t txn_session_lost(const txn_t *t, unsigned err, const char *said)
+{
+    log_error("batch of %d: the database session was lost under the handler (error %u%s%.300s): "
+              "the batch is given back, no attempt counted",
+              t->n, err, said[0] ? ": " : "", said);
+    return TXN_PASS_FATAL;
+}
+
 /* What an error number means for the open transaction. */
 txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
 {
@@ -128,7 +142,7 @@ txn_pass_t txn_result(txn_t *t, txn_msg_t *m, idemd_result_t r, unsigned err)
     m->reason[sizeof(m->reason) - 1] = '\0';
     db_status_t st = db_classify(err);
     if (st == DB_ERR_CONNECTION)
-        return TXN_PASS_FATAL;
+        return txn_session_lost(t, err, m->reason);
     if (st == DB_ERR_ENDED) {
         if (txn_was_committed(t))
             return txn_ended(t, m, "the server-status flags show no open transaction after it");
@@ -196,7 +210,7 @@ txn_pass_t txn_bulk_handle(txn_t *t, txn_msg_t **list, int k, idemd_result_t *r)
     int rc = t->ops->handle_many(t->ctx, list, k, r, &err);
     db_status_t st = db_classify(err);
     if (st == DB_ERR_CONNECTION)
-        return TXN_PASS_FATAL;
+        return txn_session_lost(t, err, "");
     if (st == DB_ERR_ENDED && txn_was_committed(t))
         return txn_ended(t, NULL, "the server-status flags show no open transaction after it");
     /* Refused, or ended by a rollback: which message's call did it shows one by one. */

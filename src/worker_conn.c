@@ -33,7 +33,7 @@ static int worker_refused(worker_t *w, const char *why)
 int worker_connect_db(worker_t *w)
 {
     char err[512] = "", refused[WORKER_ERROR_MAX];
-    int delay = 250, rc;
+    int delay = 250, rc, quick = 40;
 
     worker_set_state(w, WORKER_STATE_WAITING_DB);
     while (!worker_stop) {
@@ -43,6 +43,10 @@ int worker_connect_db(worker_t *w)
             break;
         if (rc == DB_OPEN_REFUSED)
             return worker_refused(w, refused);
+        /* Servers that answer but take no writes may be electing a primary (seconds): look
+         * again soon, for about half a minute, then back off as for a server down. */
+        if (rc == DB_OPEN_NO_PRIMARY && quick-- > 0 && delay > 500)
+            delay = 500;
         worker_pause(w, delay + rand() % (delay / 2 + 1));
         delay = delay * 2 > 10000 ? 10000 : delay * 2;
     }

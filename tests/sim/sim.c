@@ -86,6 +86,7 @@ typedef struct sim_conns {
     } sp[SIM_BATCH + 2];
     int nsp;
     bool dead;
+    unsigned ro_err;
     sim_slot_t slot;
     bool starting;
 } sim_conns_t;
@@ -107,6 +108,7 @@ static void conns_save(sim_conns_t *c)
     memcpy(c->sp, sim_db.sp, (size_t)sim_db.nsp * sizeof(c->sp[0]));
     c->nsp = sim_db.nsp;
     c->dead = sim_db.dead;
+    c->ro_err = sim_db.ro_err;
     c->slot = sim_slot;
     c->starting = starting;
 }
@@ -124,6 +126,7 @@ static void conns_load(const sim_conns_t *c)
     memcpy(sim_db.sp, c->sp, (size_t)c->nsp * sizeof(c->sp[0]));
     sim_db.nsp = c->nsp;
     sim_db.dead = c->dead;
+    sim_db.ro_err = c->ro_err;
     sim_slot = c->slot;
     starting = c->starting;
 }
@@ -447,7 +450,9 @@ static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
     for (int j = 0; j < k; j++) {
         unsigned e = 0;
         r[j] = handler_run(ms[j], &e);
-        if (e && !*err)
+        /* The daemon reads the connection's last error after the call: a lost session's
+         * stays the last (every later statement fails with it), an earlier one's may not. */
+        if (e && (!*err || sim_db_session_lost(e)))
             *err = e;
     }
     return 0;
@@ -504,6 +509,16 @@ void sim_after_txn(const txn_msg_t *tm, int n)
         sim_truth_t *tr = &sim.truth[sim_id_of(m)];
         if (m->state == TXN_RETRY && sim_infra_reason(m->reason))
             tr->infra_fails++;
+        /* A lost session (a lost connection, a primary demoted or leaving) is never a failed
+         * attempt of the message: the worker reconnects and the broker redelivers. */
+        unsigned e = 0;
+        if (m->state == TXN_RETRY &&
+            (sscanf(m->reason, "statement failed: %u", &e) == 1 ||
+             sscanf(m->reason, "outbox insert failed: %u", &e) == 1) &&
+            sim_db_session_lost(e))
+            sim_violation("m%d retried (an attempt counted) for error %u, which only loses the "
+                          "session",
+                          sim_id_of(m), e);
         txn_route_t r = txn_route(m, sim.o.max_attempts, sim.o.has_dlq);
         if (r == TXN_ROUTE_DLQ || r == TXN_ROUTE_BROKER) {
             snprintf(tr->dl_reason, sizeof(tr->dl_reason), "%.150s", m->reason);
@@ -642,6 +657,11 @@ static void draw_options(void)
     /* dedup = "none" (one seed in four) on a stream of its own. */
     sim_rng_t drng = {sim.seed ^ 0xDED0C0DE5EED0001ULL};
     o->dedup_none = sim_rng_below(&drng, 4) == 0;
+    /* A Group Replication primary (one seed in four) on a stream of its own: some lost
+     * connections are its errors instead, and its picks come from grng. */
+    sim_rng_t grng = {sim.seed ^ 0x6E0C0FA11BAC4321ULL};
+    o->gr = sim_rng_below(&grng, 4) == 0;
+    sim.grng = grng;
     /* An ordered queue (one seed in four of the others) on a stream of its own: as the config
      * check demands, one worker and dedup = "table"; and a classic queue, which puts a
      * redelivery back at the head (a quorum queue puts it at the tail, behind later messages
@@ -817,14 +837,15 @@ static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace)
             "bulk %d, "
             "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
             "backoff %d ms), dedup %s, ordered %d (%d keys), workers auto %d (%d..%d), instances "
-            "%d; per mille: db "
+            "%d, group replication %d; per mille: db "
             "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
             (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
             o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
             o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
             o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
-            o->ordered, o->n_keys, o->autoscale, o->as_min, o->as_max, o->instances, o->pm_db_fault,
-            o->pm_commit_lost, o->pm_death, o->pm_stall, o->pm_unroutable, o->pm_nack, o->pm_close);
+            o->ordered, o->n_keys, o->autoscale, o->as_min, o->as_max, o->instances, o->gr,
+            o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall, o->pm_unroutable,
+            o->pm_nack, o->pm_close);
 }
 
 /* Publish the seed's messages into the main queue, one in 20 twice (the publisher re-sent it). */

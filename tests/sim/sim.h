@@ -99,6 +99,7 @@ typedef struct sim_opts {
     unsigned pm_db_fault, pm_commit_lost, pm_death, pm_stall, pm_unroutable, pm_nack, pm_close;
     int ob_max_attempts, ob_backoff_ms; /* daemon.outbox_max_attempts, outbox_backoff_ms */
     bool dedup_none; /* dedup = "none": no record table, at least once (invariant 1 relaxed) */
+    bool gr;         /* a MySQL Group Replication primary: its errors among the faults (sim_db.c) */
     bool ordered;    /* order_key = "header:k" (one worker, a classic queue, dedup table) */
     int n_keys;      /* ordered: keys k0..k<n_keys-1> */
     /* workers = "auto" (workers then counts the slots: as_max + 1, room for one draining) */
@@ -159,6 +160,9 @@ typedef struct sim {
     /* The scheduler's own stream (how many workers, whose turn, restart delays): with one
      * worker it draws nothing from rng, so a seed of one worker runs as it did before. */
     sim_rng_t sched;
+    /* Which Group Replication error a fault is (o.gr only): a stream of its own, so the other
+     * seeds draw as before. */
+    sim_rng_t grng;
     int cur;                      /* the worker whose connections are in sim_mq and sim_db */
     long down_until[SIM_WORKERS]; /* a dead worker's successor starts at this step */
     uint64_t now_ms;
@@ -228,6 +232,9 @@ typedef struct sim_db {
     } sp[SIM_BATCH + 2];
     int nsp;
     bool dead;              /* the connection is gone: every call fails with 2006 */
+    unsigned ro_err;        /* a Group Replication primary demoted or leaving under the
+                             * session: every write and COMMIT fails with this (1290, 3100,
+                             * 3781..3783, 3796), reads and savepoints work */
     uint64_t lock_until_ms; /* another session locks the business table until then */
     /* An ordered queue's key tables (idemd_order_block, idemd_order_waiter): committed, and the
      * versions the open transaction wrote (a W_ORDER write names its version; a rollback to a
@@ -247,6 +254,9 @@ extern sim_db_t sim_db;
 void sim_db_reset(void);
 /* The connection is gone with its open transaction (the successor's view). */
 void sim_db_disconnect(void);
+/* Whether e is an error sim_db injects as a lost session (2006, 2013, and a Group Replication
+ * primary's: sim_db.c), classified by the simulator itself, not by db_classify. */
+bool sim_db_session_lost(unsigned e);
 /* txn_ops_t's database calls: 0 or a MySQL error number, done to the transaction as the server
  * does it. */
 unsigned sim_db_exec(void *ctx, const char *sql);

@@ -32,6 +32,7 @@ void sim_db_disconnect(void)
 {
     db_reset_tx(); /* the server rolls back what the connection had open */
     sim_db.dead = false;
+    sim_db.ro_err = 0;
 }
 
 int sim_id_of(const txn_msg_t *m)
@@ -40,11 +41,49 @@ int sim_id_of(const txn_msg_t *m)
 }
 
 /*
+ * A Group Replication primary: half of the lost connections are its errors
+ * instead (a switchover or failover under the session), from sim.grng. Each
+ * leaves the session unusable for writes, and nothing of the transaction
+ * commits: 1290 (demoted: super_read_only), 3100 (a hook on a member that
+ * leaves), 3781..3783 (a hold on the new primary given up), 3796 (not
+ * ONLINE), 4031 (disconnected for inactivity).
+ */
+static const unsigned db_gr_lost[] = {1290, 3100, 3781, 3782, 3783, 3796, 4031};
+
+static unsigned db_gr_error(unsigned lost)
+{
+    const unsigned *gr = db_gr_lost;
+    if (sim_rng_below(&sim.grng, 2) == 0)
+        return lost;
+    return gr[sim_rng_below(&sim.grng, sizeof(db_gr_lost) / sizeof(db_gr_lost[0]))];
+}
+
+/* Whether the statement what writes (or commits): not a read, not a savepoint, not a
+ * rollback. */
+static bool db_writes(const char *what)
+{
+    return strncmp(what, "SAVEPOINT", 9) != 0 && strncmp(what, "RELEASE", 7) != 0 &&
+           strncmp(what, "ROLLBACK", 8) != 0 && strstr(what, "SELECT") == NULL;
+}
+
+bool sim_db_session_lost(unsigned e)
+{
+    if (e == 2006 || e == 2013)
+        return true;
+    for (size_t k = 0; k < sizeof(db_gr_lost) / sizeof(db_gr_lost[0]); k++)
+        if (e == db_gr_lost[k])
+            return true;
+    return false;
+}
+
+/*
  * Before each statement: the worker may die here; a connection already
  * lost fails at once; then maybe one of the errors this statement can get
  * (kinds), done to the transaction as the server does it: 1213 rolls back
  * all of it, 1205 the statement (or all of it with
- * innodb_rollback_on_timeout), 2006/2013 all of it and the connection.
+ * innodb_rollback_on_timeout), 2006/2013 all of it and the connection; a
+ * Group Replication error leaves the session on a server that will commit
+ * nothing of it (ro_err).
  */
 static unsigned db_fault(const char *what, int kinds)
 {
@@ -54,6 +93,13 @@ static unsigned db_fault(const char *what, int kinds)
     if (sim_db.dead)
         return 2006;
     sim_maybe_die(what);
+    if (sim_db.ro_err && db_writes(what)) {
+        unsigned e = sim_db.ro_err;
+        if (strcmp(what, "COMMIT") == 0)
+            db_reset_tx(); /* a COMMIT with writes fails, and the transaction is gone */
+        sim_log("db: %s fails with %u again", what, e);
+        return e;
+    }
     if (!sim_fault(sim.o.pm_db_fault))
         return 0;
     unsigned pick = sim_rng_below(&sim.rng, 3);
@@ -65,12 +111,17 @@ static unsigned db_fault(const char *what, int kinds)
         e = conn[sim_rng_below(&sim.rng, 2)];
     else
         return 0;
+    if (e >= 2000 && sim.o.gr)
+        e = db_gr_error(e);
     sim_log("db: %s fails with %u", what, e);
     if (e == 1213 || (e == 1205 && sim.o.rollback_on_timeout))
         db_reset_tx();
-    if (e >= 2000) {
+    if (e == 2006 || e == 2013 || e == 4031) {
         db_reset_tx();
         sim_db.dead = true;
+    } else if (e != 1213 && e != 1205) {
+        /* The session lives on, but nothing it writes will commit. */
+        sim_db.ro_err = e;
     }
     return e;
 }
@@ -177,16 +228,23 @@ unsigned sim_db_exec(void *ctx, const char *sql)
         return 0;
     }
     if (strcmp(sql, "COMMIT") == 0) {
-        if ((e = db_fault(sql, F_CONN | F_DEADLOCK)) != 0)
+        /* A Group Replication primary's certification conflict is 3101: all rolled back. */
+        if ((e = db_fault(sql, F_CONN | F_DEADLOCK)) != 0 && e == 1213 && sim.o.gr) {
+            sim_log("db: (a certification conflict: 3101)");
+            return 3101;
+        }
+        if (e != 0)
             return e;
         if (sim_fault(sim.o.pm_commit_lost)) {
             bool applied = sim_rng_below(&sim.rng, 2);
-            sim_log("db: COMMIT reply lost (%s)", applied ? "applied" : "not applied");
+            /* On a primary leaving the group the unknown outcome may be 3100 (its hook). */
+            e = sim.o.gr && sim_rng_below(&sim.grng, 2) ? 3100 : 2013;
+            sim_log("db: COMMIT reply lost (%s), %u", applied ? "applied" : "not applied", e);
             if (applied)
                 db_apply();
             db_reset_tx();
             sim_db.dead = true;
-            return 2013;
+            return e;
         }
         db_apply();
         return 0;

@@ -62,7 +62,7 @@ static int stmt(const char *what, bool deadlock)
         return 0;
     tx.ndel = tx.nupd = 0;
     rows_may_resend();
-    return e >= 2000 ? -1 : -2;
+    return db_classify(e) == DB_ERR_CONNECTION ? -1 : -2; /* as outbox_io.c */
 }
 
 static int d_due(void *ctx, const char *const *src, const size_t *src_len, int k, int grace_s,

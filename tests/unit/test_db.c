@@ -25,6 +25,21 @@ int main(void)
        "4031 MySQL's idle disconnect (ER_CLIENT_INTERACTION_TIMEOUT): connection");
     ok(db_classify(1053) == DB_ERR_CONNECTION, "1053 server shutdown: connection");
     ok(db_classify(2014) == DB_ERR_CONNECTION, "2014 commands out of sync: connection");
+    /* A server that takes no writes, and MySQL Group Replication. */
+    ok(db_classify(1290) == DB_ERR_CONNECTION,
+       "1290 read_only / super_read_only (a secondary, a demoted primary): reconnect to the "
+       "primary, nothing counted");
+    ok(db_classify(3101) == DB_ERR_DEADLOCK,
+       "3101 certification rolled back at COMMIT: redo, like a deadlock");
+    ok(db_classify(3100) == DB_ERR_CONNECTION,
+       "3100 replication hook error (a member leaving): reconnect; the record decides a COMMIT");
+    ok(db_classify(3781) == DB_ERR_CONNECTION && db_classify(3782) == DB_ERR_CONNECTION &&
+           db_classify(3783) == DB_ERR_CONNECTION,
+       "3781..3783 a held statement given up on a new primary: reconnect");
+    ok(db_classify(3796) == DB_ERR_CONNECTION, "3796 member not ONLINE: reconnect");
+    ok(db_classify(3797) == DB_ERR_OTHER && db_classify(3099) == DB_ERR_OTHER &&
+           db_classify(3780) == DB_ERR_OTHER && db_classify(3784) == DB_ERR_OTHER,
+       "their neighbours 3099, 3780, 3784, 3797: other");
     ok(db_classify(3819) == DB_ERR_OTHER, "3819 MySQL's CHECK constraint: a data error, other");
     ok(db_classify(4025) == DB_ERR_OTHER, "4025 MariaDB's CHECK constraint: other");
     ok(db_classify(1146) == DB_ERR_OTHER, "1146 no such table: other");
@@ -37,7 +52,8 @@ int main(void)
     /* The names each library's headers give agree with the numbers above. */
     ok(ER_DUP_ENTRY == 1062 && ER_LOCK_DEADLOCK == 1213 && ER_LOCK_WAIT_TIMEOUT == 1205 &&
            ER_DUP_KEY == 1022 && ER_DUP_UNIQUE == 1169 && ER_DUP_ENTRY_WITH_KEY_NAME == 1586 &&
-           CR_SERVER_GONE_ERROR == 2006 && CR_SERVER_LOST == 2013,
+           CR_SERVER_GONE_ERROR == 2006 && CR_SERVER_LOST == 2013 &&
+           ER_OPTION_PREVENTS_STATEMENT == DB_ER_READ_ONLY,
        "the client library's headers name the same numbers");
 #ifdef LIBMARIADB
     ok(ER_CONNECTION_KILLED == DB_ER_CONNECTION_KILLED,
@@ -46,6 +62,13 @@ int main(void)
     ok(ER_CLIENT_INTERACTION_TIMEOUT == DB_ER_IDLE_DISCONNECT,
        "libmysqlclient's ER_CLIENT_INTERACTION_TIMEOUT is 4031");
     ok(ER_LOCK_NOWAIT == DB_ER_LOCK_NOWAIT, "libmysqlclient's ER_LOCK_NOWAIT is 3572");
+    ok(ER_RUN_HOOK_ERROR == DB_ER_GR_HOOK &&
+           ER_TRANSACTION_ROLLBACK_DURING_COMMIT == DB_ER_GR_ROLLBACK &&
+           ER_GR_HOLD_WAIT_TIMEOUT == DB_ER_GR_HOLD_TIMEOUT &&
+           ER_GR_HOLD_KILLED == DB_ER_GR_HOLD_KILLED &&
+           ER_GR_HOLD_MEMBER_STATUS_ERROR == DB_ER_GR_HOLD_MEMBER &&
+           ER_GRP_TRX_CONSISTENCY_NOT_ALLOWED == DB_ER_GR_NOT_ONLINE,
+       "libmysqlclient names Group Replication's 3100, 3101, 3781..3783 and 3796 so");
 #endif
     return done();
 }
