@@ -153,6 +153,12 @@ static uint64_t worker_k_now_ms(void *ctx)
     return clock_mono_ms();
 }
 
+static uint64_t worker_k_now_us(void *ctx)
+{
+    (void)ctx;
+    return clock_mono_us();
+}
+
 static uint64_t worker_k_wall_ms(void *ctx)
 {
     (void)ctx;
@@ -166,6 +172,7 @@ static void worker_k_pause(void *ctx, int ms)
 
 static const port_clock_ops_t worker_clock_ops = {
     .now_ms = worker_k_now_ms,
+    .now_us = worker_k_now_us,
     .wall_ms = worker_k_wall_ms,
     .pause = worker_k_pause,
 };
