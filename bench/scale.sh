@@ -6,7 +6,8 @@
 # for retention, which deletes them while the runs go on. Each run is the two-statement
 # per-message handler (bench_conf's RUN_LOG=1) on one of the two consumers, its workload the
 # usual UNIQUE orders + 5% duplicates with fresh ids of that consumer's kind; beside it, the
-# same run on a database whose msg_id_record is empty. Runs repeat BENCH_REPEAT times,
+# same run on a database whose msg_id_record is empty, and on the filled one with retention off
+# (what the table's size costs apart from what deleting costs). Runs repeat BENCH_REPEAT times,
 # interleaved, at each InnoDB buffer pool size of BENCH_SCALE_POOLS (set at run time with SET
 # GLOBAL innodb_buffer_pool_size, which MariaDB 10.6+ and MySQL 8+ resize online).
 #   BENCH_SCALE_ROWS [20000000]   rows of the pre-filled table (both consumers)
@@ -122,12 +123,15 @@ BEGIN {
 { split($1, p, "-"); $1 = id[p[2] + 0]; print }'
 }
 
-# scale_run DB KIND POOL N: run N of the two-statement handler on consumer bench.scale.KIND
-# against DB (its msg_id_record as it is: empty or filled), label scale-POOL-KIND-DB.
+# scale_run DB KIND POOL N [DAYS]: run N of the two-statement handler on consumer
+# bench.scale.KIND against DB (its msg_id_record as it is: empty or filled), with
+# record_retention_days = DAYS (SCALE_DAYS; 0: no retention, label suffix -noret), label
+# scale-POOL-KIND-DB.
 scale_run()
 {
-    local db=$1 kind=$2 pool=$3 n=$4 q=bench.scale.$2 label conf log t0 secs t_sql got rc
+    local db=$1 kind=$2 pool=$3 n=$4 days=${5:-$SCALE_DAYS} q=bench.scale.$2 label conf log t0 secs t_sql got rc reads
     label="scale-$pool-$kind-${db#bench_scale_}"
+    ((days == 0)) && label+=-noret
     conf=$BTMP/$label.conf log=$H_DIR/idemd-$label-$n.log
     h_sql "UPDATE orders SET status = 1, pay_count = 0, pay_time = NULL; TRUNCATE order_pay_log" "$db" ||
         b_die "resetting $db"
@@ -135,9 +139,10 @@ scale_run()
     scale_workload "$kind" "$n$RANDOM" >"$BTMP/scale.tsv"
     bench_fill "$q" "$BTMP/scale.tsv"
     RUN_LOG=1
-    bench_conf "$db" "$q" "batch_handler = false" "record_retention_days = $SCALE_DAYS" >"$conf"
+    bench_conf "$db" "$q" "batch_handler = false" "record_retention_days = $days" >"$conf"
     RUN_LOG=0
     t_sql=$(h_sql "SELECT NOW(3)" "$db")
+    reads=$(scale_pool_reads)
     bench_watch "$db"
     cpu_snap
     t0=$EPOCHREALTIME
@@ -149,6 +154,7 @@ scale_run()
         return 1
     fi
     secs=$(bench_secs "$t0" "$W_END")
+    SCALE_READS[$label]+=" $(bench_div "$(($(scale_pool_reads) - reads))" "$TOTAL" "%.2f")"
     h_wait_depth "$q" 0 30 >/dev/null 2>&1 || FAILS+=("$label run $n: queue not drained")
     bench_daemon_stop
     rc=$?
@@ -172,7 +178,12 @@ scale_sizes()
         FROM information_schema.tables WHERE table_schema = '$1' AND table_name = 'msg_id_record'" "$1"
 }
 
-# scale_pool SIZE: resize the buffer pool online to SIZE and wait until the server says it is done.
+# scale_pool_reads: the server's buffer pool misses so far (pages read from disk).
+scale_pool_reads() { h_sql "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'" | cut -f2; }
+
+# scale_pool SIZE: resize the buffer pool online to SIZE and wait until the server says it is
+# done, then read DB's dedup index once through (a server that has run a while has in its pool
+# what fits of it; a cold pool would measure the warm-up instead).
 scale_pool()
 {
     local want i
@@ -180,22 +191,25 @@ scale_pool()
     h_sql "SET GLOBAL innodb_buffer_pool_size = $want" || b_die "cannot set innodb_buffer_pool_size = $1"
     for ((i = 0; i < 600; i++)); do
         [[ $(h_sql "SELECT @@innodb_buffer_pool_size") == "$want" ]] &&
-            [[ $(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status'" | cut -f2) != *[Rr]esiz* ]] && return 0
+            [[ $(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status'" | cut -f2) != *[Rr]esiz* ]] && break
         sleep 0.5
     done
-    b_die "the buffer pool did not reach $1"
+    ((i < 600)) || b_die "the buffer pool did not reach $1"
+    h_sql "SELECT COUNT(*) FROM msg_id_record FORCE INDEX (uk_consumer_msg_id)" "$2" >/dev/null ||
+        b_die "reading the dedup index of $2"
 }
 
-declare -A SCALE_DELETED
+declare -A SCALE_DELETED SCALE_READS
 scale_fill bench_scale_full
 read -r S_ROWS0 S_DATA0 S_INDEX0 S_BPR0 < <(scale_sizes bench_scale_full)
 scale_db bench_scale_empty
 for pool in $SCALE_POOLS; do
-    scale_pool "$pool"
+    scale_pool "$pool" bench_scale_full
     for ((r = 1; r <= REPEAT; r++)); do
         for kind in v4 v7; do
             scale_run bench_scale_empty "$kind" "$pool" "$r"
             scale_run bench_scale_full "$kind" "$pool" "$r"
+            scale_run bench_scale_full "$kind" "$pool" "$r" 0
         done
     done
 done
@@ -213,17 +227,21 @@ echo "time-ordered UUIDv7 ids; create_time over the last 40 days): $S_DATA0 MiB 
 echo "secondary indexes, $S_BPR0 bytes a row. After the runs: $S_ROWS1 rows ($S_DATA1 + $S_INDEX1 MiB, $S_BPR1 bytes a row)."
 echo "Each run: $TOTAL messages ($UNIQUE orders + $DUPS duplicates) of fresh ids, the two-statement"
 echo "per-message handler, default workers, record_retention_days = $SCALE_DAYS (retention deletes the"
-echo "pre-filled table's oldest quarter while the runs go on); $REPEAT runs of each, interleaved;"
+echo "pre-filled table's oldest quarter while the runs go on; the no-retention column sets 0);"
+echo "$REPEAT runs of each, interleaved;"
 echo "messages/s, median (min-max)."
 echo
-echo "| buffer pool | ids | empty table | $S_ROWS0 rows | ratio | rows retention deleted (per run) | ≥ 0.8× |"
-echo "|---|---|---:|---:|---:|---:|---|"
+echo "| buffer pool | ids | empty table | $S_ROWS0 rows | ratio | ≥ 0.8× | pages read from disk per message (empty / full) | rows retention deleted (per run) | $S_ROWS0 rows, no retention | ratio |"
+echo "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"
 for pool in $SCALE_POOLS; do
     for kind in v4 v7; do
         e=scale-$pool-$kind-empty f=scale-$pool-$kind-full
         echo "| $pool | UUID${kind} | $(with_range "$(rate_of "$e")" "${R_RATE[$e]:-}") |" \
             "$(with_range "$(rate_of "$f")" "${R_RATE[$f]:-}") | $(ratio "$(rate_of "$f")" "$(rate_of "$e")") |" \
-            "$(median "${SCALE_DELETED[$f]:-}") | **$(pass_if "$(rate_of "$f")" "$(rate_of "$e")" 0.8)** |"
+            "**$(pass_if "$(rate_of "$f")" "$(rate_of "$e")" 0.8)** |" \
+            "$(median "${SCALE_READS[$e]:-}") / $(median "${SCALE_READS[$f]:-}") |" \
+            "$(median "${SCALE_DELETED[$f]:-}") | $(with_range "$(rate_of "$f-noret")" "${R_RATE[$f-noret]:-}") |" \
+            "$(ratio "$(rate_of "$f-noret")" "$(rate_of "$e")") |"
     done
 done
 echo
