@@ -51,7 +51,7 @@ scale_fill_consumer()
     local db=$1 c=$2 kind=$3 rows=$4 done=0 n step now_ms id
     now_ms=$(h_sql "SELECT CAST(UNIX_TIMESTAMP(NOW(3)) * 1000 AS UNSIGNED)" "$db") || b_die "clock of $db"
     step=$((39 * 86400000 / rows))
-    # The time of row n, in ms since the epoch; h is MD5 of the consumer and n.
+    # The time of row n, in ms since the epoch; h is SHA-256 (hex) of the consumer and n (MySQL 9 has no MD5).
     local ts="($now_ms - 40 * 86400000 + t.n * $step)"
     local var="SUBSTR('89ab', 1 + CONV(SUBSTR(t.h, 17, 1), 16, 10) % 4, 1)"
     if [[ "$kind" == v4 ]]; then
@@ -65,7 +65,7 @@ scale_fill_consumer()
         n=$(((n + 999) / 1000 * 1000))
         h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time)
             SELECT '$c', $id, FROM_UNIXTIME($ts / 1000)
-            FROM (SELECT g.n + $done AS n, MD5(CONCAT('$c-', g.n + $done)) AS h FROM $(scale_gen "$n")) AS t" "$db" ||
+            FROM (SELECT g.n + $done AS n, SHA2(CONCAT('$c-', g.n + $done), 256) AS h FROM $(scale_gen "$n")) AS t" "$db" ||
             b_die "filling $db.msg_id_record ($c, rows $done..)"
         done=$((done + n))
     done

@@ -21,9 +21,9 @@ typedef struct plugin {
  * (symlinks resolved) and every directory above it must be owned by root or
  * the user idemd runs as (euid) and writable by their owner only (a sticky
  * root directory like /tmp is accepted); it is checked on the descriptor
- * that is then loaded (/proc/self/fd/N), so no path can be swapped between. This runs the plugin's constructors in the caller. Returns 0 and a
- * new plugin_t in *out (free with plugin_free), or -1 with a message naming
- * the file in err. Logs nothing.
+ * that is then loaded (/proc/self/fd/N), so no path can be swapped between. This runs the plugin's
+ * constructors in the caller. Returns 0 and a new plugin_t in *out (free with plugin_free), or -1
+ * with a message naming the file in err. Logs nothing.
  */
 int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
     __attribute__((warn_unused_result));
