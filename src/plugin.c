@@ -75,7 +75,7 @@ fail:
 int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
 {
     plugin_t *p = NULL;
-    char real[PATH_MAX];
+    char fdpath[32];
     const idemd_handler_t *h;
     int fd = -1;
 
@@ -92,12 +92,12 @@ int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
         goto fail;
     }
 
-    snprintf(real, sizeof(real), "/proc/self/fd/%d", fd);
-    p->dl = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+    p->dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
     close(fd);
     fd = -1;
     if (p->dl == NULL) {
-        const char *why = plugin_dlerror(real);
+        const char *why = plugin_dlerror(fdpath);
         /* "undefined symbol: log_msg": a plugin that calls idemd's own functions. */
         snprintf(err, errlen, "%s: cannot load handler: %s%s", path, why,
                  strstr(why, "undefined symbol") ? " (idemd exports no symbols: a plugin reaches "

@@ -74,28 +74,10 @@ static const sup_proc_ops_t sup_proc_ops = {
     .draw = sup_rand,
 };
 
-static uint64_t sup_k_now_ms(void *ctx)
-{
-    (void)ctx;
-    return clock_mono_ms();
-}
-
-static uint64_t sup_k_now_us(void *ctx)
-{
-    (void)ctx;
-    return clock_mono_us();
-}
-
-static uint64_t sup_k_wall_ms(void *ctx)
-{
-    (void)ctx;
-    return clock_wall_ms();
-}
-
 static const port_clock_ops_t sup_clock_ops = {
-    .now_ms = sup_k_now_ms,
-    .now_us = sup_k_now_us,
-    .wall_ms = sup_k_wall_ms,
+    .now_ms = clock_port_mono_ms,
+    .now_us = clock_port_mono_us,
+    .wall_ms = clock_port_wall_ms,
 };
 
 static void sup_begin_stop(supervisor_t *s, int sig)
