@@ -110,7 +110,7 @@ void metrics_observe_latency(metrics_counters_t *c, uint64_t us)
 
 const char *metrics_stage_name(metrics_stage_t stage)
 {
-    static const char *const names[METRICS_STAGES] = {"wait",    "collect", "insert",
+    static const char *const names[METRICS_STAGES] = {"wait",    "collect", "begin", "insert",
                                                       "handler", "commit",  "ack"};
     return stage >= 0 && stage < METRICS_STAGES ? names[stage] : "?";
 }
@@ -342,6 +342,7 @@ static void metrics_render_stages(FILE *out, const metrics_queue_t *qs, int n)
     metrics_head(out, "idemd_stage_seconds", "histogram",
                  "Time in each stage: wait (publisher's idemd-pub-us stamp to the delivery read, "
                  "per stamped message), collect (first delivery read to batch taken, per batch), "
+                 "begin (XA START or START TRANSACTION), "
                  "insert (one record INSERT statement), handler (one handler call), commit (per "
                  "COMMIT), ack (settling a batch with the broker).");
     for (int i = 0; i < n; i++)

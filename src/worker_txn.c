@@ -77,7 +77,10 @@ static unsigned worker_op_errno(const worker_t *w)
 static unsigned worker_op_begin(void *ctx)
 {
     worker_t *w = ctx;
-    return db_begin(w->db) == DB_OK ? 0 : worker_op_errno(w);
+    uint64_t t0 = clock_mono_us();
+    unsigned err = db_begin(w->db) == DB_OK ? 0 : worker_op_errno(w);
+    worker_stage_since(w, METRICS_STAGE_BEGIN, t0);
+    return err;
 }
 
 static unsigned worker_op_end(void *ctx, bool commit)

@@ -1,4 +1,4 @@
-# t_metrics_stages: idemd_stage_seconds counts every stage exactly (wait per stamped message, collect, insert and ack per batch, handler per call, commit per COMMIT), on both transaction boundaries, and the exit log gives each stage's p50/p99.
+# t_metrics_stages: idemd_stage_seconds counts every stage exactly (wait per stamped message, collect, begin, insert and ack per batch, handler per call, commit per COMMIT), on both transaction boundaries, and the exit log gives each stage's p50/p99.
 db=t_metrics_stages
 q=t_metrics_stages.q
 h_new_db "$db"
@@ -59,6 +59,8 @@ s_run()
         "$mode: wait, one per stamped message"
     h_assert_eq "$(s_value "idemd_stage_seconds_count{queue=\"$q\",stage=\"collect\"}" "$m")" \
         "$batches" "$mode: collect, one per batch"
+    h_assert_eq "$(s_value "idemd_stage_seconds_count{queue=\"$q\",stage=\"begin\"}" "$m")" \
+        "$batches" "$mode: begin, one per batch's transaction"
     h_assert_eq "$(s_value "idemd_stage_seconds_count{queue=\"$q\",stage=\"insert\"}" "$m")" \
         "$batches" "$mode: insert, one statement per batch"
     h_assert_eq "$(s_value "idemd_stage_seconds_count{queue=\"$q\",stage=\"handler\"}" "$m")" "$n" \
@@ -73,7 +75,7 @@ s_run()
     h_assert_eq "$(h_mq depth "$q" | cut -d' ' -f1)" 0 "$mode: messages left in the queue"
     line=$(grep -o 'stages: .*' "idemd-$mode.log" | tail -n1)
     h_log "$mode: $line"
-    for st in wait collect insert handler commit ack; do
+    for st in wait collect begin insert handler commit ack; do
         [[ "$line" =~ $st\ n=[0-9]+\ p50_us=[0-9]+\ p99_us=[0-9]+ ]] || h_fail "$mode: exit log has no $st stage: '$line'"
     done
     [[ "$line" == *"wait n=$n "* && "$line" == *"handler n=$n "* ]] || h_fail "$mode: exit log counts: '$line'"

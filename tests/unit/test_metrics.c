@@ -140,6 +140,7 @@ static void test_stages(void)
     expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"wait\"} 1");
     expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"collect\"} 0");
     expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"handler\"} 0");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"begin\"} 0");
     ok(strcmp(metrics_stage_name(METRICS_STAGE_HANDLER), "handler") == 0, "stage names");
     free(text);
 }
