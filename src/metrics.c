@@ -108,6 +108,19 @@ void metrics_observe_latency(metrics_counters_t *c, uint64_t us)
     metrics_observe(c->latency, &c->latency_sum_us, bounds, METRICS_LATENCY_N, us);
 }
 
+const char *metrics_stage_name(metrics_stage_t stage)
+{
+    static const char *const names[METRICS_STAGES] = {"wait",    "collect", "begin", "insert",
+                                                      "handler", "commit",  "ack"};
+    return stage >= 0 && stage < METRICS_STAGES ? names[stage] : "?";
+}
+
+int metrics_observe_stage(metrics_counters_t *c, metrics_stage_t stage, uint64_t us)
+{
+    static const uint64_t bounds[] = METRICS_STAGE_BOUNDS;
+    return metrics_observe(c->stage[stage], &c->stage_sum_us[stage], bounds, METRICS_STAGE_N, us);
+}
+
 /* ---------------------------------------------------------------------- */
 /* The fine latency histogram of the exit summary */
 
@@ -216,33 +229,40 @@ static void metrics_exemplar(FILE *out, const metrics_exemplar_t *ex, double sca
             (unsigned long long)(ex->when_ms / 1000), (unsigned long long)(ex->when_ms % 1000));
 }
 
+/* The start of a sample of a histogram: name+suffix{queue="q" and the labels in extra
+ * (",stage=\"insert\""; "" for none). */
+static void metrics_hist_open(FILE *out, const char *name, const char *suffix, const char *queue,
+                              const char *extra)
+{
+    fprintf(out, "%s%s{queue=\"", name, suffix);
+    metrics_label(out, queue);
+    fprintf(out, "\"%s", extra);
+}
+
 /* A histogram of one queue: cumulative buckets (with exemplars ex[0..nb] when not NULL), sum
- * and count; values divided by scale. */
-static void metrics_histogram(FILE *out, const char *name, const char *queue,
+ * and count; values divided by scale; extra: more labels, as metrics_hist_open. */
+static void metrics_histogram(FILE *out, const char *name, const char *queue, const char *extra,
                               const uint64_t *buckets, const uint64_t *bounds, int nb, uint64_t sum,
                               double scale, const metrics_exemplar_t *ex)
 {
     unsigned long long cum = 0;
     for (int b = 0; b <= nb; b++) {
         cum += buckets[b];
-        fprintf(out, "%s_bucket{queue=\"", name);
-        metrics_label(out, queue);
+        metrics_hist_open(out, name, "_bucket", queue, extra);
         if (b < nb)
-            fprintf(out, "\",le=\"%g\"} %llu", (double)bounds[b] / scale, cum);
+            fprintf(out, ",le=\"%g\"} %llu", (double)bounds[b] / scale, cum);
         else
-            fprintf(out, "\",le=\"+Inf\"} %llu", cum);
+            fprintf(out, ",le=\"+Inf\"} %llu", cum);
         metrics_exemplar(out, ex ? &ex[b] : NULL, scale);
         fputc('\n', out);
     }
-    fprintf(out, "%s_sum{queue=\"", name);
-    metrics_label(out, queue);
+    metrics_hist_open(out, name, "_sum", queue, extra);
     if (scale == 1)
-        fprintf(out, "\"} %llu\n", (unsigned long long)sum);
+        fprintf(out, "} %llu\n", (unsigned long long)sum);
     else
-        fprintf(out, "\"} %.6f\n", (double)sum / scale);
-    fprintf(out, "%s_count{queue=\"", name);
-    metrics_label(out, queue);
-    fprintf(out, "\"} %llu\n", cum);
+        fprintf(out, "} %.6f\n", (double)sum / scale);
+    metrics_hist_open(out, name, "_count", queue, extra);
+    fprintf(out, "} %llu\n", cum);
 }
 
 #define METRICS_C(fld) offsetof(metrics_counters_t, fld)
@@ -313,6 +333,26 @@ static void metrics_render_counters(FILE *out, const metrics_queue_t *qs, int n,
                     "alone, in case it was what stopped a worker.");
 }
 
+/* The per-stage histograms of qs[0..n-1] (borrowed): idemd_stage_seconds{stage=...}. */
+static void metrics_render_stages(FILE *out, const metrics_queue_t *qs, int n)
+{
+    static const uint64_t stage_b[] = METRICS_STAGE_BOUNDS;
+    char extra[40];
+
+    metrics_head(out, "idemd_stage_seconds", "histogram",
+                 "Time in each stage: wait (publisher's idemd-pub-us stamp to the delivery read, "
+                 "per stamped message), collect (first delivery read to batch taken, per batch), "
+                 "begin (XA START or START TRANSACTION), "
+                 "insert (one record INSERT statement), handler (one handler call), commit (per "
+                 "COMMIT), ack (settling a batch with the broker).");
+    for (int i = 0; i < n; i++)
+        for (int st = 0; st < METRICS_STAGES; st++) {
+            snprintf(extra, sizeof(extra), ",stage=\"%s\"", metrics_stage_name(st));
+            metrics_histogram(out, "idemd_stage_seconds", qs[i].name, extra, qs[i].c.stage[st],
+                              stage_b, METRICS_STAGE_N, qs[i].c.stage_sum_us[st], 1e6, NULL);
+        }
+}
+
 /* The histograms of qs[0..n-1] (borrowed): batch size, handler duration, publish to commit. */
 static void metrics_render_histograms(FILE *out, const metrics_queue_t *qs, int n)
 {
@@ -321,21 +361,22 @@ static void metrics_render_histograms(FILE *out, const metrics_queue_t *qs, int 
 
     metrics_head(out, "idemd_batch_size", "histogram", "Messages per batch transaction.");
     for (int i = 0; i < n; i++)
-        metrics_histogram(out, "idemd_batch_size", qs[i].name, qs[i].c.batch, batch_b,
+        metrics_histogram(out, "idemd_batch_size", qs[i].name, "", qs[i].c.batch, batch_b,
                           METRICS_BATCH_N, qs[i].c.batch_sum, 1, NULL);
     metrics_head(out, "idemd_handler_duration_seconds", "histogram",
                  "Duration of one handler call: handle() for one message, or handle_batch() "
                  "for a batch.");
     for (int i = 0; i < n; i++)
-        metrics_histogram(out, "idemd_handler_duration_seconds", qs[i].name, qs[i].c.handler,
+        metrics_histogram(out, "idemd_handler_duration_seconds", qs[i].name, "", qs[i].c.handler,
                           handler_b, METRICS_HANDLER_N, qs[i].c.handler_sum_us, 1e6,
                           qs[i].c.handler_ex);
     metrics_head(out, "idemd_publish_to_commit_seconds", "histogram",
                  "From the publisher's idemd-pub-us header (CLOCK_REALTIME microseconds) to the "
                  "commit of the message; only messages that carry it.");
     for (int i = 0; i < n; i++)
-        metrics_histogram(out, "idemd_publish_to_commit_seconds", qs[i].name, qs[i].c.latency,
+        metrics_histogram(out, "idemd_publish_to_commit_seconds", qs[i].name, "", qs[i].c.latency,
                           latency_b, METRICS_LATENCY_N, qs[i].c.latency_sum_us, 1e6, NULL);
+    metrics_render_stages(out, qs, n);
 }
 
 /* The workers of qs[0..n-1] (borrowed): restarts, counts by state, progress, reconnects, chores. */

@@ -34,6 +34,35 @@
             10000000, 30000000, 60000000, 300000000                                                \
     }
 #define METRICS_LATENCY_N 16
+/* The stages of idemd_stage_seconds, in microseconds. */
+#define METRICS_STAGE_BOUNDS                                                                       \
+    {                                                                                              \
+        50, 100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000, 1000000, \
+            2500000, 10000000                                                                      \
+    }
+#define METRICS_STAGE_N 16
+
+/*
+ * Where a message's time goes (idemd_stage_seconds{stage=...}): wait, from the publisher's
+ * idemd-pub-us stamp to idemd reading the delivery (per stamped message); collect, from a
+ * batch's first delivery read to the batch taken (per batch); insert, one record INSERT
+ * statement (per statement: one per batch in the set-based pass); handler, one handler call;
+ * commit, the COMMIT (XA END + XA COMMIT on an XA branch; per commit); ack, settling the batch
+ * with the broker (acks, nacks, copies; per batch).
+ */
+typedef enum metrics_stage {
+    METRICS_STAGE_WAIT = 0,
+    METRICS_STAGE_COLLECT,
+    METRICS_STAGE_BEGIN,
+    METRICS_STAGE_INSERT,
+    METRICS_STAGE_HANDLER,
+    METRICS_STAGE_COMMIT,
+    METRICS_STAGE_ACK,
+    METRICS_STAGES
+} metrics_stage_t;
+
+/* The stage's label value ("wait", "collect", ...). */
+const char *metrics_stage_name(metrics_stage_t stage);
 
 /* The fine histogram of publish-to-commit latency each worker keeps in its slot for the
  * summary at exit: bucket b holds values in [2^(b/4), 2^((b+1)/4)) microseconds. */
@@ -85,6 +114,8 @@ typedef struct metrics_counters {
     uint64_t batch[METRICS_BATCH_N + 1], batch_sum;          /* messages per batch */
     uint64_t handler[METRICS_HANDLER_N + 1], handler_sum_us; /* one handler call */
     uint64_t latency[METRICS_LATENCY_N + 1], latency_sum_us; /* publish to commit */
+    uint64_t stage[METRICS_STAGES][METRICS_STAGE_N + 1];     /* metrics_stage_t */
+    uint64_t stage_sum_us[METRICS_STAGES];
     /* Not counters: the newest traced handler call per bucket of handler (exemplars). Last. */
     metrics_exemplar_t handler_ex[METRICS_HANDLER_N + 1];
 } metrics_counters_t;
@@ -106,6 +137,8 @@ static inline int metrics_observe(uint64_t *buckets, uint64_t *sum, const uint64
 void metrics_observe_batch(metrics_counters_t *c, uint64_t messages);
 int metrics_observe_handler(metrics_counters_t *c, uint64_t us);
 void metrics_observe_latency(metrics_counters_t *c, uint64_t us);
+/* One observation of us microseconds spent in stage (relaxed atomic adds). Its bucket. */
+int metrics_observe_stage(metrics_counters_t *c, metrics_stage_t stage, uint64_t us);
 
 /*
  * Note an observation of value_us at when_ms (CLOCK_REALTIME) of the trace

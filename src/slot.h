@@ -36,6 +36,8 @@ typedef struct worker_slot {
     /* Publish-to-commit latency of committed messages that carry the integer
      * header idemd-pub-us (publisher's CLOCK_REALTIME in microseconds). */
     uint64_t lat[METRICS_LAT_BUCKETS]; /* metrics_lat_bucket */
+    /* The same fine histogram of each stage's time (metrics_stage_t), for the exit summary. */
+    uint64_t stage_lat[METRICS_STAGES][METRICS_LAT_BUCKETS];
     /* Crash note: while in_handler is 1 the worker is inside the handler on
      * the message crash_id (crash_counted: its start is counted already).
      * A worker that finds it set at start succeeds one that died there: when

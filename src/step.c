@@ -152,6 +152,8 @@ step_status_t step_run(step_t *s)
         return step_lost(s, STEP_LOST_DB, "database lost before the batch");
     if ((st = step_transact(s)) != STEP_RAN)
         return st;
+    if (h->settling)
+        h->settling(s->hooks_ctx);
     if (settle_batch(s->st) != 0)
         return step_lost(s, STEP_LOST_BROKER, "consuming channel failed");
     if (h->settled)

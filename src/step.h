@@ -42,7 +42,9 @@ typedef struct step_hooks {
     void (*transacted)(void *ctx, const txn_t *t, txn_status_t st);
     /* Right before the outbox relay of a COMMIT (test builds' fault injection). */
     void (*before_relay)(void *ctx);
-    /* The batch was settled with the broker (before its deliveries are let go). */
+    /* The batch's settling with the broker begins (settling), and it was settled (settled:
+     * before its deliveries are let go). */
+    void (*settling)(void *ctx);
     void (*settled)(void *ctx);
 } step_hooks_t;
 

@@ -179,6 +179,30 @@ int sup_poll_ms(const supervisor_t *s, uint64_t now)
     return ms;
 }
 
+/* At exit: each stage's count, median and 99th percentile over all slots (fine histograms). */
+static void sup_log_stages(const supervisor_t *s)
+{
+    char line[600];
+    size_t len = 0;
+    for (int st = 0; st < METRICS_STAGES; st++) {
+        uint64_t hist[METRICS_LAT_BUCKETS] = {0}, n = 0;
+        for (int i = 0; i < SUP_MAX_SLOTS; i++)
+            for (int b = 0; b < METRICS_LAT_BUCKETS; b++) {
+                hist[b] += s->slots[i].stage_lat[st][b];
+                n += s->slots[i].stage_lat[st][b];
+            }
+        if (n == 0 || len >= sizeof(line))
+            continue;
+        len +=
+            (size_t)snprintf(line + len, sizeof(line) - len, " %s n=%llu p50_us=%llu p99_us=%llu",
+                             metrics_stage_name(st), (unsigned long long)n,
+                             (unsigned long long)metrics_lat_quantile(hist, n, 0.5),
+                             (unsigned long long)metrics_lat_quantile(hist, n, 0.99));
+    }
+    if (len)
+        log_info("stages:%s", line);
+}
+
 /* At exit: the counters of all workers, and publish-to-commit latency if measured. */
 void sup_log_totals(const supervisor_t *s)
 {
@@ -201,6 +225,7 @@ void sup_log_totals(const supervisor_t *s)
         log_info("latency publish-to-commit: n=%llu p50_us=%llu p99_us=%llu", (unsigned long long)n,
                  (unsigned long long)metrics_lat_quantile(hist, n, 0.5),
                  (unsigned long long)metrics_lat_quantile(hist, n, 0.99));
+    sup_log_stages(s);
 }
 
 /*

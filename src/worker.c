@@ -101,11 +101,16 @@ static void worker_h_collecting(void *ctx, bool wait)
     worker_time(&w->slot->idle_us, &w->slot->idle_since_us, wait);
 }
 
+/* The batch was taken: its collect stage ran from its first delivery read (worker_c_read). */
 static void worker_h_collected(void *ctx, int n)
 {
     worker_t *w = ctx;
     worker_time(&w->slot->idle_us, &w->slot->idle_since_us, false);
     worker_time(&w->slot->busy_us, &w->slot->busy_since_us, n > 0);
+    if (n > 0 && w->first_read_us != 0) {
+        worker_stage_since(w, METRICS_STAGE_COLLECT, w->first_read_us);
+        w->first_read_us = 0;
+    }
 }
 
 /* A batch is about to run: count it, and check the database. 0, or -1. */
@@ -163,9 +168,18 @@ static void worker_h_before_relay(void *ctx)
 #define WORKER_BEFORE_RELAY NULL /* the release build has no fault injection */
 #endif
 
+static void worker_h_settling(void *ctx)
+{
+    worker_t *w = ctx;
+    w->settle_us = clock_mono_us();
+}
+
+/* The batch was settled: the ack stage, and its messages' publish-to-commit latency. */
 static void worker_h_settled(void *ctx)
 {
-    worker_latencies(ctx);
+    worker_t *w = ctx;
+    worker_stage_since(w, METRICS_STAGE_ACK, w->settle_us);
+    worker_latencies(w);
 }
 
 static const step_hooks_t worker_hooks = {
@@ -177,6 +191,7 @@ static const step_hooks_t worker_hooks = {
     .order_keys = worker_h_order_keys,
     .transacted = worker_h_transacted,
     .before_relay = WORKER_BEFORE_RELAY,
+    .settling = worker_h_settling,
     .settled = worker_h_settled,
 };
 

@@ -29,6 +29,18 @@ void worker_count(uint64_t *counter)
     __atomic_add_fetch(counter, 1, __ATOMIC_RELAXED);
 }
 
+void worker_stage(worker_t *w, metrics_stage_t stage, uint64_t us)
+{
+    metrics_observe_stage(&w->slot->c, stage, us);
+    __atomic_add_fetch(&w->slot->stage_lat[stage][metrics_lat_bucket(us)], 1, __ATOMIC_RELAXED);
+}
+
+void worker_stage_since(worker_t *w, metrics_stage_t stage, uint64_t t0)
+{
+    uint64_t now = clock_mono_us();
+    worker_stage(w, stage, now > t0 ? now - t0 : 0);
+}
+
 /*
  * The worker exits because it lost the broker or the database: say which
  * (the supervisor counts the restart by it; the next run counts its

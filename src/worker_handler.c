@@ -19,6 +19,7 @@ static void worker_handler_time(worker_t *w, uint64_t t0, const trace_ctx_t *tc)
 {
     uint64_t v = clock_mono_us() - t0;
     int b = metrics_observe_handler(&w->slot->c, v);
+    worker_stage(w, METRICS_STAGE_HANDLER, v);
     if (tc && tc->has) {
         metrics_exemplar_put(&w->slot->c.handler_ex[b], tc->trace_id, tc->span_id, v,
                              clock_wall_ms());

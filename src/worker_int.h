@@ -66,6 +66,8 @@ typedef struct worker {
     uint64_t keys_read_ms;     /* when copies_keys were read (worker_reread_keys) */
     int keys_reread_ms;        /* how often: COPIES_KEY_REREAD_MS, or the test knob */
     int undecodable_streak;    /* requeued undecodable ones in a row (no dead-lettering) */
+    uint64_t first_read_us; /* CLOCK_MONOTONIC µs the batch's first delivery was read; 0: none */
+    uint64_t settle_us;     /* ... the settling of the batch began (the ack stage) */
     port_consume_t consume;
     port_publish_t pub_port;
     port_clock_t clock;
@@ -108,6 +110,10 @@ extern volatile sig_atomic_t worker_stop;
 void worker_progress(worker_t *w);
 void worker_set_state(worker_t *w, worker_state_t st);
 void worker_count(uint64_t *counter); /* one more, relaxed atomic */
+/* us microseconds spent in stage: idemd_stage_seconds and the slot's fine histogram. */
+void worker_stage(worker_t *w, metrics_stage_t stage, uint64_t us);
+/* The stage that began at t0 (clock_mono_us) ends now. */
+void worker_stage_since(worker_t *w, metrics_stage_t stage, uint64_t t0);
 /* The worker exits because it lost what (WORKER_LOST_*): noted in the slot. Returns
  * WORKER_EXIT_TEMPFAIL. */
 int worker_lose(worker_t *w, worker_lost_t what);

@@ -6,13 +6,30 @@
 
 #include <time.h>
 
+#include "delivery.h"
+
 /* ---------- the consuming connection (port_consume_t): w->mq ---------- */
+
+/* A delivery was read: the batch's first read (the collect stage), and the wait stage from the
+ * publisher's idemd-pub-us stamp (CLOCK_REALTIME µs) when it carries one. */
+static void worker_c_read(worker_t *w, const amqp_envelope_t *env)
+{
+    if (w->first_read_us == 0)
+        w->first_read_us = clock_mono_us();
+    long long pub = delivery_header_int(&env->message.properties, "idemd-pub-us");
+    uint64_t now = pub > 0 ? clock_wall_us() : 0;
+    if (pub > 0 && (uint64_t)pub <= now)
+        worker_stage(w, METRICS_STAGE_WAIT, now - (uint64_t)pub);
+}
 
 static mq_status_t worker_c_next(void *ctx, const struct timeval *tv, size_t max_body,
                                  amqp_envelope_t *env, uint64_t *dropped)
 {
     worker_t *w = ctx;
-    return mq_next(w->mq, tv, max_body, env, dropped);
+    mq_status_t st = mq_next(w->mq, tv, max_body, env, dropped);
+    if (st == MQ_OK)
+        worker_c_read(w, env);
+    return st;
 }
 
 static int worker_c_ack(void *ctx, uint64_t tag, bool multiple)

@@ -10,6 +10,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "clock.h"
 #include "delivery.h"
 #include "log.h"
 
@@ -22,7 +23,10 @@ static unsigned worker_op_exec(void *ctx, const char *sql)
 static unsigned worker_op_record(void *ctx, const txn_msg_t *t)
 {
     worker_t *w = ctx;
-    return db_record(w->db, t->id, t->id_len) == DB_OK ? 0 : db_last_errno(w->db);
+    uint64_t t0 = clock_mono_us();
+    unsigned err = db_record(w->db, t->id, t->id_len) == DB_OK ? 0 : db_last_errno(w->db);
+    worker_stage_since(w, METRICS_STAGE_INSERT, t0);
+    return err;
 }
 
 static unsigned worker_op_clear(void *ctx, const txn_msg_t *t)
@@ -43,8 +47,11 @@ static void worker_op_ids(worker_t *w, txn_msg_t *const *ms, int k)
 static unsigned worker_op_record_many(void *ctx, txn_msg_t *const *ms, int k)
 {
     worker_t *w = ctx;
+    uint64_t t0 = clock_mono_us();
     worker_op_ids(w, ms, k);
-    return db_record_many(w->db, w->ids, w->id_lens, k) == DB_OK ? 0 : db_last_errno(w->db);
+    unsigned err = db_record_many(w->db, w->ids, w->id_lens, k) == DB_OK ? 0 : db_last_errno(w->db);
+    worker_stage_since(w, METRICS_STAGE_INSERT, t0);
+    return err;
 }
 
 static unsigned worker_op_find_records(void *ctx, txn_msg_t *const *ms, int k, bool *found)
@@ -70,13 +77,20 @@ static unsigned worker_op_errno(const worker_t *w)
 static unsigned worker_op_begin(void *ctx)
 {
     worker_t *w = ctx;
-    return db_begin(w->db) == DB_OK ? 0 : worker_op_errno(w);
+    uint64_t t0 = clock_mono_us();
+    unsigned err = db_begin(w->db) == DB_OK ? 0 : worker_op_errno(w);
+    worker_stage_since(w, METRICS_STAGE_BEGIN, t0);
+    return err;
 }
 
 static unsigned worker_op_end(void *ctx, bool commit)
 {
     worker_t *w = ctx;
-    return db_end(w->db, commit) == DB_OK ? 0 : worker_op_errno(w);
+    uint64_t t0 = clock_mono_us();
+    unsigned err = db_end(w->db, commit) == DB_OK ? 0 : worker_op_errno(w);
+    if (commit)
+        worker_stage_since(w, METRICS_STAGE_COMMIT, t0);
+    return err;
 }
 
 static bool worker_op_held(void *ctx)

@@ -104,6 +104,47 @@ static void test_histograms(void)
     free(text);
 }
 
+/* Stage histograms: each observation lands in the first bucket whose bound is >= it, one
+ * family with a stage label per stage, and metrics_counters_add carries them. */
+static void test_stages(void)
+{
+    metrics_queue_t q;
+    memset(&q, 0, sizeof(q));
+    q.name = "q";
+    ok(metrics_observe_stage(&q.c, METRICS_STAGE_INSERT, 0) == 0, "0 µs: the first bucket");
+    ok(metrics_observe_stage(&q.c, METRICS_STAGE_INSERT, 50) == 0, "50 µs: le 0.00005");
+    ok(metrics_observe_stage(&q.c, METRICS_STAGE_INSERT, 51) == 1, "51 µs: le 0.0001");
+    ok(metrics_observe_stage(&q.c, METRICS_STAGE_COMMIT, 4000) == 6, "4 ms: le 0.005");
+    ok(metrics_observe_stage(&q.c, METRICS_STAGE_COMMIT, 10000000) == METRICS_STAGE_N - 1,
+       "10 s: the last bound");
+    ok(metrics_observe_stage(&q.c, METRICS_STAGE_ACK, 10000001) == METRICS_STAGE_N,
+       "above the last bound: +Inf");
+    ok(q.c.stage[METRICS_STAGE_INSERT][0] == 2 && q.c.stage_sum_us[METRICS_STAGE_INSERT] == 101,
+       "the insert stage counts 2 in its first bucket, sum 101 µs");
+    metrics_counters_t more;
+    memset(&more, 0, sizeof(more));
+    metrics_observe_stage(&more, METRICS_STAGE_WAIT, 700);
+    metrics_counters_add(&q.c, &more);
+    ok(q.c.stage[METRICS_STAGE_WAIT][4] == 1, "metrics_counters_add adds the stages");
+    char *text = render(&q, 1);
+    expect_line(text, "# TYPE idemd_stage_seconds histogram");
+    expect_line(text, "idemd_stage_seconds_bucket{queue=\"q\",stage=\"insert\",le=\"5e-05\"} 2");
+    expect_line(text, "idemd_stage_seconds_bucket{queue=\"q\",stage=\"insert\",le=\"+Inf\"} 3");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"insert\"} 3");
+    expect_line(text, "idemd_stage_seconds_sum{queue=\"q\",stage=\"insert\"} 0.000101");
+    expect_line(text, "idemd_stage_seconds_bucket{queue=\"q\",stage=\"commit\",le=\"0.0025\"} 0");
+    expect_line(text, "idemd_stage_seconds_bucket{queue=\"q\",stage=\"commit\",le=\"0.005\"} 1");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"commit\"} 2");
+    expect_line(text, "idemd_stage_seconds_bucket{queue=\"q\",stage=\"ack\",le=\"10\"} 0");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"ack\"} 1");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"wait\"} 1");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"collect\"} 0");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"handler\"} 0");
+    expect_line(text, "idemd_stage_seconds_count{queue=\"q\",stage=\"begin\"} 0");
+    ok(strcmp(metrics_stage_name(METRICS_STAGE_HANDLER), "handler") == 0, "stage names");
+    free(text);
+}
+
 static void test_escaping_and_adding(void)
 {
     metrics_queue_t q[2];
@@ -212,6 +253,7 @@ int main(void)
     test_status_json();
     test_histograms();
     test_escaping_and_adding();
+    test_stages();
     test_exemplars();
     return done();
 }
