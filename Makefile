@@ -154,8 +154,8 @@ $(B)/tests/unit/test_%: tests/unit/test_%.c src/%.c src/log.c src/clock.c tests/
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< src/$*.c src/log.c src/clock.c $(LDLIBS)
 
 # test_conf links all of conf's files.
-$(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) $(CONF_DEPS) src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) $(CONF_DEPS) src/log.c $(LDLIBS)
+$(B)/tests/unit/test_conf: tests/unit/test_conf.c $(CONF_SRCS) $(CONF_DEPS) src/log.c src/clock.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TEST_BUILD='"$(B)"' $(LDFLAGS) -o $@ $< $(CONF_SRCS) $(CONF_DEPS) src/log.c src/clock.c $(LDLIBS)
 
 # The plugin loader checks who may change a plugin with trust.c; its host services (plugin_host.c)
 # read bodies with json_body.c and warnings with db_warn.c.
@@ -165,36 +165,36 @@ $(B)/tests/unit/test_plugin: tests/unit/test_plugin.c $(TEST_PLUGIN_SRCS) tests/
 
 # outbox.c reaches the database and the broker only through its ops tables (outbox_io.c is the
 # real side) and signs dead letters with copies.c.
-$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c tests/unit/tap.h src/outbox.c src/copies.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/copies.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_outbox: tests/unit/test_outbox.c tests/unit/tap.h src/outbox.c src/copies.c src/log.c src/clock.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/outbox.c src/copies.c src/log.c src/clock.c $(LDLIBS)
 
 # test_copies_sig tests copies.c too (its signatures), beside test_copies (its headers).
-$(B)/tests/unit/test_copies_sig: tests/unit/test_copies_sig.c tests/unit/tap.h src/copies.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/copies.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_copies_sig: tests/unit/test_copies_sig.c tests/unit/tap.h src/copies.c src/log.c src/clock.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/copies.c src/log.c src/clock.c $(LDLIBS)
 
 # The transaction protocol is txn.c, what results do to it (txn_result.c) and its message states
 # (txn_state.c); it prints ids (delivery.c).
-$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_txn: tests/unit/test_txn.c tests/unit/tap.h src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c src/clock.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/txn.c src/txn_result.c src/txn_state.c src/delivery.c src/log.c src/clock.c $(LDLIBS)
 
 # The crash guard moves txn_msg_t states (txn_state.c) and prints ids (delivery.c); its database
 # is a fake in the test.
-$(B)/tests/unit/test_guard: tests/unit/test_guard.c tests/unit/tap.h src/guard.c src/txn_state.c src/delivery.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/guard.c src/txn_state.c src/delivery.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_guard: tests/unit/test_guard.c tests/unit/tap.h src/guard.c src/txn_state.c src/delivery.c src/log.c src/clock.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/guard.c src/txn_state.c src/delivery.c src/log.c src/clock.c $(LDLIBS)
 
 # test_order: the key of a delivery (order.c reads headers with delivery.c; the two db.c calls
 # of its SQL are stubs in the test: the key rows are tested against real servers, t_order_*).
-$(B)/tests/unit/test_order: tests/unit/test_order.c tests/unit/tap.h src/order.c src/delivery.c src/json_body.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/order.c src/delivery.c src/json_body.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_order: tests/unit/test_order.c tests/unit/tap.h src/order.c src/delivery.c src/json_body.c src/log.c src/clock.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/order.c src/delivery.c src/json_body.c src/log.c src/clock.c $(LDLIBS)
 
 # test_sqlh_param: the parameter sources read the body with json_body.c.
-$(B)/tests/unit/test_sqlh_param: tests/unit/test_sqlh_param.c tests/unit/tap.h src/sqlh_param.c src/json_body.c src/log.c $(wildcard src/*.h) | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/sqlh_param.c src/json_body.c src/log.c $(LDLIBS)
+$(B)/tests/unit/test_sqlh_param: tests/unit/test_sqlh_param.c tests/unit/tap.h src/sqlh_param.c src/json_body.c src/log.c src/clock.c $(wildcard src/*.h) | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $< src/sqlh_param.c src/json_body.c src/log.c src/clock.c $(LDLIBS)
 
 # test_batch: collecting (batch.c) and settling (settle.c) a batch together, over fake ports; what
 # they link: the delivery's life and states, copies, the crash guard, the publish round, traces.
 TEST_BATCH_SRCS := src/batch.c src/settle.c src/life.c src/txn_state.c src/guard.c src/pubround.c \
-	src/copies.c src/delivery.c src/trace.c src/log.c
+	src/copies.c src/delivery.c src/trace.c src/log.c src/clock.c
 $(B)/tests/unit/test_batch: tests/unit/test_batch.c tests/unit/tap.h $(TEST_BATCH_SRCS) $(wildcard src/*.h) | $(B)/tests/unit
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(TEST_BATCH_SRCS) $(LDLIBS)
 
@@ -207,8 +207,8 @@ $(B)/tests/unit/test_db: tests/unit/test_db.c tests/unit/tap.h src/db.h src/conf
 	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< $(LDLIBS)
 
 # test_log's module is log.c itself: the pattern above would link it twice.
-$(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/log.h | $(B)/tests/unit
-	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c $(LDLIBS)
+$(B)/tests/unit/test_log: tests/unit/test_log.c tests/unit/tap.h src/log.c src/clock.c src/log.h | $(B)/tests/unit
+	$(CC) $(CFLAGS) -Isrc $(LDFLAGS) -o $@ $< src/log.c src/clock.c $(LDLIBS)
 
 $(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tests/unit $(B)/tests/sim:
 	mkdir -p $@
@@ -298,9 +298,9 @@ F := build-fuzz
 FUZZ_CFLAGS := -g -O1 -std=gnu11 -Wall -Wextra -Werror -D_GNU_SOURCE -Iinclude -Isrc $(PKG_CFLAGS) \
 	-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 FUZZ_BINS := $(patsubst tests/fuzz/%.c,$(F)/%,$(wildcard tests/fuzz/fuzz_*.c))
-FUZZ_SRC_conf := $(CONF_SRCS) $(CONF_DEPS) src/log.c
-FUZZ_SRC_delivery := src/delivery.c src/log.c
-FUZZ_SRC_printable := src/delivery.c src/log.c
+FUZZ_SRC_conf := $(CONF_SRCS) $(CONF_DEPS) src/log.c src/clock.c
+FUZZ_SRC_delivery := src/delivery.c src/log.c src/clock.c
+FUZZ_SRC_printable := src/delivery.c src/log.c src/clock.c
 FUZZ_SRC_trace := src/trace.c
 FUZZ_SRC_sqlh_param := src/sqlh_param.c src/json_body.c
 # json_body's target checks the reader against jansson (libjansson-dev), an independent strict

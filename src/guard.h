@@ -13,25 +13,8 @@
 /* Starts past max_attempts, without confirmed crashes, before the guard gives up (guard_check). */
 #define GUARD_UNCONFIRMED 10
 
-/*
- * The database as the guard sees it (table idemd_attempt, one row per
- * consumer and message id). Each call commits on its own, outside any
- * batch transaction; failures are logged by the implementation (worker_ops.c
- * wraps db.h). ctx is the caller's.
- */
-typedef struct guard_ops {
-    /* Whether id has a committed dedup record: 0 with *found, or -1. */
-    int (*find_record)(void *ctx, const char *id, size_t len, bool *found);
-    /* Count one more start: the starts after it, and the crashes so far in *crashes; or -1. */
-    long long (*bump)(void *ctx, const char *id, size_t len, long long *crashes);
-    /* Count one confirmed crash (with add_start also one start): the crashes after it, or -1. */
-    long long (*crash)(void *ctx, const char *id, size_t len, bool add_start);
-    /* Take back one counted start (never below 0): 0, or -1. */
-    int (*unstart)(void *ctx, const char *id, size_t len);
-} guard_ops_t;
-
 typedef struct guard {
-    const guard_ops_t *ops;
+    const db_guard_ops_t *ops;
     void *ctx;
     int max_attempts;
     bool dedup_table; /* dedup = "table": a committed record makes a redelivery a duplicate */

@@ -8,10 +8,11 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <systemd/sd-journal.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "clock.h"
 
 #define LOG_TEXT_MAX 2048 /* longest text (and stderr line); longer text is cut */
 #define LOG_FIELDS_MAX 12
@@ -371,13 +372,13 @@ static int log_write_journal(log_level_t level, const char *text, const log_fiel
 static void log_write_stderr(log_level_t level, const char *text)
 {
     char line[LOG_TEXT_MAX];
-    struct timeval tv;
+    uint64_t us = clock_wall_us();
+    time_t sec = (time_t)(us / 1000000);
     struct tm tm;
-    gettimeofday(&tv, NULL);
-    localtime_r(&tv.tv_sec, &tm);
+    localtime_r(&sec, &tm);
     int n = snprintf(line, sizeof(line), "%04d-%02d-%02d %02d:%02d:%02d.%03d [%d] %s %s: %s",
                      tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                     (int)(tv.tv_usec / 1000), (int)getpid(), log_ctx,
+                     (int)(us % 1000000 / 1000), (int)getpid(), log_ctx,
                      log_names[level] ? log_names[level] : "?", text);
     if (n < 0)
         return;
@@ -402,12 +403,11 @@ void log_set_tap(log_tap_fn fn, void *ctx)
 
 void log_sink_put(log_sink_t *sink, log_level_t level, const char *text)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t now_us = clock_wall_us();
     unsigned long long seq = __atomic_load_n(&sink->seq, __ATOMIC_RELAXED);
     __atomic_store_n(&sink->seq, seq | 1, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    sink->when_us = (long long)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+    sink->when_us = (long long)now_us;
     sink->level = level;
     snprintf(sink->text, sizeof(sink->text), "%s", text);
     __atomic_store_n(&sink->seq, (seq | 1) + 1, __ATOMIC_RELEASE);

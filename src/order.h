@@ -9,15 +9,9 @@
 #include <stddef.h>
 
 #include "db.h"
+#include "db_port.h"
 
 #define ORDER_KEY_MAX 255 /* bytes of a key (the okey column) */
-
-/* Where a message stands towards its key's block. */
-typedef enum order_place {
-    ORDER_FREE = 0, /* the key is not blocked: handle it */
-    ORDER_HEAD,     /* the key is blocked and this message is its head: handle it */
-    ORDER_WAIT,     /* the key is blocked by another message: it waits */
-} order_place_t;
 
 /*
  * The key of a delivery by spec ("header:NAME": that application header, a

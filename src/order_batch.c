@@ -1,5 +1,5 @@
 /* order_batch.c: an ordered queue's batch: each entry's key, the order its messages run in, and
- * their key rows at each step of the transaction, over the key tables' ops (order_db_ops_t).
+ * their key rows at each step of the transaction, over the key tables' ops (db_order_ops_t).
  */
 #include "order_batch.h"
 
@@ -73,7 +73,7 @@ static void order_batch_touched(order_batch_t *ob, const order_okey_t *k)
 }
 
 /*
- * An ordered queue's key rows for message i at step (txn_ops_t.order,
+ * An ordered queue's key rows for message i at step (db_txn_ops_t.order,
  * order.h). A message without a key (none found, or no id) has none.
  */
 unsigned order_batch_op(order_batch_t *ob, int i, txn_msg_t *t, txn_order_step_t step, bool *wait)

@@ -1,5 +1,5 @@
 /* order_batch.h: an ordered queue's batch: each entry's key, the order its messages run in, and
- * their key rows at each step of the transaction (txn_ops_t.order) over the key tables' ops.
+ * their key rows at each step of the transaction (db_txn_ops_t.order) over the key tables' ops.
  */
 #ifndef IDEMD_ORDER_BATCH_H
 #define IDEMD_ORDER_BATCH_H
@@ -12,23 +12,6 @@
 #include "order.h"
 #include "txn.h"
 
-/*
- * The key tables as order.h's calls, on a context instead of a connection:
- * order.c over the worker's database in the daemon (worker_order.c), a fake
- * table in the simulator (tests/sim). Each returns 0 or the MySQL error
- * number.
- */
-typedef struct order_db_ops {
-    unsigned (*blocked)(void *ctx, const char *const *keys, const size_t *lens, int n,
-                        bool *blocked);
-    unsigned (*check)(void *ctx, const char *key, size_t klen, const char *id, size_t idlen,
-                      order_place_t *place);
-    unsigned (*wait)(void *ctx, const char *key, size_t klen, const char *id, size_t idlen);
-    unsigned (*block)(void *ctx, const char *key, size_t klen, const char *id, size_t idlen);
-    unsigned (*done)(void *ctx, const char *key, size_t klen, const char *id, size_t idlen,
-                     bool hold);
-} order_db_ops_t;
-
 /* A batch entry's key (order_key), found afresh for every batch. */
 typedef struct order_okey {
     bool has;     /* it has a key and an id: its key's rows follow it */
@@ -39,7 +22,7 @@ typedef struct order_okey {
 } order_okey_t;
 
 typedef struct order_batch {
-    const order_db_ops_t *ops;
+    const db_order_ops_t *ops;
     void *ctx;
     const conf_queue_t *q; /* order_key, max_attempts, dead_letter_queue, order_dead_letter */
     const life_t *life;    /* the batch whose keys these are */
@@ -69,7 +52,7 @@ void order_batch_keys(order_batch_t *ob);
  * byte order, a key's own messages in delivery order. Owned by ob; after order_batch_keys. */
 const int *order_batch_seq(order_batch_t *ob);
 
-/* txn_ops_t.order for entry i of the batch, over ob's key tables. */
+/* db_txn_ops_t.order for entry i of the batch, over ob's key tables. */
 unsigned order_batch_op(order_batch_t *ob, int i, txn_msg_t *t, txn_order_step_t step, bool *wait);
 
 #ifdef IDEMD_TESTING

@@ -17,7 +17,7 @@
 
 struct outbox {
     outbox_policy_t pol;
-    const outbox_db_ops_t *db; /* the outbox table */
+    const db_outbox_ops_t *db; /* the outbox table */
     void *ctx;                 /* db's */
     /* A slice's rows, allocated on the first relay and kept: OUTBOX_SLICE_ROWS of each, and of
      * ids three times (due ids, their sizes, ids to delete). */
@@ -26,7 +26,7 @@ struct outbox {
     unsigned long long *ids;
 };
 
-outbox_t *outbox_new_ops(const outbox_db_ops_t *ops, void *ctx)
+outbox_t *outbox_new_ops(const db_outbox_ops_t *ops, void *ctx)
 {
     outbox_t *o = calloc(1, sizeof(*o));
     if (o == NULL) {

@@ -11,6 +11,7 @@
 
 #include "../include/idemd/handler.h"
 #include "db.h"
+#include "db_port.h"
 #include "mq.h"
 #include "port.h"
 
@@ -47,47 +48,25 @@ typedef struct outbox_msg {
 } outbox_msg_t;
 
 /*
- * The outbox table as the relay sees it. Calls are on ctx; each logs its
- * own failure and returns 0, -1 when the connection is lost (the caller
- * reconnects) or -2 for another failure. Reads and writes of a relay slice
- * are one transaction, ended by commit or rollback. The real
- * implementation is MySQL (outbox_io.c); the simulator passes fakes.
- */
-typedef struct outbox_db_ops {
-    /* Ids and body+header sizes of at most limit rows due to be sent, oldest first: the rows of
-     * the k sources src[0..k-1], or with k = -1 those older than grace_s seconds; rows waiting
-     * out a backoff are left out. Their number in *got. */
-    int (*due)(void *ctx, const char *const *src, const size_t *src_len, int k, int grace_s,
-               int limit, unsigned long long *ids, unsigned long long *sizes, int *got);
-    /* The rows of ids[0..n-1] whole, in id order, into out; their number (rows gone meanwhile
-     * are missing) in *got. */
-    int (*fetch)(void *ctx, const unsigned long long *ids, int n, outbox_msg_t *out, int *got);
-    int (*remove)(void *ctx, const unsigned long long *ids, int n); /* delete sent rows */
-    /* Count a refused send of row id: attempts + 1, next try in wait_ms, last error why. */
-    int (*refuse)(void *ctx, unsigned long long id, long long wait_ms, const char *why);
-    int (*commit)(void *ctx);
-    void (*rollback)(void *ctx);
-    /* The table lacks sql/009's columns: no attempts, no backoff, no dead letters. */
-    bool (*legacy)(void *ctx);
-    int (*depth)(void *ctx, unsigned max_attempts, outbox_depth_t *d); /* 0 or -1 */
-    void (*close)(void *ctx); /* free ctx (outbox_close); NULL: not owned */
-} outbox_db_ops_t;
-
-/*
  * An outbox on the table behind ops (ctx: owned when ops->close is set).
  * NULL when out of memory (logged). Free with outbox_close.
  */
-outbox_t *outbox_new_ops(const outbox_db_ops_t *ops, void *ctx);
+outbox_t *outbox_new_ops(const db_outbox_ops_t *ops, void *ctx);
 
 /* The ctx given to outbox_new_ops (the real implementation's own state). */
 void *outbox_ops_ctx(const outbox_t *o);
 
+/* The outbox layer of the database port over MySQL (outbox_io.c): its calls are on the context
+ * outbox_new makes. */
+extern const db_outbox_ops_t outbox_io_ops;
+
 /*
  * A worker's outbox on db (borrowed; call outbox_rebind after a
- * reconnect), with the MySQL ops of outbox_io.c. Returns NULL when out of
+ * reconnect), through ops (borrowed, outlives the outbox: outbox_io_ops,
+ * as the worker's database port holds it). Returns NULL when out of
  * memory (logged). Free with outbox_close.
  */
-outbox_t *outbox_new(db_t *db);
+outbox_t *outbox_new(db_t *db, const db_outbox_ops_t *ops);
 
 /* The connection changed: statements are prepared again on db. */
 void outbox_rebind(outbox_t *o, db_t *db);

@@ -1,4 +1,4 @@
-/* outbox_io.c: the outbox's real I/O: the outbox table in MySQL/MariaDB (outbox_db_ops_t, and the
+/* outbox_io.c: the outbox's real I/O: the outbox table in MySQL/MariaDB (db_outbox_ops_t, and the
  * INSERT of outbox_add).
  */
 #include "outbox.h"
@@ -23,9 +23,7 @@ typedef struct outbox_io {
     MYSQL_RES *res; /* the rows of the last fetch: outbox_msg_t point into it */
 } outbox_io_t;
 
-static const outbox_db_ops_t outbox_io_ops;
-
-outbox_t *outbox_new(db_t *db)
+outbox_t *outbox_new(db_t *db, const db_outbox_ops_t *ops)
 {
     outbox_io_t *io = calloc(1, sizeof(*io));
     outbox_t *o;
@@ -34,7 +32,7 @@ outbox_t *outbox_new(db_t *db)
         return NULL;
     }
     io->db = db;
-    if ((o = outbox_new_ops(&outbox_io_ops, io)) == NULL)
+    if ((o = outbox_new_ops(ops, io)) == NULL)
         free(io);
     return o;
 }
@@ -303,7 +301,7 @@ static int outbox_select_sql(outbox_io_t *o, const char *const *src, const size_
     return 0;
 }
 
-/* outbox_db_ops_t.due: the first query of a slice; falls back to the columns of before sql/009
+/* db_outbox_ops_t.due: the first query of a slice; falls back to the columns of before sql/009
  * once, when they are missing. */
 static int outbox_io_due(void *ctx, const char *const *src, const size_t *src_len, int k,
                          int grace_s, int limit, unsigned long long *ids, unsigned long long *sizes,
@@ -336,7 +334,7 @@ static int outbox_io_due(void *ctx, const char *const *src, const size_t *src_le
     return 0;
 }
 
-/* outbox_db_ops_t.fetch: the second query of a slice, the rows whole. */
+/* db_outbox_ops_t.fetch: the second query of a slice, the rows whole. */
 static int outbox_io_fetch(void *ctx, const unsigned long long *ids, int n, outbox_msg_t *out,
                            int *got)
 {
@@ -397,7 +395,7 @@ static int outbox_io_fetch(void *ctx, const unsigned long long *ids, int n, outb
     return 0;
 }
 
-/* outbox_db_ops_t.remove: DELETE the rows of ids[0..n-1]. */
+/* db_outbox_ops_t.remove: DELETE the rows of ids[0..n-1]. */
 static int outbox_io_remove(void *ctx, const unsigned long long *ids, int n)
 {
     outbox_io_t *o = ctx;
@@ -412,7 +410,7 @@ static int outbox_io_remove(void *ctx, const unsigned long long *ids, int n)
     return 0;
 }
 
-/* outbox_db_ops_t.refuse: count a refused send (attempts, backoff, last error). */
+/* db_outbox_ops_t.refuse: count a refused send (attempts, backoff, last error). */
 static int outbox_io_refuse(void *ctx, unsigned long long id, long long wait_ms, const char *why)
 {
     outbox_io_t *o = ctx;
@@ -455,7 +453,7 @@ static bool outbox_io_legacy(void *ctx)
     return o->legacy;
 }
 
-/* outbox_db_ops_t.depth: the consumer's rows by state. */
+/* db_outbox_ops_t.depth: the consumer's rows by state. */
 static int outbox_io_depth(void *ctx, unsigned max_attempts, outbox_depth_t *d)
 {
     outbox_io_t *o = ctx;
@@ -493,7 +491,7 @@ static int outbox_io_depth(void *ctx, unsigned max_attempts, outbox_depth_t *d)
     return 0;
 }
 
-static const outbox_db_ops_t outbox_io_ops = {
+const db_outbox_ops_t outbox_io_ops = {
     .due = outbox_io_due,
     .fetch = outbox_io_fetch,
     .remove = outbox_io_remove,

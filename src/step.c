@@ -62,8 +62,8 @@ static void step_txn_init(step_t *s, txn_t *t)
     life_t *l = s->life;
 
     memset(t, 0, sizeof(*t));
-    t->ops = s->txn_ops;
-    t->ctx = s->txn_ctx;
+    t->ops = &s->db.ops->txn;
+    t->ctx = s->db.ctx;
     t->clock = s->clock;
     t->record = s->record;
     /* One record INSERT per batch; per-message savepoints only after a failure, and for a

@@ -61,9 +61,8 @@ typedef struct step {
     batch_t *bt;    /* collecting (its consume and clock ports) */
     settle_t *st;   /* settling (its consume, publish and clock ports) */
     guard_t *guard; /* the crash guard */
-    /* The transaction: the handler and the database behind txn_ops_t. */
-    const txn_ops_t *txn_ops;
-    void *txn_ctx;
+    /* The database port: the transaction runs on its txn layer (with the handler calls). */
+    db_port_t db;
     bool record;       /* dedup = "table" */
     bool bulk;         /* the set-based pass may be tried (not an ordered queue) */
     bool batch;        /* ... with handle_batch */
@@ -102,7 +101,7 @@ step_status_t step_run(step_t *s) __attribute__((warn_unused_result));
  * batch already in life->batch runs through txn_run with the step's ops and
  * settings (set-based pass, handle_batch, an ordered queue's key order),
  * record INSERTs only when record is true, and ends in ROLLBACK where COMMIT
- * would be (txn_t.dry_run; peek, NULL or called on txn_ctx just before it).
+ * would be (txn_t.dry_run; peek, NULL or called on db.ctx just before it).
  * No crash guard, no outbox relay, no settling: nothing is acked or sent.
  * The outcome is in t (overwritten) and in each message's state.
  */

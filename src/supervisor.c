@@ -127,7 +127,7 @@ int supervisor_run(conf_t *conf, int log_level_override, const char *version)
     s->sigfd = -1;
     s->log_level_override = log_level_override;
     s->version = version;
-    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    srand((unsigned)getpid() ^ (unsigned)(clock_wall_ms() / 1000));
     signal(SIGPIPE, SIG_IGN);
     sigemptyset(&mask);
     sigaddset(&mask, SIGTERM);

@@ -12,7 +12,7 @@
 #include "txn_result.h"
 #include "txn_state.h"
 
-/* Open a pass's transaction (txn_ops_t.begin; without it the first statement opens it). */
+/* Open a pass's transaction (db_txn_ops_t.begin; without it the first statement opens it). */
 static unsigned txn_begin(txn_t *t)
 {
     return t->ops->begin ? t->ops->begin(t->ctx) : 0;
@@ -36,7 +36,7 @@ static txn_pass_t txn_undo(txn_t *t, int i)
     return err ? txn_lost(t, err, "ROLLBACK TO SAVEPOINT") : TXN_PASS_DONE;
 }
 
-/* Ordered queues: message i's key rows at step (txn_ops_t.order); DONE, or what the error means.
+/* Ordered queues: message i's key rows at step (db_txn_ops_t.order); DONE, or what the error means.
  * Whatever it wrote is to be committed: *handled. */
 static txn_pass_t txn_order(txn_t *t, int i, txn_order_step_t step, bool *wait, bool *handled)
 {

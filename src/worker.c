@@ -286,8 +286,7 @@ static void worker_alloc(worker_t *w)
             w->ids = NULL; /* reported just below */
     }
     if (w->q->order_key && w->q->order_key[0]) {
-        w->ord =
-            (order_batch_t){.ops = &worker_order_db_ops, .ctx = w, .q = w->q, .life = &w->life};
+        w->ord = (order_batch_t){.ops = &w->db_ops.order, .ctx = w, .q = w->q, .life = &w->life};
         if (order_batch_init(&w->ord, w->q->batch_size) != 0)
             w->ids = NULL; /* reported just below */
     }
@@ -331,7 +330,7 @@ void worker_main(const conf_t *conf, const conf_queue_t *q, int index, worker_sl
     if (reread && atoi(reread) > 0)
         w.keys_reread_ms = atoi(reread);
 #endif
-    srand((unsigned)getpid() ^ (unsigned)time(NULL));
+    srand((unsigned)getpid() ^ (unsigned)(clock_wall_ms() / 1000));
 
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = worker_on_signal;

@@ -73,7 +73,7 @@ int worker_db_start(worker_t *w, bool daemon, char *err, size_t errlen)
 
     if (w->outbox)
         outbox_rebind(w->outbox, w->db);
-    else if ((w->outbox = outbox_new(w->db)) == NULL) {
+    else if ((w->outbox = outbox_new(w->db, &w->db_ops.outbox)) == NULL) {
         snprintf(err, errlen, "out of memory");
         rc = WORKER_EXIT_TEMPFAIL;
         goto fail;

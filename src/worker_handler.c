@@ -147,7 +147,8 @@ static unsigned worker_boundary(const worker_t *w, unsigned err)
     return db_boundary(w->db, err) == DB_BOUNDARY_ENDED ? DB_ER_TXN_ENDED : err;
 }
 
-/* Run the handler on message i (txn_ops_t.handle): the crash note in the slot brackets the call. */
+/* Run the handler on message i (db_txn_ops_t.handle): the crash note in the slot brackets the call.
+ */
 idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
 {
     worker_t *w = ctx;
@@ -177,7 +178,7 @@ idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err)
 }
 
 /*
- * Run the handler's handle_batch on ms[0..k-1] (txn_ops_t.handle_many).
+ * Run the handler's handle_batch on ms[0..k-1] (db_txn_ops_t.handle_many).
  * No crash note: should the worker die in it, every message comes back
  * redelivered and runs alone through handle(), where the one at fault is
  * counted. handler_timeout bounds the whole call.

@@ -80,8 +80,9 @@ typedef struct worker {
     outbox_t *outbox; /* onward messages (host->publish) */
     const char **ids; /* scratch for the set-based record calls, order keys and the relay */
     size_t *id_lens;
-    /* The step's transaction ops: worker_txn_ops, order NULL unless the queue is ordered. */
-    txn_ops_t txn_ops;
+    /* The database port's table, filled once (worker_wire): worker_txn_ops (its order op NULL
+     * unless the queue is ordered), the guard's, worker_order_db_ops and outbox_io_ops. */
+    db_ops_t db_ops;
     /* The handler calls (worker_handler.c). */
     struct {
         int cur;            /* the message handle() runs on */
@@ -145,19 +146,21 @@ void worker_reread_keys(worker_t *w);
 int worker_undecodable(worker_t *w); /* 0, or an exit code */
 
 /* worker_txn.c: the transaction ops step.c runs; their order op is for an ordered queue only
- * (worker_txn_wire leaves it out of w->txn_ops for the others); the step put together on them. */
-extern const txn_ops_t worker_txn_ops;
+ * (worker_txn_wire leaves it out of w->db_ops.txn for the others); the step put together on them.
+ */
+extern const db_txn_ops_t worker_txn_ops;
 void worker_txn_wire(worker_t *w, const step_hooks_t *hooks);
 
-/* worker_handler.c: the handler calls behind txn_ops_t.handle / handle_many, and host->publish. */
+/* worker_handler.c: the handler calls behind db_txn_ops_t.handle / handle_many, and host->publish.
+ */
 idemd_result_t worker_op_handle(void *ctx, int i, txn_msg_t *t, unsigned *err);
 int worker_op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err);
 int worker_publish(void *ctx, MYSQL *db, const idemd_message_t *src, const idemd_publish_t *p,
                    char *err, size_t errlen);
 
-/* worker_order.c: an ordered queue's key rows (txn_ops_t.order over order_batch.c and order.c)
+/* worker_order.c: an ordered queue's key rows (db_txn_ops_t.order over order_batch.c and order.c)
  * and its batch's keys and running order (step_hooks_t.order_keys). */
-extern const order_db_ops_t worker_order_db_ops;
+extern const db_order_ops_t worker_order_db_ops;
 const int *worker_order_keys(worker_t *w);
 unsigned worker_op_order(void *ctx, int i, txn_msg_t *t, txn_order_step_t step, bool *wait);
 

@@ -1,5 +1,5 @@
 /* worker_ops.c: the real adapters of the three ports (consume and publish on mq.h, the clock) and
- * the database (db.h) behind the crash guard's ops (guard_ops_t).
+ * the database (db.h) behind the crash guard's ops (db_guard_ops_t).
  */
 #include "worker_int.h"
 #include "clock.h"
@@ -176,7 +176,7 @@ static const port_clock_ops_t worker_clock_ops = {
     .pause = worker_k_pause,
 };
 
-/* The database for the crash guard (guard_ops_t): idemd_attempt through db.h. */
+/* The database for the crash guard (db_guard_ops_t): idemd_attempt through db.h. */
 static int worker_g_find_record(void *ctx, const char *id, size_t len, bool *found)
 {
     worker_t *w = ctx;
@@ -201,17 +201,22 @@ static int worker_g_unstart(void *ctx, const char *id, size_t len)
     return db_attempt_unstart(w->db, id, len);
 }
 
-static const guard_ops_t worker_guard_ops = {
+static const db_guard_ops_t worker_guard_ops = {
     .find_record = worker_g_find_record,
     .bump = worker_g_bump,
     .crash = worker_g_crash,
     .unstart = worker_g_unstart,
 };
 
-/* Wire the batch, settle and guard modules to this worker (its life, broker and database). */
+/* Fill the database port's table once, and wire the batch, settle and guard modules to this worker
+ * (its life, broker and database). */
 void worker_wire(worker_t *w)
 {
-    w->guard = (guard_t){.ops = &worker_guard_ops,
+    w->db_ops = (db_ops_t){.txn = worker_txn_ops,
+                           .guard = worker_guard_ops,
+                           .order = worker_order_db_ops,
+                           .outbox = outbox_io_ops};
+    w->guard = (guard_t){.ops = &w->db_ops.guard,
                          .ctx = w,
                          .max_attempts = w->q->max_attempts,
                          .dedup_table = w->q->dedup == CONF_DEDUP_TABLE,

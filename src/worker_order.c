@@ -3,7 +3,7 @@
  */
 #include "worker_int.h"
 
-/* order_db_ops_t over order.c, on the worker's connection. */
+/* db_order_ops_t over order.c, on the worker's connection. */
 static unsigned worker_o_blocked(void *ctx, const char *const *keys, const size_t *lens, int n,
                                  bool *blocked)
 {
@@ -33,7 +33,7 @@ static unsigned worker_o_done(void *ctx, const char *key, size_t klen, const cha
     return order_done(((worker_t *)ctx)->db, key, klen, id, idlen, hold);
 }
 
-const order_db_ops_t worker_order_db_ops = {
+const db_order_ops_t worker_order_db_ops = {
     .blocked = worker_o_blocked,
     .check = worker_o_check,
     .wait = worker_o_wait,

@@ -147,8 +147,7 @@ static int worker_try_alloc(worker_t *w)
         (w->id_lens = calloc(1, sizeof(*w->id_lens))) == NULL)
         return -1;
     if (w->q->order_key && w->q->order_key[0]) {
-        w->ord =
-            (order_batch_t){.ops = &worker_order_db_ops, .ctx = w, .q = w->q, .life = &w->life};
+        w->ord = (order_batch_t){.ops = &w->db_ops.order, .ctx = w, .q = w->q, .life = &w->life};
         if (order_batch_init(&w->ord, 1) != 0)
             return -1;
     }

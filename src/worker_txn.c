@@ -1,4 +1,4 @@
-/* worker_txn.c: a worker's transaction ops (txn_ops_t) as step.c runs them: the database steps
+/* worker_txn.c: a worker's transaction ops (db_txn_ops_t) as step.c runs them: the database steps
  * here, the handler calls from worker_handler.c, an ordered queue's key rows from worker_order.c.
  */
 #include "worker_int.h"
@@ -61,7 +61,7 @@ static unsigned worker_op_find_records(void *ctx, txn_msg_t *const *ms, int k, b
     return db_find_records(w->db, w->ids, w->id_lens, k, found) == DB_OK ? 0 : db_last_errno(w->db);
 }
 
-/* The server's message for the statement that failed last (txn_ops_t.error_text). */
+/* The server's message for the statement that failed last (db_txn_ops_t.error_text). */
 static const char *worker_op_error_text(void *ctx)
 {
     worker_t *w = ctx;
@@ -99,7 +99,7 @@ static bool worker_op_held(void *ctx)
     return w->db->boundary == DB_BOUNDARY_XA;
 }
 
-const txn_ops_t worker_txn_ops = {
+const db_txn_ops_t worker_txn_ops = {
     .exec = worker_op_exec,
     .record = worker_op_record,
     .clear_attempts = worker_op_clear,
@@ -124,15 +124,12 @@ const txn_ops_t worker_txn_ops = {
 void worker_txn_wire(worker_t *w, const step_hooks_t *hooks)
 {
     bool ordered = w->ord.keys != NULL;
-    w->txn_ops = worker_txn_ops;
-    if (!ordered)
-        w->txn_ops.order = NULL;
+    w->db_ops.txn.order = ordered ? worker_txn_ops.order : NULL;
     w->step = (step_t){.life = &w->life,
                        .bt = &w->bt,
                        .st = &w->st,
                        .guard = &w->guard,
-                       .txn_ops = &w->txn_ops,
-                       .txn_ctx = w,
+                       .db = {&w->db_ops, w},
                        .record = w->q->dedup == CONF_DEDUP_TABLE,
                        .bulk = !ordered,
                        .batch = w->hx.bmsg != NULL && !ordered,

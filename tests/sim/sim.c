@@ -419,7 +419,7 @@ static idemd_result_t handler_run(txn_msg_t *m, unsigned *err)
     return IDEMD_RESULT_OK;
 }
 
-/* txn_ops_t.handle: the crash note in the slot brackets the call (worker_op_handle). */
+/* db_txn_ops_t.handle: the crash note in the slot brackets the call (worker_op_handle). */
 static idemd_result_t op_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
 {
     (void)ctx;
@@ -435,7 +435,7 @@ static idemd_result_t op_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
     return r;
 }
 
-/* txn_ops_t.handle_many: one call for the batch, failing as a whole on a poisoned message. */
+/* db_txn_ops_t.handle_many: one call for the batch, failing as a whole on a poisoned message. */
 static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t *r, unsigned *err)
 {
     (void)ctx;
@@ -456,7 +456,7 @@ static int op_handle_many(void *ctx, txn_msg_t *const *ms, int k, idemd_result_t
     return 0;
 }
 
-/* txn_ops_t.order: the key rows of worker sim.cur's batch (order_batch.c over sim_db's key
+/* db_txn_ops_t.order: the key rows of worker sim.cur's batch (order_batch.c over sim_db's key
  * tables), as worker_op_order. */
 static unsigned op_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, bool *wait)
 {
@@ -464,7 +464,7 @@ static unsigned op_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, 
     return order_batch_op(sim_life_order(), i, m, step, wait);
 }
 
-const txn_ops_t sim_txn_ops_ordered = {
+const db_txn_ops_t sim_txn_ops_ordered = {
     sim_db_exec,
     sim_db_record,
     sim_db_clear,
@@ -479,7 +479,7 @@ const txn_ops_t sim_txn_ops_ordered = {
     NULL,
 };
 
-const txn_ops_t sim_txn_ops = {
+const db_txn_ops_t sim_txn_ops = {
     sim_db_exec,    sim_db_record, sim_db_clear, op_handle, sim_db_record_many, sim_db_find_records,
     op_handle_many, NULL, /* order: ordered queues are not simulated
                              (docs/ordering.md) */

@@ -262,7 +262,7 @@ void sim_db_disconnect(void);
 /* Whether e is an error sim_db injects as a lost session (2006, 2013, and a Group Replication
  * primary's: sim_db.c), classified by the simulator itself, not by db_classify. */
 bool sim_db_session_lost(unsigned e);
-/* txn_ops_t's database calls: 0 or a MySQL error number, done to the transaction as the server
+/* db_txn_ops_t's database calls: 0 or a MySQL error number, done to the transaction as the server
  * does it. */
 unsigned sim_db_exec(void *ctx, const char *sql);
 unsigned sim_db_record(void *ctx, const txn_msg_t *m);
@@ -284,8 +284,13 @@ unsigned sim_db_row_delete(int id, int row);
 /* Before one of the outbox relay's statements: a death, a lost connection, or (deadlock) a
  * 1213 that rolls the relay's transaction back. 0 or the error number. */
 unsigned sim_db_outbox_fault(const char *what, bool deadlock);
-/* An ordered queue's key tables (order_db_ops_t over the tables above). */
-extern const order_db_ops_t sim_order_db_ops;
+/* An ordered queue's key tables (db_order_ops_t over the tables above). */
+extern const db_order_ops_t sim_order_db_ops;
+/* The outbox table (db_outbox_ops_t over sim_outbox.c's rows). */
+extern const db_outbox_ops_t sim_outbox_db;
+/* The database port's table (sim_life.c): the layers above, sim_txn_ops(_ordered) and the
+ * guard's, filled once a run; every module takes its layer from it. */
+extern db_ops_t sim_db_ops;
 /* A message id of the catalogue from a txn message ("m<N>"). */
 int sim_id_of(const txn_msg_t *m);
 
@@ -373,7 +378,7 @@ extern conf_queue_t sim_q;
 extern copies_keys_t sim_keys;
 /* What sim.c shares with them: the txn ops (handler, database; an ordered queue's with the key
  * rows of worker sim.cur's batch) and the crash note. */
-extern const txn_ops_t sim_txn_ops, sim_txn_ops_ordered;
+extern const db_txn_ops_t sim_txn_ops, sim_txn_ops_ordered;
 order_batch_t *sim_life_order(void);
 
 /* sim.c's side: the successor's pending crash count, the bookkeeping after a transaction, the

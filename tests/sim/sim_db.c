@@ -578,7 +578,7 @@ static unsigned o_done(void *ctx, const char *key, size_t klen, const char *id, 
     return 0;
 }
 
-const order_db_ops_t sim_order_db_ops = {
+const db_order_ops_t sim_order_db_ops = {
     .blocked = o_blocked,
     .check = o_check,
     .wait = o_wait,

@@ -40,7 +40,7 @@ static const port_consume_t consume = {&sim_consume_ops, NULL};
 static const port_publish_t pub = {&sim_publish_ops, NULL};
 static const port_clock_t clock_port = {&sim_clock_ops, NULL};
 
-/* ---------- the guard's database (guard_ops_t) ---------- */
+/* ---------- the guard's database (db_guard_ops_t) ---------- */
 
 static int g_id(const char *id, size_t len)
 {
@@ -72,7 +72,11 @@ static int g_unstart(void *ctx, const char *id, size_t len)
     return sim_db_unstart(g_id(id, len)) == 0 ? 0 : -1;
 }
 
-static const guard_ops_t sim_guard_ops = {g_find, g_bump, g_crash, g_unstart};
+static const db_guard_ops_t sim_guard_ops = {g_find, g_bump, g_crash, g_unstart};
+
+/* The database port's table, filled once a run (sim_life_begin) from the fakes, as worker_wire
+ * fills the worker's from the real database. */
+db_ops_t sim_db_ops;
 
 /* ---------- the worker ---------- */
 
@@ -150,7 +154,7 @@ order_batch_t *sim_life_order(void)
 static void life_wire(int k)
 {
     sim_worker_t *x = &workers[k];
-    x->guard = (guard_t){.ops = &sim_guard_ops,
+    x->guard = (guard_t){.ops = &sim_db_ops.guard,
                          .ctx = NULL,
                          .max_attempts = sim_q.max_attempts,
                          .dedup_table = !sim.o.dedup_none,
@@ -178,8 +182,7 @@ static void life_wire(int k)
                        .bt = &x->bt,
                        .st = &x->st,
                        .guard = &x->guard,
-                       .txn_ops = sim.o.ordered ? &sim_txn_ops_ordered : &sim_txn_ops,
-                       .txn_ctx = NULL,
+                       .db = {&sim_db_ops, NULL},
                        .record = !sim.o.dedup_none,
                        .bulk = sim.o.bulk && !sim.o.ordered, /* as worker_txn_wire */
                        .batch = sim.o.batch_handler && !sim.o.ordered,
@@ -195,6 +198,10 @@ static void life_wire(int k)
 
 void sim_life_begin(void)
 {
+    sim_db_ops = (db_ops_t){.txn = sim.o.ordered ? sim_txn_ops_ordered : sim_txn_ops,
+                            .guard = sim_guard_ops,
+                            .order = sim_order_db_ops,
+                            .outbox = sim_outbox_db};
     memset(&sim_q, 0, sizeof(sim_q));
     sim_q.name = "orders";
     sim_q.consumer = "orders";
@@ -222,7 +229,7 @@ void sim_life_begin(void)
         sim_keys.k[0][i] = (unsigned char)sim_rng_next(&sim.rng);
     for (int k = 0; k < sim.o.workers; k++) {
         workers[k].ord = (order_batch_t){
-            .ops = &sim_order_db_ops, .ctx = NULL, .q = &sim_q, .life = &workers[k].life};
+            .ops = &sim_db_ops.order, .ctx = NULL, .q = &sim_q, .life = &workers[k].life};
         if (life_init(&workers[k].life, sim.o.batch_size, sim.o.max_held) != 0 ||
             (sim.o.ordered && order_batch_init(&workers[k].ord, sim.o.batch_size) != 0)) {
             fprintf(stderr, "sim: out of memory\n");

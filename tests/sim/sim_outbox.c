@@ -1,5 +1,5 @@
 /* sim_outbox.c: the real outbox relay (outbox.c) wired to the simulated database's outbox rows
- * (outbox_db_ops_t, as outbox_io.c wires it to MySQL), and the sweeper between steps.
+ * (db_outbox_ops_t, as outbox_io.c wires it to MySQL), and the sweeper between steps.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +24,7 @@ static void row_of(unsigned long long rid, int *id, int *r)
     *r = (int)((rid - 1) % SIM_ROWS);
 }
 
-/* ---------- the outbox table (outbox_db_ops_t) ---------- */
+/* ---------- the outbox table (db_outbox_ops_t) ---------- */
 
 /* The relay's open transaction: its DELETEs and UPDATEs, applied at COMMIT. */
 static struct {
@@ -213,7 +213,7 @@ static int d_depth(void *ctx, unsigned max_attempts, outbox_depth_t *d)
     return 0;
 }
 
-static const outbox_db_ops_t sim_outbox_db = {
+const db_outbox_ops_t sim_outbox_db = {
     .due = d_due,
     .fetch = d_fetch,
     .remove = d_remove,
@@ -232,7 +232,7 @@ void sim_outbox_begin(void)
     memset(&tx, 0, sizeof(tx));
     for (int i = 0; i < COPIES_KEY_LEN; i++)
         key[i] = (unsigned char)(sim.seed >> (i % 8));
-    if (ob == NULL && (ob = outbox_new_ops(&sim_outbox_db, NULL)) == NULL) {
+    if (ob == NULL && (ob = outbox_new_ops(&sim_db_ops.outbox, NULL)) == NULL) {
         fprintf(stderr, "sim: out of memory\n");
         abort();
     }

@@ -1,5 +1,5 @@
 /* test_guard.c: unit tests of the crash-loop guard (guard.c) through a fake database
- * (guard_ops_t): the counts, the crash limit with one worker and with several racing (at most
+ * (db_guard_ops_t): the counts, the crash limit with one worker and with several racing (at most
  * workers - 1 over, docs/lifecycle.md), and a requeue when the held list is full not being a
  * start.
  */
@@ -69,7 +69,7 @@ static int f_unstart(void *ctx, const char *id, size_t len)
     return 0;
 }
 
-static const guard_ops_t f_ops = {
+static const db_guard_ops_t f_ops = {
     .find_record = f_find_record,
     .bump = f_bump,
     .crash = f_crash,

@@ -141,7 +141,7 @@ static int f_depth(void *ctx, unsigned max_attempts, outbox_depth_t *d)
     return 0;
 }
 
-static const outbox_db_ops_t fake_db = {f_due,      f_fetch,  f_remove, f_refuse, f_commit,
+static const db_outbox_ops_t fake_db = {f_due,      f_fetch,  f_remove, f_refuse, f_commit,
                                         f_rollback, f_legacy, f_depth,  NULL};
 
 static void b_begin(void *ctx)

@@ -356,9 +356,9 @@ static const char *f_error_text(void *ctx)
     return "The storage engine for the table doesn't support SAVEPOINT";
 }
 
-static const txn_ops_t f_ops = {f_exec,        f_record,       f_clear,       f_handle,
-                                f_record_many, f_find_records, f_handle_many, NULL,
-                                f_error_text,  NULL,           NULL,          NULL};
+static const db_txn_ops_t f_ops = {f_exec,        f_record,       f_clear,       f_handle,
+                                   f_record_many, f_find_records, f_handle_many, NULL,
+                                   f_error_text,  NULL,           NULL,          NULL};
 static const port_clock_ops_t f_clock = {.now_ms = f_now};
 
 /* Ordered queues: message i's key; the block a key has in the open transaction or committed. */
@@ -372,7 +372,7 @@ static int f_head(const fdb_t *d, int key)
     return h;
 }
 
-/* txn_ops_t.order over the miniature: blocks and waiters are writes, undone with the rest. */
+/* db_txn_ops_t.order over the miniature: blocks and waiters are writes, undone with the rest. */
 static unsigned f_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, bool *wait)
 {
     fdb_t *d = ctx;
@@ -401,9 +401,9 @@ static unsigned f_order(void *ctx, int i, txn_msg_t *m, txn_order_step_t step, b
     }
 }
 
-static const txn_ops_t f_ops_ordered = {f_exec,        f_record,       f_clear,       f_handle,
-                                        f_record_many, f_find_records, f_handle_many, f_order,
-                                        NULL,          NULL,           NULL,          NULL};
+static const db_txn_ops_t f_ops_ordered = {f_exec,        f_record,       f_clear,       f_handle,
+                                           f_record_many, f_find_records, f_handle_many, f_order,
+                                           NULL,          NULL,           NULL,          NULL};
 
 static fdb_t db;
 static txn_msg_t msgs[NIDS];
