@@ -158,7 +158,7 @@ cl_net_up()
         cl_net_link "${CL_RNS[$n]}" "vr$n" "${CL_RIP[$n]}" || return 1
         cl_net_link "${CL_GNS[$n]}" "vg$n" "${CL_GIP[$n]}" || return 1
     done
-    cl_log "namespaces $(cl_all_ns); hub $CL_HUB_IP, RabbitMQ ${CL_RIP[*]}, Galera ${CL_GIP[*]}"
+    cl_log "namespaces $(cl_all_ns); hub $CL_HUB_IP, RabbitMQ ${CL_RIP[*]}, $(cl_db_title) ${CL_GIP[*]}"
 }
 
 cl_net_down()
@@ -300,6 +300,17 @@ cl_rabbit_running()
 {
     local r
     r=$(cl_ctl "$1" eval 'length(rabbit_nodes:all_running()).' 2>/dev/null) || r='?'
+    echo "$r"
+}
+
+# Number of RabbitMQ nodes node $1 is connected to, itself included (? when it does not
+# answer). RabbitMQ 4.x keeps its metadata in Khepri, where all_running() still counts a node
+# cut off by a partition; the Erlang distribution drops it after net_ticktime.
+cl_rabbit_connected()
+{
+    local r
+    r=$(cl_ctl "$1" eval 'length([N || N <- [node() | nodes()], lists:prefix("rabbit@", atom_to_list(N))]).' \
+        2>/dev/null) || r='?'
     echo "$r"
 }
 
@@ -472,14 +483,16 @@ cl_log_since()
 }
 
 # True once both sides of a partition of node $2 (KIND $1: r or g) noticed it: the cut-off
-# node (RabbitMQ: paused as a minority; Galera: non-Primary) and the next node (RabbitMQ: 2
-# running nodes; Galera: Primary with 2).
+# node (RabbitMQ: paused as a minority, or, on 4.x, whose metadata store is Khepri and which
+# does not pause, its peers down by net_tick_timeout; Galera: non-Primary; Group Replication:
+# the others UNREACHABLE) and the next node (RabbitMQ: connected to 1 other node; Galera:
+# Primary with 2; Group Replication: ONLINE in a group of 2).
 cl_part_seen()
 {
     local kind=$1 n=$2 m=$(($2 % 3 + 1)) st
     if [[ $kind == r ]]; then
-        [[ $(cl_rabbit_running "$m") == 2 ]] || return 1
-        grep -qi 'minority' "$CL_DIR/r$n/log/${CL_NODE[$n]}.log" 2>/dev/null
+        [[ $(cl_rabbit_connected "$m") == 2 ]] || return 1
+        grep -qiE 'minority|down: net_tick_timeout' "$CL_DIR/r$n/log/${CL_NODE[$n]}.log" 2>/dev/null
     elif [[ $CL_DB == gr ]]; then
         cl_gr_part_seen "$n"
     else
@@ -511,7 +524,8 @@ cl_part()
             if [[ $kind == g ]]; then
                 cl_db_report
             else
-                cl_log "RabbitMQ node $((n % 3 + 1)) sees $(cl_rabbit_running $((n % 3 + 1))) running nodes"
+                cl_log "RabbitMQ node $((n % 3 + 1)) sees $(cl_rabbit_running $((n % 3 + 1))) running nodes," \
+                    "is connected to $(cl_rabbit_connected $((n % 3 + 1)))"
             fi
             return 1
         fi
@@ -599,7 +613,7 @@ cl_db_bootstrap() { if [[ $CL_DB == gr ]]; then cl_gr_bootstrap; else cl_galera_
 cl_db_ok()
 {
     if [[ $CL_DB == gr ]]; then
-        [[ $(cl_gr_state "$1") == "ONLINE $2 "* ]]
+        cl_gr_agreed "$1" "$(cl_gr_state "$1")" "$2"
     else
         [[ $(cl_galera_status "$1" "'wsrep_local_state_comment', 'wsrep_cluster_size'") == "$2 Synced" ]]
     fi

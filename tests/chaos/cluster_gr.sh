@@ -160,6 +160,21 @@ cl_gr_rejoin()
     cl_log "Group Replication member $n: START returned after $((SECONDS - t0)) s"
 }
 
+# True when member $1's view ("$2") and that of every other member ONLINE agree: $3 members
+# ONLINE, none UNREACHABLE. (Right after a heal an expelled member still shows its old view of
+# 3 ONLINE until it learns it was expelled; the others show 2.)
+cl_gr_agreed()
+{
+    local n=$1 st=$2 size=$3 k sk
+    [[ $st == "ONLINE $size "*" 0" ]] || return 1
+    for k in 1 2 3; do
+        ((k == n)) && continue
+        sk=$(cl_gr_state "$k") || continue
+        [[ $sk == ONLINE* && $sk != "ONLINE $size "*" 0" ]] && return 1
+    done
+    return 0
+}
+
 cl_gr_wait()
 {
     local n=$1 deadline=$((SECONDS + ${2:-240})) st size=${CL_DB_SIZE:-3} own last_try=-100
@@ -167,15 +182,15 @@ cl_gr_wait()
     while ((SECONDS < deadline)); do
         st=$(cl_gr_state "$n") || st=
         read -r own _ <<<"$st"
-        [[ $st == "ONLINE $size "* ]] && return 0
+        cl_gr_agreed "$n" "$st" "$size" && return 0
         cl_db_alive "$n" || break
-        [[ $own == ONLINE || $own == RECOVERING ]] && stuck=$SECONDS
-        # OFFLINE or NONE (restarted), ERROR (expelled and back): join; ONLINE in a view that
-        # lost the others for over 60 s (the expel not learnt): STOP and START too.
+        [[ $own == RECOVERING ]] && stuck=$SECONDS
+        # OFFLINE or NONE (restarted), ERROR (expelled and back): join; a view the others do
+        # not share for over 60 s (an expel not learnt): STOP and START too.
         if [[ -n $st ]] && ((SECONDS - last_try >= 30)); then
             if [[ $own == OFFLINE || $own == NONE ]]; then
                 cl_gr_rejoin "$n"
-                last_try=$SECONDS
+                last_try=$SECONDS stuck=$SECONDS
             elif [[ $own == ERROR ]] || ((SECONDS - stuck >= 60)); then
                 cl_gr_rejoin "$n" stop
                 last_try=$SECONDS stuck=$SECONDS
