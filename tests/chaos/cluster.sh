@@ -651,7 +651,8 @@ cl_db_asym()
     ip netns exec "${CL_GNS[$n]}" nft delete table inet idcasym || return 1
     cl_log "one-way drop removed"
     t0=$SECONDS
-    for k in 1 2 3; do cl_db_wait "$k" || return 1; done
+    # The two the drop was between first: an expelled one is rejoined there.
+    for k in "$n" "$m" $((6 - n - m)); do cl_db_wait "$k" || return 1; done
     cl_log "all three back in the group of 3, $((SECONDS - t0)) s after the drop was removed ($seen)"
 }
 

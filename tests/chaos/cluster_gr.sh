@@ -175,6 +175,23 @@ cl_gr_agreed()
     return 0
 }
 
+# True when member $1's view ("$2") counts more members ONLINE than every other member that is
+# ONLINE itself sees (and there is one): it has not learnt that it was expelled.
+cl_gr_stale()
+{
+    local n=$1 mine k sk others=0 most=0 c
+    read -r _ mine _ <<<"$2"
+    for k in 1 2 3; do
+        ((k == n)) && continue
+        sk=$(cl_gr_state "$k") || continue
+        [[ $sk == ONLINE* ]] || continue
+        read -r _ c _ <<<"$sk"
+        others=1
+        ((c > most)) && most=$c
+    done
+    ((others && ${mine:-0} > most))
+}
+
 cl_gr_wait()
 {
     local n=$1 deadline=$((SECONDS + ${2:-240})) st size=${CL_DB_SIZE:-3} own last_try=-100
@@ -185,8 +202,10 @@ cl_gr_wait()
         cl_gr_agreed "$n" "$st" "$size" && return 0
         cl_db_alive "$n" || break
         [[ $own == RECOVERING ]] && stuck=$SECONDS
-        # OFFLINE or NONE (restarted), ERROR (expelled and back): join; a view the others do
-        # not share for over 60 s (an expel not learnt): STOP and START too.
+        [[ $own == ONLINE ]] && ! cl_gr_stale "$n" "$st" && stuck=$SECONDS
+        # OFFLINE or NONE (restarted), ERROR (expelled and back): join; a view with more
+        # members ONLINE than any other ONLINE member sees, for over 60 s (an expel not
+        # learnt): STOP and START too. A member that waits for another to come back is left be.
         if [[ -n $st ]] && ((SECONDS - last_try >= 30)); then
             if [[ $own == OFFLINE || $own == NONE ]]; then
                 cl_gr_rejoin "$n"
