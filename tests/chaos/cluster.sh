@@ -651,8 +651,13 @@ cl_db_asym()
     ip netns exec "${CL_GNS[$n]}" nft delete table inet idcasym || return 1
     cl_log "one-way drop removed"
     t0=$SECONDS
-    # The two the drop was between first: an expelled one is rejoined there.
-    for k in "$n" "$m" $((6 - n - m)); do cl_db_wait "$k" || return 1; done
+    # A member not ONLINE (expelled: ERROR) first: waiting for it rejoins it, and the others
+    # wait for it.
+    local first=() then=()
+    for k in "$n" "$m" $((6 - n - m)); do
+        if [[ $CL_DB == gr && $(cl_gr_state "$k") != ONLINE* ]]; then first+=("$k"); else then+=("$k"); fi
+    done
+    for k in "${first[@]}" "${then[@]}"; do cl_db_wait "$k" || return 1; done
     cl_log "all three back in the group of 3, $((SECONDS - t0)) s after the drop was removed ($seen)"
 }
 
