@@ -214,13 +214,14 @@ $(B)/obj $(B)/obj-test $(B)/plugins $(B)/tests/plugins $(B)/tests/tools $(B)/tes
 	mkdir -p $@
 
 # The deterministic simulation (docs/simulation.md): the worker's own step (step.c, with the real
-# txn.c, batch.c, settle.c, outbox.c) against a simulated broker and database, one process, no
+# txn.c, batch.c, settle.c, outbox.c) and the supervisor's (sup_step.c, on fake process ports) against a simulated broker and database, one process, no
 # servers. Built with -DIDEMD_TESTING: the switches that put old bugs back. SIM_SEEDS=N for a longer search; SIM_SEED=S replays
 # one seed with its trace.
 SIM_SEEDS ?= 2000
 SIM_SRCS := $(wildcard tests/sim/*.c) src/txn.c src/txn_result.c src/txn_state.c src/pubround.c \
 	src/life.c src/batch.c src/guard.c src/settle.c src/step.c src/outbox.c src/copies.c src/delivery.c \
-	src/trace.c src/log.c src/order.c src/json_body.c src/order_batch.c src/autoscale.c
+	src/trace.c src/log.c src/order.c src/json_body.c src/order_batch.c src/autoscale.c \
+	src/sup_step.c src/sup_core.c src/sup_auto.c src/metrics.c src/clock.c
 $(B)/tests/sim/sim: $(SIM_SRCS) tests/sim/sim.h $(wildcard src/*.h) | $(B)/tests/sim
 	$(CC) $(CFLAGS) -Isrc -DIDEMD_TESTING $(LDFLAGS) -o $@ $(SIM_SRCS) $(LDLIBS)
 

@@ -36,3 +36,21 @@ uint64_t clock_wall_us(void)
 {
     return clock_read(CLOCK_REALTIME, 1000000);
 }
+
+uint64_t clock_port_mono_ms(void *ctx)
+{
+    (void)ctx;
+    return clock_mono_ms();
+}
+
+uint64_t clock_port_mono_us(void *ctx)
+{
+    (void)ctx;
+    return clock_mono_us();
+}
+
+uint64_t clock_port_wall_ms(void *ctx)
+{
+    (void)ctx;
+    return clock_wall_ms();
+}

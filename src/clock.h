@@ -14,4 +14,10 @@ uint64_t clock_mono_ns(void); /* pacing (idemctl's --rate) */
 uint64_t clock_wall_ms(void);
 uint64_t clock_wall_us(void);
 
+/* The same clocks as port_clock_ops_t's now_ms, now_us and wall_ms (port.h) take them: ctx is
+ * ignored. The daemon's real clock ports (supervisor, worker) share these. */
+uint64_t clock_port_mono_ms(void *ctx);
+uint64_t clock_port_mono_us(void *ctx);
+uint64_t clock_port_wall_ms(void *ctx);
+
 #endif

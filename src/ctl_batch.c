@@ -15,12 +15,6 @@
 #define CTL_CONFIRM_MS 30000
 #define CTL_SHOW_NS 250000000LL /* the progress line at most this often */
 
-/* The monotonic clock in nanoseconds (clock.c). */
-static int64_t ctl_now_ns(void)
-{
-    return (int64_t)clock_mono_ns();
-}
-
 /* Sleep ns, keeping both broker connections alive across long waits. */
 static void ctl_nap(ctl_pass_t *p, int64_t ns)
 {
@@ -42,7 +36,7 @@ int ctl_batch_open(const ctl_t *ctl, ctl_pass_t *p)
         log_error("out of memory for a batch of %ld letters", b->cap);
         return -1;
     }
-    b->start_ns = b->shown_ns = ctl_now_ns();
+    b->start_ns = b->shown_ns = (int64_t)clock_mono_ns();
     ctl_pace_init(&b->pace, (double)ctl->rate, burst > (double)b->cap ? (double)b->cap : burst,
                   b->start_ns);
     b->tty = isatty(STDERR_FILENO) == 1;
@@ -184,7 +178,7 @@ static long ctl_batch_publish(ctl_pass_t *p)
             props.headers.entries = entries;
             props.headers.num_entries = n;
         }
-        for (int64_t w; (w = ctl_pace_take(&b->pace, ctl_now_ns())) > 0;)
+        for (int64_t w; (w = ctl_pace_take(&b->pace, (int64_t)clock_mono_ns())) > 0;)
             ctl_nap(p, w);
         e->index = mq_publish_to(p->pub, e->exchange, e->rk, &props, e->l.msg.body);
         free(entries);
@@ -362,7 +356,7 @@ static int ctl_tag_cmp(const void *a, const void *b)
 static void ctl_batch_show(ctl_pass_t *p, bool last)
 {
     ctl_batch_t *b = &p->b;
-    int64_t now = ctl_now_ns();
+    int64_t now = (int64_t)clock_mono_ns();
     char line[128];
 
     if (!b->tty || (!last && now - b->shown_ns < CTL_SHOW_NS))

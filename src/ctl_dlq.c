@@ -116,12 +116,25 @@ static int ctl_replay_route(const ctl_t *ctl, const ctl_letter_t *l, const char 
     return 0;
 }
 
-/* --dry-run: count l's refusal (why) in the plan and say it (ctl_dry). Returns 1. */
-static int ctl_dry_refuse(const ctl_t *ctl, ctl_pass_t *p, const ctl_letter_t *l, ctl_why_t code,
-                          const char *action, const char *why)
+/*
+ * Letter l (printable id pid) is not replayed, for reason code: why. With
+ * --dry-run the plan counts it and ctl_dry says it ("skip" for a letter
+ * already applied, else "refuse"); without, one line on stderr: "NOT
+ * REPLAYED" (or "SKIPPED"), why, then what follows (after) the words "It
+ * stays". Returns 1.
+ */
+static int ctl_letter_stays(const ctl_t *ctl, ctl_pass_t *p, const ctl_letter_t *l, ctl_why_t code,
+                            const char *pid, const char *why, const char *after)
 {
-    p->plan.why[code]++;
-    return ctl_dry(ctl, l, action, NULL, NULL, why, p->arr);
+    bool skip = code == CTL_WHY_APPLIED;
+
+    if (ctl->dry_run) {
+        p->plan.why[code]++;
+        return ctl_dry(ctl, l, skip ? "skip" : "refuse", NULL, NULL, why, p->arr);
+    }
+    ctl_fprintf(stderr, "idemctl: %s: dead letter %s (queue '%s'): %s. It stays%s\n",
+                skip ? "SKIPPED" : "NOT REPLAYED", pid, l->queue[0] ? l->queue : "-", why, after);
+    return 1;
 }
 
 /*
@@ -177,13 +190,9 @@ static int ctl_replay_one(const ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l)
 
     delivery_id_printable(l->has_id ? l->id : "-", l->has_id ? l->id_len : 1, pid, sizeof(pid));
     if (!l->verified && !ctl->unverified) {
-        if (ctl->dry_run)
-            return ctl_dry_refuse(ctl, p, l, CTL_WHY_UNVERIFIED, "refuse", l->unverified);
-        ctl_fprintf(stderr,
-                    "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays in the dead "
-                    "letter queue; check it, then --unverified replays it anyway\n",
-                    pid, l->queue[0] ? l->queue : "-", l->unverified);
-        return 1;
+        return ctl_letter_stays(ctl, p, l, CTL_WHY_UNVERIFIED, pid, l->unverified,
+                                " in the dead letter queue; check it, then --unverified replays "
+                                "it anyway");
     }
     if (!l->verified && !ctl->dry_run)
         ctl_fprintf(
@@ -192,15 +201,10 @@ static int ctl_replay_one(const ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l)
             "%s\n",
             pid, l->queue[0] ? l->queue : "-", l->unverified);
     if (l->body_dropped && !ctl->allow_empty_body) {
-        if (ctl->dry_run)
-            return ctl_dry_refuse(ctl, p, l, CTL_WHY_BODY, "refuse", "its body was dropped");
-        ctl_fprintf(
-            stderr,
-            "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): its body was dropped (%s); "
-            "the copy would be empty. It stays; --allow-empty-body replays it with the "
-            "header kept\n",
-            pid, l->queue[0] ? l->queue : "-", COPIES_H_BODY_DROPPED);
-        return 1;
+        return ctl_letter_stays(ctl, p, l, CTL_WHY_BODY, pid,
+                                "its body was dropped (" COPIES_H_BODY_DROPPED
+                                "); the copy would be empty",
+                                "; --allow-empty-body replays it with the header kept");
     }
     if (ctl_replay_trail_row(p, l, &row, &sending) != 0)
         return -1;
@@ -221,13 +225,8 @@ static int ctl_replay_one(const ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l)
         snprintf(why, sizeof(why),
                  "an interrupted replay may have sent its copy already (its trail row says "
                  "'sending'), and it has no id by which the record could absorb a second copy");
-        if (ctl->dry_run)
-            return ctl_dry_refuse(ctl, p, l, CTL_WHY_UNSURE, "refuse", why);
-        ctl_fprintf(stderr,
-                    "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays; check "
-                    "its work queue, then --force replays it anyway\n",
-                    pid, l->queue[0] ? l->queue : "-", why);
-        return 1;
+        return ctl_letter_stays(ctl, p, l, CTL_WHY_UNSURE, pid, why,
+                                "; check its work queue, then --force replays it anyway");
     }
     if (l->applied > 0 && !ctl->force) {
         if (l->applied > 1)
@@ -240,23 +239,14 @@ static int ctl_replay_one(const ctl_t *ctl, ctl_pass_t *p, ctl_letter_t *l)
                      "its id is already recorded for consumer '%.128s' in table %s: a replay "
                      "would be acked as a duplicate and change nothing",
                      l->consumer, ctl->conf->database.record_table);
-        if (ctl->dry_run)
-            return ctl_dry_refuse(ctl, p, l, CTL_WHY_APPLIED, "skip", why);
-        ctl_fprintf(stderr,
-                    "idemctl: SKIPPED: dead letter %s (queue '%s'): %s. It stays; --force "
-                    "replays it anyway\n",
-                    pid, l->queue[0] ? l->queue : "-", why);
-        return 1;
+        return ctl_letter_stays(ctl, p, l, CTL_WHY_APPLIED, pid, why,
+                                "; --force replays it anyway");
     }
     int route = ctl_replay_route(ctl, l, p->queue, pid, &exchange, &rk, why, sizeof(why));
     if (route < 0)
         return -1;
     if (route > 0) {
-        if (ctl->dry_run)
-            return ctl_dry_refuse(ctl, p, l, CTL_WHY_ROUTE, "refuse", why);
-        ctl_fprintf(stderr, "idemctl: NOT REPLAYED: dead letter %s (queue '%s'): %s. It stays\n",
-                    pid, l->queue[0] ? l->queue : "-", why);
-        return 1;
+        return ctl_letter_stays(ctl, p, l, CTL_WHY_ROUTE, pid, why, "");
     }
     if (ctl->dry_run) {
         ctl_plan_go(&p->plan, CTL_ENTRY_SEND, exchange, rk);

@@ -37,27 +37,30 @@ static const char *plugin_dlerror(const char *file)
     return why;
 }
 
-int plugin_secure_path(const char *path, char *resolved, size_t len, char *err, size_t errlen)
+/*
+ * Opens the plugin at path for dlopen: its real path resolved, then opened
+ * by trust_open (every directory on the way and the file safe from other
+ * users, checked on the descriptors it opens). Returns the descriptor (the
+ * caller closes it after dlopen of /proc/self/fd/N, so what was checked is
+ * what is loaded, with no path left to swap), or -1 with err set.
+ */
+static int plugin_open(const char *path, char *err, size_t errlen)
 {
     char real[PATH_MAX];
     struct stat st;
+    int fd = -1;
 
-    /* realpath: the checks and dlopen see the same file, with no symlink left to swap. */
     if (realpath(path, real) == NULL) {
         snprintf(err, errlen, "%s: cannot load handler: %s", path, strerror(errno));
-        return -1;
+        goto fail;
     }
     if (stat(real, &st) != 0 || !S_ISREG(st.st_mode)) {
         snprintf(err, errlen, "%s: cannot load handler: %s is not a regular file", path, real);
-        return -1;
+        goto fail;
     }
-    if (trust_check(path, real, "a plugin", err, errlen) != 0)
-        return -1;
-    if (snprintf(resolved, len, "%s", real) >= (int)len) {
-        snprintf(err, errlen, "%s: cannot load handler: path too long", path);
-        return -1;
-    }
-    return 0;
+    fd = trust_open(path, real, "a plugin", NULL, 0, err, errlen);
+fail:
+    return fd;
 }
 
 /*
@@ -65,21 +68,23 @@ int plugin_secure_path(const char *path, char *resolved, size_t len, char *err, 
  * not newer. Only abi_major and abi_minor are read before the major is
  * known to match, because the layout of the rest belongs to that major.
  *
- * The file is opened by its real path after plugin_secure_path: a bare name
- * means the file in the working directory, never a library path search.
+ * The file is the one plugin_open checked, loaded through its descriptor: a
+ * bare name means the file in the working directory, never a library path
+ * search.
  */
 int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
 {
     plugin_t *p = NULL;
-    char real[PATH_MAX];
+    char fdpath[32];
     const idemd_handler_t *h;
+    int fd = -1;
 
     *out = NULL;
     if (path == NULL || path[0] == '\0') {
         snprintf(err, errlen, "handler path is empty (expected the path of a .so file)");
         goto fail;
     }
-    if (plugin_secure_path(path, real, sizeof(real), err, errlen) != 0)
+    if ((fd = plugin_open(path, err, errlen)) < 0)
         goto fail;
     p = calloc(1, sizeof(*p));
     if (p == NULL || (p->path = strdup(path)) == NULL) {
@@ -87,9 +92,12 @@ int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
         goto fail;
     }
 
-    p->dl = dlopen(real, RTLD_NOW | RTLD_LOCAL);
+    snprintf(fdpath, sizeof(fdpath), "/proc/self/fd/%d", fd);
+    p->dl = dlopen(fdpath, RTLD_NOW | RTLD_LOCAL);
+    close(fd);
+    fd = -1;
     if (p->dl == NULL) {
-        const char *why = plugin_dlerror(real);
+        const char *why = plugin_dlerror(fdpath);
         /* "undefined symbol: log_msg": a plugin that calls idemd's own functions. */
         snprintf(err, errlen, "%s: cannot load handler: %s%s", path, why,
                  strstr(why, "undefined symbol") ? " (idemd exports no symbols: a plugin reaches "
@@ -131,6 +139,8 @@ int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
     return 0;
 
 fail:
+    if (fd >= 0)
+        close(fd);
     plugin_free(p);
     return -1;
 }

@@ -16,21 +16,14 @@ typedef struct plugin {
 #define PLUGIN_CHECK_TIMEOUT_MS 10000
 
 /*
- * Whether path may be loaded: the file (symlinks resolved) and every
- * directory above it are owned by root or the user idemd runs as (euid),
- * and writable by their owner only; a directory writable by others is
- * accepted when it is sticky and owned by root (/tmp). On 0 the real path
- * is in resolved (len bytes); -1 with a message naming the file in err.
- */
-int plugin_secure_path(const char *path, char *resolved, size_t len, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
-
-/*
  * dlopen path and check the exported IDEMD_HANDLER_SYMBOL: present, abi_major
- * equal to ours, abi_minor not newer, name and handle() set; plugin_secure_path
- * first. This runs the plugin's constructors in the caller. Returns 0 and a
- * new plugin_t in *out (free with plugin_free), or -1 with a message naming
- * the file in err. Logs nothing.
+ * equal to ours, abi_minor not newer, name and handle() set. First the file
+ * (symlinks resolved) and every directory above it must be owned by root or
+ * the user idemd runs as (euid) and writable by their owner only (a sticky
+ * root directory like /tmp is accepted); it is checked on the descriptor
+ * that is then loaded (/proc/self/fd/N), so no path can be swapped between. This runs the plugin's
+ * constructors in the caller. Returns 0 and a new plugin_t in *out (free with plugin_free), or -1
+ * with a message naming the file in err. Logs nothing.
  */
 int plugin_load(const char *path, plugin_t **out, char *err, size_t errlen)
     __attribute__((warn_unused_result));

@@ -56,6 +56,7 @@ typedef struct port_publish_ops {
 /* Time and waiting, passed in so that a simulator owns the clock. */
 typedef struct port_clock_ops {
     uint64_t (*now_ms)(void *ctx);    /* monotonic */
+    uint64_t (*now_us)(void *ctx);    /* monotonic, in microseconds */
     uint64_t (*wall_ms)(void *ctx);   /* CLOCK_REALTIME, for copies' headers */
     void (*pause)(void *ctx, int ms); /* sleep, showing progress; returns early on stop */
 } port_clock_ops_t;

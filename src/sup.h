@@ -1,5 +1,6 @@
-/* sup.h: the supervisor's state, shared by its files: supervisor.c (the loop) over sup_reload.c,
- * sup_status.c and sup_auto.c, all over sup_core.c. */
+/* sup.h: the supervisor's state and ports, shared by its files: supervisor.c (the loop and the
+ * real ports) over sup_reload.c, sup_status.c and sup_step.c (one round over the ports), which
+ * runs sup_auto.c; all over sup_core.c. */
 #ifndef IDEMD_SUP_H
 #define IDEMD_SUP_H
 
@@ -13,6 +14,7 @@
 #include "conf.h"
 #include "log.h"
 #include "metrics.h"
+#include "port.h"
 #include "slot.h"
 
 #define SUP_MAX_SLOTS 256 /* workers alive at once, old and new generations together */
@@ -64,7 +66,34 @@ typedef struct sup_file_id {
     struct timespec mtime;
 } sup_file_id_t;
 
+struct sup_worker;
+
+/*
+ * The process port: the worker processes as the supervisor sees them
+ * (fork, kill and waitpid in supervisor.c; simulated workers in tests/sim).
+ */
+typedef struct sup_proc_ops {
+    /* Start worker w (its slot made ready for the run): its pid, or -1 (logged). */
+    pid_t (*spawn)(void *ctx, struct sup_worker *w);
+    /* Send sig to the worker process pid. */
+    void (*signal)(void *ctx, pid_t pid, int sig);
+    /* A worker process that ended, without waiting: its pid and status (as waitpid's), or 0
+     * when none has. */
+    pid_t (*wait)(void *ctx, int *status);
+    /* A random number below n (n > 0): the restart backoff's jitter. */
+    uint32_t (*draw)(void *ctx, uint32_t n);
+} sup_proc_ops_t;
+
+/* The supervisor's ports: the processes, the clock (now_ms, now_us), and the slots (the
+ * supervisor_t's slots: shared memory in the daemon, an array in the simulator). */
+typedef struct sup_ports {
+    const sup_proc_ops_t *proc;
+    void *proc_ctx;
+    port_clock_t clock;
+} sup_ports_t;
+
 typedef struct supervisor {
+    sup_ports_t ports;
     conf_t *conf;       /* the current generation */
     sup_file_id_t *ids; /* per queue of conf */
     conf_t **old;       /* earlier generations that draining workers still point into */
@@ -90,14 +119,43 @@ typedef struct supervisor {
     uint64_t auto_at_ms;   /* the last sample of the workers = "auto" queues (sup_auto.c) */
 } supervisor_t;
 
+/* The supervisor's clock (its port), monotonic ms and us. */
+static inline uint64_t sup_now(const supervisor_t *s)
+{
+    return s->ports.clock.ops->now_ms(s->ports.clock.ctx);
+}
+static inline uint64_t sup_now_us(const supervisor_t *s)
+{
+    return s->ports.clock.ops->now_us(s->ports.clock.ctx);
+}
+/* Send sig to worker process pid through the process port. */
+static inline void sup_signal(const supervisor_t *s, pid_t pid, int sig)
+{
+    s->ports.proc->signal(s->ports.proc_ctx, pid, sig);
+}
+
+/* sup_step.c: one round over the ports. */
+
+/*
+ * One round of the supervisor's work: reap the workers that ended (the
+ * reap rule: a retiring worker that died in its handler runs once more to
+ * count its crash note), and unless stopping, start the workers due and
+ * run the autoscaler's tick. Readiness, status and the watchdog are the
+ * loop's (sup_status.c).
+ */
+void sup_step(supervisor_t *s);
+#ifdef IDEMD_TESTING
+/* Test builds: put old gaps back. lost_note: a successor's kill overwrites a pending crash
+ * note's signal. retire_gap: a retiring worker's exit is its drain even when it died in its
+ * handler, its crash note left uncounted in the slot. */
+extern bool sup_test_lost_note, sup_test_retire_gap;
+#define SUP_TEST(flag) (flag)
+#else
+#define SUP_TEST(flag) false
+#endif
+
 /* sup_core.c: workers, their slots and their queues' stats. */
 
-#include "clock.h" /* clock_mono_ms */
-/*
- * Check every queue's handler in a child process and note each file's
- * identity into a new array in *ids (caller frees). 0, or -1 (logged).
- */
-int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids);
 /* Copy a slot's last error into *into when it is newer (both may be empty). */
 void sup_newer_error(log_sink_t *into, const log_sink_t *slot);
 /* Worker entry w is given up (its process is gone): its counters move to its queue's stats. */
@@ -105,6 +163,10 @@ void sup_remove_worker(supervisor_t *s, sup_worker_t *w);
 /* Add a worker entry for queue q of conf; it starts at the next loop turn (unless waiting). */
 void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, int index,
                     bool waiting);
+/* Retire worker entry w (a reload, the autoscaler): SIGTERM, it drains and is not restarted;
+ * one without a process runs once more if its slot holds an uncounted crash note (the reap
+ * rule), else it is given up at once. */
+void sup_retire_worker(supervisor_t *s, sup_worker_t *w);
 /* The queue named name in conf, or NULL. */
 const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name);
 
@@ -145,6 +207,12 @@ void sup_log_totals(const supervisor_t *s);
 int sup_metrics_listen(supervisor_t *s, const conf_t *conf);
 
 /* sup_reload.c: SIGHUP, and the settings running workers follow. */
+
+/*
+ * Check every queue's handler in a child process and note each file's
+ * identity into a new array in *ids (caller frees). 0, or -1 (logged).
+ */
+int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids);
 
 /* Hand every slot the daemon settings that running workers follow without a restart. */
 void sup_share_settings(supervisor_t *s);

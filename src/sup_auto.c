@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include "autoscale.h"
-#include "clock.h"
 #include "conf.h"
 #include "log.h"
 #include "slot.h"
@@ -111,12 +110,7 @@ static void sup_auto_retire(supervisor_t *s, const conf_queue_t *q)
     }
     if (last == NULL)
         return;
-    last->retiring = true;
-    last->waiting = false;
-    if (last->pid)
-        kill(last->pid, SIGTERM);
-    else
-        sup_remove_worker(s, last);
+    sup_retire_worker(s, last);
 }
 
 /* A counter's growth since *seen (a counter that went back, a reused slot, counts from 0). */
@@ -139,7 +133,7 @@ static uint64_t sup_auto_span(const uint64_t *total, const uint64_t *since, uint
 static void sup_auto_sample(supervisor_t *s, const conf_queue_t *q, uint64_t now, uint64_t dt,
                             autoscale_sample_t *out)
 {
-    uint64_t now_us = clock_mono_us();
+    uint64_t now_us = sup_now_us(s);
     memset(out, 0, sizeof(*out));
     out->now_ms = now;
     out->dt_ms = dt;

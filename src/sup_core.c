@@ -1,65 +1,11 @@
 /* sup_core.c: the supervisor's bookkeeping that its other files share: worker entries, queue stats,
- * handler checks. */
+ * the retirement of one. */
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <time.h>
 
 #include "log.h"
-#include "clock.h"
-#include "plugin.h"
-#include "sqlh.h"
 #include "sup.h"
-
-/*
- * Check every queue's handler (ownership, dlopen, ABI) in a child process,
- * so that no plugin code runs in the supervisor, and note each file's
- * identity into a new array in *ids (caller frees). Each worker loads its
- * own after fork, so a replaced file is picked up.
- * 0, or -1 (logged, naming the file).
- */
-int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
-{
-    char err[1024];
-    struct stat st;
-    *ids = calloc((size_t)conf->n_queues, sizeof(**ids));
-    if (*ids == NULL)
-        return -1;
-    for (int i = 0; i < conf->n_queues; i++) {
-        const conf_queue_t *q = &conf->queues[i];
-        char name[256];
-        if (sqlh_is(q)) {
-            /* The statements against the database; unreachable, the workers find out. */
-            int rc = sqlh_check(conf, i, err, sizeof(err));
-            if (rc == -1) {
-                log_error("queue '%s': %s", q->name, err);
-                goto fail;
-            }
-            if (rc != 0)
-                log_warn("queue '%s': %s", q->name, err);
-            else
-                log_info("queue '%s': handler 'sql' with %d statement%s checked", q->name, q->n_sql,
-                         q->n_sql == 1 ? "" : "s");
-            continue;
-        }
-        if (plugin_check(q->handler, name, sizeof(name), err, sizeof(err)) != 0) {
-            log_error("queue '%s': %s", q->name, err);
-            goto fail;
-        }
-        log_info("queue '%s': handler '%s' from %s", q->name, name, q->handler);
-        if (stat(q->handler, &st) == 0) {
-            (*ids)[i].dev = st.st_dev;
-            (*ids)[i].ino = st.st_ino;
-            (*ids)[i].size = st.st_size;
-            (*ids)[i].mtime = st.st_mtim;
-        }
-    }
-    return 0;
-fail:
-    free(*ids);
-    *ids = NULL;
-    return -1;
-}
 
 sup_qstats_t *sup_qstats(supervisor_t *s, const char *name)
 {
@@ -131,11 +77,31 @@ void sup_add_worker(supervisor_t *s, const conf_t *conf, const conf_queue_t *q, 
         w->index = index;
         w->waiting = waiting;
         w->slot = &s->slots[i];
-        w->last_progress_ms = clock_mono_ms();
+        w->last_progress_ms = sup_now(s);
         return;
     }
     log_error("queue '%s': more than %d workers at once: worker %d not started", q->name,
               SUP_MAX_SLOTS, index);
+}
+
+/*
+ * Retire worker entry w. A running worker drains on SIGTERM. One waiting to
+ * start again after it died in its handler left a crash note no successor
+ * counted: the reap rule holds for it too, so it starts once more to count
+ * it, then drains (note_only; found by the simulation's reloads). Any other
+ * entry without a process is given up at once.
+ */
+void sup_retire_worker(supervisor_t *s, sup_worker_t *w)
+{
+    w->retiring = true;
+    w->waiting = false;
+    if (w->pid)
+        sup_signal(s, w->pid, SIGTERM);
+    else if (!s->stopping && !SUP_TEST(sup_test_retire_gap) &&
+             __atomic_load_n(&w->slot->in_handler, __ATOMIC_ACQUIRE) != 0)
+        w->note_only = true;
+    else
+        sup_remove_worker(s, w);
 }
 
 const conf_queue_t *sup_find_queue(const conf_t *conf, const char *name)

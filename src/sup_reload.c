@@ -1,12 +1,17 @@
-/* sup_reload.c: SIGHUP in the supervisor: load the config again, drain and start what changed. */
+/* sup_reload.c: SIGHUP in the supervisor: load the config again, check its handlers, drain and
+ * start what changed. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <systemd/sd-daemon.h>
 
+#include <sys/stat.h>
+
 #include "conf.h"
 #include "log.h"
+#include "plugin.h"
 #include "slot.h"
+#include "sqlh.h"
 #include "sup.h"
 
 /* Ask every worker of queue name (or all when name is NULL) to drain and exit. */
@@ -16,13 +21,58 @@ static void sup_retire(supervisor_t *s, const char *name)
         sup_worker_t *w = &s->workers[i];
         if (!w->used || w->retiring || (name && strcmp(w->q->name, name) != 0))
             continue;
-        w->retiring = true;
-        w->waiting = false;
-        if (w->pid)
-            kill(w->pid, SIGTERM);
-        else
-            sup_remove_worker(s, w);
+        sup_retire_worker(s, w);
     }
+}
+
+/*
+ * Check every queue's handler (ownership, dlopen, ABI) in a child process,
+ * so that no plugin code runs in the supervisor, and note each file's
+ * identity into a new array in *ids (caller frees). Each worker loads its
+ * own after fork, so a replaced file is picked up.
+ * 0, or -1 (logged, naming the file).
+ */
+int sup_check_plugins(const conf_t *conf, sup_file_id_t **ids)
+{
+    char err[1024];
+    struct stat st;
+    *ids = calloc((size_t)conf->n_queues, sizeof(**ids));
+    if (*ids == NULL)
+        return -1;
+    for (int i = 0; i < conf->n_queues; i++) {
+        const conf_queue_t *q = &conf->queues[i];
+        char name[256];
+        if (sqlh_is(q)) {
+            /* The statements against the database; unreachable, the workers find out. */
+            int rc = sqlh_check(conf, i, err, sizeof(err));
+            if (rc == -1) {
+                log_error("queue '%s': %s", q->name, err);
+                goto fail;
+            }
+            if (rc != 0)
+                log_warn("queue '%s': %s", q->name, err);
+            else
+                log_info("queue '%s': handler 'sql' with %d statement%s checked", q->name, q->n_sql,
+                         q->n_sql == 1 ? "" : "s");
+            continue;
+        }
+        if (plugin_check(q->handler, name, sizeof(name), err, sizeof(err)) != 0) {
+            log_error("queue '%s': %s", q->name, err);
+            goto fail;
+        }
+        log_info("queue '%s': handler '%s' from %s", q->name, name, q->handler);
+        if (stat(q->handler, &st) == 0) {
+            (*ids)[i].dev = st.st_dev;
+            (*ids)[i].ino = st.st_ino;
+            (*ids)[i].size = st.st_size;
+            (*ids)[i].mtime = st.st_mtim;
+        }
+    }
+    return 0;
+fail:
+    free(*ids);
+    *ids = NULL;
+    return -1;
 }
 
 /* The log level in effect: --log-level, else the current generation's daemon.log_level. */

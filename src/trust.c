@@ -310,12 +310,3 @@ int trust_open(const char *path, const char *walk, const char *what, char *real,
     }
     return fd;
 }
-
-int trust_check(const char *path, const char *real, const char *what, char *err, size_t errlen)
-{
-    int fd = trust_open(path, real, what, NULL, 0, err, errlen);
-    if (fd < 0)
-        return -1;
-    close(fd);
-    return 0;
-}

@@ -19,8 +19,4 @@
 int trust_open(const char *path, const char *walk, const char *what, char *real, size_t reallen,
                char *err, size_t errlen) __attribute__((warn_unused_result));
 
-/* trust_open's checks alone, on the file at real (from realpath); 0, or -1 with err set. */
-int trust_check(const char *path, const char *real, const char *what, char *err, size_t errlen)
-    __attribute__((warn_unused_result));
-
 #endif

@@ -147,26 +147,15 @@ static const port_publish_ops_t worker_publish_ops = {
 
 /* ---------- the clock (port_clock_t) ---------- */
 
-static uint64_t worker_k_now_ms(void *ctx)
-{
-    (void)ctx;
-    return clock_mono_ms();
-}
-
-static uint64_t worker_k_wall_ms(void *ctx)
-{
-    (void)ctx;
-    return clock_wall_ms();
-}
-
 static void worker_k_pause(void *ctx, int ms)
 {
     worker_pause(ctx, ms);
 }
 
 static const port_clock_ops_t worker_clock_ops = {
-    .now_ms = worker_k_now_ms,
-    .wall_ms = worker_k_wall_ms,
+    .now_ms = clock_port_mono_ms,
+    .now_us = clock_port_mono_us,
+    .wall_ms = clock_port_wall_ms,
     .pause = worker_k_pause,
 };
 

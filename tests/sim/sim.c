@@ -12,6 +12,8 @@
 #include "log.h"
 #include "pubround.h"
 #include "sim.h"
+#include "slot.h"
+#include "sup.h"
 
 sim_t sim;
 
@@ -55,16 +57,22 @@ bool sim_fault(unsigned pm)
 }
 
 /* ---------- the worker, as worker.c runs a message's life ---------- */
-/* The worker's slot in shared memory: survives the worker (worker_slot_t's crash note). */
-sim_slot_t sim_slot;
-static bool starting; /* a successor: confirm the predecessor's crash first */
+/* A worker's slot is the supervisor's (sim_sup.c): its crash note survives the worker. */
+static bool starting; /* a new process: its first step reads the crash note in its slot */
+
+/* The crash note in worker k's slot: its message id, or -1 when there is none. */
+static int note_id(int k)
+{
+    const worker_slot_t *sl = sim_sup_slot(k);
+    return sl->in_handler ? atoi(sl->crash_id + 1) : -1;
+}
 
 /*
  * Several workers on one queue. The broker's queues and the database's
  * committed tables are shared; each worker has its own consuming channel
  * (unacked deliveries, tags), publishing channel, database connection (its
- * open transaction) and slot. The running worker's are in sim_mq, sim_db,
- * sim_slot and starting; the others wait here until their turn
+ * open transaction); its slot is the supervisor's. The running worker's are in sim_mq, sim_db
+ * and starting; the others wait here until their turn
  * (sim_switch). A worker's turn (one pass of its loop) runs to its end, so
  * transactions never overlap: a duplicate record that would wait on
  * another's uncommitted insert sees that insert committed (it loses) or
@@ -87,11 +95,10 @@ typedef struct sim_conns {
     int nsp;
     bool dead;
     unsigned ro_err;
-    sim_slot_t slot;
     bool starting;
 } sim_conns_t;
 
-static sim_conns_t conns[SIM_WORKERS];
+static sim_conns_t conns[SIM_SLOTS];
 
 static void conns_save(sim_conns_t *c)
 {
@@ -109,7 +116,6 @@ static void conns_save(sim_conns_t *c)
     c->nsp = sim_db.nsp;
     c->dead = sim_db.dead;
     c->ro_err = sim_db.ro_err;
-    c->slot = sim_slot;
     c->starting = starting;
 }
 
@@ -127,7 +133,6 @@ static void conns_load(const sim_conns_t *c)
     sim_db.nsp = c->nsp;
     sim_db.dead = c->dead;
     sim_db.ro_err = c->ro_err;
-    sim_slot = c->slot;
     starting = c->starting;
 }
 
@@ -161,20 +166,24 @@ static void instance_kill(int inst)
         if (sim_instance(k) != inst)
             continue;
         sim_switch(k);
-        sim_log("instance %d killed: worker w%d gone", inst, k);
-        if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL &&
-            sim_slot.exit_signal != SIGTERM) {
-            sim.truth[sim_slot.crash_id].notes_gone++;
-            sim_log("crash note of m%d gone with the instance's slots", sim_slot.crash_id);
+        int note = note_id(k), sig = sim_sup_note_signal(k);
+        if (sim_sup_used(k))
+            sim_log("instance %d killed: worker w%d gone", inst, k);
+        if (note >= 0 && (starting || !sim_sup_alive(k)) && sig != SIGKILL && sig != SIGTERM) {
+            sim.truth[note].notes_gone++;
+            sim_log("crash note of m%d gone with the instance's slots", note);
         }
-        sim_life_die();
-        sim_mq_close_consumer();
-        sim_pub_close();
-        sim_db_disconnect();
-        memset(&sim_slot, 0, sizeof(sim_slot));
+        if (sim_sup_alive(k)) {
+            sim_life_die();
+            sim_mq_close_consumer();
+            sim_pub_close();
+            sim_db_disconnect();
+        }
+        sim.retiring[k] = sim.note_only[k] = false;
+        sim.kill_in[k] = 0;
         starting = false;
-        sim.down_until[k] = sim.steps + 1 + (long)sim_rng_below(&sim.sched, 8);
     }
+    sim_sup_kill(inst, sim.steps + 1 + (long)sim_rng_below(&sim.sched, 8));
 }
 
 int sim_other_unacked(int id)
@@ -205,64 +214,52 @@ void sim_slot_started(void)
     starting = false;
 }
 
+void sim_started(int k)
+{
+    if (k == sim.cur)
+        starting = true;
+    else
+        conns[k].starting = true;
+}
+
 static void retire_check(const char *how);
 
 void sim_die(int sig, const char *where)
 {
-    int ids[SIM_BATCH], n = 0;
+    int ids[SIM_BATCH], n = 0, note = note_id(sim.cur);
     sim.deaths++;
     sim_log("worker %s: %s", sig ? strsignal(sig) : "exits", where);
     n = sim_life_batch_ids(ids, SIM_BATCH);
     /* Whoever was in flight, other than a crasher by its own hand, was cut short. */
     for (int i = 0; i < n; i++)
-        if (!(sim_slot.in_handler && sig != SIGKILL && ids[i] == sim_slot.crash_id))
+        if (!(note >= 0 && sig != SIGKILL && ids[i] == note))
             sim.truth[ids[i]].kills_in_flight++;
     for (int id = 0; id < sim.o.n_msgs; id++)
         for (int r = 0; r < SIM_ROWS; r++)
             if (sim_db.row[id][r] && sim.truth[id].row_confirmed[r])
                 sim.truth[id].row_may_resend[r] = true; /* its DELETE may never have run */
-    /* A successor killed before it counted its predecessor's crash: the supervisor's reap
-     * keeps the signal of the worker that wrote the pending note (supervisor.c sup_reap,
-     * crash_gen). With lost_note, as before 2026-12, it overwrites it, so the next successor
-     * takes that crash for a kill from outside and does not count it. */
-    if (starting && sim_slot.in_handler && sim_slot.exit_signal != SIGKILL && sig == SIGKILL &&
+    /* A successor killed before it counted its predecessor's crash: the supervisor's reap keeps
+     * the signal of the worker that wrote the pending note (sup_step.c sup_note_signal). With
+     * lost_note, as before 2026-12, it overwrites it, so the next successor takes that crash
+     * for a kill from outside and does not count it. (Bookkeeping only: sup_step decides.) */
+    if (starting && note >= 0 && sim_sup_note_signal(sim.cur) != SIGKILL && sig == SIGKILL &&
         sim.bug.lost_note) {
-        sim.truth[sim_slot.crash_id].notes_lost++;
+        sim.truth[note].notes_lost++;
         sim_log("crash note of m%d: its exit signal is overwritten by this kill: not counted",
-                sim_slot.crash_id);
+                note);
     }
-    if (!(starting && sim_slot.in_handler) || sim.bug.lost_note)
-        sim_slot.exit_signal = sig;
-    /* A retiring worker's death ends its retirement (sup_reap), unless it died in its handler:
-     * then one more run in its slot counts the crash note, then drains (sup_worker_t
-     * note_only). Before 2026-12 the slot was released with the note in it. */
-    bool retired = sim.retiring[sim.cur];
-    bool note_only = retired && sim_slot.in_handler;
-    if (note_only) {
-        sim.retire_notes++;
-        sim_log("retiring, died in the handler on m%d: one more run in the slot counts it",
-                sim_slot.crash_id);
-    }
-    if (retired)
+    /* What becomes of a retiring worker's slot is the supervisor's reap rule (sup_step.c). */
+    if (sim.retiring[sim.cur])
         retire_check(sim.kill_in[sim.cur] < 0 ? "killed by the autoscaler" : NULL);
+    sim.retiring[sim.cur] = sim.note_only[sim.cur] = false;
     sim.kill_in[sim.cur] = 0;
-    sim.note_only[sim.cur] = note_only;
-    if (note_only)
-        retired = false; /* not yet: started once more, it retires after its first step */
-    /* The supervisor starts the successor after a back-off; other workers go on meanwhile. */
-    if (sim.o.workers > 1 && !retired)
-        sim.down_until[sim.cur] = sim.steps + (long)sim_rng_below(&sim.sched, 4);
     /* The successor's view: the broker requeues what was unacked, the server rolls back. */
     sim_life_die();
     sim_mq_close_consumer();
     sim_pub_close();
     sim_db_disconnect();
-    starting = !retired;
-    if (retired) {
-        sim.retiring[sim.cur] = false;
-        sim.off[sim.cur] = true;
-        memset(&sim_slot, 0, sizeof(sim_slot));
-    }
+    starting = false;
+    sim_sup_exit(sim.cur, sig, WORKER_EXIT_TEMPFAIL);
     longjmp(sim.death, 1);
 }
 
@@ -285,10 +282,9 @@ void sim_retired(void)
     sim_mq_close_consumer();
     sim_pub_close();
     sim_db_disconnect();
-    sim.retiring[sim.cur] = false;
-    sim.off[sim.cur] = true;
-    memset(&sim_slot, 0, sizeof(sim_slot));
+    sim.retiring[sim.cur] = sim.note_only[sim.cur] = false;
     starting = false;
+    sim_sup_exit(sim.cur, 0, WORKER_EXIT_STOPPED);
 }
 
 /*
@@ -370,20 +366,20 @@ static unsigned handler_stmt(int id, int row)
 static void check_crash_limit(int id)
 {
     sim_truth_t *tr = &sim.truth[id];
-    int limit = sim.o.max_attempts + (sim.o.workers - 1) + (tr->arrivals - 1) + tr->notes_gone;
-    if (!sim_slot.in_handler) {
+    int limit = sim.o.max_attempts + (sim.o.racing - 1) + (tr->arrivals - 1) + tr->notes_gone;
+    if (note_id(sim.cur) < 0) {
         if (++tr->batch_crashes > tr->arrivals)
             sim_violation("m%d: crashed handle_batch %d times, arrived fresh %d times", id,
                           tr->batch_crashes, tr->arrivals);
         return;
     }
-    if (++tr->own_crashes > limit - (sim.o.workers - 1))
+    if (++tr->own_crashes > limit - (sim.o.racing - 1))
         sim.overshoots++; /* a run on counts short by another worker's uncounted crash */
     if (tr->own_crashes > limit)
         sim_violation("m%d: its handler crashed its worker %d times, over the limit %d "
                       "(max_attempts %d, %d workers, arrived fresh %d times, %d crash notes lost, "
                       "%d gone with an instance; %lld crashes counted)",
-                      id, tr->own_crashes, limit, sim.o.max_attempts, sim.o.workers, tr->arrivals,
+                      id, tr->own_crashes, limit, sim.o.max_attempts, sim.o.racing, tr->arrivals,
                       tr->notes_lost, tr->notes_gone, sim_db.crashes[id]);
 }
 
@@ -428,12 +424,14 @@ static idemd_result_t op_handle(void *ctx, int i, txn_msg_t *m, unsigned *err)
 {
     (void)ctx;
     (void)i;
-    sim_slot.crash_id = sim_id_of(m);
-    sim_slot.crash_counted = m->counted;
-    sim_slot.in_handler = true;
+    worker_slot_t *sl = sim_sup_slot(sim.cur);
+    sl->crash_id_len = (uint32_t)snprintf(sl->crash_id, sizeof(sl->crash_id), "m%d", sim_id_of(m));
+    sl->crash_counted = m->counted;
+    sl->crash_gen = sl->spawn_gen;
+    sl->in_handler = 1;
     m->reason[0] = '\0';
     idemd_result_t r = handler_run(m, err);
-    sim_slot.in_handler = false;
+    sl->in_handler = 0;
     return r;
 }
 
@@ -692,6 +690,16 @@ static void draw_options(void)
         o->workers = 2 * (1 + (int)sim_rng_below(&irng, 2));
         o->pm_instance_death = sim_rng_below(&irng, 8);
     }
+    /* Reloads that change the queue (one seed in three of the rest with one or two workers),
+     * on a stream of their own: slots for the draining workers and the new ones, which wait. */
+    sim_rng_t rrng = {sim.seed ^ 0x7E10ADC0FFEE5EEDULL};
+    o->racing = o->workers;
+    if (!o->ordered && !o->autoscale && o->instances == 1 && sim_force_workers == 0 &&
+        o->workers <= SIM_SLOTS / 2 && sim_rng_below(&rrng, 3) == 0) {
+        o->reload = true;
+        o->workers *= 2;
+        o->pm_reload = 5 + sim_rng_below(&rrng, 25);
+    }
     for (int id = 0; id < o->n_msgs; id++) {
         unsigned k = sim_rng_below(r, 100);
         sim.truth[id].kind = k < 70 ? SIM_OK : k < 82 ? SIM_FLAKY : k < 94 ? SIM_POISON : SIM_CRASH;
@@ -723,94 +731,26 @@ static bool drained(void)
         for (int r = 0; r < SIM_ROWS; r++)
             if (sim_db.row[id][r])
                 return false;
-    /* workers = "auto": an idle queue shrinks to workers_min; the run waits for that (each
-     * retirement drained and gone). */
-    for (int k = 0, live = 0; sim.o.autoscale && k < sim.o.workers; k++) {
-        if (sim.retiring[k])
-            return false;
-        if (!sim.off[k] && ++live > sim.o.as_min)
-            return false;
-    }
-    return true;
+    /* Every worker entry settled (none draining, none waiting to start again); workers =
+     * "auto": an idle queue shrinks to workers_min, and the run waits for that. */
+    if (!sim_sup_settled())
+        return false;
+    return !sim.o.autoscale || sim_sup_live() <= sim.o.as_min;
 }
 
-/* A worker number k of the queue starts (the supervisor's sup_add_worker): its slot was off. */
-static void autoscale_start(int k)
+/* workers = "auto": the supervisor's controller keeps its workers within workers_min..max. */
+static void check_autoscale(void)
 {
-    sim.off[k] = false;
-    sim.down_until[k] = 0;
-    sim.seen_done[k] = sim_life_done(k);
-    sim.busy_ms[k] = sim.idle_ms[k] = 0;
-    sim.scale_ups++;
-}
-
-/*
- * workers = "auto": every AUTOSCALE_INTERVAL_MS the supervisor feeds the
- * queue's controller one sample of its consuming workers (sup_auto_tick)
- * and starts or retires one. The controller is the real autoscale_feed; the
- * sample is the slots' counters (settle.c counts what each finished) and
- * each worker's busy and idle time on the simulated clock.
- */
-static void autoscale_tick(void)
-{
-    const sim_opts_t *o = &sim.o;
-    if (!o->autoscale || sim.now_ms < sim.as_at_ms + AUTOSCALE_INTERVAL_MS)
-        return;
-    autoscale_sample_t smp = {.now_ms = sim.now_ms, .dt_ms = sim.now_ms - sim.as_at_ms};
-    int live = 0, k;
-    sim.as_at_ms = sim.now_ms;
-    for (k = 0; k < o->workers; k++) {
-        if (sim.off[k] || sim.retiring[k])
-            continue;
-        live++;
-        uint64_t done = sim_life_done(k), busy = sim.busy_ms[k], idle = sim.idle_ms[k];
-        uint64_t d = done - sim.seen_done[k];
-        sim.seen_done[k] = done;
-        sim.busy_ms[k] = sim.idle_ms[k] = 0;
-        if (sim.down_until[k] > sim.steps)
-            continue; /* restarting: not consuming */
-        smp.consuming++;
-        smp.done += d;
-        smp.busy_us += busy * 1000;
-        smp.idle_us += idle * 1000;
-    }
-    sim.as.target = live; /* the controller's count is the one running (sup_auto_tick) */
-    autoscale_set_max(&sim.as, o->as_max);
-    switch (autoscale_feed(&sim.as, &smp)) {
-    case AUTOSCALE_UP:
-        for (k = 0; k < o->workers && !sim.off[k]; k++)
-            ;
-        sim_log("autoscaler: %s: %s", sim.as.why,
-                k < o->workers ? "a worker starts" : "no free slot (all draining)");
-        if (k < o->workers)
-            autoscale_start(k);
-        break;
-    case AUTOSCALE_DOWN:
-        for (k = o->workers - 1; k >= 0 && (sim.off[k] || sim.retiring[k]); k--)
-            ;
-        if (k < 0)
-            break;
-        sim_log("autoscaler: %s: worker w%d retires", sim.as.why, k);
-        sim.retiring[k] = true; /* SIGTERM: it drains (step_drain), not restarted */
-        sim.retirements++;
-        if (sim.bug.retire_kill)
-            sim.kill_in[k] = 1 + (int)sim_rng_below(&sim.sched, 12);
-        break;
-    case AUTOSCALE_KEEP:
-        break;
-    }
-    for (live = 0, k = 0; k < o->workers; k++)
-        live += !sim.off[k] && !sim.retiring[k];
-    if (live < o->as_min || live > o->as_max)
-        sim_violation("workers = \"auto\": %d workers running, outside %d..%d", live, o->as_min,
-                      o->as_max);
+    int live = sim_sup_live();
+    if (sim.o.autoscale && (live < sim.o.as_min || live > sim.o.as_max))
+        sim_violation("workers = \"auto\": %d workers running, outside %d..%d", live, sim.o.as_min,
+                      sim.o.as_max);
 }
 
 /* Start seed's run: every global of the simulation reset, its options drawn and logged. */
 static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace)
 {
     memset(&sim, 0, sizeof(sim));
-    memset(&sim_slot, 0, sizeof(sim_slot));
     memset(conns, 0, sizeof(conns));
     sim.seed = seed;
     sim.rng.s = seed;
@@ -827,24 +767,20 @@ static void sim_setup(uint64_t seed, const sim_bugs_t *bugs, bool trace)
     sim_mq_reset();
     draw_options();
     const sim_opts_t *o = &sim.o;
-    if (o->autoscale) {
-        autoscale_init(&sim.as, o->as_min, o->as_max);
-        for (int k = 0; k < o->workers; k++)
-            sim.off[k] = k >= sim.as.target;
-        sim.as_at_ms = sim.now_ms;
-    }
+    sup_test_lost_note = bugs->lost_note;
+    sup_test_retire_gap = bugs->retire_gap;
     sim_log("seed %llu: %d worker(s), %d messages, batch_size %d, prefetch %d, max_attempts %d, "
             "bulk %d, "
             "handle_batch %d, rollback_on_timeout %d, dlq %d, %s%s, outbox %d (max_attempts %d, "
             "backoff %d ms), dedup %s, ordered %d (%d keys), workers auto %d (%d..%d), instances "
-            "%d, group replication %d; per mille: db "
+            "%d, reloads %d, group replication %d; per mille: db "
             "%u, commit lost %u, death %u, stall %u, unroutable %u, nack %u, close %u",
             (unsigned long long)seed, o->workers, o->n_msgs, o->batch_size, o->prefetch,
             o->max_attempts, o->bulk, o->batch_handler, o->rollback_on_timeout, o->has_dlq,
             o->quorum ? "quorum" : "classic", o->quorum ? (o->rmq4 ? " 4.x" : " 3.x") : "",
             o->outbox, o->ob_max_attempts, o->ob_backoff_ms, o->dedup_none ? "none" : "table",
-            o->ordered, o->n_keys, o->autoscale, o->as_min, o->as_max, o->instances, o->gr,
-            o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall, o->pm_unroutable,
+            o->ordered, o->n_keys, o->autoscale, o->as_min, o->as_max, o->instances, o->reload,
+            o->gr, o->pm_db_fault, o->pm_commit_lost, o->pm_death, o->pm_stall, o->pm_unroutable,
             o->pm_nack, o->pm_close);
 }
 
@@ -879,24 +815,22 @@ static bool sim_turns(uint64_t tick)
 
     if (o->instances > 1 && !sim.calm && sim_rng_pm(&sim.sched, o->pm_instance_death))
         instance_kill((int)sim_rng_below(&sim.sched, 2));
+    if (o->reload && !sim.calm && sim_rng_pm(&sim.sched, o->pm_reload))
+        sim_sup_reload();
+    sim_sup_step(); /* reaps, restarts, autoscales: the daemon's own step */
+    check_autoscale();
     int first_k = o->workers > 1 ? (int)sim_rng_below(&sim.sched, (unsigned)o->workers) : 0;
     for (int j = 0; j < o->workers && !sim.failed; j++) {
         int k = (first_k + j) % o->workers;
-        if (sim.off[k])
+        if (!sim_sup_alive(k))
             continue;
-        if (sim.down_until[k] > sim.steps) {
-            busy = true;
-            continue;
-        }
         sim_switch(k);
         uint64_t t0 = sim.now_ms;
         bool ran = sim_life_step();
         busy |= ran;
-        if (o->autoscale)
-            *(ran ? &sim.busy_ms[k] : &sim.idle_ms[k]) += tick + sim.now_ms - t0;
+        sim_sup_time(k, ran, tick + sim.now_ms - t0);
         check_step();
     }
-    autoscale_tick();
     return busy;
 }
 
@@ -913,9 +847,12 @@ static void sim_idle(uint64_t next)
         if (h && (t == 0 || h < t))
             t = h;
     }
-    for (int k = 0; o->autoscale && t > sim.now_ms && k < o->workers; k++)
-        if (!sim.off[k])
-            sim.idle_ms[k] += t - sim.now_ms;
+    uint64_t sup = sim_sup_next_ms();
+    if (sup && (t == 0 || sup < t))
+        t = sup;
+    for (int k = 0; t > sim.now_ms && k < o->workers; k++)
+        if (sim_sup_alive(k))
+            sim_sup_time(k, false, t - sim.now_ms);
     if (t > sim.now_ms)
         sim.now_ms = t;
 }
@@ -927,6 +864,7 @@ bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
     sim_publish_all();
     sim_outbox_begin(); /* before the workers: their steps relay through its outbox */
     sim_life_begin();
+    sim_sup_begin(); /* the supervisor starts the workers at the first step */
     while (!sim.failed) {
         if (setjmp(sim.death) != 0)
             continue; /* the worker died: its successor takes the next step */
@@ -951,6 +889,7 @@ bool sim_run(uint64_t seed, const sim_bugs_t *bugs, bool trace)
     }
     if (!sim.failed)
         check_end();
+    sim_sup_end();
     sim_life_end();
     sim_outbox_end();
     conns_free();

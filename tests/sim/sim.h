@@ -50,6 +50,7 @@ static inline bool sim_rng_pm(sim_rng_t *r, unsigned pm)
 #define SIM_ROUND 32           /* copies of one publishing round */
 #define SIM_LOCK_WAIT_MS 15000 /* innodb_lock_wait_timeout: a row lock wait ends in 1205 */
 #define SIM_WORKERS 4          /* most workers drawn for the queue */
+#define SIM_SLOTS SIM_WORKERS  /* simulated worker processes (supervisor entries) at most */
 #define SIM_HEARTBEAT_S 4      /* broker.heartbeat: a batch starts handlers for at most 2 s */
 #define SIM_DRAIN_MS 5000      /* worker.c WORKER_DRAIN_MS: a retiring worker drains this long */
 #define SIM_KEYS 4             /* most order keys of an ordered queue's run */
@@ -110,6 +111,12 @@ typedef struct sim_opts {
     int instances;
     unsigned pm_instance_death; /* per step: a whole instance is killed (kill -9 of its
                                  * supervisor and workers), then restarted */
+    /* Reloads that change the queue (one or two workers, slots for the old and the new): its
+     * workers drain while new ones wait, so retiring workers die in their handlers while
+     * draining (the reap rule, --bug retire_gap). */
+    bool reload;
+    unsigned pm_reload;
+    int racing; /* workers that may run the queue at once (the crash limit's allowance) */
 } sim_opts_t;
 
 /* Test-only switches that put an old behaviour back (sim --bug NAME). */
@@ -128,6 +135,8 @@ typedef struct sim_bugs {
                           * drain: it dies wherever it is, between a COMMIT and its acks */
     bool guard_per_instance; /* two instances: the crash guard's rows (idemd_attempt) kept per
                               * instance, so each counts only its own workers' crashes */
+    bool retire_gap; /* sup_test_retire_gap: a retiring worker's exit is logged as drained even
+                      * when it died in its handler, its crash note not counted */
 } sim_bugs_t;
 
 /* What the catalogue knows about each message id (the ground truth). */
@@ -163,8 +172,7 @@ typedef struct sim {
     /* Which Group Replication error a fault is (o.gr only): a stream of its own, so the other
      * seeds draw as before. */
     sim_rng_t grng;
-    int cur;                      /* the worker whose connections are in sim_mq and sim_db */
-    long down_until[SIM_WORKERS]; /* a dead worker's successor starts at this step */
+    int cur; /* the worker whose connections are in sim_mq and sim_db */
     uint64_t now_ms;
     sim_opts_t o;
     sim_bugs_t bug;
@@ -174,15 +182,12 @@ typedef struct sim {
     int deaths, crashes_seen;
     int overshoots;  /* crashes past max_attempts that only other workers' uncounted ones explain */
     int dup_effects; /* dedup = "none": effects applied more than once (allowed, counted) */
-    /* workers = "auto": the real controller (autoscale.c) and the slots it starts and retires.
-     * off: no process (never started, or retired); retiring: draining (step_drain). */
-    autoscale_t as;
-    uint64_t as_at_ms;
-    bool off[SIM_WORKERS], retiring[SIM_WORKERS];
-    bool note_only[SIM_WORKERS]; /* retiring, restarted once to count a crash note (sup_reap) */
-    int kill_in[SIM_WORKERS];    /* --bug retire_kill: the SIGKILL lands at its Nth statement */
-    uint64_t busy_ms[SIM_WORKERS], idle_ms[SIM_WORKERS], seen_done[SIM_WORKERS];
-    int scale_ups, retirements;
+    /* The worker processes as the supervisor (sim_sup.c) runs them. retiring: draining
+     * (step_drain) after its SIGTERM; note_only: started once more to count a retiring
+     * predecessor's crash note, it drains after its first step. */
+    bool retiring[SIM_SLOTS], note_only[SIM_SLOTS];
+    int kill_in[SIM_SLOTS]; /* --bug retire_kill: the SIGKILL lands at its Nth statement */
+    int retirements, reloads;
     int instance_deaths;
     int retire_notes; /* retiring workers that died in the handler: their note counted by one
                        * more run in the slot (sup_reap's note_only) */
@@ -370,17 +375,13 @@ extern copies_keys_t sim_keys;
  * rows of worker sim.cur's batch) and the crash note. */
 extern const txn_ops_t sim_txn_ops, sim_txn_ops_ordered;
 order_batch_t *sim_life_order(void);
-typedef struct sim_slot {
-    bool in_handler, crash_counted;
-    int crash_id;
-    int exit_signal;
-} sim_slot_t;
-extern sim_slot_t sim_slot;
 
 /* sim.c's side: the successor's pending crash count, the bookkeeping after a transaction, the
  * outbox relay's model, whether a retry's reason is the database's doing. */
 bool sim_slot_pending_start(void);
 void sim_slot_started(void);
+/* Worker k's process was started by the supervisor: its first step reads the crash note. */
+void sim_started(int k);
 void sim_after_txn(const txn_msg_t *tm, int n);
 /* The sweeper (sim_outbox.c): the real outbox relay of every due row. */
 void sim_relay(void);
@@ -407,8 +408,6 @@ bool sim_life_step(void);
 /* Worker sim.cur retired: it drained and exits (sim.c); and the same for the modules. */
 void sim_retired(void);
 void sim_life_exit(void);
-/* Messages worker k finished (acked, dead-lettered, retried: the slot's counters). */
-uint64_t sim_life_done(int k);
 /* Ids worker sim.cur committed and has not settled yet (*ids up to max); how many. */
 int sim_life_unsettled(int *ids, int max);
 /* The ids in worker sim.cur's batch now (for the deaths' bookkeeping); returns how many. */
@@ -427,5 +426,29 @@ int sim_mq_count(int id);
 int sim_instance(int k);
 /* Deliveries of id unacked on the channels of the workers other than sim.cur (sim.c). */
 int sim_other_unacked(int id);
+
+/* ---------- the supervisor (sim_sup.c): sup_step on fake ports ---------- */
+struct worker_slot;
+/* Worker k's slot (crash note, counters, spans), in the supervisor's slots. */
+struct worker_slot *sim_sup_slot(int k);
+void sim_sup_begin(void);
+void sim_sup_end(void);
+/* Each instance's sup_step: reap, the reap rule, restarts, the autoscaler. */
+void sim_sup_step(void);
+/* Worker k has a supervisor entry / a running process / is retiring. */
+bool sim_sup_used(int k);
+bool sim_sup_alive(int k);
+bool sim_sup_retiring(int k);
+/* Worker k's process ended by signal sig (0: exited with code): reaped at the next step. */
+void sim_sup_exit(int k, int sig, int code);
+/* The signal of the worker whose crash note is in k's slot, as its successor will see it. */
+int sim_sup_note_signal(int k);
+/* Instance i is killed as a whole; it starts again at step until_step. */
+void sim_sup_kill(int i, long until_step);
+uint64_t sim_sup_next_ms(void);
+bool sim_sup_settled(void);
+int sim_sup_live(void);
+void sim_sup_time(int k, bool busy, uint64_t ms);
+void sim_sup_reload(void);
 
 #endif

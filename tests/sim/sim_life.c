@@ -11,6 +11,7 @@
 #include "life.h"
 #include "metrics.h"
 #include "pubround.h"
+#include "slot.h"
 #include "copies.h"
 #include "settle.h"
 #include "sim.h"
@@ -24,7 +25,6 @@ typedef struct sim_worker {
     guard_t guard;
     step_t step;
     order_batch_t ord;        /* an ordered queue's batch keys (order_batch.c), as worker_t's */
-    metrics_counters_t c;     /* the slot's counters (the autoscaler reads them) */
     int unsettled[SIM_BATCH]; /* committed by its last transaction, not settled yet */
     int n_unsettled;
     const char *ids[SIM_BATCH + 1];
@@ -80,24 +80,23 @@ static const guard_ops_t sim_guard_ops = {g_find, g_bump, g_crash, g_unstart};
  * the bookkeeping after each transaction. */
 static bool h_note(void *ctx, guard_note_t *note)
 {
-    static char id[16];
     (void)ctx;
+    const worker_slot_t *sl = sim_sup_slot(sim.cur);
     if (!sim_slot_pending_start())
         return false;
-    snprintf(id, sizeof(id), "m%d", sim_slot.crash_id);
-    *note = (guard_note_t){.in_handler = sim_slot.in_handler,
-                           .counted = sim_slot.crash_counted,
-                           .id = id,
-                           .id_len = strlen(id),
+    *note = (guard_note_t){.in_handler = sl->in_handler != 0,
+                           .counted = sl->crash_counted != 0,
+                           .id = sl->crash_id,
+                           .id_len = sl->crash_id_len,
                            .consumer = sim_q.consumer,
-                           .exit_signal = sim_slot.exit_signal};
+                           .exit_signal = sl->exit_signal};
     return true;
 }
 
 static void h_noted(void *ctx)
 {
     (void)ctx;
-    sim_slot.in_handler = false;
+    sim_sup_slot(sim.cur)->in_handler = 0;
     sim_slot_started();
 }
 
@@ -155,7 +154,7 @@ static void life_wire(int k)
                          .ctx = NULL,
                          .max_attempts = sim_q.max_attempts,
                          .dedup_table = !sim.o.dedup_none,
-                         .workers = sim.o.workers / sim.o.instances}; /* its instance's */
+                         .workers = sim.o.racing / sim.o.instances}; /* its instance's */
     memset(&x->bt, 0, sizeof(x->bt));
     x->bt.q = &sim_q;
     x->bt.consume = consume;
@@ -171,7 +170,7 @@ static void life_wire(int k)
                        .clock = clock_port,
                        .guard = &x->guard,
                        .key = sim_keys.k[0],
-                       .c = &x->c,
+                       .c = &sim_sup_slot(k)->c, /* the slot's counters, as a worker's */
                        .heartbeat = SIM_HEARTBEAT_S,
                        .life = &x->life};
     x->n_unsettled = 0;
@@ -200,7 +199,10 @@ void sim_life_begin(void)
     sim_q.name = "orders";
     sim_q.consumer = "orders";
     sim_q.prefetch = sim.o.prefetch;
-    sim_q.workers = sim.o.workers;
+    /* As the supervisor reads it: its instance's workers, or workers = "auto". */
+    sim_q.workers = sim.o.autoscale ? CONF_WORKERS_AUTO : sim.o.racing / sim.o.instances;
+    sim_q.workers_min = sim.o.as_min;
+    sim_q.workers_max = sim.o.as_max;
     sim_q.dedup = sim.o.dedup_none ? CONF_DEDUP_NONE : CONF_DEDUP_TABLE;
     sim_q.batch_size = sim.o.batch_size;
     sim_q.batch_handler = sim.o.batch_handler;
@@ -251,12 +253,6 @@ void sim_life_die(void)
 void sim_life_exit(void)
 {
     sim_life_die(); /* what it still holds goes back unacked, as at any exit */
-}
-
-uint64_t sim_life_done(int k)
-{
-    const metrics_counters_t *c = &workers[k].c;
-    return c->n_ok + c->n_duplicate + c->n_retry + c->n_reject;
 }
 
 int sim_life_unsettled(int *ids, int max)

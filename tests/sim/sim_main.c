@@ -42,6 +42,9 @@ static const bug_case_t bug_cases[] = {
     {"guard_per_instance", offsetof(sim_bugs_t, guard_per_instance),
      "guard_per_instance (two instances: the crash guard's rows kept per instance, so each "
      "counts only its own workers' crashes)"},
+    {"retire_gap", offsetof(sim_bugs_t, retire_gap),
+     "retire_gap (sup_test_retire_gap: a retiring worker's exit logged as drained, its "
+     "handler crash not counted)"},
 };
 #define N_BUGS (sizeof(bug_cases) / sizeof(bug_cases[0]))
 
@@ -84,7 +87,7 @@ static void usage(void)
            "  --seeds N   run seeds first..first+N-1 (default 2000) with every invariant on\n"
            "  --seed S    run one seed; --trace prints every step\n"
            "  --bug NAME  put an old behaviour back: no_fallback, match_by_key, alarm_as_crash,\n"
-           "              lost_note, auto_ack, stale_free, retire_kill,\n"
+           "              lost_note, auto_ack, stale_free, retire_kill, retire_gap,\n"
            "              guard_per_instance\n"
            "  --no-bugs   skip the check that each old behaviour is found\n"
            "  --show N    print the first N failing seeds (default 5)\n"
@@ -163,8 +166,8 @@ static void sim_run_seeds(const sim_args_t *a)
 {
     double t0 = now_s();
     long steps = 0, deaths = 0, bad = 0, overshoots = 0, dups = 0, none_seeds = 0,
-         ordered_seeds = 0, auto_seeds = 0, ups = 0, retires = 0, two_seeds = 0, inst_deaths = 0,
-         retire_notes = 0;
+         ordered_seeds = 0, auto_seeds = 0, reload_seeds = 0, reloads = 0, retires = 0,
+         two_seeds = 0, inst_deaths = 0, retire_notes = 0;
     for (long k = 0; k < a->seeds; k++) {
         uint64_t s = a->first + (uint64_t)k;
         if (!sim_run(s, &a->bugs, false)) {
@@ -181,7 +184,8 @@ static void sim_run_seeds(const sim_args_t *a)
         none_seeds += sim.o.dedup_none;
         ordered_seeds += sim.o.ordered;
         auto_seeds += sim.o.autoscale;
-        ups += sim.scale_ups;
+        reload_seeds += sim.o.reload;
+        reloads += sim.reloads;
         retires += sim.retirements;
         two_seeds += sim.o.instances > 1;
         inst_deaths += sim.instance_deaths;
@@ -191,13 +195,13 @@ static void sim_run_seeds(const sim_args_t *a)
     t_line(bad == 0,
            "sim: seeds %llu..%llu%s: %ld broke an invariant (%ld steps, %ld worker deaths, "
            "%ld crashes past the one-worker limit, %ld seeds with dedup none and %ld effects "
-           "applied again there, %ld ordered, %ld with workers auto (%ld workers added, %ld "
-           "retired, %ld crash notes of retiring workers counted by one more run), %ld with two "
-           "instances "
+           "applied again there, %ld ordered, %ld with workers auto, %ld with reloads (%ld "
+           "reloads); %ld workers retired, %ld crash notes of retiring workers counted by one "
+           "more run; %ld with two instances "
            "(%ld instance deaths), %.0f seeds/s)",
            (unsigned long long)a->first, (unsigned long long)(a->first + (uint64_t)a->seeds - 1),
            a->bugarg, bad, steps, deaths, overshoots, none_seeds, dups, ordered_seeds, auto_seeds,
-           ups, retires, retire_notes, two_seeds, inst_deaths,
+           reload_seeds, reloads, retires, retire_notes, two_seeds, inst_deaths,
            dt > 0 ? (double)a->seeds / dt : 0.0);
 }
 

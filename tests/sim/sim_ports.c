@@ -408,6 +408,12 @@ static uint64_t k_now(void *ctx)
     return sim.now_ms;
 }
 
+static uint64_t k_now_us(void *ctx)
+{
+    (void)ctx;
+    return sim.now_ms * 1000;
+}
+
 static uint64_t k_wall(void *ctx)
 {
     (void)ctx;
@@ -422,6 +428,7 @@ static void k_pause(void *ctx, int ms)
 
 const port_clock_ops_t sim_clock_ops = {
     .now_ms = k_now,
+    .now_us = k_now_us,
     .wall_ms = k_wall,
     .pause = k_pause,
 };

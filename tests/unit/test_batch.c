@@ -105,7 +105,7 @@ static void clk_pause(void *ctx, int ms)
     (void)ctx, (void)ms;
 }
 
-static const port_clock_ops_t clk_ops = {clk_now, clk_now, clk_pause};
+static const port_clock_ops_t clk_ops = {.now_ms = clk_now, .wall_ms = clk_now, .pause = clk_pause};
 
 /* Settle never publishes here (no copies): a publish port that fails if it is asked to. */
 static int pub_open(void *ctx)
