@@ -48,6 +48,10 @@
 # e.g. "wsrep_log_conflicts = ON" logs every applier abort of a local transaction).
 
 CL_GALERA_LIB=${CL_GALERA_LIB:-/usr/lib/galera/libgalera_smm.so}
+# The database group: galera (MariaDB Galera) or gr (MySQL Group Replication, cluster_gr.sh).
+CL_DB=${CL_DB:-galera}
+# shellcheck source=tests/chaos/cluster_gr.sh
+source "$(dirname "${BASH_SOURCE[0]}")/cluster_gr.sh"
 declare -a CL_AMQP CL_NODE CL_MYSQL CL_RNS CL_GNS CL_RIP CL_GIP
 
 cl_log() { echo "# $(date +%H:%M:%S) cluster: $*" >&2; }
@@ -89,7 +93,9 @@ cl_net_check()
         cl_log "needs ip (package iproute2) for network namespaces"
         return 1
     fi
-    if [[ ! -f $CL_GALERA_LIB ]] || ! command -v rsync >/dev/null; then
+    if [[ $CL_DB == gr ]]; then
+        cl_gr_check || return 1
+    elif [[ ! -f $CL_GALERA_LIB ]] || ! command -v rsync >/dev/null; then
         cl_log "needs $CL_GALERA_LIB (package galera-4) and rsync (package rsync)"
         return 1
     fi
@@ -152,7 +158,7 @@ cl_net_up()
         cl_net_link "${CL_RNS[$n]}" "vr$n" "${CL_RIP[$n]}" || return 1
         cl_net_link "${CL_GNS[$n]}" "vg$n" "${CL_GIP[$n]}" || return 1
     done
-    cl_log "namespaces $(cl_all_ns); hub $CL_HUB_IP, RabbitMQ ${CL_RIP[*]}, Galera ${CL_GIP[*]}"
+    cl_log "namespaces $(cl_all_ns); hub $CL_HUB_IP, RabbitMQ ${CL_RIP[*]}, $(cl_db_title) ${CL_GIP[*]}"
 }
 
 cl_net_down()
@@ -184,13 +190,19 @@ cl_mq() { local n=$1; shift; "$MQTOOL" -H "${CL_RIP[$n]}" -P "${CL_AMQP[$n]}" "$
 
 cl_sql()
 {
-    mariadb --no-defaults -S "$CL_DIR/g$1/sock" -uroot -N -B -e "$2" ${3:+"$3"}
+    local client=mariadb
+    [[ $CL_DB == gr ]] && client=mysql
+    "$client" --no-defaults -S "$CL_DIR/g$1/sock" -uroot -N -B -e "$2" ${3:+"$3"}
 }
 
+# The same on the first node that answers (Group Replication: the primary first, which
+# has every committed transaction; a secondary may not have applied them yet).
 cl_sql_any()
 {
-    local n
-    for n in 1 2 3; do
+    local n order=(1 2 3)
+    # shellcheck disable=SC2207 # numbers
+    [[ $CL_DB == gr ]] && order=($(cl_gr_order))
+    for n in "${order[@]}"; do
         cl_sql "$n" "$@" 2>/dev/null && return 0
     done
     return 1
@@ -288,6 +300,17 @@ cl_rabbit_running()
 {
     local r
     r=$(cl_ctl "$1" eval 'length(rabbit_nodes:all_running()).' 2>/dev/null) || r='?'
+    echo "$r"
+}
+
+# Number of RabbitMQ nodes node $1 is connected to, itself included (? when it does not
+# answer). RabbitMQ 4.x keeps its metadata in Khepri, where all_running() still counts a node
+# cut off by a partition; the Erlang distribution drops it after net_ticktime.
+cl_rabbit_connected()
+{
+    local r
+    r=$(cl_ctl "$1" eval 'length([N || N <- [node() | nodes()], lists:prefix("rabbit@", atom_to_list(N))]).' \
+        2>/dev/null) || r='?'
     echo "$r"
 }
 
@@ -460,14 +483,18 @@ cl_log_since()
 }
 
 # True once both sides of a partition of node $2 (KIND $1: r or g) noticed it: the cut-off
-# node (RabbitMQ: paused as a minority; Galera: non-Primary) and the next node (RabbitMQ: 2
-# running nodes; Galera: Primary with 2).
+# node (RabbitMQ: paused as a minority, or, on 4.x, whose metadata store is Khepri and which
+# does not pause, its peers down by net_tick_timeout; Galera: non-Primary; Group Replication:
+# the others UNREACHABLE) and the next node (RabbitMQ: connected to 1 other node; Galera:
+# Primary with 2; Group Replication: ONLINE in a group of 2).
 cl_part_seen()
 {
     local kind=$1 n=$2 m=$(($2 % 3 + 1)) st
     if [[ $kind == r ]]; then
-        [[ $(cl_rabbit_running "$m") == 2 ]] || return 1
-        grep -qi 'minority' "$CL_DIR/r$n/log/${CL_NODE[$n]}.log" 2>/dev/null
+        [[ $(cl_rabbit_connected "$m") == 2 ]] || return 1
+        grep -qiE 'minority|down: net_tick_timeout' "$CL_DIR/r$n/log/${CL_NODE[$n]}.log" 2>/dev/null
+    elif [[ $CL_DB == gr ]]; then
+        cl_gr_part_seen "$n"
     else
         st=$(cl_galera_status "$n" "'wsrep_cluster_status'")
         [[ $st == non-Primary ]] || return 1
@@ -482,7 +509,7 @@ cl_part_seen()
 cl_part()
 {
     local kind=$1 n=$2 hold=$3 t0=$SECONDS seen=0 what
-    [[ $kind == r ]] && what="RabbitMQ node $n" || what="Galera node $n"
+    [[ $kind == r ]] && what="RabbitMQ node $n" || what=$(cl_db_name "$n")
     cl_log "partition: $what cut off (link v$kind$n down in $CL_HUB)"
     ip -n "$CL_HUB" link set "v$kind$n" down || return 1
     while :; do
@@ -495,9 +522,10 @@ cl_part()
             ip -n "$CL_HUB" link set "v$kind$n" up
             cl_log "$what: the partition was not seen by both sides within 90 s"
             if [[ $kind == g ]]; then
-                cl_galera_report
+                cl_db_report
             else
-                cl_log "RabbitMQ node $((n % 3 + 1)) sees $(cl_rabbit_running $((n % 3 + 1))) running nodes"
+                cl_log "RabbitMQ node $((n % 3 + 1)) sees $(cl_rabbit_running $((n % 3 + 1))) running nodes," \
+                    "is connected to $(cl_rabbit_connected $((n % 3 + 1)))"
             fi
             return 1
         fi
@@ -541,24 +569,137 @@ cl_galera_part()
     cl_log_since "$f" "$lines" 'NON_PRIM|non-Primary|suspect|inactive|IST|Synced' 8
 }
 
+# The same for Group Replication member $1: cut off (it sees the others UNREACHABLE), expelled
+# by the two others after about 10 s (5 s of silence, then the expel timeout, 5 s), healed; it
+# learns it was expelled (ERROR), is rejoined (cl_gr_wait) and is ONLINE in the group of 3.
+cl_gr_part()
+{
+    local n=$1 hold=${2:-${CLC_PART_HOLD:-25}} t0 f lines
+    f=$CL_DIR/g$n/err.log
+    lines=$(($(wc -l <"$f") + 1))
+    cl_part g "$n" "$hold" || return 1
+    t0=$SECONDS
+    cl_gr_wait "$n" || return 1
+    cl_log "Group Replication member $n ONLINE in the group of 3 again, $((SECONDS - t0)) s" \
+        "after the heal; its log:"
+    cl_log_since "$f" "$lines" 'UNREACHABLE|unreachable|expelled|ERROR|view|recovery' 8
+}
+
+# ---------- the database group, whichever runs (CL_DB) ----------
+
+cl_db_name() { [[ $CL_DB == gr ]] && echo "Group Replication member $1" || echo "Galera node $1"; }
+cl_db_title() { [[ $CL_DB == gr ]] && echo "MySQL Group Replication" || echo "MariaDB Galera"; }
+cl_db_alive() { [[ -f "$CL_DIR/g$1.pgid" ]] && pgrep -g "$(cat "$CL_DIR/g$1.pgid")" >/dev/null; }
+
+cl_db_launch()
+{
+    if [[ $CL_DB == gr ]]; then
+        cl_gr_launch "$1"
+    else
+        cl_sst_writable "$1"
+        cl_galera_launch "$1"
+    fi
+}
+
+# Wait up to $2 s until node $1 is back in its group of CL_DB_SIZE (3).
+cl_db_wait() { if [[ $CL_DB == gr ]]; then cl_gr_wait "$@"; else cl_galera_wait "$@"; fi; }
+cl_db_part() { if [[ $CL_DB == gr ]]; then cl_gr_part "$@"; else cl_galera_part "$@"; fi; }
+cl_db_report() { if [[ $CL_DB == gr ]]; then cl_gr_report; else cl_galera_report; fi; }
+# True when the group can take writes (a Primary component; an ONLINE PRIMARY with a majority).
+cl_db_primary() { if [[ $CL_DB == gr ]]; then cl_gr_primary; else cl_galera_primary; fi; }
+cl_db_bootstrap() { if [[ $CL_DB == gr ]]; then cl_gr_bootstrap; else cl_galera_bootstrap; fi; }
+
+# Node $1 is in its group of $2 now: one look, no wait.
+cl_db_ok()
+{
+    if [[ $CL_DB == gr ]]; then
+        cl_gr_agreed "$1" "$(cl_gr_state "$1")" "$2"
+    else
+        [[ $(cl_galera_status "$1" "'wsrep_local_state_comment', 'wsrep_cluster_size'") == "$2 Synced" ]]
+    fi
+}
+
+# ---------- one-way drops (asymmetric partitions) ----------
+
+cl_asym_tool() { command -v nft >/dev/null; }
+
+# cl_db_asym N [S]: MySQL bug #118704 ("iptables -A OUTPUT -d mysql3 -j DROP" on mysql1): what
+# node N sends to node M (the next one) is dropped, in N's namespace (nft, output hook); N and
+# the third node, and M and the third node, still talk; every client still reaches N. Held S s
+# (CLC_ASYM_HOLD, 40), the members' views logged as they change; then the rule goes and the
+# run waits until all three are back in the group of 3 (an expelled member rejoined). Says
+# which outcome it saw: N expelled, M expelled, or neither (N and M UNREACHABLE to each other
+# and nobody expelled, the bug's first outcome). 0, or 1 (no nft: said, nothing done).
+cl_db_asym()
+{
+    local n=$1 hold=${2:-${CLC_ASYM_HOLD:-40}} m=$(($1 % 3 + 1)) t0=$SECONDS v last="" k seen=""
+    if ! cl_asym_tool; then
+        cl_log "one-way drops need nft (package nftables), not installed here: asymmetric partition skipped"
+        return 1
+    fi
+    cl_log "asymmetric partition: $(cl_db_name "$n") drops what it sends to ${CL_GIP[$m]} ($(cl_db_name "$m"))"
+    printf 'table inet idcasym {\n  chain out { type filter hook output priority 0; ip daddr %s drop; }\n}\n' \
+        "${CL_GIP[$m]}" | ip netns exec "${CL_GNS[$n]}" nft -f - || return 1
+    while ((SECONDS - t0 < hold)); do
+        if [[ $CL_DB == gr ]]; then v=$(cl_gr_views); else v=$(cl_galera_views); fi
+        [[ $v != "$last" ]] && cl_log "after $((SECONDS - t0)) s: $v"
+        last=$v
+        sleep 2
+    done
+    seen=$(cl_asym_outcome "$n" "$m" "$last")
+    cl_log "after $hold s: $seen"
+    ip netns exec "${CL_GNS[$n]}" nft delete table inet idcasym || return 1
+    cl_log "one-way drop removed"
+    t0=$SECONDS
+    # A member not ONLINE (expelled: ERROR) first: waiting for it rejoins it, and the others
+    # wait for it.
+    local first=() then=()
+    for k in "$n" "$m" $((6 - n - m)); do
+        if [[ $CL_DB == gr && $(cl_gr_state "$k") != ONLINE* ]]; then first+=("$k"); else then+=("$k"); fi
+    done
+    for k in "${first[@]}" "${then[@]}"; do cl_db_wait "$k" || return 1; done
+    cl_log "all three back in the group of 3, $((SECONDS - t0)) s after the drop was removed ($seen)"
+}
+
+# What the views $3 of an asymmetric partition of N ($1) towards M ($2) say.
+cl_asym_outcome()
+{
+    local n=$1 m=$2 v=$3 k
+    if [[ $CL_DB != gr ]]; then
+        echo "views: $v"
+        return 0
+    fi
+    # A member alone, or in ERROR, was expelled: the other two see 2 ONLINE, 0 UNREACHABLE.
+    for k in "$n" "$m"; do
+        if grep -qE "$k: ERROR" <<<"$v" || grep -qE "$((6 - n - m)): ONLINE 2 [A-Z]+ 0" <<<"$v" &&
+            ! grep -qE "$k: ONLINE 2 [A-Z]+ 0" <<<"$v"; then
+            echo "member $k expelled (views: $v)"
+            return 0
+        fi
+    done
+    if grep -qE '[0-9]: ONLINE 3 [A-Z]+ [1-9]' <<<"$v"; then
+        echo "nobody expelled: members $n and $m see each other UNREACHABLE in a group of 3 (MySQL bug #118704; views: $v)"
+    else
+        echo "views: $v"
+    fi
+}
+
+cl_galera_views()
+{
+    local n out=()
+    for n in 1 2 3; do
+        out+=("$n: $(cl_galera_status "$n" "'wsrep_local_state_comment', 'wsrep_cluster_size'" || true)")
+    done
+    local IFS='|'
+    echo "${out[*]}"
+}
+
 # ---------- both ----------
 
-cl_start()
+# Galera: node 1's datadir, node 1 bootstraps a new cluster, 2 and 3 started (they join by SST).
+cl_galera_boot()
 {
-    local t0=$SECONDS n user=()
-    [[ -n ${CL_HUB:-} ]] || cl_vars "$CL_ID"
-    [[ -n ${CL_DIR:-} ]] || CL_DIR=$(mktemp -d /tmp/idemd-cl.XXXXXX) || return 1
-    chmod 755 "$CL_DIR"
-    export CL_DIR HOME=$CL_DIR/home
-    mkdir -p "$HOME"
-    # One Erlang cookie for the three nodes and rabbitmqctl, written before any starts.
-    od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$HOME/.erlang.cookie"
-    chmod 400 "$HOME/.erlang.cookie"
-    # Every namespace has an epmd of its own on the standard port.
-    export ERL_EPMD_PORT=4369
-    # rabbitmqctl ticks like the nodes (net_ticktime 10).
-    export RABBITMQ_CTL_ERL_ARGS="-kernel net_ticktime 10"
-    cl_log "dir $CL_DIR; hub $CL_HUB ($CL_HUB_IP); RabbitMQ ${CL_RIP[*]}; Galera ${CL_GIP[*]}"
+    local n user=() deadline
     for n in 1 2 3; do
         mkdir -p "$CL_DIR/g$n/data" "$CL_DIR/g$n/tmp"
         cl_galera_cnf "$n"
@@ -572,15 +713,41 @@ cl_start()
     fi
     cl_sst_writable 2
     cl_sst_writable 3
-    for n in 1 2 3; do cl_rabbit_launch "$n"; done
     cl_galera_launch 1 new
-    local deadline=$((SECONDS + 60))
+    deadline=$((SECONDS + 60))
     until cl_sql 1 "SELECT 1" >/dev/null 2>&1; do
         ((SECONDS < deadline)) || { tail -n 20 "$CL_DIR/g1/err.log" >&2; return 1; }
         sleep 0.3
     done
     cl_galera_launch 2
     cl_galera_launch 3
+}
+
+cl_start()
+{
+    local t0=$SECONDS n
+    [[ -n ${CL_HUB:-} ]] || cl_vars "$CL_ID"
+    [[ -n ${CL_DIR:-} ]] || CL_DIR=$(mktemp -d /tmp/idemd-cl.XXXXXX) || return 1
+    chmod 755 "$CL_DIR"
+    export CL_DIR HOME=$CL_DIR/home
+    mkdir -p "$HOME"
+    # One Erlang cookie for the three nodes and rabbitmqctl, written before any starts.
+    od -An -N16 -tx1 /dev/urandom | tr -d ' \n' >"$HOME/.erlang.cookie"
+    chmod 400 "$HOME/.erlang.cookie"
+    # Every namespace has an epmd of its own on the standard port.
+    export ERL_EPMD_PORT=4369
+    # rabbitmqctl ticks like the nodes (net_ticktime 10).
+    export RABBITMQ_CTL_ERL_ARGS="-kernel net_ticktime 10"
+    cl_log "dir $CL_DIR; hub $CL_HUB ($CL_HUB_IP); RabbitMQ ${CL_RIP[*]}; $(cl_db_title) ${CL_GIP[*]}"
+    if [[ $CL_DB == gr ]]; then
+        cl_gr_prepare || return 1
+    fi
+    for n in 1 2 3; do cl_rabbit_launch "$n"; done
+    if [[ $CL_DB == gr ]]; then
+        for n in 1 2 3; do cl_gr_launch "$n"; done
+    else
+        cl_galera_boot || return 1
+    fi
     for n in 1 2 3; do cl_rabbit_wait "$n" || return 1; done
     for n in 2 3; do
         # (start_app logs harmless "tracked connection table" errors while the nodes meet)
@@ -597,11 +764,20 @@ cl_start()
         cl_log "RabbitMQ cluster has $running running nodes, not 3"
         return 1
     }
-    for n in 1 2 3; do cl_galera_wait "$n" || return 1; done
-    # The clients (idemd, the publishers) connect from the hub's address.
+    if [[ $CL_DB == gr ]]; then
+        cl_gr_form || return 1
+    else
+        for n in 1 2 3; do cl_galera_wait "$n" || return 1; done
+    fi
+    # The clients (idemd, the publishers) connect from the hub's address (on Group
+    # Replication, through member 1, the primary: it bootstrapped the group).
     cl_sql 1 "CREATE USER IF NOT EXISTS 'idemd'@'$CL_NET.%' IDENTIFIED BY 'idemd';
               GRANT ALL ON *.* TO 'idemd'@'$CL_NET.%'" || return 1
-    cl_log "up in $((SECONDS - t0)) s: RabbitMQ 3 nodes running, Galera 3 nodes Synced"
+    if [[ $CL_DB == gr ]]; then
+        cl_log "up in $((SECONDS - t0)) s: RabbitMQ 3 nodes running, Group Replication 3 members ONLINE"
+    else
+        cl_log "up in $((SECONDS - t0)) s: RabbitMQ 3 nodes running, Galera 3 nodes Synced"
+    fi
 }
 
 cl_stop()
