@@ -122,8 +122,6 @@ int ctl_outbox_counts(const ctl_t *ctl, db_t *db, const char *consumer, long lon
 int ctl_dlq(ctl_t *ctl, const char *queue, ctl_mode_t mode);
 /* Requeue the kept deliveries tags[0..n-1] (ascending) of queue on rd in their order. */
 void ctl_requeue(mq_t *rd, const char *queue, const uint64_t *tags, long n);
-/* Whether a replayed copy leaves the header key out (idemd's failure headers, the broker's). */
-bool ctl_header_dropped(amqp_bytes_t key);
 
 /* ctl_try.c: try QUEUE ... (its own command line: idemctl.c hands it argv when the command
  * word is "try"). */

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 #include <time.h>
 
 #include "ctl.h"
@@ -19,26 +18,6 @@
 #define CTL_RETURNS_WARN 10
 
 /* ---------- dead letters ---------- */
-
-/*
- * Headers a replayed copy must not carry: idemd's failure headers and the
- * broker's. idemd-body-dropped stays, so that whoever gets the empty body
- * knows why.
- */
-bool ctl_header_dropped(amqp_bytes_t key)
-{
-    size_t bd = strlen(COPIES_H_BODY_DROPPED);
-    if (key.len == bd && memcmp(key.bytes, COPIES_H_BODY_DROPPED, bd) == 0)
-        return false;
-    static const char *prefixes[] = {"idemd-", "x-death", "x-first-death-", "x-last-death-",
-                                     "x-delivery-count"};
-    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
-        size_t n = strlen(prefixes[i]);
-        if (key.len >= n && strncasecmp((const char *)key.bytes, prefixes[i], n) == 0)
-            return true;
-    }
-    return false;
-}
 
 /*
  * dlq replay --dry-run: what would happen to l, as a line of text (id,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "ctl.h"
 #include "ctl_letter.h"
@@ -485,4 +486,24 @@ int ctl_letter_fingerprint(ctl_letter_t *l)
 out:
     EVP_MD_CTX_free(h);
     return rc;
+}
+
+/*
+ * Headers a replayed copy must not carry: idemd's failure headers and the
+ * broker's. idemd-body-dropped stays, so that whoever gets the empty body
+ * knows why.
+ */
+bool ctl_header_dropped(amqp_bytes_t key)
+{
+    size_t bd = strlen(COPIES_H_BODY_DROPPED);
+    if (key.len == bd && memcmp(key.bytes, COPIES_H_BODY_DROPPED, bd) == 0)
+        return false;
+    static const char *prefixes[] = {"idemd-", "x-death", "x-first-death-", "x-last-death-",
+                                     "x-delivery-count"};
+    for (size_t i = 0; i < sizeof(prefixes) / sizeof(prefixes[0]); i++) {
+        size_t n = strlen(prefixes[i]);
+        if (key.len >= n && strncasecmp((const char *)key.bytes, prefixes[i], n) == 0)
+            return true;
+    }
+    return false;
 }

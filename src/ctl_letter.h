@@ -92,4 +92,7 @@ void ctl_letter_put_id(const ctl_letter_t *l);
 /* One dead letter for dlq list: a line of text, or an object of arr (--json). */
 void ctl_letter_print(const ctl_t *ctl, const ctl_letter_t *l, json_object *arr);
 
+/* Whether a replayed copy leaves the header key out (idemd's failure headers, the broker's). */
+bool ctl_header_dropped(amqp_bytes_t key);
+
 #endif

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "ctl.h"
+#include "ctl_letter.h"
 #include "delivery.h"
 #include "log.h"
 #include "sqlh.h"

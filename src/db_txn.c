@@ -157,3 +157,13 @@ db_boundary_t db_boundary(const db_t *db, unsigned err)
         return DB_BOUNDARY_ENDED;
     return DB_BOUNDARY_HELD;
 }
+
+db_status_t db_commit(db_t *db)
+{
+    return db->xa_open ? db_end(db, true) : db_exec(db, "COMMIT");
+}
+
+db_status_t db_rollback(db_t *db)
+{
+    return db->xa_open ? db_end(db, false) : db_exec(db, "ROLLBACK");
+}
