@@ -14,6 +14,8 @@
 #define CHORES_LEASE_TABLE "idemd_lease"
 #define CHORES_SLICE_MS 1000          /* a retention slice stops deleting after this */
 #define CHORES_SLICE_GAP_MS 1000      /* and the next slice starts no sooner than this after it */
+#define CHORES_BUSY_SLICE_MS 100      /* the same while the worker's last batch had messages */
+#define CHORES_BUSY_SHARE 10          /* ... and then a slice takes at most 1/10 of the time */
 #define CHORES_PURGE_ROWS 1000        /* rows per DELETE, each committed on its own */
 #define CHORES_RETENTION_EVERY_S 3600 /* a retention run is due this long after the last ended */
 #define CHORES_RETENTION_LEASE_S 60   /* held across slices: renewed by each slice's claim */
@@ -162,12 +164,44 @@ static int chores_purge_failed(chores_t *c)
 }
 
 /*
+ * The gap after a retention slice that took took_ms: CHORES_SLICE_GAP_MS,
+ * or while busy long enough that the slice is at most 1/CHORES_BUSY_SHARE
+ * of the time (a DELETE of random ids in a large table can take longer than
+ * the slice it overshoots).
+ */
+uint64_t chores_slice_gap_ms(bool busy, uint64_t took_ms)
+{
+    uint64_t share = busy ? took_ms * (CHORES_BUSY_SHARE - 1) : 0;
+    return share > CHORES_SLICE_GAP_MS ? share : CHORES_SLICE_GAP_MS;
+}
+
+bool chores_busy(uint64_t busy_us, uint64_t idle_us, uint64_t slice_us)
+{
+    uint64_t work = busy_us > slice_us ? busy_us - slice_us : 0;
+    return work > idle_us;
+}
+
+/* Whether the worker was busy since the last slice (chores_busy), from its slot's time; the
+ * marks move to now. */
+static bool chores_worker_busy(chores_t *c)
+{
+    uint64_t b = __atomic_load_n(&c->slot->busy_us, __ATOMIC_RELAXED);
+    uint64_t i = __atomic_load_n(&c->slot->idle_us, __ATOMIC_RELAXED);
+    bool busy = chores_busy(b - c->mark_busy_us, i - c->mark_idle_us, c->last_slice_us);
+    c->mark_busy_us = b;
+    c->mark_idle_us = i;
+    return busy;
+}
+
+/*
  * One slice of retention when it is due and the lease is ours: delete the
  * consumer's records, then its crash counts, older than
  * record_retention_days, CHORES_PURGE_ROWS rows per committed DELETE, for
- * at most CHORES_SLICE_MS. A run that is not finished continues in a later
- * slice (the lease is renewed by each slice's claim); a finished one makes
- * the next run due in an hour. 0, or -1 when the connection was lost.
+ * at most CHORES_SLICE_MS (CHORES_BUSY_SLICE_MS while busy: the worker's
+ * last batch had messages, so the deletes take their time from the queue's).
+ * A run that is not finished continues in a later slice (the lease is
+ * renewed by each slice's claim); a finished one makes the next run due in
+ * an hour. 0, or -1 when the connection was lost.
  */
 static int chores_retention(chores_t *c, uint64_t now)
 {
@@ -190,10 +224,13 @@ static int chores_retention(chores_t *c, uint64_t now)
         c->run_slices = 0;
         c->run_rows = 0;
         c->run_start_ms = now;
+        (void)chores_worker_busy(c); /* the marks: the first slice is taken as idle */
     }
     c->run_slices++;
+    bool busy = c->run_slices > 1 && chores_worker_busy(c);
     uint64_t t0 = clock_mono_ms(), took = 0;
-    while (c->run_phase < 2 && took < CHORES_SLICE_MS) {
+    uint64_t limit = busy ? CHORES_BUSY_SLICE_MS : CHORES_SLICE_MS;
+    while (c->run_phase < 2 && took < limit) {
         long long n = c->run_phase == 0 ? db_purge(c->db, c->conf->database.record_table,
                                                    "create_time", days, CHORES_PURGE_ROWS)
                                         : db_purge(c->db, DB_ATTEMPT_TABLE, "updated_at", days,
@@ -212,11 +249,14 @@ static int chores_retention(chores_t *c, uint64_t now)
         if (n < CHORES_PURGE_ROWS)
             c->run_phase++;
     }
+    c->last_slice_us = took * 1000;
     if (c->run_phase < 2) {
+        uint64_t gap = chores_slice_gap_ms(busy, took);
         log_info("retention: deleted %lld rows in %llu ms (%lld in this run so far): continuing "
-                 "in %d ms",
-                 slice, (unsigned long long)took, c->run_rows, CHORES_SLICE_GAP_MS);
-        l->next_ms = clock_mono_ms() + CHORES_SLICE_GAP_MS;
+                 "in %llu ms%s",
+                 slice, (unsigned long long)took, c->run_rows, (unsigned long long)gap,
+                 busy ? " (busy)" : "");
+        l->next_ms = clock_mono_ms() + gap;
         return 0;
     }
     c->run_open = false;

@@ -46,6 +46,9 @@ typedef struct chores {
     int run_slices;     /* slices the run took so far */
     long long run_rows; /* rows deleted by the run so far */
     uint64_t run_start_ms;
+    /* The worker's busy and idle time (slot) when the last slice began, and that slice's
+     * length: whether the worker was busy meanwhile (chores_busy). */
+    uint64_t mark_busy_us, mark_idle_us, last_slice_us;
 } chores_t;
 
 /*
@@ -79,11 +82,20 @@ void chores_set_sweep(chores_t *c, int (*peek)(void *arg), int (*fn)(void *arg),
 /*
  * Call between batches, with no transaction open. Does whatever is due and
  * whose lease this worker gets: a slice of retention (at most about a
- * second of DELETEs, one commit each) and a reconcile run (the handler's
- * hook under reconcile_timeout: SIGALRM kills the worker past it). Returns
- * 0 (chores that fail for another reason are logged and tried again
- * later), or -1 when the database connection was lost (logged).
+ * second of DELETEs, one commit each, a second apart; about 100 ms and at
+ * most a tenth of the time while the worker is busy: it spent more time on
+ * batches than waiting for them since the last slice) and a reconcile run
+ * (the handler's hook under reconcile_timeout: SIGALRM kills the worker
+ * past it). Returns 0 (chores that fail for another reason are logged and
+ * tried again later), or -1 when the database connection was lost (logged).
  */
 int chores_tick(chores_t *c) __attribute__((warn_unused_result));
+
+/* The pause after a retention slice of took_ms (see chores_tick). */
+uint64_t chores_slice_gap_ms(bool busy, uint64_t took_ms);
+
+/* Whether a worker that spent busy_us on batches (the last slice's slice_us among them: it ran
+ * between batches) and idle_us waiting for them since the last slice was busy: more on batches. */
+bool chores_busy(uint64_t busy_us, uint64_t idle_us, uint64_t slice_us);
 
 #endif

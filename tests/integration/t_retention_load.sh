@@ -1,8 +1,10 @@
-# t_retention_load: under a steady load (the queue never idle), retention deletes old records in slices of about a second.
+# t_retention_load: under a steady load (the queue never idle), retention deletes old records in short slices that take at most a tenth of the worker's time, and in slices of about a second when idle.
 db=t_retention_load
 q=t_retention_load.q
 old=150000 # backdated records of this consumer: more than one slice deletes
 total=12000 # 24 s of load at 500 messages/s
+# Each message takes its handler 3 ms: two workers are about three quarters busy, so retention,
+# after its first slice, takes short ones (at most a tenth of the worker's time).
 h_new_db "$db"
 h_sql "INSERT INTO msg_id_record (consumer, msg_id, create_time)
        SELECT '$q', CONCAT('old', seq), NOW(3) - INTERVAL 10 DAY FROM $(h_seq "$old")"
@@ -14,7 +16,7 @@ h_sql "INSERT INTO idemd_attempt (consumer, msg_id, attempts, updated_at)
     h_conf_common "$db"
     cat <<CONF
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 2; prefetch = 100;
-             record_retention_days = 5; } );
+             record_retention_days = 5; settings = { sleep_ms = 3; }; } );
 CONF
 } >idemd.conf
 
@@ -64,6 +66,15 @@ echo "retention slices:" $slices
 while read -r ms _; do
     ((ms <= 2500)) || h_fail "a retention slice ran $ms ms"
 done <<<"$slices"
+# While its last batch had messages, a slice is short and the pause after it at least nine
+# times as long (at most a tenth of the worker's time); the load's slices were such.
+busy=$(grep -oE 'retention: deleted [0-9]+ rows in [0-9]+ ms \([0-9]+ in this run so far\): continuing in [0-9]+ ms \(busy\)' idemd.log |
+    sed -E 's/.* in ([0-9]+) ms \(.*continuing in ([0-9]+) ms.*/\1 \2/' || true)
+echo "busy slices (ms, pause ms):" $busy
+[[ -n "$busy" ]] || h_fail "no retention slice was taken as busy under a load of 500 messages/s"
+while read -r ms gap; do
+    ((gap >= 1000 && gap >= 9 * ms)) || h_fail "a busy retention slice of $ms ms was followed by a pause of $gap ms"
+done <<<"$busy"
 h_assert_eq "$(h_sql "SELECT owner = '' FROM idemd_lease WHERE name = 'retention:$q'")" 0 "lease row written"
 h_assert_eq "$(h_sql "SELECT due_at > NOW() + INTERVAL 3500 SECOND FROM idemd_lease WHERE name = 'retention:$q'")" 1 \
     "next run due in an hour"
