@@ -253,13 +253,16 @@ h_db_server()
 }
 
 # h_db_start: the harness's database server in $H_DIR/mysql (initialised on first use), on
-# $MYSQL_SOCK and $MYSQL_PORT; its process group id goes to $H_DIR/db.pid.
+# $MYSQL_SOCK and $MYSQL_PORT; its process group id goes to $H_DIR/db.pid. H_DB_ARGS: more
+# server options, space-separated (e.g. "--innodb-log-file-size=1G" for bench/scale.sh).
 h_db_start()
 {
     local d=$H_DIR/mysql
     h_db_init "$d" || return 1
+    local more=()
+    [[ -n ${H_DB_ARGS:-} ]] && read -r -a more <<<"$H_DB_ARGS"
     h_db_server "$d" "$MYSQL_SOCK" "$MYSQL_PORT" --innodb-flush-log-at-trx-commit=1 \
-        --max-connections=500
+        --max-connections=500 "${more[@]}"
     H_DB_PID=$!
     echo "$H_DB_PID" >"$H_DIR/db.pid"
 }
