@@ -2,7 +2,9 @@
 #
 # Phase A: the worker opens its republishing connection while the alarm is on (its probe
 # publish is blocked): rounds fail at once, nothing is published. Phase B: the alarm comes
-# while a slow batch runs on an open, unblocked republishing connection: the round's copies
+# while a batch is held open (a hold file the handler waits on, up to 1.5 s a message, removed
+# once the alarm is on: rabbitmqctl may take many seconds on a loaded machine) on an open,
+# unblocked republishing connection: the round's copies
 # are blocked mid-round, the worker gives up on them after a bounded wait and resets that
 # connection (its unconfirmed copies must not arrive later). Phase C: as B, with a 20 MB copy
 # (or one of the broker's max message size, when lower)
@@ -49,14 +51,15 @@ EOF
 chmod +x idemd-wd
 {
     # heartbeat = 12: the broker notices a reset republishing connection within 6 s, and
-    # the slow batch (10 s) stays under two heartbeats.
+    # a held batch (at most 10 x 1.5 s) stays under two heartbeats.
     h_conf_common "$db" | sed 's/heartbeat = 30/heartbeat = 12/'
     cat <<CONF
 queues = ( { name = "$q"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; batch_size = 20;
              max_attempts = 3; retry_delays_ms = [ 200 ]; },
            { name = "$qs"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; batch_size = 11; prefetch = 11;
              max_body_bytes = 33554432; # phase C needs its 20 MB copy whole
-             batch_wait_ms = 2000; max_attempts = 3; retry_delays_ms = [ 200 ]; settings = { sleep_ms = 1000; }; },
+             batch_wait_ms = 2000; max_attempts = 3; retry_delays_ms = [ 200 ];
+             settings = { hold_file = "$PWD/hold"; hold_ms = 1500; }; },
            { name = "$qo"; handler = "$H_TEST_PLUGINS/counter.so"; workers = 1; } );
 CONF
 } >idemd.conf
@@ -104,19 +107,21 @@ h_wait_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects WHERE msg_id LIKE 'r%'"
 h_wait_depth "$q" 0 30
 
 # ---------- phase B: the alarm comes while a round is under way ----------
-# Ten messages that ask for a retry, 1 s each: the batch's copies go out ~10 s after it
-# starts, on a republishing connection that is open and not blocked.
+# Ten messages that ask for a retry, held while the hold file exists: the batch's copies go out
+# once the alarm is on, on a republishing connection that is open and not blocked.
 # A first retry opens the worker's republishing connection.
 h_assert_eq "$(printf 'warm\tretry-once\n' | h_mq publish -r "$qs")" "published 1 confirmed 1" \
     "publisher of $qs"
 h_wait_sql "SELECT n FROM effects WHERE msg_id = 'warm'" 1 30 || h_fail "warm was not processed"
 conn=$(c_named_conn "idemd $qs#0 republisher")
 [[ -n "$conn" ]] || h_fail "no republishing connection for $qs"
+touch hold
 h_assert_eq "$(h_gen s 1 10 retry-once | h_mq publish -r "$qs")" "published 10 confirmed 10" \
     "publisher of $qs"
 h_wait_depth "$qs" 0 10 # all ten taken by the worker
 alarm 0.000001
 wait_alarm on
+rm -f hold
 tb=$SECONDS
 h_wait_log idemd.log "queue $qs: republishing failed 1 time" 1 30 ||
     h_fail "the blocked round of $qs did not fail"
@@ -146,16 +151,18 @@ conn=$(c_named_conn "idemd $qs#0 republisher")
 # more than the socket buffers hold.
 bmax=$(h_rabbitmqctl eval 'application:get_env(rabbit, max_message_size).' | tr -dc '0-9')
 [[ -n "$bmax" ]] || h_fail "cannot read the broker's max_message_size"
-# c1..c5 come first: one batch of 5 s (the big body would pass max_batch_bytes, so it waits for
-# the next batch), time enough for the alarm (a rabbitmqctl call, slow on a loaded machine) to be
-# on before the big copy goes out.
-h_assert_eq "$(h_gen c 1 5 retry-once | h_mq publish -r "$qs")" "published 5 confirmed 5" "c1..c5"
+# c1..c9 come first (with the big one and c10: eleven, the prefetch): one batch held open (the big body would pass max_batch_bytes, so it waits
+# for the next batch) until the alarm (a rabbitmqctl call, slow on a loaded machine) is on, so
+# the big copy goes out to a blocking broker.
+touch hold
+h_assert_eq "$(h_gen c 1 9 retry-once | h_mq publish -r "$qs")" "published 9 confirmed 9" "c1..c9"
 "$C_BADPUB" -P "$AMQP_PORT" -r "$qs" --body-size $((bmax < 20000000 ? bmax : 20000000)) >/dev/null ||
     h_fail "badpub failed"
-h_assert_eq "$(h_gen c 6 8 retry-once | h_mq publish -r "$qs")" "published 3 confirmed 3" "c6..c8"
+h_assert_eq "$(h_gen c 10 10 retry-once | h_mq publish -r "$qs")" "published 1 confirmed 1" "c10"
 h_wait_depth "$qs" 0 10
 alarm 0.000001
 wait_alarm on
+rm -f hold
 tc=$SECONDS
 # Either the big copy's write was under way when the broker stopped reading (given up after
 # 10 s), or the worker already knew the broker blocks and held the message without writing.
@@ -168,7 +175,7 @@ alarm_on || h_fail "the alarm ended early"
 c_log "phase C: $((SECONDS - tc)) s blocked"
 alarm 0.4
 wait_alarm off
-h_wait_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects WHERE msg_id LIKE 'c%'" $'8\t8\t1' 60 ||
+h_wait_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects WHERE msg_id LIKE 'c%'" $'10\t10\t1' 60 ||
     h_fail "phase C's messages were not processed once after the alarm"
 h_wait_depth "$qs.dlq" 1 30 || h_fail "the big message was not dead-lettered after the alarm"
 h_wait_depth "$qs" 0 30
@@ -178,7 +185,7 @@ h_daemon_alive || h_fail "idemd died"
 h_daemon_stop || h_fail "idemd exited with status $? on SIGTERM"
 
 # ---------- what the alarms cost ----------
-h_assert_eq "$(h_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects")" $'180\t180\t1' "effects"
+h_assert_eq "$(h_sql "SELECT COUNT(*), SUM(n), MAX(n) FROM effects")" $'182\t182\t1' "effects"
 h_assert_eq "$(h_sql "SELECT COUNT(*) FROM effects WHERE msg_id LIKE 'x%'")" 0 "effects of rejects"
 h_mq get "$q.dlq" >dlq.txt
 h_assert_eq "$(cut -f1 dlq.txt | sort | paste -sd' ')" "x1 x2 x3" "dead letters of $q"

@@ -33,7 +33,10 @@
  * Settings: table (default "effects", [A-Za-z0-9_]+), sleep_ms (default 0:
  * sleep before each message, to make batches and shutdowns observable),
  * reconcile_sleep_ms (default 0: how long each reconcile() takes), reconcile_commit
- * (default 0: 1 makes reconcile() end with a COMMIT, its error ignored).
+ * (default 0: 1 makes reconcile() end with a COMMIT, its error ignored), hold_file (default
+ * none: while that file exists, each message first waits for it to go, at most hold_ms, default
+ * 1500: a test holds a batch open until the broker is in the state it wants, whatever the time
+ * that takes, and lets it go at once).
  *
  * reconcile() records each run in reconcile_runs (tests/schema.sql): the
  * worker's pid, and the database's clock when it started and when it ended
@@ -59,6 +62,8 @@ typedef struct counter_state {
     long long sleep_ms;
     long long reconcile_sleep_ms;
     long long reconcile_commit;
+    const char *hold_file; /* the host's string, valid until fini() */
+    long long hold_ms;
 } counter_state_t;
 
 static int counter_valid_table(const char *t)
@@ -106,6 +111,13 @@ static int counter_init(const idemd_host_t *host, const idemd_settings_t *settin
     (void)host->setting_int(settings, "sleep_ms", &st->sleep_ms);
     if (st->sleep_ms < 0) {
         snprintf(err, errlen, "settings.sleep_ms is %lld (expected >= 0)", st->sleep_ms);
+        goto fail;
+    }
+    st->hold_ms = 1500;
+    (void)host->setting_string(settings, "hold_file", &st->hold_file);
+    (void)host->setting_int(settings, "hold_ms", &st->hold_ms);
+    if (st->hold_ms < 0) {
+        snprintf(err, errlen, "settings.hold_ms is %lld (expected >= 0)", st->hold_ms);
         goto fail;
     }
     (void)host->setting_int(settings, "reconcile_sleep_ms", &st->reconcile_sleep_ms);
@@ -169,6 +181,19 @@ static void counter_sleep_ms(long long ms)
         ;
 }
 
+/* Wait while the hold file exists, at most hold_ms, in 20 ms steps. */
+static void counter_hold(const counter_state_t *st)
+{
+    long long waited = 0;
+
+    if (st->hold_file == NULL)
+        return;
+    while (waited < st->hold_ms && access(st->hold_file, F_OK) == 0) {
+        counter_sleep_ms(20);
+        waited += 20;
+    }
+}
+
 /* Write msg's trace context (ABI 1.4) into trace_seen. 0, or -1 with err. */
 static int counter_trace_seen(MYSQL *db, const idemd_message_t *msg, char *err, size_t errlen)
 {
@@ -204,6 +229,7 @@ static idemd_result_t counter_handle(void *state, MYSQL *db, const idemd_message
         snprintf(err, errlen, "handler state was prepared on another connection");
         return IDEMD_RESULT_RETRY;
     }
+    counter_hold(st);
     if (st->sleep_ms > 0)
         counter_sleep_ms(st->sleep_ms);
     if (counter_body_is(msg, "skip"))
