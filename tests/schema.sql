@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS order_effects (
     okey VARBINARY(255) NOT NULL,
     seq BIGINT NOT NULL,
     msg_id VARBINARY(255) NOT NULL,
+    pos BIGINT NULL, -- with ordered.so's key_table: the key row's n, its commit counter
     PRIMARY KEY (id),
     KEY idx_key (queue, okey, id)
 ) ENGINE=InnoDB;

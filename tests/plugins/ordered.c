@@ -17,6 +17,12 @@
  * table (okey, n) is written, INSERT ... ON DUPLICATE KEY UPDATE n = n + 1:
  * a business row per key, which every queue with this setting shares (two
  * ordered queues whose messages' keys are the same orders; tests/chaos/order_pair).
+ * The effect's order_effects.pos is then that row's n after the increment: the
+ * key's commit counter. Two transactions that write one row cannot both commit
+ * from the same n (a row lock on one server or a Group Replication primary,
+ * first-committer-wins certification on Galera), so pos orders a key's effects
+ * by commit on every engine, where the AUTO_INCREMENT id does not on Galera
+ * (each node hands out its own interleaved ids: wsrep_auto_increment_control).
  */
 #include <idemd/handler.h>
 
@@ -81,7 +87,7 @@ static void ordered_fini(void *state)
 static idemd_result_t ordered_handle(void *state, MYSQL *db, const idemd_message_t *msg, char *err,
                                      size_t errlen)
 {
-    char key[256], seq[32], ekey[520], eid[520], eq[600], sql[2048];
+    char key[256], seq[32], ekey[520], eid[520], eq[600], sql[4096];
 
     ordered_header(msg, "okey", key, sizeof(key));
     ordered_header(msg, "seq", seq, sizeof(seq));
@@ -97,9 +103,17 @@ static idemd_result_t ordered_handle(void *state, MYSQL *db, const idemd_message
             return IDEMD_RESULT_RETRY;
         }
     }
-    snprintf(sql, sizeof(sql),
-             "INSERT INTO order_effects(queue, okey, seq, msg_id) VALUES ('%s', '%s', %lld, '%s')",
-             eq, ekey, seq[0] ? strtoll(seq, NULL, 10) : -1LL, eid);
+    long long nseq = seq[0] ? strtoll(seq, NULL, 10) : -1LL;
+    if (state != NULL)
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO order_effects(queue, okey, seq, msg_id, pos) "
+                 "SELECT '%s', '%s', %lld, '%s', n FROM `%s` WHERE okey = '%s'",
+                 eq, ekey, nseq, eid, (const char *)state, ekey);
+    else
+        snprintf(sql, sizeof(sql),
+                 "INSERT INTO order_effects(queue, okey, seq, msg_id) VALUES ('%s', '%s', %lld, "
+                 "'%s')",
+                 eq, ekey, nseq, eid);
     if (mysql_query(db, sql) != 0) {
         snprintf(err, errlen, "mysql error %u: %s", mysql_errno(db), mysql_error(db));
         return IDEMD_RESULT_RETRY;
