@@ -651,14 +651,62 @@ cl_db_asym()
     ip netns exec "${CL_GNS[$n]}" nft delete table inet idcasym || return 1
     cl_log "one-way drop removed"
     t0=$SECONDS
-    # A member not ONLINE (expelled: ERROR) first: waiting for it rejoins it, and the others
-    # wait for it.
-    local first=() then=()
+    local healed=1 wait=${CLC_ASYM_WAIT:-90}
+    cl_asym_wait3 "$n" "$m" "$wait" || healed=0
+    # The bug's lasting outcome (seen on a loaded machine): with the drop gone, a view keeps a
+    # member UNREACHABLE and nobody is expelled; the group waits for a member that does not
+    # come back by itself. What an operator does: restart that member (kill -9, start, START
+    # GROUP_REPLICATION), one at a time (two restarted at once would leave the third without
+    # a majority); said, and counted in asym_restarts. At most two such restarts.
+    local tries=0 victim
+    while ((!healed && tries < 2)); do
+        tries=$((tries + 1))
+        victim=$(cl_asym_stuck "$n" "$m")
+        [[ -n $victim ]] || break
+        cl_log "one-way drop removed $((SECONDS - t0)) s ago and the group not whole:" \
+            "$(cl_db_name "$victim") restarted (kill -9, start, rejoin), as an operator would"
+        echo "$(date +%H:%M:%S) member $victim" >>"$CL_DIR/asym_restarts"
+        cl_stop_group "$CL_DIR/g$victim.pgid" KILL 10
+        cl_db_launch "$victim"
+        healed=1
+        cl_asym_wait3 "$n" "$m" "$wait" || healed=0
+    done
+    ((healed)) || cl_asym_wait3 "$n" "$m" || return 1
+    cl_log "all three back in the group of 3, $((SECONDS - t0)) s after the drop was removed ($seen)"
+}
+
+# Wait for all three (up to $3 s each, cl_db_wait's default without): a member not ONLINE
+# (expelled: ERROR) first, as waiting for it rejoins it, and the others wait for it.
+cl_asym_wait3()
+{
+    local n=$1 m=$2 k first=() then=()
     for k in "$n" "$m" $((6 - n - m)); do
         if [[ $CL_DB == gr && $(cl_gr_state "$k") != ONLINE* ]]; then first+=("$k"); else then+=("$k"); fi
     done
-    for k in "${first[@]}" "${then[@]}"; do cl_db_wait "$k" || return 1; done
-    cl_log "all three back in the group of 3, $((SECONDS - t0)) s after the drop was removed ($seen)"
+    for k in "${first[@]}" "${then[@]}"; do cl_db_wait "$k" ${3:+"$3"} || return 1; done
+}
+
+# After a one-way drop from member $1 to $2 was removed and the group did not heal: the member
+# to restart. On Group Replication the one the most ONLINE members see UNREACHABLE ($1 first,
+# then $2, then the third, on a tie), or none (a member expelled, in ERROR, is rejoined by
+# cl_gr_wait; restarting another would cost the group its majority); on Galera the first node
+# not in its cluster of 3.
+cl_asym_stuck()
+{
+    local n=$1 m=$2 k u best="" most=0 c
+    declare -A seen=()
+    if [[ $CL_DB == gr ]]; then
+        for k in 1 2 3; do
+            for u in $(cl_gr_unreachable_of "$k"); do seen[$u]=$((${seen[$u]:-0} + 1)); done
+        done
+        for k in "$n" "$m" $((6 - n - m)); do
+            c=${seen[$k]:-0}
+            ((c > most)) && most=$c best=$k
+        done
+    else
+        for k in "$n" "$m" $((6 - n - m)); do cl_db_ok "$k" 3 || { best=$k; break; }; done
+    fi
+    echo "$best"
 }
 
 # What the views $3 of an asymmetric partition of N ($1) towards M ($2) say.

@@ -223,6 +223,20 @@ cl_gr_wait()
     return 1
 }
 
+# The members member $1 sees UNREACHABLE (their numbers), if it is ONLINE itself.
+cl_gr_unreachable_of()
+{
+    local host n
+    cl_sql "$1" "SELECT MEMBER_HOST FROM performance_schema.replication_group_members
+                 WHERE MEMBER_STATE = 'UNREACHABLE'
+                   AND (SELECT MEMBER_STATE FROM performance_schema.replication_group_members
+                        WHERE MEMBER_ID = @@server_uuid) = 'ONLINE'" 2>/dev/null |
+        while read -r host; do
+            for n in 1 2 3; do [[ $host == "${CL_GIP[$n]}" ]] && echo "$n"; done
+        done
+    return 0
+}
+
 cl_gr_report()
 {
     local n
