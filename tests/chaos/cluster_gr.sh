@@ -238,14 +238,20 @@ cl_gr_wait()
 # The members member $1 sees UNREACHABLE (their numbers), if it is ONLINE itself.
 cl_gr_unreachable_of()
 {
-    local host n
+    local host
     cl_sql "$1" "SELECT MEMBER_HOST FROM performance_schema.replication_group_members
                  WHERE MEMBER_STATE = 'UNREACHABLE'
                    AND (SELECT MEMBER_STATE FROM performance_schema.replication_group_members
                         WHERE MEMBER_ID = @@server_uuid) = 'ONLINE'" 2>/dev/null |
-        while read -r host; do
-            for n in 1 2 3; do [[ $host == "${CL_GIP[$n]}" ]] && echo "$n"; done
-        done
+        while read -r host; do cl_gr_number "$host"; done
+    return 0
+}
+
+# The number of the member whose address is $1 (nothing for another address).
+cl_gr_number()
+{
+    local n
+    for n in 1 2 3; do [[ $1 == "${CL_GIP[$n]}" ]] && echo "$n"; done
     return 0
 }
 
@@ -286,13 +292,12 @@ cl_gr_form()
 # The number of the member that member $1 sees as the ONLINE PRIMARY ("" if none).
 cl_gr_primary_of()
 {
-    local host n
+    local host
     host=$(cl_sql "$1" "SELECT MEMBER_HOST FROM performance_schema.replication_group_members
                         WHERE MEMBER_ROLE = 'PRIMARY' AND MEMBER_STATE = 'ONLINE'
                           AND (SELECT SUM(MEMBER_STATE = 'ONLINE') > SUM(MEMBER_STATE = 'UNREACHABLE')
                                FROM performance_schema.replication_group_members)" 2>/dev/null) || true
-    for n in 1 2 3; do [[ $host == "${CL_GIP[$n]}" ]] && echo "$n"; done
-    return 0
+    cl_gr_number "$host"
 }
 
 cl_gr_primary()
