@@ -189,9 +189,21 @@ scale_pool()
     local want i
     want=$(scale_bytes "$1")
     h_sql "SET GLOBAL innodb_buffer_pool_size = $want" || b_die "cannot set innodb_buffer_pool_size = $1"
+    # Done: the size is set and no resize is under way. MySQL says so with
+    # Innodb_buffer_pool_resize_status_code 0 (its status text then keeps "Completed resizing
+    # buffer pool at ...", which the text check alone took for a resize under way); MariaDB
+    # has no code, and its text is empty or says "Completed".
+    local code text
     for ((i = 0; i < 600; i++)); do
-        [[ $(h_sql "SELECT @@innodb_buffer_pool_size") == "$want" ]] &&
-            [[ $(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status'" | cut -f2) != *[Rr]esiz* ]] && break
+        if [[ $(h_sql "SELECT @@innodb_buffer_pool_size") == "$want" ]]; then
+            code=$(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status_code'" | cut -f2)
+            text=$(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status'" | cut -f2)
+            if [[ -n $code ]]; then
+                [[ $code == 0 ]] && break
+            elif [[ $text != *[Rr]esiz* || $text == Completed* ]]; then
+                break
+            fi
+        fi
         sleep 0.5
     done
     ((i < 600)) || b_die "the buffer pool did not reach $1"
