@@ -197,11 +197,11 @@ scale_pool()
     for ((i = 0; i < 600; i++)); do
         if [[ $(h_sql "SELECT @@innodb_buffer_pool_size") == "$want" ]]; then
             code=$(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status_code'" | cut -f2)
-            text=$(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status'" | cut -f2)
             if [[ -n $code ]]; then
                 [[ $code == 0 ]] && break
-            elif [[ $text != *[Rr]esiz* || $text == Completed* ]]; then
-                break
+            else
+                text=$(h_sql "SHOW STATUS LIKE 'Innodb_buffer_pool_resize_status'" | cut -f2)
+                [[ $text != *[Rr]esiz* || $text == Completed* ]] && break
             fi
         fi
         sleep 0.5
