@@ -231,9 +231,6 @@ echo "## idemd: the dedup table at scale ($(date -u '+%Y-%m-%d %H:%M UTC'), comm
 echo
 machine_line
 echo
-echo "Server durability and memory: $(h_sql "SELECT CONCAT('innodb_flush_log_at_trx_commit = ', @@innodb_flush_log_at_trx_commit,
-    ', innodb_flush_method = ', @@innodb_flush_method, ', innodb_log_file_size = ', @@innodb_log_file_size DIV 1048576, ' MiB')")."
-echo
 echo "msg_id_record pre-filled with $S_ROWS0 rows in $SCALE_FILL_S s (two consumers, half each: random UUIDv4 ids and"
 echo "time-ordered UUIDv7 ids; create_time over the last 40 days): $S_DATA0 MiB of data and $S_INDEX0 MiB of"
 echo "secondary indexes, $S_BPR0 bytes a row. After the runs: $S_ROWS1 rows ($S_DATA1 + $S_INDEX1 MiB, $S_BPR1 bytes a row)."
