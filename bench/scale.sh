@@ -129,7 +129,7 @@ BEGIN {
 # scale-POOL-KIND-DB.
 scale_run()
 {
-    local db=$1 kind=$2 pool=$3 n=$4 days=${5:-$SCALE_DAYS} q=bench.scale.$2 label conf log t0 secs t_sql got rc reads
+    local db=$1 kind=$2 pool=$3 n=$4 days=${5:-$SCALE_DAYS} q=bench.scale.$2 label conf log t0 secs t_sql got rc reads flushed
     label="scale-$pool-$kind-${db#bench_scale_}"
     ((days == 0)) && label+=-noret
     conf=$BTMP/$label.conf log=$H_DIR/idemd-$label-$n.log
@@ -142,7 +142,7 @@ scale_run()
     bench_conf "$db" "$q" "batch_handler = false" "record_retention_days = $days" >"$conf"
     RUN_LOG=0
     t_sql=$(h_sql "SELECT NOW(3)" "$db")
-    reads=$(scale_pool_reads)
+    reads=$(scale_pool_reads) flushed=$(scale_pool_flushed)
     bench_watch "$db"
     cpu_snap
     t0=$EPOCHREALTIME
@@ -155,6 +155,7 @@ scale_run()
     fi
     secs=$(bench_secs "$t0" "$W_END")
     SCALE_READS[$label]+=" $(bench_div "$(($(scale_pool_reads) - reads))" "$TOTAL" "%.2f")"
+    SCALE_FLUSHED[$label]+=" $(bench_div "$(($(scale_pool_flushed) - flushed))" "$TOTAL" "%.2f")"
     h_wait_depth "$q" 0 30 >/dev/null 2>&1 || FAILS+=("$label run $n: queue not drained")
     bench_daemon_stop
     rc=$?
@@ -180,6 +181,9 @@ scale_sizes()
 
 # scale_pool_reads: the server's buffer pool misses so far (pages read from disk).
 scale_pool_reads() { h_sql "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'" | cut -f2; }
+# scale_pool_flushed: pages the server has written from its buffer pool so far (what a random
+# key's inserts cost once the reads are gone: each dirties a leaf of its own).
+scale_pool_flushed() { h_sql "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_flushed'" | cut -f2; }
 
 # scale_pool SIZE: resize the buffer pool online to SIZE and wait until the server says it is
 # done, then read DB's dedup index once through (a server that has run a while has in its pool
@@ -211,7 +215,7 @@ scale_pool()
         b_die "reading the dedup index of $2"
 }
 
-declare -A SCALE_DELETED SCALE_READS
+declare -A SCALE_DELETED SCALE_READS SCALE_FLUSHED
 scale_fill bench_scale_full
 read -r S_ROWS0 S_DATA0 S_INDEX0 S_BPR0 < <(scale_sizes bench_scale_full)
 scale_db bench_scale_empty
@@ -240,8 +244,8 @@ echo "pre-filled table's oldest quarter while the runs go on; the no-retention c
 echo "$REPEAT runs of each, interleaved;"
 echo "messages/s, median (min-max)."
 echo
-echo "| buffer pool | ids | empty table | $S_ROWS0 rows | ratio | ≥ 0.8× | pages read from disk per message (empty / full) | rows retention deleted (per run) | $S_ROWS0 rows, no retention | ratio |"
-echo "|---|---|---:|---:|---:|---|---:|---:|---:|---:|"
+echo "| buffer pool | ids | empty table | $S_ROWS0 rows | ratio | ≥ 0.8× | pages read from disk per message (empty / full) | pages written per message (empty / full) | rows retention deleted (per run) | $S_ROWS0 rows, no retention | ratio |"
+echo "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"
 for pool in $SCALE_POOLS; do
     for kind in v4 v7; do
         e=scale-$pool-$kind-empty f=scale-$pool-$kind-full
@@ -249,6 +253,7 @@ for pool in $SCALE_POOLS; do
             "$(with_range "$(rate_of "$f")" "${R_RATE[$f]:-}") | $(ratio "$(rate_of "$f")" "$(rate_of "$e")") |" \
             "**$(pass_if "$(rate_of "$f")" "$(rate_of "$e")" 0.8)** |" \
             "$(median "${SCALE_READS[$e]:-}") / $(median "${SCALE_READS[$f]:-}") |" \
+            "$(median "${SCALE_FLUSHED[$e]:-}") / $(median "${SCALE_FLUSHED[$f]:-}") |" \
             "$(median "${SCALE_DELETED[$f]:-}") | $(with_range "$(rate_of "$f-noret")" "${R_RATE[$f-noret]:-}") |" \
             "$(ratio "$(rate_of "$f-noret")" "$(rate_of "$e")") |"
     done
