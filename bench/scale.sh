@@ -15,12 +15,20 @@
 #   BENCH_SCALE_CHUNK [500000]    rows per INSERT of the fill
 # The fill loads rows without the secondary indexes and adds them after (a sorted index build),
 # as an operator's restore would: inserting 20 M random keys one by one into a 128 MiB buffer
-# pool takes hours, and it is the runs, not the fill, that are measured.
+# pool takes hours, and it is the runs, not the fill, that are measured. The build fills the
+# index pages to BENCH_SCALE_FILL percent: a table that grew by inserts of random keys has its
+# leaves about ln 2 = 69% full (each split leaves two half-full pages), while a sorted build
+# packs them to 15/16 at the server's default (innodb_fill_factor = 100), so that nearly every
+# first insert into a leaf splits it: a cost the table in service does not pay.
+#   BENCH_SCALE_FILL [69]         innodb_fill_factor of the index build (10-100; 100: packed)
 
 SCALE_ROWS=${BENCH_SCALE_ROWS:-20000000}
 SCALE_POOLS=${BENCH_SCALE_POOLS:-128M 1G}
 SCALE_CHUNK=${BENCH_SCALE_CHUNK:-500000}
+SCALE_FILL=${BENCH_SCALE_FILL:-69}
 SCALE_DAYS=30 # record_retention_days of the runs
+[[ "$SCALE_FILL" =~ ^[0-9]+$ ]] && ((SCALE_FILL >= 10 && SCALE_FILL <= 100)) ||
+    b_die "BENCH_SCALE_FILL: '$SCALE_FILL' is not a percentage from 10 to 100"
 [[ "$SCALE_ROWS" =~ ^[1-9][0-9]*$ ]] || b_die "BENCH_SCALE_ROWS: '$SCALE_ROWS' is not a row count"
 [[ "$SCALE_CHUNK" =~ ^[1-9][0-9]*000$ ]] || b_die "BENCH_SCALE_CHUNK: '$SCALE_CHUNK' is not a multiple of 1000"
 
@@ -89,9 +97,13 @@ scale_fill()
         b_die "dropping the indexes of $db.msg_id_record"
     scale_fill_consumer "$db" bench.scale.v4 v4 "$half"
     scale_fill_consumer "$db" bench.scale.v7 v7 "$((SCALE_ROWS - half))"
-    b_log "scale: $SCALE_ROWS rows loaded in $((SECONDS - t0)) s; building the indexes"
+    b_log "scale: $SCALE_ROWS rows loaded in $((SECONDS - t0)) s; building the indexes ($SCALE_FILL% full)"
+    local ff
+    ff=$(h_sql "SELECT @@GLOBAL.innodb_fill_factor") || b_die "reading innodb_fill_factor"
+    h_sql "SET GLOBAL innodb_fill_factor = $SCALE_FILL" || b_die "setting innodb_fill_factor = $SCALE_FILL"
     h_sql "ALTER TABLE msg_id_record ADD UNIQUE KEY uk_consumer_msg_id (consumer, msg_id),
         ADD KEY idx_create_time (create_time)" "$db" || b_die "building the indexes of $db.msg_id_record"
+    h_sql "SET GLOBAL innodb_fill_factor = $ff" || b_die "restoring innodb_fill_factor = $ff"
     h_sql "ANALYZE TABLE msg_id_record" "$db" >/dev/null
     SCALE_FILL_S=$((SECONDS - t0))
     b_log "scale: $db filled in $SCALE_FILL_S s"
@@ -129,7 +141,7 @@ BEGIN {
 # scale-POOL-KIND-DB.
 scale_run()
 {
-    local db=$1 kind=$2 pool=$3 n=$4 days=${5:-$SCALE_DAYS} q=bench.scale.$2 label conf log t0 secs t_sql got rc reads flushed
+    local db=$1 kind=$2 pool=$3 n=$4 days=${5:-$SCALE_DAYS} q=bench.scale.$2 label conf log t0 secs t_sql got rc reads flushed splits
     label="scale-$pool-$kind-${db#bench_scale_}"
     ((days == 0)) && label+=-noret
     conf=$BTMP/$label.conf log=$H_DIR/idemd-$label-$n.log
@@ -142,7 +154,7 @@ scale_run()
     bench_conf "$db" "$q" "batch_handler = false" "record_retention_days = $days" >"$conf"
     RUN_LOG=0
     t_sql=$(h_sql "SELECT NOW(3)" "$db")
-    reads=$(scale_pool_reads) flushed=$(scale_pool_flushed)
+    reads=$(scale_pool_reads) flushed=$(scale_pool_flushed) splits=$(scale_splits)
     bench_watch "$db"
     cpu_snap
     t0=$EPOCHREALTIME
@@ -156,6 +168,7 @@ scale_run()
     secs=$(bench_secs "$t0" "$W_END")
     SCALE_READS[$label]+=" $(bench_div "$(($(scale_pool_reads) - reads))" "$TOTAL" "%.2f")"
     SCALE_FLUSHED[$label]+=" $(bench_div "$(($(scale_pool_flushed) - flushed))" "$TOTAL" "%.2f")"
+    [[ -n "$splits" ]] && SCALE_SPLITS[$label]+=" $(bench_div "$(($(scale_splits) - splits))" "$TOTAL" "%.3f")"
     h_wait_depth "$q" 0 30 >/dev/null 2>&1 || FAILS+=("$label run $n: queue not drained")
     bench_daemon_stop
     rc=$?
@@ -184,6 +197,9 @@ scale_pool_reads() { h_sql "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_reads'" 
 # scale_pool_flushed: pages the server has written from its buffer pool so far (what a random
 # key's inserts cost once the reads are gone: each dirties a leaf of its own).
 scale_pool_flushed() { h_sql "SHOW GLOBAL STATUS LIKE 'Innodb_buffer_pool_pages_flushed'" | cut -f2; }
+# scale_splits: index page splits so far (INNODB_METRICS index_page_splits, turned on before
+# the runs; both servers have it), or nothing.
+scale_splits() { h_sql "SELECT COUNT FROM information_schema.INNODB_METRICS WHERE NAME = 'index_page_splits'" 2>/dev/null; }
 
 # scale_pool SIZE: resize the buffer pool online to SIZE and wait until the server says it is
 # done, then read DB's dedup index once through (a server that has run a while has in its pool
@@ -215,7 +231,8 @@ scale_pool()
         b_die "reading the dedup index of $2"
 }
 
-declare -A SCALE_DELETED SCALE_READS SCALE_FLUSHED
+declare -A SCALE_DELETED SCALE_READS SCALE_FLUSHED SCALE_SPLITS
+h_sql "SET GLOBAL innodb_monitor_enable = 'index_page_splits'" >/dev/null 2>&1
 scale_fill bench_scale_full
 read -r S_ROWS0 S_DATA0 S_INDEX0 S_BPR0 < <(scale_sizes bench_scale_full)
 scale_db bench_scale_empty
@@ -236,16 +253,16 @@ echo
 machine_line
 echo
 echo "msg_id_record pre-filled with $S_ROWS0 rows in $SCALE_FILL_S s (two consumers, half each: random UUIDv4 ids and"
-echo "time-ordered UUIDv7 ids; create_time over the last 40 days): $S_DATA0 MiB of data and $S_INDEX0 MiB of"
-echo "secondary indexes, $S_BPR0 bytes a row. After the runs: $S_ROWS1 rows ($S_DATA1 + $S_INDEX1 MiB, $S_BPR1 bytes a row)."
+echo "time-ordered UUIDv7 ids; create_time over the last 40 days; secondary indexes built $SCALE_FILL% full, innodb_fill_factor):"
+echo "$S_DATA0 MiB of data and $S_INDEX0 MiB of secondary indexes, $S_BPR0 bytes a row. After the runs: $S_ROWS1 rows ($S_DATA1 + $S_INDEX1 MiB, $S_BPR1 bytes a row)."
 echo "Each run: $TOTAL messages ($UNIQUE orders + $DUPS duplicates) of fresh ids, the two-statement"
 echo "per-message handler, default workers, record_retention_days = $SCALE_DAYS (retention deletes the"
 echo "pre-filled table's oldest quarter while the runs go on; the no-retention column sets 0);"
 echo "$REPEAT runs of each, interleaved;"
 echo "messages/s, median (min-max)."
 echo
-echo "| buffer pool | ids | empty table | $S_ROWS0 rows | ratio | ≥ 0.8× | pages read from disk per message (empty / full) | pages written per message (empty / full) | rows retention deleted (per run) | $S_ROWS0 rows, no retention | ratio |"
-echo "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"
+echo "| buffer pool | ids | empty table | $S_ROWS0 rows | ratio | ≥ 0.8× | pages read from disk per message (empty / full) | pages written per message (empty / full) | index page splits per message (empty / full) | rows retention deleted (per run) | $S_ROWS0 rows, no retention | ratio |"
+echo "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|"
 for pool in $SCALE_POOLS; do
     for kind in v4 v7; do
         e=scale-$pool-$kind-empty f=scale-$pool-$kind-full
@@ -254,6 +271,7 @@ for pool in $SCALE_POOLS; do
             "**$(pass_if "$(rate_of "$f")" "$(rate_of "$e")" 0.8)** |" \
             "$(median "${SCALE_READS[$e]:-}") / $(median "${SCALE_READS[$f]:-}") |" \
             "$(median "${SCALE_FLUSHED[$e]:-}") / $(median "${SCALE_FLUSHED[$f]:-}") |" \
+            "$(median "${SCALE_SPLITS[$e]:-}") / $(median "${SCALE_SPLITS[$f]:-}") |" \
             "$(median "${SCALE_DELETED[$f]:-}") | $(with_range "$(rate_of "$f-noret")" "${R_RATE[$f-noret]:-}") |" \
             "$(ratio "$(rate_of "$f-noret")" "$(rate_of "$e")") |"
     done
