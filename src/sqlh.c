@@ -31,6 +31,7 @@ typedef struct sqlh_stmt {
     MYSQL_BIND *bind;
     long long *ival;
     unsigned long *len;
+    bool bound; /* bind given to st: the client library keeps a copy, read at each execute */
     bool has_expect;
     sqlh_expect_t expect;
 } sqlh_stmt_t;
@@ -501,6 +502,7 @@ static idemd_result_t sqlh_exec(sqlh_state_t *st, MYSQL *db, int k, const idemd_
     sqlh_stmt_t *s = &st->s[k];
     char why[400];
     sqlh_val_t v;
+    MYSQL_BIND nb;
     unsigned long long rows;
     bool dup_ok = false, ran;
     idemd_result_t r = IDEMD_RESULT_OK;
@@ -521,12 +523,22 @@ static idemd_result_t sqlh_exec(sqlh_state_t *st, MYSQL *db, int k, const idemd_
                      v.len > 40 ? "..." : "", SQLH_DECIMAL_DIGITS);
             return IDEMD_RESULT_REJECT;
         }
-        sqlh_bind(&s->bind[i], &v, &s->ival[i], &s->len[i]);
+        /* The value goes to ival and len, which the library reads at execute; the bind itself
+         * (type, buffer, length) is given again only when it changed, as a plugin binding its
+         * statement once would: a new bind makes the next execute send the types again.
+         * Marked unbound at once, so that a return before the bind below leaves no stale
+         * copy in the library for the next message. */
+        sqlh_bind(&nb, &v, &s->ival[i], &s->len[i]);
+        if (memcmp(&nb, &s->bind[i], sizeof(nb)) != 0) {
+            s->bind[i] = nb;
+            s->bound = false;
+        }
         sqlh_log_value(st, k, i, s->c->params[i], &v);
     }
     bool was_in = (db->server_status & SERVER_STATUS_IN_TRANS) != 0;
-    ran = (s->n == 0 || mysql_stmt_bind_param(s->st, s->bind) == 0) &&
-          mysql_stmt_execute(s->st) == 0 && sqlh_results(s, &rows) == 0;
+    if (s->n > 0 && !s->bound)
+        s->bound = mysql_stmt_bind_param(s->st, s->bind) == 0;
+    ran = (s->n == 0 || s->bound) && mysql_stmt_execute(s->st) == 0 && sqlh_results(s, &rows) == 0;
     if (!ran) {
         r = sqlh_failed(st, db, k, &dup_ok, err, errlen);
         rows = 0;
