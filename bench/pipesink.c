@@ -15,7 +15,8 @@
  *     COMMIT
  *   then one multiple-ack. It takes no dedup decision (a duplicate pays
  *   again): a floor for the pipeline's latency, not a consumer. Prints
- *     pipesink consumers=C prefetch=P batch=B received=N commits=X secs=S rate=R
+ *     pipesink consumers=C prefetch=P batch=B received=N commits=X redo=R secs=S rate=M
+ *   (redo: batches redone after a deadlock or lock wait timeout, as idemd redoes them)
  *   and with -L "latency n=K p50_us=P p99_us=Q": publish (idemd-pub-us) to
  *   ack, exact quantiles.
  */
@@ -56,6 +57,7 @@ typedef struct pipesink_consumer {
     int index;
     long received; /* by this consumer */
     long commits;
+    long redo; /* batches redone after a deadlock or a lock wait timeout */
     int failed;
     int64_t *lat; /* publish-to-ack latencies in microseconds (with -L) */
     size_t n_lat, cap_lat;
@@ -168,20 +170,35 @@ static void pipesink_sql_add(pipesink_sql_t *q, const amqp_envelope_t *env)
     q->n++;
 }
 
-/* The batch's transaction: the two statements and COMMIT. 0, or -1 (printed). */
-static int pipesink_sql_run(pipesink_sql_t *q, int index)
+/* The batch's transaction: the two statements and COMMIT, redone after a deadlock or a lock
+ * wait timeout (consumers whose batches hold the same ids, a duplicate's, in another order) as
+ * idemd redoes a batch; *redo counts those. 0, or -1 (printed). */
+static int pipesink_sql_run(pipesink_sql_t *q, int index, long *redo)
 {
+    int rc = -1;
     if (q->n > 0) {
         q->upd[q->upd_len++] = ')';
         q->upd[q->upd_len] = '\0';
-        if (mysql_real_query(q->my, q->ins, q->ins_len) != 0 ||
-            mysql_real_query(q->my, q->upd, q->upd_len) != 0 || mysql_commit(q->my) != 0) {
-            fprintf(stderr, "pipesink[%d]: %s\n", index, mysql_error(q->my));
-            return -1;
+        for (int tries = 0;; tries++) {
+            if (mysql_real_query(q->my, q->ins, q->ins_len) == 0 &&
+                mysql_real_query(q->my, q->upd, q->upd_len) == 0 && mysql_commit(q->my) == 0)
+                break;
+            unsigned err = mysql_errno(q->my);
+            if ((err != 1213 && err != 1205) || tries >= 100) { /* deadlock, lock wait timeout */
+                fprintf(stderr, "pipesink[%d]: %s\n", index, mysql_error(q->my));
+                goto fail;
+            }
+            if (mysql_rollback(q->my) != 0) {
+                fprintf(stderr, "pipesink[%d]: rollback: %s\n", index, mysql_error(q->my));
+                goto fail;
+            }
+            (*redo)++;
         }
     }
+    rc = 0;
+fail:
     pipesink_sql_reset(q);
-    return 0;
+    return rc;
 }
 
 /* A database connection for one consumer (autocommit off), or NULL (printed). */
@@ -326,7 +343,7 @@ static void *pipesink_consume(void *arg)
             last = tag;
             n++;
         }
-        if (pipesink_sql_run(&q, me->index) != 0)
+        if (pipesink_sql_run(&q, me->index, &me->redo) != 0)
             goto fail;
         me->commits++;
         if (amqp_basic_ack(c, PIPESINK_CHANNEL, last, n > 1) != AMQP_STATUS_OK) {
@@ -404,7 +421,7 @@ int main(int argc, char **argv)
                          200,         1,    0,       10000,   0,   NULL, NULL};
     pipesink_consumer_t cons[PIPESINK_MAX_CONSUMERS];
     pthread_t th[PIPESINK_MAX_CONSUMERS];
-    long received = 0, commits = 0;
+    long received = 0, commits = 0, redo = 0;
     int opt, failed = 0;
 
     while ((opt = getopt(argc, argv, "H:P:u:p:V:q:n:c:f:b:w:i:LS:D:")) != -1) {
@@ -473,13 +490,14 @@ int main(int argc, char **argv)
         pthread_join(th[i], NULL);
         received += cons[i].received;
         commits += cons[i].commits;
+        redo += cons[i].redo;
         failed |= cons[i].failed;
     }
     double secs = pipesink_now() - t0;
-    printf(
-        "pipesink consumers=%d prefetch=%d batch=%d received=%ld commits=%ld secs=%.3f rate=%.0f",
-        o.consumers, o.prefetch, o.batch, received, commits, secs,
-        secs > 0 ? (double)received / secs : 0);
+    printf("pipesink consumers=%d prefetch=%d batch=%d received=%ld commits=%ld redo=%ld secs=%.3f "
+           "rate=%.0f",
+           o.consumers, o.prefetch, o.batch, received, commits, redo, secs,
+           secs > 0 ? (double)received / secs : 0);
     if (o.latency)
         pipesink_print_latency(cons, o.consumers);
     putchar('\n');
