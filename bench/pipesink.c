@@ -241,15 +241,22 @@ static int pipesink_next(amqp_connection_state_t c, struct timeval *tv, uint64_t
     if (r.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION &&
         r.library_error == AMQP_STATUS_UNEXPECTED_STATE) {
         amqp_frame_t f;
-        if (amqp_simple_wait_frame(c, &f) != AMQP_STATUS_OK)
+        if (amqp_simple_wait_frame(c, &f) != AMQP_STATUS_OK) {
+            fprintf(stderr, "pipesink: the connection failed\n");
             return -1;
+        }
         if (f.frame_type == AMQP_FRAME_METHOD &&
             (f.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD ||
              f.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
-             f.payload.method.id == AMQP_BASIC_CANCEL_METHOD))
+             f.payload.method.id == AMQP_BASIC_CANCEL_METHOD)) {
+            fprintf(stderr, "pipesink: the broker %s\n",
+                    f.payload.method.id == AMQP_BASIC_CANCEL_METHOD ? "cancelled the consumer"
+                                                                    : "closed the channel");
             return -1;
+        }
         return 0;
     }
+    fprintf(stderr, "pipesink: reading a delivery failed\n");
     return -1;
 }
 
