@@ -205,8 +205,10 @@ fail:
 static MYSQL *pipesink_db(const pipesink_opts_t *o, int index)
 {
     MYSQL *my = mysql_init(NULL);
-    if (my == NULL)
+    if (my == NULL) {
+        fprintf(stderr, "pipesink[%d]: mysql_init failed (out of memory)\n", index);
         return NULL;
+    }
     mysql_options(my, MYSQL_SET_CHARSET_NAME, "utf8mb4");
     mysql_options(my, MYSQL_INIT_COMMAND, "SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED");
     if (mysql_real_connect(my, NULL, "root", NULL, o->db, 0, o->socket, 0) == NULL ||
@@ -372,6 +374,7 @@ static void *pipesink_consume(void *arg)
     amqp_channel_close(c, PIPESINK_CHANNEL, AMQP_REPLY_SUCCESS);
     amqp_connection_close(c, AMQP_REPLY_SUCCESS);
     amqp_destroy_connection(c);
+    mysql_thread_end();
     return NULL;
 fail:
     free(pubs);
@@ -382,6 +385,7 @@ fail:
     atomic_store(&pipesink_taken, o->total); /* stop the others */
     if (c)
         amqp_destroy_connection(c);
+    mysql_thread_end();
     return NULL;
 }
 
@@ -487,6 +491,10 @@ int main(int argc, char **argv)
         o.batch < 1 || o.batch_wait_ms < 0 || o.idle_ms < 1 || optind != argc)
         pipesink_usage();
 
+    /* Before any thread: libmysqlclient's implicit library init in mysql_init is not
+     * thread-safe, and two consumers connecting at once could see mysql_init fail. */
+    if (mysql_library_init(0, NULL, NULL) != 0)
+        pipesink_die("mysql_library_init failed");
     double t0 = pipesink_now();
     for (int i = 0; i < o.consumers; i++) {
         cons[i] = (pipesink_consumer_t){.o = &o, .index = i};
