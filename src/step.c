@@ -71,6 +71,7 @@ static void step_txn_init(step_t *s, txn_t *t)
      * ordered queue goes message by message: each one's key is looked at before it runs. */
     t->bulk = s->bulk && s->clock.ops->now_ms(s->clock.ctx) >= s->bulk_off_until_ms;
     t->batch = s->batch;
+    t->look_first = s->look_first;
     if (s->hooks->order_keys)
         t->seq = s->hooks->order_keys(s->hooks_ctx);
     /* No heartbeat is answered while a batch runs: settle well within the broker's limit. */
@@ -104,6 +105,7 @@ static step_status_t step_transact(step_t *s)
         return step_lost(s, STEP_LOST_DB, "the database cannot be trusted (TXN_FATAL)");
     if (t.committed && s->outbox_used)
         step_relay(s);
+    s->look_first = t.found_dups;
     if (t.too_slow) {
         s->bulk_off_until_ms = s->clock.ops->now_ms(s->clock.ctx) + 60000;
         log_info("handlers ran past %llu ms in a set-based batch: message by message for a "

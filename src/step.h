@@ -78,6 +78,7 @@ typedef struct step {
     void *hooks_ctx;
     /* Kept from step to step. */
     uint64_t bulk_off_until_ms; /* no set-based pass before this (handlers were too slow) */
+    bool look_first;            /* the last set-based pass found ids recorded already */
     bool draining;              /* stopping: consumer cancelled, running what already came */
     uint64_t drain_until_ms;    /* ... until then at most (step_drain) */
     const char *why;            /* what a STEP_LOST_* lost, for the log */

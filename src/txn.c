@@ -246,9 +246,12 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
     if ((err = t->ops->exec(t->ctx, "SAVEPOINT b")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
     for (int tries = 0; k > 0 && t->record; tries++) {
-        if ((err = t->ops->record_many(t->ctx, list, k)) == 0)
+        /* Looking first, the INSERT comes after the lookup (an id committed meanwhile by
+         * another transaction still makes it fail, and the loop looks again). */
+        bool look = tries == 0 && t->look_first;
+        if (!look && (err = t->ops->record_many(t->ctx, list, k)) == 0)
             break;
-        if (db_classify(err) != DB_DUPLICATE)
+        if (!look && db_classify(err) != DB_DUPLICATE)
             return db_classify(err) == DB_ERR_LOCK_TIMEOUT ? TXN_PASS_FALLBACK
                                                            : txn_lost(t, err, "record INSERT");
         /* Some ids were committed before: leave them out and insert the rest. */
@@ -263,7 +266,9 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
             txn_move(list[j], TXN_NEW); /* then a duplicate: states only move one step */
             txn_move(list[j], TXN_DUPLICATE);
         }
-        if (kept == k)
+        if (kept < k)
+            t->found_dups = true;
+        if (kept == k && !look)
             return TXN_PASS_FALLBACK; /* the key that clashed is not committed: go one by one */
         k = kept;
     }
@@ -325,6 +330,7 @@ txn_status_t txn_run(txn_t *t)
     t->cut_short = false;
     t->lost_why[0] = '\0';
     t->fell_back = false;
+    t->found_dups = false;
     t->too_slow = false;
     t->blamed = 0;
     t->refused = 0;

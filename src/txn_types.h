@@ -20,7 +20,11 @@ typedef struct txn {
     bool record;        /* dedup = "table": insert a record for each message */
     bool bulk;          /* try the set-based pass first (needs record_many and find_records) */
     bool batch;         /* in that pass, call handle_many once instead of handle per message */
-    uint64_t limit_ms;  /* stop starting handlers after this long (0: no limit) */
+    /* In that pass, look up which ids are recorded already before the record INSERT (the
+     * caller sets it when the last batch held such ids: an INSERT that meets one fails and
+     * is redone without them, which costs the server more than the lookup). */
+    bool look_first;
+    uint64_t limit_ms; /* stop starting handlers after this long (0: no limit) */
     /* A dry run (idemctl try): ROLLBACK where COMMIT would be, after the same savepoint
      * checks; dry_peek (NULL: none) is called on ctx in the still open transaction right
      * before that ROLLBACK, to read back what the handlers wrote. */
@@ -34,6 +38,7 @@ typedef struct txn {
     int redos;         /* transactions lost and redone */
     int lock_waits;    /* records that timed out waiting for another transaction */
     bool fell_back;    /* the set-based pass gave way to the per-message one */
+    bool found_dups;   /* the set-based pass found ids recorded already (next: look_first) */
     bool too_slow;     /* ... because the handlers ran past limit_ms: skip it for a while */
     int batch_calls;   /* handle_many calls (more than one: some verdicts were not OK) */
     bool committed;    /* a COMMIT succeeded */

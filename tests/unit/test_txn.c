@@ -731,6 +731,29 @@ int main(void)
            count_state(TXN_COMMITTED) == 2 && db.seen[S_BULK] == 2 && db.seen[S_SELECT] == 1 &&
            db.handler_calls[1] == 0 && !tx.fell_back && invariants(st, "set-based dups"),
        "set-based: committed ids found by one SELECT, the rest inserted");
+    ok(tx.found_dups, "set-based: ids found recorded are reported (the next batch looks first)");
+    setup(4, NULL);
+    tx.bulk = tx.look_first = true;
+    db.rec_committed[1] = db.eff_committed[1] = 1;
+    st = txn_run(&tx);
+    ok(st == TXN_DONE && msgs[1].state == TXN_DUPLICATE && count_state(TXN_COMMITTED) == 3 &&
+           db.seen[S_SELECT] == 1 && db.seen[S_BULK] == 1 && db.handler_calls[1] == 0 &&
+           tx.found_dups && !tx.fell_back && invariants(st, "look first"),
+       "set-based, looking first: one SELECT, then one INSERT without the recorded id");
+    setup(4, NULL);
+    tx.bulk = tx.look_first = true;
+    st = txn_run(&tx);
+    ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 4 && db.seen[S_SELECT] == 1 &&
+           db.seen[S_BULK] == 1 && !tx.found_dups && invariants(st, "look first, none"),
+       "set-based, looking first and finding none: all committed, the next batch inserts first");
+    setup(3, NULL);
+    tx.bulk = tx.look_first = true;
+    for (int i = 0; i < 3; i++)
+        db.rec_committed[i] = db.eff_committed[i] = 1;
+    st = txn_run(&tx);
+    ok(st == TXN_DONE && count_state(TXN_DUPLICATE) == 3 && db.seen[S_BULK] == 0 &&
+           db.seen[S_COMMIT] == 0 && db.handler_calls[0] == 0 && invariants(st, "all recorded"),
+       "set-based, looking first and finding every id: no INSERT, no handler, nothing committed");
     setup(3, NULL);
     tx.bulk = true;
     strcpy(msgs[2].id, "m0");
@@ -830,7 +853,8 @@ int main(void)
     /* The error matrix: each error at each step, for every position of the batch, with
      * innodb_rollback_on_timeout off and on. */
     int matrix_bad = 0, matrix_runs = 0;
-    for (int bulk = 0; bulk <= 2; bulk++) /* per message, set-based, with a batch handler */
+    /* per message, set-based, with a batch handler, set-based looking first */
+    for (int bulk = 0; bulk <= 3; bulk++)
         for (int on = 0; on <= 1; on++)
             for (int s = S_SAVEPOINT; s < S_N; s++)
                 for (size_t e = 0; e < sizeof(errs) / sizeof(errs[0]); e++)
@@ -844,6 +868,7 @@ int main(void)
                             setup(3, beh);
                             tx.bulk = bulk > 0;
                             tx.batch = bulk == 2;
+                            tx.look_first = bulk == 3;
                             db.rollback_on_timeout = on;
                             fault(s, nth, errs[e], times);
                             st = txn_run(&tx);
