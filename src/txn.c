@@ -25,6 +25,19 @@ static unsigned txn_end(txn_t *t, bool commit)
                        : t->ops->exec(t->ctx, commit ? "COMMIT" : "ROLLBACK");
 }
 
+/*
+ * Whether the pass's first savepoint can be left out: in an XA branch the server refuses
+ * whatever would end the transaction, and a branch it rolled back (a deadlock, a lock wait
+ * timeout with innodb_rollback_on_timeout) refuses every later statement and its end, so a
+ * RELEASE of that savepoint would tell nothing the branch does not. Two statements fewer a
+ * batch. Where the transaction is only checked, a handler's statements after a rollback
+ * would run in a new transaction: only the gone savepoint shows it.
+ */
+static bool txn_branch(const txn_t *t)
+{
+    return t->ops->held && t->ops->held(t->ctx);
+}
+
 /* Roll back to message i's savepoint after it failed. */
 static txn_pass_t txn_undo(txn_t *t, int i)
 {
@@ -66,8 +79,12 @@ static txn_pass_t txn_wait(txn_t *t, int i, bool *handled)
     return p == TXN_PASS_DONE ? txn_order(t, i, TXN_ORDER_WAIT, NULL, handled) : p;
 }
 
-/* Record, then handle message i inside the open transaction. */
-static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
+/*
+ * Record, then handle message i inside the open transaction. lone: the only message of the
+ * pass, in a branch, unordered (txn_pass): no savepoint, and a failure is undone by the
+ * pass's ROLLBACK (nothing else is handled).
+ */
+static txn_pass_t txn_one(txn_t *t, int i, bool *handled, bool lone)
 {
     txn_msg_t *m = &t->m[i];
     char sql[48];
@@ -76,7 +93,7 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
     txn_pass_t p;
 
     snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
-    if ((err = t->ops->exec(t->ctx, sql)) != 0)
+    if (!lone && (err = t->ops->exec(t->ctx, sql)) != 0)
         return txn_lost(t, err, "SAVEPOINT");
     if (t->record && (err = t->ops->record(t->ctx, m)) != 0) {
         switch (db_classify(err)) {
@@ -91,6 +108,8 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
             t->lock_waits++;
             txn_move(m, TXN_RETRY);
             txn_why(m, "lock wait timeout on the dedup key: another transaction holds it");
+            if (lone)
+                return TXN_PASS_DONE;
             p = txn_undo(t, i);
             return p == TXN_PASS_DONE ? txn_order(t, i, TXN_ORDER_FAILED, NULL, handled) : p;
         default:
@@ -107,8 +126,8 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
         *handled = true;
         return txn_order(t, i, TXN_ORDER_DONE, NULL, handled);
     }
-    if (p != TXN_PASS_FAILED)
-        return p;
+    if (p != TXN_PASS_FAILED || lone)
+        return p == TXN_PASS_FAILED ? TXN_PASS_DONE : p;
     /* Rolled back to its savepoint first, so that the key's new rows stay. */
     p = txn_undo(t, i);
     return p == TXN_PASS_DONE ? txn_order(t, i, TXN_ORDER_FAILED, NULL, handled) : p;
@@ -116,7 +135,7 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled)
 
 /*
  * End a pass: ROLLBACK when nothing was handled; else RELEASE the pass's
- * first savepoint (sp) and COMMIT, and the handled messages are committed
+ * first savepoint (sp; NULL: none, txn_branch) and COMMIT, and the handled messages are committed
  * (a dry run: ROLLBACK instead, and they stay HANDLED).
  * The savepoint is gone if the transaction was lost under a handler that
  * carried on (its later statements would run in a new transaction).
@@ -132,8 +151,8 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
      * roll back, as the next message's would have; then that message is to blame. */
     if (t->last_ran >= 0 && (err = t->ops->exec(t->ctx, "SAVEPOINT e")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
-    snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT %s", sp);
-    if ((err = t->ops->exec(t->ctx, sql)) != 0)
+    snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT %s", sp ? sp : "");
+    if (sp && (err = t->ops->exec(t->ctx, sql)) != 0)
         return txn_lost(t, err, "RELEASE SAVEPOINT");
     if (t->dry_run) { /* idemctl try: everything above ran as it would; nothing is kept */
         if (t->dry_peek)
@@ -141,9 +160,13 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
         return txn_end(t, false) ? TXN_PASS_FATAL : TXN_PASS_DONE;
     }
     if ((err = txn_end(t, true)) != 0)
-        /* Galera reports a certification conflict at COMMIT as 1213: nothing committed.
-         * Anything else leaves the outcome unknown: redelivery and the record decide. */
-        return db_classify(err) == DB_ERR_DEADLOCK ? txn_lost(t, err, "COMMIT") : TXN_PASS_FATAL;
+        /* Galera reports a certification conflict at COMMIT as 1213, a branch the server
+         * rolled back says so (1613, 1614, 1402): nothing committed. Anything else leaves
+         * the outcome unknown: redelivery and the record decide. */
+        return db_classify(err) == DB_ERR_DEADLOCK ||
+                       (db_classify(err) == DB_ERR_TX_LOST && txn_branch(t))
+                   ? txn_lost(t, err, "COMMIT")
+                   : TXN_PASS_FATAL;
     t->committed = true;
     for (int i = 0; i < t->n; i++)
         if (t->m[i].state == TXN_HANDLED)
@@ -166,12 +189,15 @@ static uint64_t txn_now_ms(const txn_t *t)
 static txn_pass_t txn_pass(txn_t *t)
 {
     bool handled = false;
-    int first = -1;
+    int first = -1, fresh = 0;
     uint64_t start = txn_now_ms(t);
     txn_pass_t p;
     unsigned err;
 
     t->last_ran = -1;
+    for (int i = 0; i < t->n; i++)
+        fresh += t->m[i].state == TXN_NEW;
+    bool lone = fresh == 1 && !t->ops->order && txn_branch(t);
     if ((err = txn_begin(t)) != 0)
         return txn_lost(t, err, "the transaction's start");
     if (t->ops->order && (err = t->ops->exec(t->ctx, "SAVEPOINT o")) != 0)
@@ -197,7 +223,7 @@ static txn_pass_t txn_pass(txn_t *t)
         }
         if (first < 0)
             first = i;
-        if ((p = txn_one(t, i, &handled)) != TXN_PASS_DONE)
+        if ((p = txn_one(t, i, &handled, lone)) != TXN_PASS_DONE)
             return p;
     }
     char sp[16];
@@ -205,7 +231,7 @@ static txn_pass_t txn_pass(txn_t *t)
         snprintf(sp, sizeof(sp), "o");
     else
         snprintf(sp, sizeof(sp), "m%d", first);
-    return txn_finish(t, handled, sp);
+    return txn_finish(t, handled, lone ? NULL : sp);
 }
 
 /* Whether message i's id appeared on an earlier NEW message of the batch. */
@@ -243,7 +269,8 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
     }
     if ((err = txn_begin(t)) != 0)
         return txn_lost(t, err, "the transaction's start");
-    if ((err = t->ops->exec(t->ctx, "SAVEPOINT b")) != 0)
+    bool branch = txn_branch(t);
+    if (!branch && (err = t->ops->exec(t->ctx, "SAVEPOINT b")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
     for (int tries = 0; k > 0 && t->record; tries++) {
         /* Looking first, the INSERT comes after the lookup (an id committed meanwhile by
@@ -302,7 +329,7 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
         return db_classify(err) == DB_ERR_HANDLER ? TXN_PASS_FALLBACK
                                                   : txn_lost(t, err, "SAVEPOINT");
     t->last_ran = -1; /* checked: txn_finish need not */
-    return txn_finish(t, handled, "b");
+    return txn_finish(t, handled, branch ? NULL : "b");
 }
 
 /* Undo a pass: ROLLBACK, and every message the pass had not settled is NEW again. */

@@ -52,7 +52,12 @@ typedef struct fdb {
     int handler_calls[NIDS];
     bool held_by_other[NIDS]; /* the record's key is locked by another transaction: 1205 */
     bool nontrans;            /* the transaction wrote a table without savepoints (Aria) */
-    int eff_nontrans[NIDS];   /* ... its writes there: never rolled back */
+    /* An XA branch (f_ops_xa): once the server rolled it back (1213, or 1205 with
+     * innodb_rollback_on_timeout) every later statement and its end get rb (1614 after a
+     * deadlock, 1613 after a timeout) until the ROLLBACK. */
+    bool xa;
+    unsigned rb;
+    int eff_nontrans[NIDS]; /* ... its writes there: never rolled back */
 } fdb_t;
 
 /* How each test message's handler behaves. */
@@ -94,12 +99,17 @@ static unsigned fdb_fault(fdb_t *d, int step)
 {
     if (d->dead)
         return 2006;
+    if (d->rb && step != S_ROLLBACK)
+        return d->rb;
     int k = ++d->seen[step];
     if (step != d->fault_step || k < d->fault_nth || k >= d->fault_nth + d->fault_times)
         return 0;
     unsigned e = (unsigned)d->fault_err;
-    if (e == 1213 || (e == 1205 && d->rollback_on_timeout))
+    if (e == 1213 || (e == 1205 && d->rollback_on_timeout)) {
         fdb_reset_tx(d);
+        if (d->xa && step != S_COMMIT)
+            d->rb = e == 1213 ? 1614 : 1613;
+    }
     if (e == 2006 || e == 2013) {
         if (step == S_COMMIT && d->commit_lost_applies)
             return 0xC0; /* handled by the caller: committed, then lost */
@@ -142,7 +152,7 @@ static unsigned f_exec(void *ctx, const char *sql)
         return 1178;
     if (strcmp(sql, "SAVEPOINT e") ==
         0) /* the check after the handlers: nothing rolls back to it */
-        return d->dead ? 2006 : 0;
+        return d->dead ? 2006 : d->rb;
     else if (strcmp(sql, "RELEASE SAVEPOINT o") == 0)
         sql = "RELEASE SAVEPOINT m14";
     if (sscanf(sql, "SAVEPOINT m%d", &i) == 1) {
@@ -171,6 +181,12 @@ static unsigned f_exec(void *ctx, const char *sql)
         return 0;
     }
     if (strcmp(sql, "COMMIT") == 0) {
+        if (d->rb && !d->dead) { /* XA END refuses a branch the server rolled back */
+            e = d->rb;
+            d->rb = 0;
+            fdb_reset_tx(d);
+            return e;
+        }
         e = fdb_fault(d, S_COMMIT);
         if (e == 0xC0) {
             fdb_commit(d);
@@ -183,6 +199,7 @@ static unsigned f_exec(void *ctx, const char *sql)
         return 0;
     }
     if (strcmp(sql, "ROLLBACK") == 0) {
+        d->rb = 0;
         e = fdb_fault(d, S_ROLLBACK);
         fdb_reset_tx(d);
         return e;
@@ -204,8 +221,10 @@ static unsigned f_record(void *ctx, const txn_msg_t *m)
     if (e)
         return e;
     if (d->held_by_other[id]) {
-        if (d->rollback_on_timeout)
+        if (d->rollback_on_timeout) {
             fdb_reset_tx(d);
+            d->rb = d->xa ? 1613 : 0;
+        }
         return 1205;
     }
     if (d->rec_committed[id])
@@ -237,8 +256,10 @@ static unsigned f_record_many(void *ctx, txn_msg_t *const *ms, int k)
     for (int j = 0; j < k; j++) {
         int id = f_id(ms[j]);
         if (d->held_by_other[id]) {
-            if (d->rollback_on_timeout)
+            if (d->rollback_on_timeout) {
                 fdb_reset_tx(d);
+                d->rb = d->xa ? 1613 : 0;
+            }
             return 1205;
         }
         if (f_has_record(d, id))
@@ -359,6 +380,14 @@ static const char *f_error_text(void *ctx)
 static const db_txn_ops_t f_ops = {f_exec,        f_record,       f_clear,       f_handle,
                                    f_record_many, f_find_records, f_handle_many, NULL,
                                    f_error_text,  NULL,           NULL,          NULL};
+/* idemd's transaction as an XA branch (db_txn_ops_t.held): the server refuses its end. */
+static bool f_held(void *ctx)
+{
+    return ((fdb_t *)ctx)->xa;
+}
+static const db_txn_ops_t f_ops_xa = {f_exec,        f_record,       f_clear,       f_handle,
+                                      f_record_many, f_find_records, f_handle_many, NULL,
+                                      f_error_text,  NULL,           NULL,          f_held};
 static const port_clock_ops_t f_clock = {.now_ms = f_now};
 
 /* Ordered queues: message i's key; the block a key has in the open transaction or committed. */
@@ -567,6 +596,47 @@ int main(void)
         ok(st == TXN_DONE && count_state(TXN_COMMITTED) == 3 && tx.redos == 1 &&
                invariants(st, "ignored deadlock"),
            "handler ignoring 1213: batch redone, every effect once");
+    }
+    /* The same alone and in the set-based pass, checked (the savepoint gone shows it) and as
+     * an XA branch (no savepoint: the branch refuses the next statement). */
+    for (int xa = 0; xa <= 1; xa++)
+        for (int n = 1; n <= 3; n += 2) {
+            int beh[3] = {H_OK_IGNORING, H_OK_IGNORING, H_OK_IGNORING};
+            setup(n, beh);
+            if (xa) {
+                tx.ops = &f_ops_xa;
+                db.xa = true;
+            }
+            tx.bulk = true;
+            fault(S_HANDLER, n == 1 ? 1 : 2, 1213, 1);
+            st = txn_run(&tx);
+            snprintf(what, sizeof(what), "ignored deadlock, %d message(s), xa %d", n, xa);
+            ok(st == TXN_DONE && count_state(TXN_COMMITTED) == n && tx.redos == 1 &&
+                   invariants(st, what),
+               "%s: redone, every effect once", what);
+        }
+    /* In a branch the pass takes no savepoint of its own: a message alone none at all, the
+     * set-based pass none before its records; both end without a RELEASE. */
+    for (int n = 1; n <= 3; n += 2) {
+        setup(n, NULL);
+        tx.ops = &f_ops_xa;
+        db.xa = true;
+        tx.bulk = true;
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && count_state(TXN_COMMITTED) == n && db.seen[S_SAVEPOINT] == 0 &&
+               db.seen[S_RELEASE] == 0 && db.seen[S_COMMIT] == 1 && invariants(st, "xa"),
+           "XA branch, %d message(s): committed with no savepoint and no RELEASE", n);
+    }
+    {
+        int beh[1] = {H_RETRY};
+        setup(1, beh);
+        tx.ops = &f_ops_xa;
+        db.xa = true;
+        st = txn_run(&tx);
+        ok(st == TXN_DONE && msgs[0].state == TXN_RETRY && db.seen[S_ROLLBACK_TO] == 0 &&
+               db.seen[S_ROLLBACK] == 1 && db.eff_committed[0] == 0 && db.rec_committed[0] == 0 &&
+               invariants(st, "xa alone retried"),
+           "XA branch, a message alone that fails: the pass's ROLLBACK undoes it, nothing kept");
     }
 
     /* A handler whose COMMIT (or DDL, ...) the server refused inside idemd's XA branch
@@ -851,51 +921,67 @@ int main(void)
        "dedup none: the batch handler runs without any record statement");
 
     /* The error matrix: each error at each step, for every position of the batch, with
-     * innodb_rollback_on_timeout off and on. */
+     * innodb_rollback_on_timeout off and on, checked and as an XA branch; then the same for a
+     * batch of one message (in a branch: no savepoint). */
     int matrix_bad = 0, matrix_runs = 0;
-    /* per message, set-based, with a batch handler, set-based looking first */
-    for (int bulk = 0; bulk <= 3; bulk++)
-        for (int on = 0; on <= 1; on++)
-            for (int s = S_SAVEPOINT; s < S_N; s++)
-                for (size_t e = 0; e < sizeof(errs) / sizeof(errs[0]); e++)
-                    for (int nth = 1; nth <= 3; nth++)
-                        for (int times = 1; times <= 2; times++) {
-                            if ((s == S_RECORD || s == S_BULK) && errs[e] == 1062)
-                                continue; /* a real duplicate, tested above */
-                            if (s == S_ROLLBACK || (!bulk && s >= S_BULK))
-                                continue; /* not a step of that path */
-                            int beh[3] = {H_OK, H_RETRY, H_OK};
-                            setup(3, beh);
-                            tx.bulk = bulk > 0;
-                            tx.batch = bulk == 2;
-                            tx.look_first = bulk == 3;
-                            db.rollback_on_timeout = on;
-                            fault(s, nth, errs[e], times);
-                            st = txn_run(&tx);
-                            snprintf(what, sizeof(what),
-                                     "%u at %s #%d x%d, rollback_on_timeout=%d, set-based %d",
-                                     (unsigned)errs[e], step_names[s], nth, times, on, bulk);
-                            matrix_runs++;
-                            if (!invariants(st, what)) {
-                                matrix_bad++;
-                                continue;
+    /* per message, set-based, with a batch handler, set-based looking first; 4 and 5: one
+     * message that succeeds, one that fails */
+    for (int xa = 0; xa <= 1; xa++)
+        for (int bulk = 0; bulk <= 5; bulk++)
+            for (int on = 0; on <= 1; on++)
+                for (int s = S_SAVEPOINT; s < S_N; s++)
+                    for (size_t e = 0; e < sizeof(errs) / sizeof(errs[0]); e++)
+                        for (int nth = 1; nth <= 3; nth++)
+                            for (int times = 1; times <= 2; times++) {
+                                if ((s == S_RECORD || s == S_BULK) && errs[e] == 1062)
+                                    continue; /* a real duplicate, tested above */
+                                if (s == S_ROLLBACK || (!bulk && s >= S_BULK))
+                                    continue; /* not a step of that path */
+                                if (bulk >= 4 && s >= S_BULK)
+                                    continue; /* one message goes message by message */
+                                int beh[3] = {H_OK, H_RETRY, H_OK};
+                                int lone_beh[1] = {bulk == 5 ? H_RETRY : H_OK};
+                                int watched = bulk >= 4 ? 0 : 1; /* the message that retries */
+                                if (bulk >= 4)
+                                    setup(1, lone_beh);
+                                else
+                                    setup(3, beh);
+                                if (xa) {
+                                    tx.ops = &f_ops_xa;
+                                    db.xa = true;
+                                }
+                                tx.bulk = bulk > 0 && bulk < 4;
+                                tx.batch = bulk == 2;
+                                tx.look_first = bulk == 3;
+                                db.rollback_on_timeout = on;
+                                fault(s, nth, errs[e], times);
+                                st = txn_run(&tx);
+                                snprintf(
+                                    what, sizeof(what),
+                                    "%u at %s #%d x%d, rollback_on_timeout=%d, set-based %d, xa %d",
+                                    (unsigned)errs[e], step_names[s], nth, times, on, bulk, xa);
+                                matrix_runs++;
+                                if (!invariants(st, what)) {
+                                    matrix_bad++;
+                                    continue;
+                                }
+                                /* A connection error is fatal; a lock wait or a deadlock never is
+                                 * (COMMIT does not wait for locks); 1062 and 1305 where the server
+                                 * never sends them are unknown errors: fatal is the safe answer. */
+                                bool hit = db.seen[s] >= nth;
+                                bool conn = errs[e] >= 2000 && hit;
+                                bool lock = (errs[e] == 1213 || (errs[e] == 1205 && s != S_COMMIT));
+                                if ((conn && st != TXN_FATAL) || (lock && st == TXN_FATAL)) {
+                                    printf("# %s: status %d\n", what, st);
+                                    matrix_bad++;
+                                }
+                                if (st == TXN_DONE && bulk != 4 &&
+                                    msgs[watched].state != TXN_RETRY) {
+                                    printf("# %s: the retrying message ended in state %d\n", what,
+                                           msgs[watched].state);
+                                    matrix_bad++;
+                                }
                             }
-                            /* A connection error is fatal; a lock wait or a deadlock never is
-                             * (COMMIT does not wait for locks); 1062 and 1305 where the server
-                             * never sends them are unknown errors: fatal is the safe answer. */
-                            bool hit = db.seen[s] >= nth;
-                            bool conn = errs[e] >= 2000 && hit;
-                            bool lock = (errs[e] == 1213 || (errs[e] == 1205 && s != S_COMMIT));
-                            if ((conn && st != TXN_FATAL) || (lock && st == TXN_FATAL)) {
-                                printf("# %s: status %d\n", what, st);
-                                matrix_bad++;
-                            }
-                            if (st == TXN_DONE && msgs[1].state != TXN_RETRY) {
-                                printf("# %s: the retrying message ended in state %d\n", what,
-                                       msgs[1].state);
-                                matrix_bad++;
-                            }
-                        }
     ok(matrix_bad == 0, "error matrix: %d runs, every invariant holds (%d broken)", matrix_runs,
        matrix_bad);
 
