@@ -92,9 +92,11 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled, bool lone)
     bool wait = false;
     txn_pass_t p;
 
-    snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
-    if (!lone && (err = t->ops->exec(t->ctx, sql)) != 0)
-        return txn_lost(t, err, "SAVEPOINT");
+    if (!lone) {
+        snprintf(sql, sizeof(sql), "SAVEPOINT m%d", i);
+        if ((err = t->ops->exec(t->ctx, sql)) != 0)
+            return txn_lost(t, err, "SAVEPOINT");
+    }
     if (t->record && (err = t->ops->record(t->ctx, m)) != 0) {
         switch (db_classify(err)) {
         case DB_DUPLICATE: /* only the statement was rolled back */
@@ -126,8 +128,10 @@ static txn_pass_t txn_one(txn_t *t, int i, bool *handled, bool lone)
         *handled = true;
         return txn_order(t, i, TXN_ORDER_DONE, NULL, handled);
     }
-    if (p != TXN_PASS_FAILED || lone)
-        return p == TXN_PASS_FAILED ? TXN_PASS_DONE : p;
+    if (p == TXN_PASS_FAILED && lone)
+        return TXN_PASS_DONE; /* the pass's ROLLBACK undoes it */
+    if (p != TXN_PASS_FAILED)
+        return p;
     /* Rolled back to its savepoint first, so that the key's new rows stay. */
     p = txn_undo(t, i);
     return p == TXN_PASS_DONE ? txn_order(t, i, TXN_ORDER_FAILED, NULL, handled) : p;
@@ -151,9 +155,11 @@ static txn_pass_t txn_finish(txn_t *t, bool handled, const char *sp)
      * roll back, as the next message's would have; then that message is to blame. */
     if (t->last_ran >= 0 && (err = t->ops->exec(t->ctx, "SAVEPOINT e")) != 0)
         return txn_lost(t, err, "SAVEPOINT");
-    snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT %s", sp ? sp : "");
-    if (sp && (err = t->ops->exec(t->ctx, sql)) != 0)
-        return txn_lost(t, err, "RELEASE SAVEPOINT");
+    if (sp) {
+        snprintf(sql, sizeof(sql), "RELEASE SAVEPOINT %s", sp);
+        if ((err = t->ops->exec(t->ctx, sql)) != 0)
+            return txn_lost(t, err, "RELEASE SAVEPOINT");
+    }
     if (t->dry_run) { /* idemctl try: everything above ran as it would; nothing is kept */
         if (t->dry_peek)
             t->dry_peek(t->ctx);
