@@ -287,9 +287,13 @@ static txn_pass_t txn_bulk_pass(txn_t *t, txn_msg_t **list, bool *found, idemd_r
         if (!look && db_classify(err) != DB_DUPLICATE)
             return db_classify(err) == DB_ERR_LOCK_TIMEOUT ? TXN_PASS_FALLBACK
                                                            : txn_lost(t, err, "record INSERT");
-        /* Some ids were committed before: leave them out and insert the rest. */
-        if (tries == 3 || (err = t->ops->find_records(t->ctx, list, k, found)) != 0)
-            return err ? txn_lost(t, err, "record SELECT") : TXN_PASS_FALLBACK;
+        /* Some ids were committed before: leave them out and insert the rest. Ids that
+         * other workers keep committing under each lookup: go message by message (err still
+         * holds the INSERT's 1062 here, which is no loss of the transaction). */
+        if (tries == 3)
+            return TXN_PASS_FALLBACK;
+        if ((err = t->ops->find_records(t->ctx, list, k, found)) != 0)
+            return txn_lost(t, err, "record SELECT");
         int kept = 0;
         for (int j = 0; j < k; j++) {
             if (!found[j]) {

@@ -58,6 +58,9 @@ typedef struct fdb {
     bool xa;
     unsigned rb;
     int eff_nontrans[NIDS]; /* ... its writes there: never rolled back */
+    /* Another worker commits late[late_i++] right after each record SELECT (its snapshot
+     * does not show it), so that the next INSERT clashes again. */
+    int late[NIDS], nlate, late_i;
 } fdb_t;
 
 /* How each test message's handler behaves. */
@@ -280,6 +283,10 @@ static unsigned f_find_records(void *ctx, txn_msg_t *const *ms, int k, bool *fou
         return e;
     for (int j = 0; j < k; j++)
         found[j] = d->rec_committed[f_id(ms[j])] > 0;
+    if (d->late_i < d->nlate) {
+        int id = d->late[d->late_i++];
+        d->rec_committed[id] = d->eff_committed[id] = 1;
+    }
     return 0;
 }
 
@@ -824,6 +831,18 @@ int main(void)
     ok(st == TXN_DONE && count_state(TXN_DUPLICATE) == 3 && db.seen[S_BULK] == 0 &&
            db.seen[S_COMMIT] == 0 && db.handler_calls[0] == 0 && invariants(st, "all recorded"),
        "set-based, looking first and finding every id: no INSERT, no handler, nothing committed");
+    /* Each SELECT misses an id another worker commits just after it: the INSERT clashes
+     * again, three times in all, and the batch goes message by message (not FATAL). */
+    setup(5, NULL);
+    tx.bulk = true;
+    db.rec_committed[0] = db.eff_committed[0] = 1;
+    db.late[0] = 1, db.late[1] = 2, db.late[2] = 3, db.nlate = 3;
+    st = txn_run(&tx);
+    ok(st == TXN_DONE && tx.fell_back && count_state(TXN_DUPLICATE) == 4 &&
+           msgs[4].state == TXN_COMMITTED && db.eff_committed[4] == 1 &&
+           db.handler_calls[3] == 0 && db.seen[S_BULK] == 4 && invariants(st, "clash x4"),
+       "set-based: an INSERT that clashes with a new commit after each of three lookups falls "
+       "back to message by message, and the batch is done");
     setup(3, NULL);
     tx.bulk = true;
     strcpy(msgs[2].id, "m0");
