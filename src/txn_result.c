@@ -24,8 +24,12 @@ static txn_pass_t txn_blame_note(txn_t *t, unsigned err, const char *where)
 {
     const char *text = t->ops->error_text ? t->ops->error_text(t->ctx) : NULL;
     char pid[96];
-    if (t->last_ran < 0)
+    if (t->last_ran < 0) {
+        log_error("batch of %d: error %u at %s before any handler ran: the batch goes back to "
+                  "the broker",
+                  t->n, err, where);
         return TXN_PASS_FATAL;
+    }
     txn_msg_t *m = &t->m[t->last_ran];
     t->blame = t->last_ran;
     log_warn("id=%s: its handler wrote to a table whose storage engine cannot roll back: the "
@@ -127,7 +131,12 @@ txn_pass_t txn_lost(txn_t *t, unsigned err, const char *where)
     case DB_ERR_HANDLER:
         return txn_blame_note(t, err, where);
     default:
-        return TXN_PASS_FATAL; /* connection lost, or nothing we know how to recover from */
+        /* Connection lost (its statement said so), or nothing we know how to recover from. */
+        if (st != DB_ERR_CONNECTION)
+            log_error("batch of %d: error %u at %s: the transaction's outcome is not known; the "
+                      "batch goes back to the broker and the records decide",
+                      t->n, err, where);
+        return TXN_PASS_FATAL;
     }
 }
 

@@ -250,7 +250,8 @@ static int worker_loop(worker_t *w)
         }
         if (st < 0) {
             /* Unknown outcome: the broker redelivers, the record decides. */
-            log_debug("%s", w->step.why);
+            log_warn("%s: the worker restarts; its unacked deliveries go back to the queue",
+                     w->step.why ? w->step.why : "lost");
             worker_give_back(w);
             return worker_lose(w,
                                st == STEP_LOST_BROKER ? WORKER_LOST_BROKER : WORKER_LOST_DATABASE);
