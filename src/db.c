@@ -100,6 +100,7 @@ void db_close(db_t *db)
     if (db->my)
         mysql_close(db->my);
     free(db->sql);
+    free(db->ord);
     free(db);
 }
 

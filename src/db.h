@@ -97,6 +97,8 @@ typedef struct db {
     char record_table[65];
     char *sql; /* statement buffer of the set-based record calls, grown as needed */
     size_t sql_size;
+    int *ord; /* the order db_record_many writes its ids in, grown as needed */
+    int ord_size;
     char host[256]; /* the server this connection reached ("" over the unix socket) */
     unsigned port;
     int boundary;              /* DB_BOUNDARY_XA or _CHECK: how idemd's transaction is kept */

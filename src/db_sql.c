@@ -223,11 +223,11 @@ char *db_hex_literal(char *s, const void *b, size_t len)
 /*
  * Start db->sql with head, then the ids as rows (head ends in "VALUES ":
  * "(consumer, X'..')") or as a list of hex literals, joined by ", ", then
- * tail; the consumer is written where head holds "%C". 0, or -1 when out
- * of memory (logged).
+ * tail; the consumer is written where head holds "%C". The ids go in the
+ * order ord gives (NULL: as given). 0, or -1 when out of memory (logged).
  */
 static int db_key_list(db_t *db, const char *head, const char *const *ids, const size_t *lens,
-                       int k, const char *tail)
+                       const int *ord, int k, const char *tail)
 {
     size_t need = strlen(head) + strlen(tail) + 2 * sizeof(db->consumer) + 64;
     bool rows = strstr(head, "VALUES") != NULL;
@@ -254,8 +254,9 @@ static int db_key_list(db_t *db, const char *head, const char *const *ids, const
         }
     }
     for (int j = 0; j < k; j++) {
+        int i = ord ? ord[j] : j;
         o += rows ? sprintf(o, "%s('%s', ", j ? ", " : "", esc) : sprintf(o, "%s", j ? ", " : "");
-        o = db_hex_literal(o, ids[j], lens[j]);
+        o = db_hex_literal(o, ids[i], lens[i]);
         if (rows)
             *o++ = ')';
     }
@@ -263,11 +264,53 @@ static int db_key_list(db_t *db, const char *head, const char *const *ids, const
     return 0;
 }
 
+/* The ids of db_record_many, for qsort_r: byte order, a prefix first. */
+typedef struct {
+    const char *const *ids;
+    const size_t *lens;
+} db_keys_t;
+
+static int db_key_cmp(const void *a, const void *b, void *arg)
+{
+    const db_keys_t *ks = arg;
+    int i = *(const int *)a, j = *(const int *)b;
+    size_t n = ks->lens[i] < ks->lens[j] ? ks->lens[i] : ks->lens[j];
+    int c = memcmp(ks->ids[i], ks->ids[j], n);
+    if (c != 0)
+        return c;
+    return ks->lens[i] < ks->lens[j] ? -1 : ks->lens[i] > ks->lens[j];
+}
+
+/*
+ * The order to insert ids[0..k-1] in, into db->ord: sorted, so that two batches that share ids
+ * (a message and its copy in two workers' batches) lock them in the same order and one waits
+ * for the other instead of both being rolled back as a deadlock. 0, or -1 when out of memory
+ * (logged).
+ */
+static int db_key_order(db_t *db, const char *const *ids, const size_t *lens, int k)
+{
+    if (k > db->ord_size) {
+        int *p = realloc(db->ord, (size_t)k * sizeof(*p));
+        if (p == NULL) {
+            log_error("database: out of memory ordering %d ids", k);
+            return -1;
+        }
+        db->ord = p;
+        db->ord_size = k;
+    }
+    for (int j = 0; j < k; j++)
+        db->ord[j] = j;
+    db_keys_t ks = {ids, lens};
+    qsort_r(db->ord, (size_t)k, sizeof(*db->ord), db_key_cmp, &ks);
+    return 0;
+}
+
 db_status_t db_record_many(db_t *db, const char *const *ids, const size_t *lens, int k)
 {
     char head[128];
     snprintf(head, sizeof(head), "INSERT INTO `%s` (consumer, msg_id) VALUES ", db->record_table);
-    if (db_key_list(db, head, ids, lens, k, "") != 0)
+    if (db_key_order(db, ids, lens, k) != 0 ||
+        db_key_list(db, head, ids, lens, db->ord, k, "") != 0)
         return DB_ERR_OTHER;
     if (mysql_real_query(db->my, db->sql, strlen(db->sql)) == 0)
         return DB_OK;
@@ -287,7 +330,7 @@ db_status_t db_find_records(db_t *db, const char *const *ids, const size_t *lens
     MYSQL_ROW row;
     snprintf(head, sizeof(head), "SELECT msg_id FROM `%s` WHERE consumer = '%%C' AND msg_id IN (",
              db->record_table);
-    if (db_key_list(db, head, ids, lens, k, ")") != 0)
+    if (db_key_list(db, head, ids, lens, NULL, k, ")") != 0)
         return DB_ERR_OTHER;
     if (mysql_real_query(db->my, db->sql, strlen(db->sql)) != 0 ||
         (res = mysql_store_result(db->my)) == NULL) {
