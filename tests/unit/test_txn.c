@@ -839,8 +839,8 @@ int main(void)
     db.late[0] = 1, db.late[1] = 2, db.late[2] = 3, db.nlate = 3;
     st = txn_run(&tx);
     ok(st == TXN_DONE && tx.fell_back && count_state(TXN_DUPLICATE) == 4 &&
-           msgs[4].state == TXN_COMMITTED && db.eff_committed[4] == 1 &&
-           db.handler_calls[3] == 0 && db.seen[S_BULK] == 4 && invariants(st, "clash x4"),
+           msgs[4].state == TXN_COMMITTED && db.eff_committed[4] == 1 && db.handler_calls[3] == 0 &&
+           db.seen[S_BULK] == 4 && invariants(st, "clash x4"),
        "set-based: an INSERT that clashes with a new commit after each of three lookups falls "
        "back to message by message, and the batch is done");
     setup(3, NULL);
