@@ -13,6 +13,8 @@ typedef enum txn_pass {
     TXN_PASS_FATAL,    /* the connection cannot be trusted */
     TXN_PASS_FALLBACK, /* set-based pass: roll back, run the NEW ones message by message */
     TXN_PASS_AGAIN,    /* set-based pass: roll back, run it again without the failed ones */
+    TXN_PASS_LOOK,     /* set-based pass: its record INSERT met recorded ids: roll back (which
+                        * frees the locks the INSERT took on them), run it again looking first */
     TXN_PASS_FAILED,   /* txn_result: the verdict was not OK; the caller rolls the message back */
     TXN_PASS_BLAME,    /* the last handler broke the transaction (t->blame, its reason set):
                         * roll back, reject that message, run the NEW ones again */

@@ -39,6 +39,7 @@ typedef struct txn {
     int lock_waits;    /* records that timed out waiting for another transaction */
     bool fell_back;    /* the set-based pass gave way to the per-message one */
     bool found_dups;   /* the set-based pass found ids recorded already (next: look_first) */
+    int clashes;       /* set-based passes whose record INSERT met recorded ids */
     bool too_slow;     /* ... because the handlers ran past limit_ms: skip it for a while */
     int batch_calls;   /* handle_many calls (more than one: some verdicts were not OK) */
     bool committed;    /* a COMMIT succeeded */
