@@ -148,11 +148,40 @@ cl_gr_state()
 
 cl_gr_join_sql="START GROUP_REPLICATION USER = 'rpl', PASSWORD = 'rpl'"
 
-# START GROUP_REPLICATION on member $1 (after STOP when $2 is "stop"); said in the log.
+# Whether a member other than $1, ONLINE itself, still lists member $1 in its view.
+cl_gr_listed()
+{
+    local n=$1 k c
+    for k in 1 2 3; do
+        ((k == n)) && continue
+        c=$(cl_sql "$k" "SELECT COUNT(*) FROM performance_schema.replication_group_members
+                         WHERE MEMBER_HOST = '${CL_GIP[$n]}'
+                           AND (SELECT MEMBER_STATE FROM performance_schema.replication_group_members
+                                WHERE MEMBER_ID = @@server_uuid) = 'ONLINE'" 2>/dev/null) || continue
+        [[ $c =~ ^[1-9] ]] && return 0
+    done
+    return 1
+}
+
+# START GROUP_REPLICATION on member $1 (after STOP when $2 is "stop"); said in the log. A member
+# the others still list (its old incarnation, killed or expelled from its own point of view)
+# cannot join ("Old incarnation found ... Please stop the old node or wait for it to leave the
+# group"), and each attempt makes that old incarnation reachable again in their eyes, so it is
+# never expelled: on 2026-12-07 a member restarted after a one-way drop tried for 5 minutes
+# while the primary kept it ONLINE. So it first waits, out of the group, up to 60 s for the
+# others to let it go.
 cl_gr_rejoin()
 {
     local n=$1 t0=$SECONDS sql=$cl_gr_join_sql
-    [[ ${2:-} == stop ]] && sql="STOP GROUP_REPLICATION; $sql"
+    if [[ ${2:-} == stop ]]; then
+        timeout 180 mysql --no-defaults -S "$CL_DIR/g$n/sock" -uroot -N -B -e "STOP GROUP_REPLICATION" 2>&1 |
+            sed 's/^/#     /' >&2 || true
+    fi
+    if cl_gr_listed "$n"; then
+        cl_log "Group Replication member $n: still in another member's view: waiting for it to be let go"
+        while cl_gr_listed "$n" && ((SECONDS - t0 < 60)); do sleep 1; done
+        cl_log "Group Replication member $n: $(cl_gr_listed "$n" && echo "still listed" || echo "let go") after $((SECONDS - t0)) s"
+    fi
     cl_log "Group Replication member $n: ${2:+STOP and }START GROUP_REPLICATION (rejoin)"
     echo "$(date +%H:%M:%S) member $n ${2:-start}" >>"$CL_DIR/gr_rejoins"
     # START returns once the member is in the group (recovery goes on after it) or failed.
